@@ -1,0 +1,54 @@
+/* weir/error.h: error codes shared by every weir module.
+ *
+ * Fallible functions return 0 or a negative code. OS conditions reuse -errno
+ * (WEIR_EINVAL is -EINVAL, ...); weir's own conditions live in a range far
+ * from errno values. One table below yields the enum, weir_strerror() and
+ * weir_err_name(), so a code and its explanation cannot drift apart.
+ */
+#ifndef WEIR_ERROR_H
+#define WEIR_ERROR_H
+
+#include <errno.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* X(name, value, message) */
+#define WEIR_ERRNO_MAP(X)                                                                          \
+  X(EINVAL, -EINVAL, "invalid argument")                                                           \
+  X(ENOMEM, -ENOMEM, "out of memory")                                                              \
+  X(ENOENT, -ENOENT, "no such file or directory")                                                  \
+  X(EIO, -EIO, "input/output error")                                                               \
+  X(ENOSPC, -ENOSPC, "no space left on device")                                                    \
+  X(EAGAIN, -EAGAIN, "resource temporarily unavailable")                                           \
+  X(EPLAN, -30001, "invalid job graph")                                                            \
+  X(ETOOBIG, -30002, "record larger than the maximum record size")                                 \
+  X(EBADREC, -30003, "malformed record")                                                           \
+  X(EOPERATOR, -30004, "an operator failed")                                                       \
+  X(ECANCELED, -30005, "job stopped")                                                              \
+  X(EABI, -30006, "job built for another weir ABI version")                                        \
+  X(ENOJOB, -30007, "unknown job")                                                                 \
+  X(ENOTKEYED, -30008, "keyed state used by an operator whose input is not keyed")                 \
+  X(ESTATE, -30009, "operation not allowed in the current state")                                  \
+  X(ESINK, -30010, "invalid sink specification")                                                   \
+  X(ECORRUPT, -30011, "checkpoint data is corrupt")                                                \
+  X(EFORMAT, -30012, "checkpoint written in an unknown format")
+
+typedef enum {
+#define WEIR__ERR_ENUM(name, value, msg) WEIR_##name = (value),
+  WEIR_ERRNO_MAP(WEIR__ERR_ENUM)
+#undef WEIR__ERR_ENUM
+} weir_errno;
+
+/* A static English explanation of an error code; never NULL. Codes not in the
+ * table (other -errno values) are explained by strerror(). Thread-safe. */
+const char *weir_strerror(int err);
+
+/* The code's symbolic name, "WEIR_EPLAN", or "WEIR_EUNKNOWN"; never NULL. */
+const char *weir_err_name(int err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,55 @@
+/* log.c: owns the log level and the format of log lines on stderr. */
+#include "weir/log.h"
+#include "weir/assert.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static atomic_int log_level = -1;
+
+static int level_from_env(void) {
+  const char *s = getenv("WEIR_LOG");
+  if (!s) return WEIR_LOG_INFO;
+  if (!strcmp(s, "error")) return WEIR_LOG_ERROR;
+  if (!strcmp(s, "warn")) return WEIR_LOG_WARN;
+  if (!strcmp(s, "debug")) return WEIR_LOG_DEBUG;
+  return WEIR_LOG_INFO;
+}
+
+int weir_log_level(void) {
+  int l = atomic_load_explicit(&log_level, memory_order_relaxed);
+  if (l < 0) {
+    l = level_from_env();
+    atomic_store_explicit(&log_level, l, memory_order_relaxed);
+  }
+  return l;
+}
+
+void weir_log_set_level(int level) {
+  atomic_store_explicit(&log_level, level, memory_order_relaxed);
+}
+
+void weir__log(int level, const char *fmt, ...) {
+  static const char *names[] = {"error", "warn", "info", "debug"};
+  char line[1024];
+  int n = snprintf(line, sizeof line, "weir: %s: ", names[level & 3]);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+  va_end(ap);
+  /* One fputs per line, so lines of concurrent threads do not interleave. */
+  size_t len = strlen(line);
+  if (len + 1 < sizeof line) {
+    line[len] = '\n';
+    line[len + 1] = 0;
+  }
+  fputs(line, stderr);
+}
+
+void weir__assert_fail(const char *expr, const char *file, int line) {
+  fprintf(stderr, "weir: internal assertion failed: %s (%s:%d)\n", expr, file, line);
+  abort();
+}

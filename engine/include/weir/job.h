@@ -1,0 +1,322 @@
+/* weir/job.h: the job API — records, operator contexts, the graph builder and
+ * the runtime entry point.
+ *
+ * A job is a graph of sources, operators and sinks built with the verbs below
+ * (weir_source, weir_key_by, weir_process, weir_sink, ...). Building records
+ * the first error in the job and turns later calls into no-ops that return
+ * NULL (or the recorded error), so a chain of builder calls needs one check at
+ * the end: weir_sink() and weir_job_run() return it.
+ *
+ * At run time each operator runs as `parallelism` subtasks. An operator sees
+ * the world only through its weir_ctx: its input records, its emitter, its
+ * keyed state, its subtask index. It never sees a thread, a loop or a channel.
+ * All callbacks of one subtask run on one thread, one at a time.
+ *
+ * Ownership: weir_job owns every stream, node and context; streams are valid
+ * until weir_job_destroy(). Arguments passed as `void *arg` are borrowed and
+ * must outlive the job, unless handed over with weir_job_adopt().
+ */
+#ifndef WEIR_JOB_H
+#define WEIR_JOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weir/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped whenever a job .so built against an older header would misbehave.
+ * A job .so exports it with WEIR_JOB_EXPORT (below); the loader checks it. */
+#define WEIR_ABI_VERSION 1u
+
+/* Default number of key groups: the largest parallelism a keyed operator can
+ * ever be rescaled to. Keys map to key groups, key groups to subtasks. */
+#define WEIR_DEFAULT_MAX_PARALLELISM 128
+
+typedef struct weir_job weir_job;
+typedef struct weir_stream weir_stream;
+typedef struct weir_ctx weir_ctx;
+
+/* ------------------------------------------------------------------------ */
+/* Records and batches                                                      */
+
+/* A record as an operator sees it. Read-only; `payload` is valid only during
+ * the callback that received it. `id` identifies the record's lineage:
+ * sources assign it from (source, split, offset) and every emission derives
+ * its id deterministically from its parent's id. */
+typedef struct weir_record {
+  uint64_t key;        /* partitioning and keyed-state key */
+  int64_t ts;          /* event timestamp (user-defined unit), 0 if none */
+  uint64_t id;         /* lineage id */
+  const void *payload; /* `len` bytes; NULL when len is 0 */
+  uint32_t len;
+} weir_record;
+
+/* A batch of records in column form, for the batch callbacks. Read-only and
+ * valid only during the callback. Record i has key keys[i], timestamp ts[i],
+ * id ids[i] and payload data + off[i] of lens[i] bytes. */
+typedef struct weir_batch {
+  uint32_t len;
+  const uint64_t *keys;
+  const int64_t *ts;
+  const uint64_t *ids;
+  const uint32_t *off;
+  const uint32_t *lens;
+  const uint8_t *data;
+} weir_batch;
+
+/* Record i of a batch as a weir_record. */
+static inline weir_record weir_batch_record(const weir_batch *b, uint32_t i) {
+  weir_record r = {b->keys[i], b->ts[i], b->ids[i], b->lens[i] ? b->data + b->off[i] : NULL,
+                   b->lens[i]};
+  return r;
+}
+
+/* Payload helpers: a u64 value travels as 8 little-endian bytes. */
+static inline uint64_t weir_payload_u64(const weir_record *r) {
+  const uint8_t *p = (const uint8_t *)r->payload;
+  uint64_t v = 0;
+  if (r->len < 8) return 0;
+  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+  return v;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Operators                                                                */
+
+/* Callbacks of an operator. Every callback is optional except one of
+ * `process` / `process_batch` (for operators with inputs). All return 0 or a
+ * negative error; an error stops the job with the operator's name and the
+ * message given to weir_ctx_fail(), if any.
+ *
+ *   open      once per subtask before any record; set per-subtask data with
+ *             weir_ctx_set_user().
+ *   process   one record. Emit with weir_emit*().
+ *   process_batch  a whole batch (preferred when both are set): lets keyed
+ *             operators prefetch state across the batch.
+ *   finish    end of all input: emit what is left (e.g. final aggregates).
+ *   close     release per-subtask resources; called once after open
+ *             succeeded, whether the job succeeded or not. Cannot fail.
+ *   snapshot / restore / checkpoint_complete / checkpoint_aborted: driven by
+ *             checkpoints, for operators with state outside managed state.
+ */
+typedef struct weir_snapshot_writer weir_snapshot_writer;
+typedef struct weir_snapshot_reader weir_snapshot_reader;
+
+typedef struct weir_operator_vt {
+  const char *name;
+  int (*open)(weir_ctx *ctx);
+  int (*process)(weir_ctx *ctx, const weir_record *r);
+  int (*process_batch)(weir_ctx *ctx, const weir_batch *b);
+  int (*finish)(weir_ctx *ctx);
+  void (*close)(weir_ctx *ctx);
+  int (*snapshot)(weir_ctx *ctx, uint64_t checkpoint_id, weir_snapshot_writer *w);
+  int (*restore)(weir_ctx *ctx, weir_snapshot_reader *r);
+  int (*checkpoint_complete)(weir_ctx *ctx, uint64_t checkpoint_id);
+  int (*checkpoint_aborted)(weir_ctx *ctx, uint64_t checkpoint_id);
+} weir_operator_vt;
+
+/* What a source's run() returns (or a negative error). */
+enum {
+  WEIR_SOURCE_MORE = 0, /* more to come now: call run() again */
+  WEIR_SOURCE_DONE = 1, /* end of input for this subtask */
+  WEIR_SOURCE_IDLE = 2  /* nothing now: call again after weir_ctx_wake_after() */
+};
+
+/* Callbacks of a source. `run` emits up to `budget` records with
+ * weir_emit_record() (more is allowed but delays other tasks) and returns
+ * one of WEIR_SOURCE_*. A source is asked to stop (weir_ctx_stopping()) when
+ * the job is stopped; it should then return WEIR_SOURCE_DONE. */
+typedef struct weir_source_vt {
+  const char *name;
+  int (*open)(weir_ctx *ctx);
+  int (*run)(weir_ctx *ctx, uint32_t budget);
+  void (*close)(weir_ctx *ctx);
+  int (*snapshot)(weir_ctx *ctx, uint64_t checkpoint_id, weir_snapshot_writer *w);
+  int (*restore)(weir_ctx *ctx, weir_snapshot_reader *r);
+} weir_source_vt;
+
+/* ------------------------------------------------------------------------ */
+/* The operator context (valid only inside callbacks, on the subtask's thread) */
+
+uint32_t weir_ctx_subtask(const weir_ctx *ctx);
+uint32_t weir_ctx_parallelism(const weir_ctx *ctx);
+const char *weir_ctx_name(const weir_ctx *ctx);
+/* The `arg` given when the operator was added to the graph (shared by all
+ * subtasks: treat as read-only). */
+void *weir_ctx_arg(const weir_ctx *ctx);
+/* Per-subtask data, NULL until set (typically in open; freed by close). */
+void *weir_ctx_user(const weir_ctx *ctx);
+void weir_ctx_set_user(weir_ctx *ctx, void *user);
+/* The job's maximum record size in bytes (payload). */
+uint32_t weir_ctx_max_record(const weir_ctx *ctx);
+/* Nonzero once the job has been asked to stop; sources should end. */
+int weir_ctx_stopping(const weir_ctx *ctx);
+/* Sources: when run() returns WEIR_SOURCE_IDLE, call run() again after `us`
+ * microseconds. */
+void weir_ctx_wake_after(weir_ctx *ctx, uint64_t us);
+
+/* Records a failure message (printf-style) for this operator and returns
+ * `err`, so `return weir_ctx_fail(ctx, WEIR_EBADREC, "line %d", n);` works.
+ * The first failure of a job is what weir_job_error() reports. */
+int weir_ctx_fail(weir_ctx *ctx, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Adds `n` to a named per-subtask counter reported in the job summary (e.g.
+ * "bad_records"). `name` must be a string literal or outlive the job. */
+void weir_ctx_count(weir_ctx *ctx, const char *name, uint64_t n);
+
+/* ------------------------------------------------------------------------ */
+/* Emitting records                                                         */
+
+/* Emits a record derived from the record being processed: its timestamp is
+ * the input's, its id derived from the input's id. Returns 0 or WEIR_ETOOBIG
+ * (payload over the maximum record size). The payload is copied. */
+int weir_emit(weir_ctx *ctx, uint64_t key, const void *payload, size_t len);
+/* weir_emit() with an 8-byte little-endian u64 payload. */
+int weir_emit_u64(weir_ctx *ctx, uint64_t key, uint64_t value);
+/* From process_batch: emit derived from record i of batch b. */
+int weir_emit_from(weir_ctx *ctx, const weir_batch *b, uint32_t i, uint64_t key,
+                   const void *payload, size_t len);
+int weir_emit_u64_from(weir_ctx *ctx, const weir_batch *b, uint32_t i, uint64_t key,
+                       uint64_t value);
+/* Emits a record exactly as given (sources, or operators that set ids). */
+int weir_emit_record(weir_ctx *ctx, const weir_record *r);
+
+/* Source record ids: stable for (source node, split, offset). */
+uint64_t weir_source_record_id(const weir_ctx *ctx, uint32_t split, uint64_t offset);
+
+/* A stable 64-bit hash of bytes (the same on every platform and run), for
+ * keying records by content: weir_emit(ctx, weir_hash_bytes(w, n), w, n). */
+uint64_t weir_hash_bytes(const void *p, size_t n);
+
+/* ------------------------------------------------------------------------ */
+/* Managed keyed state                                                      */
+/*
+ * Keyed operators (those whose input is partitioned with weir_key_by) own a
+ * map from key to value per subtask, snapshotted by the engine. Two maps:
+ *  - u64 keys (the record key) to u64 values: the fast path;
+ *  - exact byte-string keys to byte-string values: for keys such as words,
+ *    where two different words must never share state even if their u64
+ *    record keys (hashes) collide.
+ * Calls from a non-keyed operator return WEIR_ENOTKEYED.
+ */
+
+/* *out = the value of `key`, or 0 if absent. Returns 1 if present, 0 if
+ * absent, or a negative error. */
+int weir_state_get_u64(weir_ctx *ctx, uint64_t key, uint64_t *out);
+int weir_state_put_u64(weir_ctx *ctx, uint64_t key, uint64_t value);
+/* Adds `delta` to key's value (absent = 0), stores it in *out if out != NULL. */
+int weir_state_add_u64(weir_ctx *ctx, uint64_t key, uint64_t delta, uint64_t *out);
+int weir_state_del_u64(weir_ctx *ctx, uint64_t key);
+/* Hints that `key` will be used soon (batch form: prefetch ahead). */
+void weir_state_prefetch_u64(weir_ctx *ctx, uint64_t key);
+
+/* Byte-string map. On get, *val points into the state (valid until the next
+ * state call on this ctx) and *vlen is its length. Returns 1 if present, 0 if
+ * absent. */
+int weir_state_get_bytes(weir_ctx *ctx, const void *k, size_t klen, const void **val, size_t *vlen);
+int weir_state_put_bytes(weir_ctx *ctx, const void *k, size_t klen, const void *val, size_t vlen);
+int weir_state_del_bytes(weir_ctx *ctx, const void *k, size_t klen);
+/* Visits every u64 entry of this subtask's state (in no particular order). */
+int weir_state_each_u64(weir_ctx *ctx, int (*fn)(void *user, uint64_t key, uint64_t value),
+                        void *user);
+
+/* ------------------------------------------------------------------------ */
+/* Building a job                                                           */
+
+int weir_job_create(weir_job **out, const char *name);
+void weir_job_destroy(weir_job *job); /* NULL is a no-op */
+const char *weir_job_name(const weir_job *job);
+
+/* Hands `p` to the job, which calls free_fn(p) at weir_job_destroy(). */
+int weir_job_adopt(weir_job *job, void *p, void (*free_fn)(void *));
+
+/* Records a build error with a message; returns err. Later builder calls
+ * are no-ops and weir_sink()/weir_job_run() return err. */
+int weir_job_fail(weir_job *job, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Adds a source with `parallelism` subtasks (0 = the job's default). */
+weir_stream *weir_source(weir_job *job, const char *name, const weir_source_vt *vt, void *arg,
+                         int parallelism);
+/* Partitioning of the edge to the next operator (default: forward, which
+ * needs equal parallelism and chains operators into one task). */
+weir_stream *weir_key_by(weir_stream *s);    /* hash of key, over key groups */
+weir_stream *weir_rebalance(weir_stream *s); /* round-robin */
+weir_stream *weir_broadcast(weir_stream *s); /* every record to every subtask */
+weir_stream *weir_forward(weir_stream *s);
+/* A stream of both inputs' records (each keeps its own partitioning). */
+weir_stream *weir_union(weir_stream *a, weir_stream *b);
+/* Adds an operator consuming `s`. Keyed if `s` is keyed (weir_key_by). */
+weir_stream *weir_process(weir_stream *s, const char *name, const weir_operator_vt *vt, void *arg,
+                          int parallelism);
+/* Adds a sink operator (emits nothing). Returns the job's build error or 0. */
+int weir_sink(weir_stream *s, const char *name, const weir_operator_vt *vt, void *arg,
+              int parallelism);
+/* The job a stream belongs to (NULL for NULL). */
+weir_job *weir_stream_job(const weir_stream *s);
+
+/* ------------------------------------------------------------------------ */
+/* Running a job                                                            */
+
+typedef struct weir_progress {
+  double elapsed_s;
+  uint64_t source_records; /* records emitted by all sources so far */
+  uint64_t sink_records;   /* records received by all sinks so far */
+} weir_progress;
+
+typedef struct weir_run_opts {
+  int workers;                /* worker threads; 0 = number of cores */
+  int default_parallelism;    /* for parallelism 0; 0 = number of workers */
+  int max_parallelism;        /* key groups; 0 = WEIR_DEFAULT_MAX_PARALLELISM */
+  uint32_t batch_records;     /* records per batch; 0 = 1024 */
+  uint32_t channel_batches;   /* channel bound in batches; 0 = 8 */
+  uint32_t max_record_bytes;  /* largest payload; 0 = 1 MiB */
+  uint32_t buffer_timeout_us; /* flush partly filled batches after; 0 = 1000 */
+  int handle_signals;         /* SIGINT/SIGTERM stop the job cleanly */
+  /* Called on the calling thread every progress_ms (0 = never). */
+  uint32_t progress_ms;
+  void (*progress)(void *user, const weir_progress *p);
+  void *progress_user;
+} weir_run_opts;
+
+/* Freezes the graph into a physical plan, validates it, runs it to the end
+ * of input (or until stopped) on worker threads, and returns 0, a build or
+ * plan error (WEIR_EPLAN, ...), or the first runtime error (message in
+ * weir_job_error()). Blocks the calling thread. A job runs at most once. */
+int weir_job_run(weir_job *job, const weir_run_opts *opts);
+
+/* Asks a running job to stop: sources end, the rest drains and closes.
+ * Thread-safe and async-signal-safe; a second call is harmless. */
+void weir_job_stop(weir_job *job);
+
+/* The first error's message ("operator 'count' subtask 1: ..."), or "" if
+ * none. Valid until weir_job_destroy(). */
+const char *weir_job_error(const weir_job *job);
+
+/* Writes the run's summary as JSON (per-operator records in/out per subtask,
+ * named counters, elapsed time, throughput) to `path`. After weir_job_run. */
+int weir_job_write_summary(const weir_job *job, const char *path);
+
+/* Per-operator totals after (or during) a run; returns WEIR_ENOENT for an
+ * unknown operator name. */
+int weir_job_operator_counts(const weir_job *job, const char *name, uint64_t *records_in,
+                             uint64_t *records_out);
+
+/* What a job shared object exports: the build function and the ABI version. */
+typedef int (*weir_job_build_fn)(weir_job *job, int argc, char **argv);
+#define WEIR_JOB_EXPORT(build_fn)                                                                  \
+  __attribute__((visibility("default"))) const unsigned weir_job_abi_version = WEIR_ABI_VERSION;   \
+  __attribute__((visibility("default"))) int weir_job_build(weir_job *job, int argc,               \
+                                                            char **argv) {                         \
+    return build_fn(job, argc, argv);                                                              \
+  }
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,168 @@
+/* channel.c: owns the SPSC channel protocol (see channel.h for the design).
+ *
+ * Memory ordering: the producer fills a batch, then stores `tail` with
+ * release; the consumer loads `tail` with acquire before reading the batch.
+ * Symmetrically for `head` and the return ring. The waiting handshakes use
+ * sequentially consistent fences between "publish" and "read the other
+ * side's flag", which is what makes a lost wake-up impossible.
+ */
+#include "channel.h"
+
+#include "weir/alloc.h"
+#include "weir/assert.h"
+
+static uint32_t pow2_at_least(uint32_t n) {
+  uint32_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+weir__chan *weir__chan_create(uint32_t cap, uint32_t batch_records, weir__notify_fn notify,
+                              void *producer, void *consumer) {
+  WEIR_ASSERT(cap >= 1 && batch_records >= 1);
+  weir__chan *ch = weir_aligned_alloc(sizeof *ch);
+  memset(ch, 0, sizeof *ch);
+  ch->cap = cap;
+  uint32_t rs = pow2_at_least(cap);
+  ch->mask = rs - 1;
+  ch->ring = weir_calloc(rs, sizeof *ch->ring);
+  /* The return ring holds every batch that can exist at once, but pending
+   * overflow may exceed it; extra batches are then freed. */
+  uint32_t fs = pow2_at_least(cap + 2);
+  ch->fmask = fs - 1;
+  ch->fring = weir_calloc(fs, sizeof *ch->fring);
+  ch->batch_records = batch_records;
+  ch->notify = notify;
+  ch->producer = producer;
+  ch->consumer = consumer;
+  return ch;
+}
+
+void weir__chan_destroy(weir__chan *ch) {
+  if (!ch) return;
+  uint64_t h = atomic_load(&ch->head), t = atomic_load(&ch->tail);
+  for (; h != t; h++) weir__batch_destroy(ch->ring[h & ch->mask]);
+  uint64_t fh = atomic_load(&ch->fhead), ft = atomic_load(&ch->ftail_pub);
+  for (; fh != ft; fh++) weir__batch_destroy(ch->fring[fh & ch->fmask]);
+  while (ch->pend_head) {
+    weir__batch *b = ch->pend_head;
+    ch->pend_head = b->next;
+    weir__batch_destroy(b);
+  }
+  weir_free(ch->ring);
+  weir_free(ch->fring);
+  weir_free(ch);
+}
+
+weir__batch *weir__chan_batch(weir__chan *ch) {
+  uint64_t ft = atomic_load_explicit(&ch->ftail_pub, memory_order_acquire);
+  uint64_t fh = atomic_load_explicit(&ch->fhead, memory_order_relaxed);
+  if (fh != ft) {
+    weir__batch *b = ch->fring[fh & ch->fmask];
+    atomic_store_explicit(&ch->fhead, fh + 1, memory_order_release);
+    weir__batch_reset(b);
+    return b;
+  }
+  return weir__batch_create(ch->batch_records);
+}
+
+static int ring_full(weir__chan *ch) {
+  uint64_t t = atomic_load_explicit(&ch->tail, memory_order_relaxed);
+  uint64_t h = atomic_load_explicit(&ch->head, memory_order_acquire);
+  return t - h >= ch->cap;
+}
+
+static void publish(weir__chan *ch, weir__batch *b) {
+  uint64_t t = atomic_load_explicit(&ch->tail, memory_order_relaxed);
+  ch->ring[t & ch->mask] = b;
+  atomic_store_explicit(&ch->tail, t + 1, memory_order_release);
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load_explicit(&ch->consumer_waiting, memory_order_relaxed) &&
+      atomic_exchange(&ch->consumer_waiting, 0) && ch->notify)
+    ch->notify(ch->consumer);
+}
+
+int weir__chan_try_push(weir__chan *ch, weir__batch *b) {
+  if (ch->npend || ring_full(ch)) return WEIR_EAGAIN;
+  b->next = NULL;
+  publish(ch, b);
+  return 0;
+}
+
+void weir__chan_push(weir__chan *ch, weir__batch *b) {
+  b->next = NULL;
+  if (!ch->npend && !ring_full(ch)) {
+    publish(ch, b);
+    return;
+  }
+  if (ch->pend_tail)
+    ch->pend_tail->next = b;
+  else
+    ch->pend_head = b;
+  ch->pend_tail = b;
+  ch->npend++;
+}
+
+uint32_t weir__chan_flush_pending(weir__chan *ch) {
+  while (ch->pend_head && !ring_full(ch)) {
+    weir__batch *b = ch->pend_head;
+    ch->pend_head = b->next;
+    if (!ch->pend_head) ch->pend_tail = NULL;
+    ch->npend--;
+    b->next = NULL;
+    publish(ch, b);
+  }
+  return ch->npend;
+}
+
+int weir__chan_writable(weir__chan *ch) {
+  if (weir__chan_flush_pending(ch) == 0 && !ring_full(ch)) return 1;
+  atomic_store(&ch->producer_waiting, 1);
+  atomic_thread_fence(memory_order_seq_cst);
+  if (weir__chan_flush_pending(ch) == 0 && !ring_full(ch)) {
+    /* Room appeared meanwhile; a wake-up may still come (harmless). */
+    atomic_store(&ch->producer_waiting, 0);
+    return 1;
+  }
+  return 0;
+}
+
+weir__batch *weir__chan_peek(weir__chan *ch) {
+  uint64_t h = atomic_load_explicit(&ch->head, memory_order_relaxed);
+  uint64_t t = atomic_load_explicit(&ch->tail, memory_order_acquire);
+  return h == t ? NULL : ch->ring[h & ch->mask];
+}
+
+void weir__chan_release(weir__chan *ch) {
+  uint64_t h = atomic_load_explicit(&ch->head, memory_order_relaxed);
+  weir__batch *b = ch->ring[h & ch->mask];
+  /* Recycle through the return ring, or free when it is full (only after a
+   * pending overflow put more batches in circulation than it holds). */
+  uint64_t fh = atomic_load_explicit(&ch->fhead, memory_order_acquire);
+  if (ch->ftail - fh <= ch->fmask) {
+    ch->fring[ch->ftail & ch->fmask] = b;
+    ch->ftail++;
+    atomic_store_explicit(&ch->ftail_pub, ch->ftail, memory_order_release);
+  } else {
+    weir__batch_destroy(b);
+  }
+  atomic_store_explicit(&ch->head, h + 1, memory_order_release);
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load_explicit(&ch->producer_waiting, memory_order_relaxed) &&
+      atomic_exchange(&ch->producer_waiting, 0) && ch->notify)
+    ch->notify(ch->producer);
+}
+
+int weir__chan_wait(weir__chan *ch) {
+  atomic_store(&ch->consumer_waiting, 1);
+  atomic_thread_fence(memory_order_seq_cst);
+  if (weir__chan_peek(ch)) {
+    atomic_store(&ch->consumer_waiting, 0);
+    return 1;
+  }
+  return 0;
+}
+
+uint32_t weir__chan_size(weir__chan *ch) {
+  return (uint32_t)(atomic_load(&ch->tail) - atomic_load(&ch->head));
+}

@@ -1,0 +1,170 @@
+/* ctx.c: owns operator contexts: their creation, the accessors of the API,
+ * failure messages, named counters, and the weir_state_* calls. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "weir/alloc.h"
+#include "hash.h"
+#include "task.h"
+
+weir_ctx *weir__ctx_create(weir__task *t, weir__node *node, uint32_t subtask) {
+  weir_ctx *c = weir_aligned_alloc(sizeof *c);
+  memset(c, 0, sizeof *c);
+  c->task = t;
+  c->node = node;
+  c->job = t->job;
+  c->subtask = subtask;
+  c->parallelism = (uint32_t)node->parallelism;
+  c->max_record = t->job->opts.max_record_bytes;
+  c->keyed = node->keyed;
+  c->salt = weir__mix64(0x5eed0000ULL + node->index);
+  c->seq_parent = ~0ULL;
+  weir__state_init(&c->state);
+  return c;
+}
+
+void weir__ctx_destroy(weir_ctx *c) {
+  if (!c) return;
+  weir__state_close(&c->state);
+  weir__batch_destroy(c->link);
+  weir_free(c);
+}
+
+int weir__ctx_report(weir_ctx *c, int err, const char *what) {
+  weir__job_failed(c->job, err, "operator '%s' subtask %u (%s): %s", c->node->name, c->subtask,
+                   what, c->msg[0] ? c->msg : weir_strerror(err));
+  return err;
+}
+
+uint32_t weir_ctx_subtask(const weir_ctx *c) {
+  return c->subtask;
+}
+uint32_t weir_ctx_parallelism(const weir_ctx *c) {
+  return c->parallelism;
+}
+const char *weir_ctx_name(const weir_ctx *c) {
+  return c->node->name;
+}
+void *weir_ctx_arg(const weir_ctx *c) {
+  return c->node->arg;
+}
+void *weir_ctx_user(const weir_ctx *c) {
+  return c->user;
+}
+void weir_ctx_set_user(weir_ctx *c, void *user) {
+  c->user = user;
+}
+uint32_t weir_ctx_max_record(const weir_ctx *c) {
+  return c->max_record;
+}
+int weir_ctx_stopping(const weir_ctx *c) {
+  return atomic_load_explicit(&c->job->stopping, memory_order_relaxed);
+}
+void weir_ctx_wake_after(weir_ctx *c, uint64_t us) {
+  c->wake_after_us = us ? us : 1;
+}
+
+int weir_ctx_fail(weir_ctx *c, int err, const char *fmt, ...) {
+  if (!c->msg[0]) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->msg, sizeof c->msg, fmt, ap);
+    va_end(ap);
+  }
+  return err;
+}
+
+void weir_ctx_count(weir_ctx *c, const char *name, uint64_t n) {
+  unsigned k = atomic_load_explicit(&c->ncounters, memory_order_relaxed);
+  for (unsigned i = 0; i < k; i++) {
+    if (c->counters[i].name == name || strcmp(c->counters[i].name, name) == 0) {
+      atomic_fetch_add_explicit(&c->counters[i].value, n, memory_order_relaxed);
+      return;
+    }
+  }
+  if (k == WEIR__MAX_COUNTERS) return; /* documented limit: extra names are dropped */
+  c->counters[k].name = name;
+  atomic_store_explicit(&c->counters[k].value, n, memory_order_relaxed);
+  /* Release: a reader that sees the new count sees the name and value. */
+  atomic_store_explicit(&c->ncounters, k + 1, memory_order_release);
+}
+
+uint64_t weir_source_record_id(const weir_ctx *c, uint32_t split, uint64_t offset) {
+  return weir__mix64(weir__mix64(((uint64_t)c->node->index << 32) | split) ^ offset);
+}
+
+/* ---- keyed state ---------------------------------------------------------- */
+
+#define NEED_KEYED(c)                                                                              \
+  do {                                                                                             \
+    if (!(c)->keyed) return WEIR_ENOTKEYED;                                                        \
+  } while (0)
+
+int weir_state_get_u64(weir_ctx *c, uint64_t key, uint64_t *out) {
+  NEED_KEYED(c);
+  uint64_t *v = weir__u64_find(&c->state.u, key);
+  *out = v ? *v : 0;
+  return v != NULL;
+}
+
+int weir_state_put_u64(weir_ctx *c, uint64_t key, uint64_t value) {
+  NEED_KEYED(c);
+  *weir__u64_upsert(&c->state.u, key) = value;
+  return 0;
+}
+
+int weir_state_add_u64(weir_ctx *c, uint64_t key, uint64_t delta, uint64_t *out) {
+  NEED_KEYED(c);
+  uint64_t *v = weir__u64_upsert(&c->state.u, key);
+  *v += delta;
+  if (out) *out = *v;
+  return 0;
+}
+
+int weir_state_del_u64(weir_ctx *c, uint64_t key) {
+  NEED_KEYED(c);
+  weir__u64_del(&c->state.u, key);
+  return 0;
+}
+
+void weir_state_prefetch_u64(weir_ctx *c, uint64_t key) {
+  weir__u64_prefetch(&c->state.u, key);
+}
+
+int weir_state_get_bytes(weir_ctx *c, const void *k, size_t klen, const void **val, size_t *vlen) {
+  NEED_KEYED(c);
+  weir__bent *e = weir__bytes_find(&c->state.b, k, klen);
+  *val = e ? weir__bent_val(e) : NULL;
+  *vlen = e ? e->vlen : 0;
+  return e != NULL;
+}
+
+int weir_state_put_bytes(weir_ctx *c, const void *k, size_t klen, const void *val, size_t vlen) {
+  NEED_KEYED(c);
+  if (klen > UINT32_MAX || vlen > UINT32_MAX) return WEIR_EINVAL;
+  weir__bytes_put(&c->state.b, c->cur_key, k, klen, val, vlen);
+  return 0;
+}
+
+int weir_state_del_bytes(weir_ctx *c, const void *k, size_t klen) {
+  NEED_KEYED(c);
+  weir__bytes_del(&c->state.b, k, klen);
+  return 0;
+}
+
+int weir_state_each_u64(weir_ctx *c, int (*fn)(void *user, uint64_t key, uint64_t value),
+                        void *user) {
+  NEED_KEYED(c);
+  weir__u64map *m = &c->state.u;
+  if (m->has_empty_key) {
+    int rc = fn(user, WEIR__U64_EMPTY, m->empty_key_value);
+    if (rc) return rc;
+  }
+  for (uint64_t i = 0; i < m->cap; i++) {
+    if (m->slots[2 * i] == WEIR__U64_EMPTY) continue;
+    int rc = fn(user, m->slots[2 * i], m->slots[2 * i + 1]);
+    if (rc) return rc;
+  }
+  return 0;
+}

@@ -1,0 +1,239 @@
+/* graph.c: owns the job object and the builder verbs of weir/job.h.
+ *
+ * Building never fails loudly: the first error is kept in the job with its
+ * message, and every later verb that receives a NULL stream or runs on a
+ * failed job returns NULL without doing anything, so a chain of builder
+ * calls needs one check at its end.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "weir/alloc.h"
+#include "graph.h"
+
+int weir_job_create(weir_job **out, const char *name) {
+  if (!out) return WEIR_EINVAL;
+  weir_job *job = weir_calloc(1, sizeof *job);
+  job->name = weir_strdup(name ? name : "job");
+  pthread_mutex_init(&job->err_mu, NULL);
+  *out = job;
+  return 0;
+}
+
+void weir_job_destroy(weir_job *job) {
+  if (!job) return;
+  weir__plan_free(job);
+  for (uint32_t i = 0; i < job->nnodes; i++) {
+    weir__node *n = job->nodes[i];
+    weir_free(n->name);
+    weir_free(n->in);
+    weir_free(n->out);
+    weir_free(n);
+  }
+  for (uint32_t i = 0; i < job->nedges; i++) weir_free(job->edges[i]);
+  weir_free(job->nodes);
+  weir_free(job->edges);
+  while (job->streams) {
+    weir_stream *s = job->streams;
+    job->streams = s->next_alloc;
+    weir_free(s);
+  }
+  /* Adopted objects go last, in reverse: later ones may refer to earlier. */
+  for (uint32_t i = job->nadopted; i-- > 0;) job->adopted[i].free_fn(job->adopted[i].p);
+  weir_free(job->adopted);
+  pthread_mutex_destroy(&job->err_mu);
+  weir_free(job->name);
+  weir_free(job);
+}
+
+const char *weir_job_name(const weir_job *job) {
+  return job->name;
+}
+
+int weir_job_adopt(weir_job *job, void *p, void (*free_fn)(void *)) {
+  if (!job || !free_fn) return WEIR_EINVAL;
+  job->adopted = weir_realloc(job->adopted, (job->nadopted + 1) * sizeof *job->adopted);
+  job->adopted[job->nadopted++] = (weir__adopted){p, free_fn};
+  return 0;
+}
+
+static void set_error(weir_job *job, int err, const char *fmt, va_list ap) {
+  pthread_mutex_lock(&job->err_mu);
+  if (!job->errmsg[0]) vsnprintf(job->errmsg, sizeof job->errmsg, fmt, ap);
+  pthread_mutex_unlock(&job->err_mu);
+  (void)err;
+}
+
+int weir_job_fail(weir_job *job, int err, const char *fmt, ...) {
+  if (!job) return err;
+  if (!job->build_err) {
+    job->build_err = err;
+    va_list ap;
+    va_start(ap, fmt);
+    set_error(job, err, fmt, ap);
+    va_end(ap);
+  }
+  return err;
+}
+
+void weir__job_failed(weir_job *job, int err, const char *fmt, ...) {
+  int expected = 0;
+  if (atomic_compare_exchange_strong(&job->failed, &expected, err)) {
+    va_list ap;
+    va_start(ap, fmt);
+    set_error(job, err, fmt, ap);
+    va_end(ap);
+  }
+  weir__job_poke(job);
+}
+
+const char *weir_job_error(const weir_job *job) {
+  return job ? job->errmsg : "";
+}
+
+/* ---- builder -------------------------------------------------------------- */
+
+static weir_stream *stream_new(weir_job *job, uint32_t n) {
+  weir_stream *s = weir_calloc(1, sizeof *s + n * sizeof s->out[0]);
+  s->job = job;
+  s->n = n;
+  s->next_alloc = job->streams;
+  job->streams = s;
+  return s;
+}
+
+static int check_name(weir_job *job, const char *name) {
+  if (!name || !name[0]) return weir_job_fail(job, WEIR_EPLAN, "an operator needs a name");
+  for (uint32_t i = 0; i < job->nnodes; i++)
+    if (strcmp(job->nodes[i]->name, name) == 0)
+      return weir_job_fail(job, WEIR_EPLAN, "two operators are named '%s'", name);
+  return 0;
+}
+
+static int check_parallelism(weir_job *job, const char *name, int parallelism) {
+  if (parallelism < 0 || parallelism > 65535)
+    return weir_job_fail(job, WEIR_EPLAN, "operator '%s': parallelism %d is out of range", name,
+                         parallelism);
+  return 0;
+}
+
+static weir__node *node_new(weir_job *job, const char *name, weir__node_kind kind,
+                            int parallelism) {
+  weir__node *n = weir_calloc(1, sizeof *n);
+  n->index = job->nnodes;
+  n->name = weir_strdup(name);
+  n->kind = kind;
+  n->parallelism = parallelism;
+  job->nodes = weir_realloc(job->nodes, (job->nnodes + 1) * sizeof *job->nodes);
+  job->nodes[job->nnodes++] = n;
+  return n;
+}
+
+static void edge_new(weir_job *job, weir__node *from, weir__node *to, weir__part part) {
+  weir__edge *e = weir_calloc(1, sizeof *e);
+  e->from = from;
+  e->to = to;
+  e->part = part;
+  job->edges = weir_realloc(job->edges, (job->nedges + 1) * sizeof *job->edges);
+  job->edges[job->nedges++] = e;
+  from->out = weir_realloc(from->out, (from->nout + 1) * sizeof *from->out);
+  from->out[from->nout++] = e;
+  to->in = weir_realloc(to->in, (to->nin + 1) * sizeof *to->in);
+  to->in[to->nin++] = e;
+}
+
+weir_stream *weir_source(weir_job *job, const char *name, const weir_source_vt *vt, void *arg,
+                         int parallelism) {
+  if (!job || job->build_err) return NULL;
+  if (check_name(job, name) || check_parallelism(job, name, parallelism)) return NULL;
+  if (!vt || !vt->run) {
+    weir_job_fail(job, WEIR_EPLAN, "source '%s' has no run callback", name);
+    return NULL;
+  }
+  weir__node *n = node_new(job, name, WEIR__NODE_SOURCE, parallelism);
+  n->svt = vt;
+  n->arg = arg;
+  weir_stream *s = stream_new(job, 1);
+  s->out[0] = (weir__stream_out){n, WEIR__PART_FORWARD};
+  return s;
+}
+
+static weir_stream *repartition(weir_stream *s, weir__part part) {
+  if (!s || s->job->build_err) return NULL;
+  weir_stream *r = stream_new(s->job, s->n);
+  for (uint32_t i = 0; i < s->n; i++) r->out[i] = (weir__stream_out){s->out[i].node, part};
+  return r;
+}
+
+weir_stream *weir_key_by(weir_stream *s) {
+  return repartition(s, WEIR__PART_HASH);
+}
+weir_stream *weir_rebalance(weir_stream *s) {
+  return repartition(s, WEIR__PART_REBALANCE);
+}
+weir_stream *weir_broadcast(weir_stream *s) {
+  return repartition(s, WEIR__PART_BROADCAST);
+}
+weir_stream *weir_forward(weir_stream *s) {
+  return repartition(s, WEIR__PART_FORWARD);
+}
+
+weir_stream *weir_union(weir_stream *a, weir_stream *b) {
+  if (!a || !b || a->job->build_err) return NULL;
+  if (a->job != b->job) {
+    weir_job_fail(a->job, WEIR_EPLAN, "weir_union of streams of two different jobs");
+    return NULL;
+  }
+  weir_stream *u = stream_new(a->job, a->n + b->n);
+  memcpy(u->out, a->out, a->n * sizeof a->out[0]);
+  memcpy(u->out + a->n, b->out, b->n * sizeof b->out[0]);
+  return u;
+}
+
+static weir__node *consume(weir_stream *s, const char *name, const weir_operator_vt *vt, void *arg,
+                           int parallelism, weir__node_kind kind) {
+  if (!s || s->job->build_err) return NULL;
+  weir_job *job = s->job;
+  if (check_name(job, name) || check_parallelism(job, name, parallelism)) return NULL;
+  if (!vt || (!vt->process && !vt->process_batch)) {
+    weir_job_fail(job, WEIR_EPLAN, "operator '%s' has neither process nor process_batch", name);
+    return NULL;
+  }
+  for (uint32_t i = 0; i < s->n; i++)
+    for (uint32_t k = 0; k < i; k++)
+      if (s->out[i].node == s->out[k].node) {
+        weir_job_fail(job, WEIR_EPLAN, "operator '%s' reads operator '%s' twice", name,
+                      s->out[i].node->name);
+        return NULL;
+      }
+  weir__node *n = node_new(job, name, kind, parallelism);
+  n->ovt = vt;
+  n->arg = arg;
+  n->keyed = 1;
+  for (uint32_t i = 0; i < s->n; i++) {
+    edge_new(job, s->out[i].node, n, s->out[i].part);
+    if (s->out[i].part != WEIR__PART_HASH) n->keyed = 0;
+  }
+  return n;
+}
+
+weir_stream *weir_process(weir_stream *s, const char *name, const weir_operator_vt *vt, void *arg,
+                          int parallelism) {
+  weir__node *n = consume(s, name, vt, arg, parallelism, WEIR__NODE_OP);
+  if (!n) return NULL;
+  weir_stream *r = stream_new(s->job, 1);
+  r->out[0] = (weir__stream_out){n, WEIR__PART_FORWARD};
+  return r;
+}
+
+int weir_sink(weir_stream *s, const char *name, const weir_operator_vt *vt, void *arg,
+              int parallelism) {
+  if (!s) return WEIR_EPLAN; /* the job holds the first error and its message */
+  weir__node *n = consume(s, name, vt, arg, parallelism, WEIR__NODE_SINK);
+  return n ? 0 : s->job->build_err;
+}
+
+weir_job *weir_stream_job(const weir_stream *s) {
+  return s ? s->job : NULL;
+}

@@ -1,0 +1,122 @@
+/* graph.h: the logical job graph as the builder makes it, and the job
+ * object that owns it and its run.
+ *
+ * Nodes are sources, operators and sinks; edges carry a partitioning. A
+ * stream is the builder's handle: one or more (node, partitioning) outputs
+ * (several after weir_union). Freezing turns the graph into a plan (see
+ * plan.c): chains of nodes joined by forward edges become tasks, one per
+ * subtask, and every other edge becomes channels.
+ */
+#ifndef WEIR_GRAPH_H
+#define WEIR_GRAPH_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "weir/job.h"
+
+typedef enum {
+  WEIR__PART_FORWARD,
+  WEIR__PART_HASH,
+  WEIR__PART_BROADCAST,
+  WEIR__PART_REBALANCE
+} weir__part;
+typedef enum { WEIR__NODE_SOURCE, WEIR__NODE_OP, WEIR__NODE_SINK } weir__node_kind;
+
+typedef struct weir__node weir__node;
+typedef struct weir__task weir__task;
+typedef struct weir__worker weir__worker;
+typedef struct weir__chan weir__chan;
+
+typedef struct weir__edge {
+  weir__node *from, *to;
+  weir__part part;
+} weir__edge;
+
+struct weir__node {
+  uint32_t index;
+  char *name;
+  weir__node_kind kind;
+  const weir_operator_vt *ovt;
+  const weir_source_vt *svt;
+  void *arg;
+  int parallelism; /* 0 until frozen when the user said "default" */
+  int keyed;       /* all inputs hash-partitioned */
+  uint32_t nin, nout;
+  weir__edge **in, **out;
+  /* Plan: */
+  uint32_t chain;     /* index of the chain (task group) it runs in */
+  uint32_t chain_pos; /* position inside the chain */
+  weir_ctx **ctx;     /* per subtask */
+};
+
+typedef struct weir__stream_out {
+  weir__node *node;
+  weir__part part;
+} weir__stream_out;
+
+struct weir_stream {
+  weir_job *job;
+  struct weir_stream *next_alloc; /* the job's list of streams */
+  uint32_t n;
+  weir__stream_out out[];
+};
+
+typedef struct weir__adopted {
+  void *p;
+  void (*free_fn)(void *);
+} weir__adopted;
+
+typedef struct weir__chain {
+  uint32_t nnodes;
+  weir__node **nodes;
+  int parallelism;
+} weir__chain;
+
+struct weir_job {
+  char *name;
+  /* Builder. */
+  int build_err;
+  uint32_t nnodes, nedges;
+  weir__node **nodes;
+  weir__edge **edges;
+  weir_stream *streams;
+  uint32_t nadopted;
+  weir__adopted *adopted;
+  /* Plan (after freeze). */
+  weir_run_opts opts;
+  uint32_t nchains;
+  weir__chain *chains;
+  uint32_t ntasks;
+  weir__task **tasks;
+  uint32_t nchans;
+  weir__chan **chans;
+  uint32_t nworkers;
+  weir__worker **workers;
+  int ran;
+  /* Run state shared across threads. */
+  atomic_int stopping;      /* sources end (graceful stop) */
+  atomic_int stop_requests; /* weir_job_stop() calls */
+  atomic_int failed;        /* first error code, 0 if none */
+  atomic_uint tasks_done;
+  atomic_int coord_alive;
+  void *coord_async; /* uv_async_t of the coordinator loop while alive */
+  pthread_mutex_t err_mu;
+  char errmsg[1024];
+  uint64_t start_ns, end_ns;
+};
+
+/* Records the job's first failure (later ones are dropped) and wakes the
+ * coordinator. Thread-safe. */
+void weir__job_failed(weir_job *job, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A worker finished its last task: wakes the coordinator. Thread-safe. */
+void weir__job_poke(weir_job *job);
+
+/* plan.c: freezes the graph; returns 0 or WEIR_EPLAN with the job's error
+ * message set. */
+int weir__plan_freeze(weir_job *job);
+void weir__plan_free(weir_job *job);
+
+#endif

@@ -1,0 +1,247 @@
+/* plan.c: owns freezing a job graph into its physical plan.
+ *
+ * Freezing resolves default parallelism, validates the graph, chains
+ * operators (a node joins its predecessor's chain when it has exactly one
+ * input, a forward edge from a node with exactly one output, and the same
+ * parallelism, as Flink chains operators), creates one task per chain and
+ * subtask with a context per operator, creates the channels of every edge
+ * between chains (forward: subtask i to subtask i; hash, broadcast and
+ * rebalance: every producer subtask to every consumer subtask), and assigns
+ * subtask s of every chain to worker s mod W, so that a keyed pipeline's
+ * stages for one key range share a thread.
+ */
+#include <string.h>
+
+#include "weir/alloc.h"
+#include "channel.h"
+#include "task.h"
+#include "worker.h"
+
+static const char *part_name(weir__part p) {
+  switch (p) {
+  case WEIR__PART_FORWARD:
+    return "forward";
+  case WEIR__PART_HASH:
+    return "hash";
+  case WEIR__PART_BROADCAST:
+    return "broadcast";
+  case WEIR__PART_REBALANCE:
+    return "rebalance";
+  }
+  return "?";
+}
+
+static int validate(weir_job *job) {
+  const weir_run_opts *o = &job->opts;
+  if (job->nnodes == 0) return weir_job_fail(job, WEIR_EPLAN, "the job has no operators");
+  for (uint32_t i = 0; i < job->nnodes; i++) {
+    weir__node *n = job->nodes[i];
+    if (n->parallelism == 0) n->parallelism = o->default_parallelism;
+    if (n->parallelism > o->max_parallelism)
+      return weir_job_fail(job, WEIR_EPLAN,
+                           "operator '%s': parallelism %d exceeds the maximum parallelism %d",
+                           n->name, n->parallelism, o->max_parallelism);
+  }
+  for (uint32_t i = 0; i < job->nedges; i++) {
+    weir__edge *e = job->edges[i];
+    if (e->part == WEIR__PART_FORWARD && e->from->parallelism != e->to->parallelism)
+      return weir_job_fail(job, WEIR_EPLAN,
+                           "forward edge from '%s' (parallelism %d) to '%s' (parallelism %d): "
+                           "use equal parallelism or weir_rebalance/weir_key_by",
+                           e->from->name, e->from->parallelism, e->to->name, e->to->parallelism);
+    (void)part_name;
+  }
+  return 0;
+}
+
+static int chainable(const weir__node *n) {
+  if (n->nin != 1) return 0;
+  const weir__edge *e = n->in[0];
+  return e->part == WEIR__PART_FORWARD && e->from->nout == 1 &&
+         e->from->parallelism == n->parallelism;
+}
+
+static void make_chains(weir_job *job) {
+  job->chains = weir_calloc(job->nnodes, sizeof *job->chains);
+  /* Builder order is topological: a node only consumes earlier nodes. */
+  for (uint32_t i = 0; i < job->nnodes; i++) {
+    weir__node *n = job->nodes[i];
+    weir__chain *c;
+    if (chainable(n)) {
+      n->chain = n->in[0]->from->chain;
+      c = &job->chains[n->chain];
+    } else {
+      n->chain = job->nchains++;
+      c = &job->chains[n->chain];
+      c->parallelism = n->parallelism;
+    }
+    n->chain_pos = c->nnodes;
+    c->nodes = weir_realloc(c->nodes, (c->nnodes + 1) * sizeof *c->nodes);
+    c->nodes[c->nnodes++] = n;
+  }
+}
+
+static weir__task *task_of(weir_job *job, uint32_t chain, uint32_t subtask) {
+  uint32_t base = 0;
+  for (uint32_t i = 0; i < chain; i++) base += (uint32_t)job->chains[i].parallelism;
+  return job->tasks[base + subtask];
+}
+
+static void make_tasks(weir_job *job) {
+  const weir_run_opts *o = &job->opts;
+  for (uint32_t i = 0; i < job->nchains; i++) job->ntasks += (uint32_t)job->chains[i].parallelism;
+  job->tasks = weir_calloc(job->ntasks, sizeof *job->tasks);
+  for (uint32_t i = 0; i < job->nnodes; i++)
+    job->nodes[i]->ctx = weir_calloc((size_t)job->nodes[i]->parallelism, sizeof(weir_ctx *));
+  uint32_t k = 0;
+  for (uint32_t ci = 0; ci < job->nchains; ci++) {
+    weir__chain *c = &job->chains[ci];
+    for (uint32_t s = 0; s < (uint32_t)c->parallelism; s++) {
+      weir__task *t = weir_aligned_alloc(sizeof *t);
+      memset(t, 0, sizeof *t);
+      t->job = job;
+      t->index = k;
+      t->subtask = s;
+      t->chain = c;
+      t->budget_batches = 16;
+      t->batch_records = o->batch_records;
+      t->is_source = c->nodes[0]->kind == WEIR__NODE_SOURCE;
+      t->nops = c->nnodes;
+      t->ops = weir_calloc(c->nnodes, sizeof *t->ops);
+      for (uint32_t p = 0; p < c->nnodes; p++) {
+        weir_ctx *ctx = weir__ctx_create(t, c->nodes[p], s);
+        t->ops[p] = ctx;
+        c->nodes[p]->ctx[s] = ctx;
+      }
+      for (uint32_t p = 0; p + 1 < c->nnodes; p++) {
+        t->ops[p]->next = t->ops[p + 1];
+        t->ops[p]->link = weir__batch_create(o->batch_records);
+      }
+      job->tasks[k++] = t;
+    }
+  }
+}
+
+static weir__chan *chan_new(weir_job *job, weir__task *from, weir__task *to) {
+  weir__chan *ch = weir__chan_create(job->opts.channel_batches, job->opts.batch_records,
+                                     weir__task_wake, from, to);
+  job->chans = weir_realloc(job->chans, (job->nchans + 1) * sizeof *job->chans);
+  job->chans[job->nchans++] = ch;
+  to->in = weir_realloc(to->in, (to->nin + 1) * sizeof *to->in);
+  to->in[to->nin++] = ch;
+  return ch;
+}
+
+static void make_channels(weir_job *job) {
+  /* Routers: one per outgoing edge of each task's tail node. */
+  for (uint32_t i = 0; i < job->ntasks; i++) {
+    weir__task *t = job->tasks[i];
+    weir__node *tail = t->chain->nodes[t->chain->nnodes - 1];
+    t->nrouters = tail->nout;
+    t->routers = weir_calloc(tail->nout ? tail->nout : 1, sizeof *t->routers);
+  }
+  for (uint32_t ci = 0; ci < job->nchains; ci++) {
+    weir__chain *c = &job->chains[ci];
+    weir__node *tail = c->nodes[c->nnodes - 1];
+    for (uint32_t ei = 0; ei < tail->nout; ei++) {
+      weir__edge *e = tail->out[ei];
+      uint32_t pto = (uint32_t)e->to->parallelism;
+      for (uint32_t p = 0; p < (uint32_t)c->parallelism; p++) {
+        weir__task *from = task_of(job, ci, p);
+        weir__router *r = &from->routers[ei];
+        r->part = e->part;
+        r->max_par = (uint32_t)job->opts.max_parallelism;
+        r->n = e->part == WEIR__PART_FORWARD ? 1 : pto;
+        r->rr = p % r->n; /* spread rebalance starting points */
+        r->chans = weir_calloc(r->n, sizeof *r->chans);
+        r->cur = weir_calloc(r->n, sizeof *r->cur);
+        for (uint32_t j = 0; j < r->n; j++) {
+          uint32_t target = e->part == WEIR__PART_FORWARD ? p : j;
+          r->chans[j] = chan_new(job, from, task_of(job, e->to->chain, target));
+        }
+      }
+    }
+  }
+  for (uint32_t i = 0; i < job->ntasks; i++) {
+    weir__task *t = job->tasks[i];
+    t->in_ended = weir_calloc(t->nin ? t->nin : 1, 1);
+  }
+}
+
+static void assign_workers(weir_job *job) {
+  job->workers = weir_calloc(job->nworkers, sizeof *job->workers);
+  for (uint32_t i = 0; i < job->nworkers; i++) {
+    weir__worker *w = weir_aligned_alloc(sizeof *w);
+    memset(w, 0, sizeof *w);
+    w->job = job;
+    w->index = i;
+    pthread_mutex_init(&w->mu, NULL);
+    job->workers[i] = w;
+  }
+  for (uint32_t i = 0; i < job->ntasks; i++) {
+    weir__task *t = job->tasks[i];
+    weir__worker *w = job->workers[t->subtask % job->nworkers];
+    t->worker = w;
+    w->tasks = weir_realloc(w->tasks, (w->ntasks + 1) * sizeof *w->tasks);
+    w->tasks[w->ntasks++] = t;
+  }
+}
+
+int weir__plan_freeze(weir_job *job) {
+  int rc = validate(job);
+  if (rc) return rc;
+  make_chains(job);
+  make_tasks(job);
+  make_channels(job);
+  /* Subtask s runs on worker s mod W: workers beyond the largest
+   * parallelism would have nothing to run. */
+  uint32_t maxp = 1;
+  for (uint32_t i = 0; i < job->nchains; i++)
+    if ((uint32_t)job->chains[i].parallelism > maxp) maxp = (uint32_t)job->chains[i].parallelism;
+  if (job->nworkers > maxp) job->nworkers = maxp;
+  if (job->nworkers == 0) job->nworkers = 1;
+  assign_workers(job);
+  return 0;
+}
+
+void weir__plan_free(weir_job *job) {
+  for (uint32_t i = 0; i < job->ntasks; i++) {
+    weir__task *t = job->tasks[i];
+    for (uint32_t k = 0; k < t->nrouters; k++) {
+      weir__router *r = &t->routers[k];
+      for (uint32_t j = 0; j < r->n; j++) weir__batch_destroy(r->cur[j]);
+      weir_free(r->chans);
+      weir_free(r->cur);
+    }
+    for (uint32_t p = 0; p < t->nops; p++) weir__ctx_destroy(t->ops[p]);
+    weir_free(t->routers);
+    weir_free(t->ops);
+    weir_free(t->in);
+    weir_free(t->in_ended);
+    weir_free(t);
+  }
+  weir_free(job->tasks);
+  job->tasks = NULL;
+  job->ntasks = 0;
+  for (uint32_t i = 0; i < job->nchans; i++) weir__chan_destroy(job->chans[i]);
+  weir_free(job->chans);
+  job->chans = NULL;
+  job->nchans = 0;
+  for (uint32_t i = 0; i < job->nworkers; i++) {
+    weir__worker *w = job->workers[i];
+    pthread_mutex_destroy(&w->mu);
+    weir_free(w->tasks);
+    weir_free(w);
+  }
+  weir_free(job->workers);
+  job->workers = NULL;
+  job->nworkers = 0;
+  for (uint32_t i = 0; i < job->nchains; i++) weir_free(job->chains[i].nodes);
+  weir_free(job->chains);
+  job->chains = NULL;
+  job->nchains = 0;
+  for (uint32_t i = 0; i < job->nnodes; i++) {
+    weir_free(job->nodes[i]->ctx);
+    job->nodes[i]->ctx = NULL;
+  }
+}

@@ -1,0 +1,386 @@
+/* task.c: owns the execution of one task: pulling batches from its inputs,
+ * running them through its chain of operators, routing what the chain's tail
+ * emits into output channels, end of input, and the emit calls of the API.
+ *
+ * DESIGN
+ * A task runs in steps (the mailbox model): a step first makes sure every
+ * output channel has room, then consumes up to `budget_batches` input
+ * batches (or asks its source for that many batches' worth of records),
+ * stopping early when an output fills up or input runs dry. Operators in a
+ * chain hand records to each other through a link batch per chain link:
+ * emissions append to it and a full link is processed by the successor at
+ * once; after each input batch every link is flushed in chain order, so a
+ * record never waits inside a chain across steps.
+ *
+ * Output batches are pushed when full, when the task goes idle, before any
+ * control event, and at the end of a busy step once the buffer timeout has
+ * passed since the last flush; so low rates and ends of input never wait on
+ * a full batch.
+ *
+ *   RUNNING --(all inputs ended / source done: finish, push EOI)--> FINISHING
+ *   FINISHING --(every output's pending list drained)--> DONE
+ */
+#include "task.h"
+
+#include <stdio.h>
+
+#include "weir/assert.h"
+#include "weir/clock.h"
+#include "hash.h"
+
+static int op_process(weir_ctx *ctx, weir__batch *b);
+
+/* ---- output routing ---------------------------------------------------- */
+
+static inline void route_append(weir__router *r, uint32_t j, uint64_t key, int64_t ts, uint64_t id,
+                                const void *p, uint32_t len) {
+  weir__batch *b = r->cur[j];
+  if (!b) {
+    b = r->cur[j] = weir__chan_batch(r->chans[j]);
+  } else if (!weir__batch_fits(b, len)) {
+    weir__chan_push(r->chans[j], b);
+    b = r->cur[j] = weir__chan_batch(r->chans[j]);
+  }
+  if (!weir__batch_fits(b, len)) WEIR_ASSERT(0 && "an empty batch takes any record");
+  weir__batch_append(b, key, ts, id, p, len);
+  if (b->len == b->cap) {
+    weir__chan_push(r->chans[j], b);
+    r->cur[j] = NULL;
+  }
+}
+
+static inline void emit_routers(weir__task *t, uint64_t key, int64_t ts, uint64_t id, const void *p,
+                                uint32_t len) {
+  for (uint32_t k = 0; k < t->nrouters; k++) {
+    weir__router *r = &t->routers[k];
+    switch (r->part) {
+    case WEIR__PART_FORWARD:
+      route_append(r, 0, key, ts, id, p, len);
+      break;
+    case WEIR__PART_HASH: {
+      uint32_t j =
+          r->n == 1 ? 0 : weir__kg_subtask(weir__key_group(key, r->max_par), r->max_par, r->n);
+      route_append(r, j, key, ts, id, p, len);
+      break;
+    }
+    case WEIR__PART_REBALANCE:
+      route_append(r, r->rr, key, ts, id, p, len);
+      if (++r->rr == r->n) r->rr = 0;
+      break;
+    case WEIR__PART_BROADCAST:
+      for (uint32_t j = 0; j < r->n; j++) route_append(r, j, key, ts, id, p, len);
+      break;
+    }
+  }
+}
+
+/* Processes a full link batch of ctx by its successor and empties it. */
+static int flush_link(weir_ctx *ctx) {
+  int rc = op_process(ctx->next, ctx->link);
+  ctx->link->len = 0;
+  ctx->link->used = 0;
+  return rc;
+}
+
+static inline int emit_raw(weir_ctx *ctx, uint64_t key, int64_t ts, uint64_t id, const void *p,
+                           size_t len) {
+  if (len > ctx->max_record)
+    return weir_ctx_fail(ctx, WEIR_ETOOBIG, "record of %zu bytes exceeds the maximum of %u", len,
+                         ctx->max_record);
+  ctx->n_out++;
+  if (ctx->next) {
+    if (!weir__batch_fits(ctx->link, (uint32_t)len)) {
+      int rc = flush_link(ctx);
+      if (rc) return rc;
+      (void)weir__batch_fits(ctx->link, (uint32_t)len); /* grows an empty batch */
+    }
+    weir__batch_append(ctx->link, key, ts, id, p, (uint32_t)len);
+    if (ctx->link->len == ctx->link->cap) return flush_link(ctx);
+    return 0;
+  }
+  emit_routers(ctx->task, key, ts, id, p, (uint32_t)len);
+  return 0;
+}
+
+static inline uint64_t next_id(weir_ctx *ctx, uint64_t parent) {
+  if (parent != ctx->seq_parent) {
+    ctx->seq_parent = parent;
+    ctx->seq = 0;
+  }
+  return weir__derive_id(parent, ctx->salt, ctx->seq++);
+}
+
+int weir_emit(weir_ctx *ctx, uint64_t key, const void *payload, size_t len) {
+  return emit_raw(ctx, key, ctx->cur_ts, next_id(ctx, ctx->cur_id), payload, len);
+}
+
+int weir_emit_u64(weir_ctx *ctx, uint64_t key, uint64_t value) {
+  uint8_t buf[8];
+  for (int i = 0; i < 8; i++) buf[i] = (uint8_t)(value >> (8 * i));
+  return emit_raw(ctx, key, ctx->cur_ts, next_id(ctx, ctx->cur_id), buf, 8);
+}
+
+int weir_emit_from(weir_ctx *ctx, const weir_batch *b, uint32_t i, uint64_t key,
+                   const void *payload, size_t len) {
+  return emit_raw(ctx, key, b->ts[i], next_id(ctx, b->ids[i]), payload, len);
+}
+
+int weir_emit_u64_from(weir_ctx *ctx, const weir_batch *b, uint32_t i, uint64_t key,
+                       uint64_t value) {
+  uint8_t buf[8];
+  for (int k = 0; k < 8; k++) buf[k] = (uint8_t)(value >> (8 * k));
+  return emit_raw(ctx, key, b->ts[i], next_id(ctx, b->ids[i]), buf, 8);
+}
+
+int weir_emit_record(weir_ctx *ctx, const weir_record *r) {
+  return emit_raw(ctx, r->key, r->ts, r->id, r->payload, r->len);
+}
+
+/* ---- operators ----------------------------------------------------------- */
+
+static int op_process(weir_ctx *ctx, weir__batch *b) {
+  const weir_operator_vt *vt = ctx->node->ovt;
+  int rc = 0;
+  ctx->n_in += b->len;
+  if (vt->process_batch) {
+    weir_batch v = weir__batch_view(b);
+    rc = vt->process_batch(ctx, &v);
+  } else {
+    for (uint32_t i = 0; i < b->len; i++) {
+      weir_record r = {b->keys[i], b->ts[i], b->ids[i], b->lens[i] ? b->data + b->off[i] : NULL,
+                       b->lens[i]};
+      ctx->cur_ts = r.ts;
+      ctx->cur_id = r.id;
+      ctx->cur_key = r.key;
+      rc = vt->process(ctx, &r);
+      if (rc < 0) break;
+    }
+  }
+  return rc < 0 ? weir__ctx_report(ctx, rc, "process") : 0;
+}
+
+/* Runs every non-empty link through its successor, in chain order. */
+static int chain_flush(weir__task *t, uint32_t from) {
+  for (uint32_t i = from; i + 1 < t->nops; i++) {
+    weir_ctx *c = t->ops[i];
+    if (c->link->len) {
+      int rc = flush_link(c);
+      if (rc) return rc;
+    }
+  }
+  return 0;
+}
+
+static void flush_outputs(weir__task *t) {
+  for (uint32_t k = 0; k < t->nrouters; k++) {
+    weir__router *r = &t->routers[k];
+    for (uint32_t j = 0; j < r->n; j++) {
+      if (r->cur[j] && r->cur[j]->len) {
+        weir__chan_push(r->chans[j], r->cur[j]);
+        r->cur[j] = NULL;
+      }
+    }
+  }
+  t->last_flush_ns = weir_clock_mono_ns();
+}
+
+static void maybe_timeout_flush(weir__task *t) {
+  uint64_t now = weir_clock_mono_ns();
+  if (now - t->last_flush_ns >= (uint64_t)t->job->opts.buffer_timeout_us * 1000u) flush_outputs(t);
+}
+
+static int outputs_writable(weir__task *t) {
+  for (uint32_t k = 0; k < t->nrouters; k++) {
+    weir__router *r = &t->routers[k];
+    for (uint32_t j = 0; j < r->n; j++)
+      if (!weir__chan_writable(r->chans[j])) return 0;
+  }
+  return 1;
+}
+
+static void publish_stats(weir__task *t) {
+  for (uint32_t i = 0; i < t->nops; i++) {
+    weir_ctx *c = t->ops[i];
+    atomic_store_explicit(&c->pub_in, c->n_in, memory_order_relaxed);
+    atomic_store_explicit(&c->pub_out, c->n_out, memory_order_relaxed);
+  }
+}
+
+static void task_done(weir__task *t) {
+  t->state = WEIR__TASK_DONE;
+  publish_stats(t);
+  unsigned done = atomic_fetch_add(&t->job->tasks_done, 1) + 1;
+  if (done == t->job->ntasks) weir__job_poke(t->job);
+}
+
+static void task_failed(weir__task *t, int rc) {
+  publish_stats(t);
+  /* The operator already reported its error with its name; this covers
+   * errors that did not come from an operator callback. */
+  weir__job_failed(t->job, rc, "task %u: %s", t->index, weir_strerror(rc));
+}
+
+/* End of all input: finish each operator in chain order, then send end of
+ * input downstream. */
+static void task_finish(weir__task *t) {
+  for (uint32_t i = 0; i < t->nops; i++) {
+    weir_ctx *c = t->ops[i];
+    const weir_operator_vt *vt = c->node->ovt;
+    int rc = 0;
+    if (vt && vt->finish) {
+      c->cur_id = weir__mix64(c->salt ^ 0xf1a1f1a1ULL); /* finish emissions: own lineage */
+      c->cur_ts = 0;
+      rc = vt->finish(c);
+      if (rc < 0) rc = weir__ctx_report(c, rc, "finish");
+    }
+    if (!rc) rc = chain_flush(t, i);
+    if (rc) {
+      task_failed(t, rc);
+      return;
+    }
+  }
+  flush_outputs(t);
+  for (uint32_t k = 0; k < t->nrouters; k++) {
+    weir__router *r = &t->routers[k];
+    for (uint32_t j = 0; j < r->n; j++) {
+      weir__batch *b = weir__chan_batch(r->chans[j]);
+      b->kind = WEIR__MSG_EOI;
+      weir__chan_push(r->chans[j], b);
+    }
+  }
+  t->state = WEIR__TASK_FINISHING;
+  if (outputs_writable(t)) task_done(t);
+}
+
+static int source_step(weir__task *t) {
+  weir_ctx *c = t->ops[0];
+  for (uint32_t n = 0; n < t->budget_batches; n++) {
+    if (atomic_load_explicit(&t->job->stopping, memory_order_relaxed)) {
+      task_finish(t);
+      return 0;
+    }
+    c->wake_after_us = 0;
+    int rc = c->node->svt->run(c, t->batch_records);
+    if (rc < 0) {
+      weir__ctx_report(c, rc, "run");
+      task_failed(t, rc);
+      return 0;
+    }
+    int frc = chain_flush(t, 0);
+    if (frc) {
+      task_failed(t, frc);
+      return 0;
+    }
+    if (rc == WEIR_SOURCE_DONE) {
+      task_finish(t);
+      return 0;
+    }
+    if (rc == WEIR_SOURCE_IDLE) {
+      flush_outputs(t);
+      publish_stats(t);
+      if (c->wake_after_us) weir__task_wake_after(t, c->wake_after_us);
+      return 0;
+    }
+    if (!outputs_writable(t)) {
+      publish_stats(t);
+      return 0;
+    }
+  }
+  maybe_timeout_flush(t);
+  publish_stats(t);
+  return 1;
+}
+
+static int input_step(weir__task *t) {
+  uint32_t processed = 0;
+  while (processed < t->budget_batches) {
+    weir__batch *b = NULL;
+    uint32_t idx = 0;
+    for (uint32_t k = 0; k < t->nin; k++) {
+      uint32_t i = t->rr + k < t->nin ? t->rr + k : t->rr + k - t->nin;
+      if (t->in_ended[i]) continue;
+      b = weir__chan_peek(t->in[i]);
+      if (b) {
+        idx = i;
+        break;
+      }
+    }
+    if (!b) {
+      /* Nothing to read: announce waiting on every live input, then look
+       * once more (data may have arrived between the peek and the flag). */
+      int again = 0;
+      for (uint32_t i = 0; i < t->nin; i++)
+        if (!t->in_ended[i] && weir__chan_wait(t->in[i])) again = 1;
+      if (again) continue;
+      flush_outputs(t);
+      publish_stats(t);
+      return 0;
+    }
+    t->rr = idx + 1 == t->nin ? 0 : idx + 1;
+    if (b->kind == WEIR__MSG_DATA) {
+      int rc = op_process(t->ops[0], b);
+      weir__chan_release(t->in[idx]);
+      if (!rc) rc = chain_flush(t, 0);
+      if (rc) {
+        task_failed(t, rc);
+        return 0;
+      }
+      processed++;
+      if (!outputs_writable(t)) {
+        publish_stats(t);
+        return 0;
+      }
+    } else if (b->kind == WEIR__MSG_EOI) {
+      weir__chan_release(t->in[idx]);
+      t->in_ended[idx] = 1;
+      if (++t->nended == t->nin) {
+        task_finish(t);
+        return 0;
+      }
+    } else {
+      weir__chan_release(t->in[idx]); /* barriers: not yet */
+    }
+  }
+  maybe_timeout_flush(t);
+  publish_stats(t);
+  return 1;
+}
+
+int weir__task_run(weir__task *t) {
+  if (t->state == WEIR__TASK_DONE) return 0;
+  if (atomic_load_explicit(&t->job->failed, memory_order_relaxed)) return 0;
+  if (!outputs_writable(t)) return 0; /* a consumer will wake us */
+  if (t->state == WEIR__TASK_FINISHING) {
+    task_done(t);
+    return 0;
+  }
+  return t->is_source ? source_step(t) : input_step(t);
+}
+
+int weir__task_open(weir__task *t) {
+  t->last_flush_ns = weir_clock_mono_ns();
+  for (uint32_t i = 0; i < t->nops; i++) {
+    weir_ctx *c = t->ops[i];
+    int rc = 0;
+    if (c->node->svt && c->node->svt->open)
+      rc = c->node->svt->open(c);
+    else if (c->node->ovt && c->node->ovt->open)
+      rc = c->node->ovt->open(c);
+    if (rc < 0) return weir__ctx_report(c, rc, "open");
+    c->opened = 1;
+  }
+  return 0;
+}
+
+void weir__task_close(weir__task *t) {
+  for (uint32_t i = 0; i < t->nops; i++) {
+    weir_ctx *c = t->ops[i];
+    if (!c->opened) continue;
+    if (c->node->svt && c->node->svt->close)
+      c->node->svt->close(c);
+    else if (c->node->ovt && c->node->ovt->close)
+      c->node->ovt->close(c);
+    c->opened = 0;
+  }
+  publish_stats(t);
+}

@@ -1,0 +1,113 @@
+/* task.h: tasks (one subtask of a chain of operators), their operator
+ * contexts and their output routers.
+ *
+ * A task runs on one worker thread and owns everything below: its contexts,
+ * its chain's link batches, its routers' current batches, the producer side
+ * of its output channels and the consumer side of its input channels.
+ */
+#ifndef WEIR_TASK_H
+#define WEIR_TASK_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "batch.h"
+#include "channel.h"
+#include "graph.h"
+#include "state.h"
+
+#define WEIR__MAX_COUNTERS 8
+
+typedef struct weir__counter {
+  const char *name;
+  _Atomic uint64_t value;
+} weir__counter;
+
+struct weir_ctx {
+  weir__task *task;
+  weir__node *node;
+  weir_job *job;
+  uint32_t subtask, parallelism;
+  uint32_t max_record;
+  int keyed;
+  void *user;
+  int opened;
+  /* The input record being processed: derived emissions take its timestamp
+   * and derive their ids from its id and a per-parent sequence number. */
+  int64_t cur_ts;
+  uint64_t cur_id;
+  uint64_t seq_parent, seq;
+  uint64_t salt;
+  uint64_t cur_key;
+  /* Chained successor: emissions go to `link`, processed by `next`. NULL
+   * for the chain's tail, whose emissions go to the task's routers. */
+  weir_ctx *next;
+  weir__batch *link;
+  /* Records in/out: counted by the owner, published once per step. */
+  uint64_t n_in, n_out;
+  _Atomic uint64_t pub_in, pub_out;
+  atomic_uint ncounters;
+  weir__counter counters[WEIR__MAX_COUNTERS];
+  weir__state state;
+  /* Source pacing: wake-up requested by weir_ctx_wake_after. */
+  uint64_t wake_after_us;
+  char msg[512];
+};
+
+typedef struct weir__router {
+  weir__part part;
+  uint32_t n; /* channels, one per consumer subtask (1 for forward) */
+  weir__chan **chans;
+  weir__batch **cur; /* batch being filled per channel, or NULL */
+  uint32_t rr;       /* rebalance cursor */
+  uint32_t max_par;  /* key groups */
+} weir__router;
+
+typedef enum { WEIR__TASK_RUNNING, WEIR__TASK_FINISHING, WEIR__TASK_DONE } weir__task_state;
+
+struct weir__task {
+  weir_job *job;
+  weir__worker *worker;
+  uint32_t index, subtask;
+  weir__chain *chain;
+  uint32_t nops;
+  weir_ctx **ops;
+  int is_source;
+  /* Inputs. */
+  uint32_t nin;
+  weir__chan **in;
+  uint8_t *in_ended;
+  uint32_t nended, rr;
+  /* Outputs. */
+  uint32_t nrouters;
+  weir__router *routers;
+  /* Scheduling (see worker.c). */
+  atomic_int queued;
+  weir__task *next_run;
+  weir__task_state state;
+  void *timer; /* uv_timer_t on the worker's loop */
+  uint64_t last_flush_ns;
+  uint32_t budget_batches;
+  uint32_t batch_records;
+};
+
+/* Runs the task for one bounded step. Returns 1 if it should run again soon
+ * (more input or budget exhausted), 0 if it waits for a wake-up. */
+int weir__task_run(weir__task *t);
+/* Opens every operator of the task (on its worker thread). */
+int weir__task_open(weir__task *t);
+/* Closes operators that were opened. */
+void weir__task_close(weir__task *t);
+
+/* worker.c: makes t runnable from any thread (coalesces). */
+void weir__task_wake(void *t);
+/* worker.c: arm the task's timer to wake it after `us` microseconds. */
+void weir__task_wake_after(weir__task *t, uint64_t us);
+
+/* Operator context lifecycle (ctx.c). */
+weir_ctx *weir__ctx_create(weir__task *t, weir__node *node, uint32_t subtask);
+void weir__ctx_destroy(weir_ctx *ctx);
+/* Records an operator error in the job with the operator's name. */
+int weir__ctx_report(weir_ctx *ctx, int err, const char *what);
+
+#endif

@@ -1,0 +1,216 @@
+/* worker.c: owns worker threads, their libuv loops, and task scheduling.
+ *
+ * DESIGN
+ * A worker runs its tasks cooperatively: it pops a task from its run queue,
+ * runs one bounded step, and requeues it if it has more to do. A task is
+ * queued at most once (its `queued` flag); waking it from the worker's own
+ * thread appends to the run queue, from another thread appends to the inbox
+ * and sends uv_async_send only if the worker said it sleeps. A worker with
+ * nothing to run spins briefly on its inbox (a wake-up through the kernel
+ * costs tens of microseconds, a spinning hand-off far less), then announces
+ * `sleeping`, re-checks the inbox, and blocks in uv_run until an async or a
+ * timer fires. The announce/re-check pair and the waker's publish/read of
+ * `sleeping` are sequentially consistent, so no wake-up is lost.
+ *
+ * Shutdown: only the coordinator stops workers. They first wait for each
+ * other on a barrier (after it, no task runs anywhere, so nobody can wake a
+ * task, i.e. touch another worker's async handle), then close their tasks'
+ * operators and their own handles on their own loop.
+ */
+#include "worker.h"
+
+#include <string.h>
+
+#include "weir/alloc.h"
+#include "weir/assert.h"
+#include "weir/clock.h"
+#include "task.h"
+
+#define SPIN_NS 50000u
+#define STEPS_PER_POLL 64u
+
+static _Thread_local weir__worker *cur_worker;
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ volatile("yield");
+#endif
+}
+
+static void rq_push(weir__worker *w, weir__task *t) {
+  t->next_run = NULL;
+  if (w->rq_tail)
+    w->rq_tail->next_run = t;
+  else
+    w->rq_head = t;
+  w->rq_tail = t;
+}
+
+static weir__task *rq_pop(weir__worker *w) {
+  weir__task *t = w->rq_head;
+  if (t) {
+    w->rq_head = t->next_run;
+    if (!w->rq_head) w->rq_tail = NULL;
+  }
+  return t;
+}
+
+void weir__task_wake(void *p) {
+  weir__task *t = p;
+  if (atomic_exchange(&t->queued, 1)) return;
+  weir__worker *w = t->worker;
+  if (cur_worker == w) {
+    rq_push(w, t);
+    return;
+  }
+  pthread_mutex_lock(&w->mu);
+  t->next_run = NULL;
+  if (w->inbox_tail)
+    w->inbox_tail->next_run = t;
+  else
+    w->inbox_head = t;
+  w->inbox_tail = t;
+  pthread_mutex_unlock(&w->mu);
+  atomic_fetch_add(&w->inbox_n, 1);
+  if (atomic_load(&w->sleeping)) uv_async_send(&w->async);
+}
+
+static void drain_inbox(weir__worker *w) {
+  if (!atomic_load_explicit(&w->inbox_n, memory_order_relaxed)) return;
+  pthread_mutex_lock(&w->mu);
+  weir__task *t = w->inbox_head;
+  w->inbox_head = w->inbox_tail = NULL;
+  atomic_store(&w->inbox_n, 0);
+  pthread_mutex_unlock(&w->mu);
+  while (t) {
+    weir__task *n = t->next_run;
+    rq_push(w, t);
+    t = n;
+  }
+}
+
+static void on_timer(uv_timer_t *h) {
+  weir__task_wake(h->data);
+}
+
+void weir__task_wake_after(weir__task *t, uint64_t us) {
+  uint64_t ms = (us + 999) / 1000;
+  uv_timer_start((uv_timer_t *)t->timer, on_timer, ms, 0);
+}
+
+static void on_async(uv_async_t *h) {
+  (void)h; /* its only job is to end uv_run's wait */
+}
+
+static void worker_loop(weir__worker *w) {
+  uint32_t steps = 0;
+  for (;;) {
+    if (atomic_load_explicit(&w->stop, memory_order_acquire)) return;
+    drain_inbox(w);
+    weir__task *t = rq_pop(w);
+    if (t) {
+      atomic_store(&t->queued, 0);
+      if (weir__task_run(t)) weir__task_wake(t);
+      if (++steps >= STEPS_PER_POLL) {
+        steps = 0;
+        uv_run(&w->loop, UV_RUN_NOWAIT);
+      }
+      continue;
+    }
+    uv_run(&w->loop, UV_RUN_NOWAIT);
+    if (w->rq_head) continue;
+    uint64_t t0 = weir_clock_mono_ns();
+    while (!atomic_load_explicit(&w->inbox_n, memory_order_relaxed) &&
+           !atomic_load_explicit(&w->stop, memory_order_relaxed) &&
+           weir_clock_mono_ns() - t0 < SPIN_NS)
+      cpu_relax();
+    if (atomic_load(&w->inbox_n) || atomic_load(&w->stop)) continue;
+    atomic_store(&w->sleeping, 1);
+    if (!atomic_load(&w->inbox_n) && !atomic_load(&w->stop)) uv_run(&w->loop, UV_RUN_ONCE);
+    atomic_store(&w->sleeping, 0);
+  }
+}
+
+static void close_cb(uv_handle_t *h) {
+  (void)h;
+}
+
+static void worker_main(void *arg) {
+  weir__worker *w = arg;
+  cur_worker = w;
+  int failed = 0;
+  for (uint32_t i = 0; i < w->ntasks && !failed; i++) {
+    int rc = weir__task_open(w->tasks[i]);
+    if (rc) failed = 1;
+  }
+  if (!failed)
+    for (uint32_t i = 0; i < w->ntasks; i++) weir__task_wake(w->tasks[i]);
+  worker_loop(w);
+  uv_barrier_wait(w->quiesce);
+  for (uint32_t i = 0; i < w->ntasks; i++) {
+    weir__task_close(w->tasks[i]);
+    uv_close((uv_handle_t *)w->tasks[i]->timer, close_cb);
+  }
+  uv_close((uv_handle_t *)&w->async, close_cb);
+  uv_run(&w->loop, UV_RUN_DEFAULT);
+  int rc = uv_loop_close(&w->loop);
+  WEIR_ASSERT(rc == 0);
+  cur_worker = NULL;
+}
+
+int weir__workers_start(weir_job *job) {
+  uv_barrier_t *bar = weir_malloc(sizeof *bar);
+  if (uv_barrier_init(bar, job->nworkers) != 0) {
+    weir_free(bar);
+    return WEIR_ENOMEM;
+  }
+  for (uint32_t i = 0; i < job->nworkers; i++) {
+    weir__worker *w = job->workers[i];
+    w->quiesce = bar;
+    int rc = uv_loop_init(&w->loop);
+    if (rc) return WEIR_ENOMEM;
+    uv_async_init(&w->loop, &w->async, on_async);
+    for (uint32_t k = 0; k < w->ntasks; k++) {
+      uv_timer_t *tm = weir_malloc(sizeof *tm);
+      uv_timer_init(&w->loop, tm);
+      tm->data = w->tasks[k];
+      w->tasks[k]->timer = tm;
+    }
+  }
+  for (uint32_t i = 0; i < job->nworkers; i++) {
+    weir__worker *w = job->workers[i];
+    if (uv_thread_create(&w->thread, worker_main, w) != 0) {
+      /* Cannot start the pool: nothing has run yet; report and let the
+       * already started workers be stopped by the coordinator. */
+      WEIR_ASSERT(0 && "uv_thread_create failed");
+    }
+  }
+  return 0;
+}
+
+void weir__workers_stop(weir_job *job) {
+  for (uint32_t i = 0; i < job->nworkers; i++) {
+    weir__worker *w = job->workers[i];
+    atomic_store_explicit(&w->stop, 1, memory_order_release);
+    uv_async_send(&w->async);
+  }
+}
+
+void weir__workers_join(weir_job *job) {
+  uv_barrier_t *bar = NULL;
+  for (uint32_t i = 0; i < job->nworkers; i++) {
+    weir__worker *w = job->workers[i];
+    uv_thread_join(&w->thread);
+    bar = w->quiesce;
+    for (uint32_t k = 0; k < w->ntasks; k++) {
+      weir_free(w->tasks[k]->timer);
+      w->tasks[k]->timer = NULL;
+    }
+  }
+  if (bar) {
+    uv_barrier_destroy(bar);
+    weir_free(bar);
+  }
+}

@@ -1,0 +1,87 @@
+/* weir/operators.h: built-in sources and operators.
+ *
+ * Each constructor adds one node to the job of its input stream (or `job`)
+ * and returns the new stream, or NULL after recording a build error in the
+ * job (see weir/job.h). Arguments are copied: nothing needs to outlive the
+ * call except `user` pointers, which are borrowed for the job's lifetime.
+ */
+#ifndef WEIR_OPERATORS_H
+#define WEIR_OPERATORS_H
+
+#include "weir/job.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Deterministic generator: records i = 0 .. records-1 (records = 0: never
+ * ends), key = i mod keys, timestamp = i, no payload, id from (split, i).
+ * Subtask s of P emits the i with i mod P == s. rate: records/s over all
+ * subtasks together (0 = as fast as possible). */
+typedef struct weir_gen_opts {
+  uint64_t records;
+  uint64_t keys; /* 0 is treated as 1 */
+  uint64_t rate;
+} weir_gen_opts;
+weir_stream *weir_gen(weir_job *job, const char *name, const weir_gen_opts *opts, int parallelism);
+
+/* Line-oriented file source: one record per line (without the newline; a
+ * final line without newline counts), payload = the line, key = the line's
+ * byte offset, id from (0, offset). Position = byte offset. With parallelism
+ * P the file is split into P byte ranges; a subtask reads the lines that
+ * start in its range.
+ *
+ * A bad record is a line longer than max_line bytes or one containing a NUL
+ * byte. By default it stops the job with an error naming the file and the
+ * byte offset (WEIR_EBADREC); with skip_bad it is counted ("bad_records")
+ * and written, with its offset, to dead_letter_path (if set) instead, one
+ * line per bad record: "<offset>\t<its first 200 bytes>\n", with backslash
+ * and control bytes escaped (\\, \t, \r, \xHH). The dead-letter file is
+ * created at the first bad record and appended to, never truncated.
+ * Memory per subtask is about max_line + 128 KiB, however long a line is.
+ * A missing or unreadable file fails the job when the source opens. */
+typedef struct weir_file_source_opts {
+  uint32_t max_line; /* 0 or above the job's maximum record size: that size */
+  int skip_bad;
+  const char *dead_letter_path; /* copied; NULL = none */
+} weir_file_source_opts;
+weir_stream *weir_file_source(weir_job *job, const char *name, const char *path,
+                              const weir_file_source_opts *opts, int parallelism);
+
+/* map: `out` starts as a copy of `in`; fn may change key, payload and len
+ * (a new payload must stay valid until fn is called again). The result is
+ * emitted derived from `in`: it keeps in's timestamp and gets an id derived
+ * from in's id, whatever fn writes into out->ts and out->id. Return 0 or a
+ * negative error. */
+typedef int (*weir_map_fn)(void *user, const weir_record *in, weir_record *out);
+weir_stream *weir_map(weir_stream *s, const char *name, weir_map_fn fn, void *user,
+                      int parallelism);
+
+/* filter: fn returns 1 to keep the record, 0 to drop it, or a negative error.
+ * A kept record goes on unchanged (same key, timestamp, id and payload). */
+typedef int (*weir_filter_fn)(void *user, const weir_record *in);
+weir_stream *weir_filter(weir_stream *s, const char *name, weir_filter_fn fn, void *user,
+                         int parallelism);
+
+/* flat_map: fn emits any number of records with weir_emit*(ctx, ...). */
+typedef int (*weir_flat_map_fn)(weir_ctx *ctx, void *user, const weir_record *in);
+weir_stream *weir_flat_map(weir_stream *s, const char *name, weir_flat_map_fn fn, void *user,
+                           int parallelism);
+
+/* Keyed count (input must be keyed): for every record, emits (key,
+ * new count of key) with the count as a u64 payload. On an input that is not
+ * keyed, the job fails at the first record (WEIR_ENOTKEYED). */
+weir_stream *weir_count(weir_stream *s, const char *name, int parallelism);
+
+/* Keyed reduce over u64 payloads (input must be keyed): the first value of a
+ * key is its accumulator; each later value v makes acc = fn(user, acc, v).
+ * Emits (key, acc) for every record. A payload shorter than 8 bytes counts
+ * as the value 0 (weir_payload_u64). */
+typedef uint64_t (*weir_reduce_fn)(void *user, uint64_t acc, uint64_t value);
+weir_stream *weir_reduce(weir_stream *s, const char *name, weir_reduce_fn fn, void *user,
+                         int parallelism);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
