@@ -91,7 +91,7 @@ void weir_ctx_count(weir_ctx *c, const char *name, uint64_t n) {
 }
 
 uint64_t weir_source_record_id(const weir_ctx *c, uint32_t split, uint64_t offset) {
-  return weir__mix64(weir__mix64(((uint64_t)c->node->index << 32) | split) ^ offset);
+  return weir__mix64(((uint64_t)c->node->index << 32) | split) + offset;
 }
 
 /* ---- keyed state ---------------------------------------------------------- */

@@ -21,9 +21,10 @@ static inline uint64_t weir__mix64(uint64_t x) {
 }
 
 /* The key group of a key among max_par groups (stable across versions: keyed
- * state is stored and redistributed by key group). */
+ * state is stored and redistributed by key group). Multiply-shift range
+ * reduction of the mix's high half: uniform, and no division per record. */
 static inline uint32_t weir__key_group(uint64_t key, uint32_t max_par) {
-  return (uint32_t)((weir__mix64(key) >> 32) % max_par);
+  return (uint32_t)(((weir__mix64(key) >> 32) * (uint64_t)max_par) >> 32);
 }
 
 /* The subtask (of p) that owns key group kg (of max_par): contiguous ranges,
@@ -32,9 +33,11 @@ static inline uint32_t weir__kg_subtask(uint32_t kg, uint32_t max_par, uint32_t 
   return (uint32_t)(((uint64_t)kg * p) / max_par);
 }
 
-/* The id of the n-th record an operator emits while processing `parent`. */
+/* The id of the n-th record an operator emits while processing `parent`:
+ * the mix is a bijection, so distinct (parent, operator) pairs give distinct
+ * bases, and the emissions of one parent are consecutive from there. */
 static inline uint64_t weir__derive_id(uint64_t parent, uint64_t salt, uint64_t n) {
-  return weir__mix64(parent ^ weir__mix64(salt + n * 0x9e3779b97f4a7c15ULL));
+  return weir__mix64(parent ^ salt) + n;
 }
 
 #endif

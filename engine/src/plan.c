@@ -14,6 +14,7 @@
 
 #include "weir/alloc.h"
 #include "channel.h"
+#include "hash.h"
 #include "task.h"
 #include "worker.h"
 
@@ -154,6 +155,11 @@ static void make_channels(weir_job *job) {
         r->n = e->part == WEIR__PART_FORWARD ? 1 : pto;
         r->rr = p % r->n; /* spread rebalance starting points */
         r->chans = weir_calloc(r->n, sizeof *r->chans);
+        if (e->part == WEIR__PART_HASH) {
+          r->kg_target = weir_calloc(r->max_par, sizeof *r->kg_target);
+          for (uint32_t kg = 0; kg < r->max_par; kg++)
+            r->kg_target[kg] = (uint16_t)weir__kg_subtask(kg, r->max_par, r->n);
+        }
         r->cur = weir_calloc(r->n, sizeof *r->cur);
         for (uint32_t j = 0; j < r->n; j++) {
           uint32_t target = e->part == WEIR__PART_FORWARD ? p : j;
@@ -212,6 +218,7 @@ void weir__plan_free(weir_job *job) {
       for (uint32_t j = 0; j < r->n; j++) weir__batch_destroy(r->cur[j]);
       weir_free(r->chans);
       weir_free(r->cur);
+      weir_free(r->kg_target);
     }
     for (uint32_t p = 0; p < t->nops; p++) weir__ctx_destroy(t->ops[p]);
     weir_free(t->routers);

@@ -51,7 +51,19 @@ void weir__state_close(weir__state *s);
 uint64_t *weir__u64_find(weir__u64map *m, uint64_t key);
 /* The value slot of key, inserted as 0 if absent. Valid until the next
  * insert. */
-uint64_t *weir__u64_upsert(weir__u64map *m, uint64_t key);
+uint64_t *weir__u64_upsert_slow(weir__u64map *m, uint64_t key);
+static inline uint64_t *weir__u64_upsert(weir__u64map *m, uint64_t key) {
+  /* Fast path: the key is present and no growth is due. */
+  if (m->slots && key != WEIR__U64_EMPTY) {
+    uint64_t mask = m->cap - 1;
+    for (uint64_t j = (key * 0x9e3779b97f4a7c15ULL) >> m->shift;; j = (j + 1) & mask) {
+      uint64_t k = m->slots[2 * j];
+      if (k == key) return &m->slots[2 * j + 1];
+      if (k == WEIR__U64_EMPTY) break;
+    }
+  }
+  return weir__u64_upsert_slow(m, key);
+}
 /* 1 if removed, 0 if absent. */
 int weir__u64_del(weir__u64map *m, uint64_t key);
 

@@ -86,3 +86,23 @@ int weir_job_write_summary(const weir_job *job, const char *path) {
   if (fclose(f) != 0 || bad) return WEIR_EIO;
   return 0;
 }
+
+int weir_job_counter(const weir_job *job, const char *op, const char *counter, uint64_t *value) {
+  *value = 0;
+  for (uint32_t i = 0; i < job->nnodes; i++) {
+    weir__node *n = job->nodes[i];
+    if (strcmp(n->name, op) != 0) continue;
+    for (int s = 0; n->ctx && s < n->parallelism; s++) {
+      weir_ctx *c = n->ctx[s];
+      unsigned nc = atomic_load_explicit(&c->ncounters, memory_order_acquire);
+      for (unsigned k = 0; k < nc; k++)
+        if (strcmp(c->counters[k].name, counter) == 0) *value += atomic_load(&c->counters[k].value);
+    }
+    return 0;
+  }
+  return WEIR_ENOENT;
+}
+
+int weir_job_stopped(const weir_job *job) {
+  return atomic_load(&job->stopping);
+}

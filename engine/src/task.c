@@ -58,8 +58,7 @@ static inline void emit_routers(weir__task *t, uint64_t key, int64_t ts, uint64_
       route_append(r, 0, key, ts, id, p, len);
       break;
     case WEIR__PART_HASH: {
-      uint32_t j =
-          r->n == 1 ? 0 : weir__kg_subtask(weir__key_group(key, r->max_par), r->max_par, r->n);
+      uint32_t j = r->n == 1 ? 0 : r->kg_target[weir__key_group(key, r->max_par)];
       route_append(r, j, key, ts, id, p, len);
       break;
     }

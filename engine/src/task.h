@@ -58,9 +58,10 @@ typedef struct weir__router {
   weir__part part;
   uint32_t n; /* channels, one per consumer subtask (1 for forward) */
   weir__chan **chans;
-  weir__batch **cur; /* batch being filled per channel, or NULL */
-  uint32_t rr;       /* rebalance cursor */
-  uint32_t max_par;  /* key groups */
+  weir__batch **cur;   /* batch being filled per channel, or NULL */
+  uint32_t rr;         /* rebalance cursor */
+  uint32_t max_par;    /* key groups */
+  uint16_t *kg_target; /* hash: key group -> channel index */
 } weir__router;
 
 typedef enum { WEIR__TASK_RUNNING, WEIR__TASK_FINISHING, WEIR__TASK_DONE } weir__task_state;

@@ -186,7 +186,9 @@ int weir_emit_u64_from(weir_ctx *ctx, const weir_batch *b, uint32_t i, uint64_t 
 /* Emits a record exactly as given (sources, or operators that set ids). */
 int weir_emit_record(weir_ctx *ctx, const weir_record *r);
 
-/* Source record ids: stable for (source node, split, offset). */
+/* Source record ids: stable for (source node, split, offset), and
+ * consecutive within a split: id(split, o) == id(split, 0) + o, so a source
+ * may compute the base once and add offsets. */
 uint64_t weir_source_record_id(const weir_ctx *ctx, uint32_t split, uint64_t offset);
 
 /* A stable 64-bit hash of bytes (the same on every platform and run), for
@@ -306,6 +308,15 @@ int weir_job_write_summary(const weir_job *job, const char *path);
  * unknown operator name. */
 int weir_job_operator_counts(const weir_job *job, const char *name, uint64_t *records_in,
                              uint64_t *records_out);
+
+/* The sum over subtasks of an operator's named counter (weir_ctx_count);
+ * 0 with *value = 0 if the operator never counted `counter`; WEIR_ENOENT for
+ * an unknown operator. */
+int weir_job_counter(const weir_job *job, const char *op, const char *counter, uint64_t *value);
+
+/* Nonzero if the run ended because weir_job_stop() (or a signal) asked it
+ * to, rather than at the end of its input. */
+int weir_job_stopped(const weir_job *job);
 
 /* What a job shared object exports: the build function and the ABI version. */
 typedef int (*weir_job_build_fn)(weir_job *job, int argc, char **argv);
