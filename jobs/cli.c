@@ -1,0 +1,181 @@
+/* jobs/cli.c: owns the parsing of command-line flags and numbers for the
+ * `weir` CLI, and the small formatting and file-system helpers its jobs share.
+ *
+ * DESIGN. Flags are "--name VALUE" or "--name=VALUE". Numbers are strict:
+ * decimal digits only (an optional k/M/G suffix multiplies by 1000), no sign,
+ * no spaces, checked for overflow, so "-5", "12x" and "1e9" are refused
+ * instead of being read as something else. Every refusal names the flag and
+ * the value and ends with the hint "see 'weir help run'".
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+int cli_usage(const char *fmt, ...) {
+  va_list ap;
+  fputs("weir: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputs("\nsee 'weir help run'\n", stderr);
+  return -1;
+}
+
+void cli_error(const char *fmt, ...) {
+  va_list ap;
+  fputs("weir: ", stderr);
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+}
+
+int cli_is_help(const cli_args *a) {
+  const char *s = a->argv[a->i];
+  return strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0;
+}
+
+/* If argv[i] is `flag` or `flag=...`, returns 1 with the value in *val (NULL
+ * when the value is missing); otherwise 0. Advances i past what it used. */
+static int take_raw(cli_args *a, const char *flag, const char **val) {
+  const char *s = a->argv[a->i];
+  size_t n = strlen(flag);
+  if (strncmp(s, flag, n) != 0) return 0;
+  if (s[n] == '=') {
+    *val = s + n + 1;
+    a->i++;
+    return 1;
+  }
+  if (s[n] != '\0') return 0;
+  a->i++;
+  *val = a->i < a->argc ? a->argv[a->i++] : NULL;
+  return 1;
+}
+
+int cli_take_str(cli_args *a, const char *flag, const char **out) {
+  const char *v = NULL;
+  if (!take_raw(a, flag, &v)) return 0;
+  if (v == NULL) return cli_usage("%s: missing value for %s", a->what, flag);
+  if (*v == '\0') return cli_usage("%s: empty value for %s", a->what, flag);
+  *out = v;
+  return 1;
+}
+
+int cli_parse_u64(const char *flag, const char *s, uint64_t max, uint64_t *out) {
+  const char *p = s;
+  if (*p == '-') return cli_usage("%s: '%s' is negative; expected a whole number >= 0", flag, s);
+  if (*p < '0' || *p > '9') return cli_usage("%s: '%s' is not a whole number", flag, s);
+  errno = 0;
+  char *end = NULL;
+  unsigned long long v = strtoull(p, &end, 10);
+  if (errno == ERANGE) return cli_usage("%s: '%s' is too large", flag, s);
+  uint64_t mult = 1;
+  if (*end != '\0') {
+    switch (*end) {
+    case 'k':
+    case 'K':
+      mult = 1000;
+      break;
+    case 'm':
+    case 'M':
+      mult = 1000000;
+      break;
+    case 'g':
+    case 'G':
+      mult = 1000000000;
+      break;
+    default:
+      return cli_usage("%s: '%s' is not a whole number", flag, s);
+    }
+    if (end[1] != '\0') return cli_usage("%s: '%s' is not a whole number", flag, s);
+  }
+  if ((uint64_t)v > UINT64_MAX / mult || (uint64_t)v * mult > max) {
+    return cli_usage("%s: '%s' is too large (at most %llu)", flag, s, (unsigned long long)max);
+  }
+  *out = (uint64_t)v * mult;
+  return 0;
+}
+
+int cli_take_u64(cli_args *a, const char *flag, uint64_t max, uint64_t *out) {
+  const char *v = NULL;
+  int r = cli_take_str(a, flag, &v);
+  if (r <= 0) return r;
+  if (cli_parse_u64(flag, v, max, out) < 0) return -1;
+  return 1;
+}
+
+int cli_take_int(cli_args *a, const char *flag, int max, int *out) {
+  uint64_t v = 0;
+  int r = cli_take_u64(a, flag, (uint64_t)max, &v);
+  if (r <= 0) return r;
+  *out = (int)v;
+  return 1;
+}
+
+int cli_take_bool(cli_args *a, const char *flag, int *out) {
+  const char *s = a->argv[a->i];
+  size_t n = strlen(flag);
+  if (strncmp(s, flag, n) != 0) return 0;
+  if (s[n] == '=') return cli_usage("%s: %s takes no value", a->what, flag);
+  if (s[n] != '\0') return 0;
+  a->i++;
+  *out = 1;
+  return 1;
+}
+
+/* Larger values are certainly typos; the engine refuses what it cannot do. */
+#define CLI_MAX_THREADS 4096
+
+int cli_take_engine(cli_args *a, cli_engine *eng) {
+  int r;
+  if ((r = cli_take_int(a, "--workers", CLI_MAX_THREADS, &eng->workers)) != 0) return r;
+  if ((r = cli_take_int(a, "--parallelism", CLI_MAX_THREADS, &eng->parallelism)) != 0) return r;
+  if ((r = cli_take_str(a, "--summary-json", &eng->summary_json)) != 0) return r;
+  if ((r = cli_take_bool(a, "--quiet", &eng->quiet)) != 0) return r;
+  return 0;
+}
+
+const char *cli_human(double n, char *buf, size_t cap) {
+  static const char *const suffix[] = {"", "k", "M", "G", "T", "P"};
+  int s = 0;
+  while (n >= 999.5 && s < 5) {
+    n /= 1000.0;
+    s++;
+  }
+  if (s == 0) {
+    snprintf(buf, cap, "%.0f", n);
+  } else {
+    snprintf(buf, cap, n < 9.995 ? "%.2f%s" : n < 99.95 ? "%.1f%s" : "%.0f%s", n, suffix[s]);
+  }
+  return buf;
+}
+
+int cli_mkdir_p(const char *dir) {
+  size_t n = strlen(dir);
+  char *p = malloc(n + 1);
+  if (p == NULL) return -ENOMEM;
+  memcpy(p, dir, n + 1);
+  int rc = 0;
+  for (size_t i = 1; i <= n && rc == 0; i++) {
+    if (p[i] != '/' && p[i] != '\0') continue;
+    char c = p[i];
+    p[i] = '\0';
+    if (mkdir(p, 0777) != 0 && errno != EEXIST) rc = -errno;
+    p[i] = c;
+  }
+  if (rc == 0) {
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+      rc = -errno;
+    } else if (!S_ISDIR(st.st_mode)) {
+      rc = -ENOTDIR;
+    }
+  }
+  free(p);
+  return rc;
+}

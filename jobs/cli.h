@@ -1,0 +1,124 @@
+/* jobs/cli.h: what the pieces of the `weir` command line share (private to
+ * jobs/): exit codes, engine options, argument parsing helpers, the built-in
+ * job table and the .so loader.
+ *
+ * DESIGN. main.c owns the verbs and the exit code; cli.c owns the parsing of
+ * flags and numbers; each built-in job (counter.c, wordcount.c) owns its own
+ * flags, graph and one-line report; loader.c owns dlopen. Helpers here print
+ * their own message on stderr and return a negative code, so a caller only
+ * turns "failed" into an exit code. Nothing here calls exit().
+ */
+#ifndef WEIR_JOBS_CLI_H
+#define WEIR_JOBS_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "weir/weir.h"
+
+/* Exit codes (DESIGN §7a). */
+enum {
+  CLI_EXIT_OK = 0,      /* success, or stopped cleanly */
+  CLI_EXIT_RUNTIME = 1, /* the job failed, or a file could not be used */
+  CLI_EXIT_USAGE = 2    /* bad command line */
+};
+
+/* Options every job kind understands, before or (built-in jobs) after the
+ * job name. */
+typedef struct cli_engine {
+  int workers;              /* 0 = number of cores */
+  int parallelism;          /* 0 = number of workers */
+  const char *summary_json; /* NULL = none */
+  int quiet;                /* no progress, no summary line */
+  /* Set by a built-in job whose sink prints records on stdout: no live
+   * progress line then, when stdout is a terminal too. */
+  int prints_records;
+} cli_engine;
+
+/* A cursor over the arguments of one command. `what` names the command in
+ * messages ("run", "job 'counter'"). */
+typedef struct cli_args {
+  int argc;
+  char **argv;
+  int i; /* the argument being looked at */
+  const char *what;
+} cli_args;
+
+/* Prints "weir: <message>" and the hint "see 'weir help run'" on stderr and
+ * returns -1 (usage error). */
+int cli_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Prints "weir: <message>" on stderr. */
+void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Each cli_take_* looks at argv[i]. If it is `flag` ("--records VALUE" or
+ * "--records=VALUE"), stores the value, advances i past it and returns 1; if
+ * it is another argument, returns 0 and changes nothing; on a missing or bad
+ * value prints a usage message and returns -1. */
+int cli_take_str(cli_args *a, const char *flag, const char **out);
+/* A whole number: decimal digits with an optional k/M/G suffix (x1000), no
+ * sign, no spaces, at most `max`. */
+int cli_take_u64(cli_args *a, const char *flag, uint64_t max, uint64_t *out);
+int cli_take_int(cli_args *a, const char *flag, int max, int *out);
+/* A flag without a value ("--quiet"); sets *out = 1. */
+int cli_take_bool(cli_args *a, const char *flag, int *out);
+/* Nonzero if argv[i] is "--help" or "-h". */
+int cli_is_help(const cli_args *a);
+
+/* Parses a number as cli_take_u64 does; returns 0 or -1 with a message
+ * naming `flag` printed. */
+int cli_parse_u64(const char *flag, const char *s, uint64_t max, uint64_t *out);
+
+/* Engine options (--workers, --parallelism, --summary-json, --quiet):
+ * returns 1 if argv[i] was one (and takes it), 0 if not, -1 on a bad value. */
+int cli_take_engine(cli_args *a, cli_engine *eng);
+
+/* Formats n with three significant digits and a k/M/G suffix ("12.3M") into
+ * buf; returns buf. */
+const char *cli_human(double n, char *buf, size_t cap);
+
+/* Creates `dir` and its missing parents (mode 0777 & ~umask). Returns 0 or a
+ * negative errno. */
+int cli_mkdir_p(const char *dir);
+
+/* How a run ended, for a job's report line. */
+typedef struct cli_outcome {
+  double elapsed_s; /* wall time of weir_job_run */
+  int stopped;      /* stopped early by SIGINT/SIGTERM, as far as report() can tell */
+} cli_outcome;
+
+/* A built-in job. parse() reads the job's flags (and engine flags) into a
+ * config it allocates, printing its own message on a usage error (returns
+ * -1). build() adds the graph to `job` and returns 0 or the job's build
+ * error. report() prints the one-line human summary. */
+typedef struct cli_builtin {
+  const char *name;
+  const char *synopsis; /* one line for `weir help run` */
+  void (*help)(FILE *out);
+  int (*parse)(cli_args *a, cli_engine *eng, void **cfg);
+  int (*build)(weir_job *job, const cli_engine *eng, void *cfg);
+  /* Called after the run; may refine o->stopped. */
+  void (*report)(const weir_job *job, void *cfg, cli_outcome *o, FILE *out);
+  void (*free_cfg)(void *cfg);
+} cli_builtin;
+
+extern const cli_builtin cli_counter_job;
+extern const cli_builtin cli_wordcount_job;
+
+/* A job shared object, opened with cli_job_load. */
+typedef struct cli_loaded {
+  void *handle;
+  weir_job_build_fn build;
+} cli_loaded;
+
+/* Nonzero if `name` names a job .so rather than a built-in job: it contains
+ * a '/' or ends in ".so". */
+int cli_is_job_path(const char *name);
+
+/* Opens the job .so at `path` and checks its exports and ABI version.
+ * Returns 0, or -1 after printing why not. */
+int cli_job_load(const char *path, cli_loaded *out);
+/* Closes it (after weir_job_destroy: the job may point into the .so). */
+void cli_job_unload(cli_loaded *l);
+
+#endif

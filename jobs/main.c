@@ -1,0 +1,322 @@
+/* jobs/main.c: owns the `weir` command: its verbs (run, help, version), the
+ * run of a job (options, live progress, summary, outcome) and the exit code.
+ *
+ * DESIGN. `weir run [ENGINE OPTIONS] JOB [JOB OPTIONS]`. Engine options
+ * (--workers, --parallelism, --summary-json, --quiet) go before the job name
+ * for every kind of job; a built-in job also accepts them after its name,
+ * among its own flags. Everything after a job .so's path is the job's own
+ * argv. Only this file decides exit codes (DESIGN §7a): 0 success (a job
+ * stopped by SIGINT/SIGTERM that drained and ended cleanly is a success), 1
+ * runtime error (a drain abandoned by a second signal is one), 2 usage
+ * error. Human output (progress, summary) goes to stderr;
+ * stdout belongs to the job's `print` sink.
+ */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef WEIR_VERSION
+#define WEIR_VERSION "0.1.0"
+#endif
+
+static const cli_builtin *const builtins[] = {&cli_counter_job, &cli_wordcount_job};
+#define N_BUILTINS (sizeof builtins / sizeof builtins[0])
+
+static const cli_builtin *find_builtin(const char *name) {
+  for (size_t i = 0; i < N_BUILTINS; i++) {
+    if (strcmp(builtins[i]->name, name) == 0) return builtins[i];
+  }
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Help                                                                     */
+
+static void help_main(FILE *out) {
+  fputs("weir: a dataflow engine with asynchronous barrier snapshots\n"
+        "\n"
+        "usage:\n"
+        "  weir run [ENGINE OPTIONS] JOB [JOB OPTIONS]   run a job to the end of its input\n"
+        "  weir help [run [JOB]]                         show help\n"
+        "  weir version                                  show the version\n"
+        "\n"
+        "Jobs: counter, wordcount, or a path to a job .so. See 'weir help run'.\n",
+        out);
+}
+
+static void help_run(FILE *out) {
+  fputs("usage: weir run [ENGINE OPTIONS] JOB [JOB OPTIONS]\n"
+        "\n"
+        "Runs JOB to the end of its input, or until SIGINT/SIGTERM stops it cleanly.\n"
+        "\n"
+        "Engine options (before the job name; built-in jobs also take them after it):\n"
+        "  --workers W          worker threads (default 0: one per core)\n"
+        "  --parallelism P      subtasks per operator (default 0: one per worker)\n"
+        "  --summary-json FILE  write the run's summary (per operator records in/out,\n"
+        "                       counters, elapsed time) as JSON to FILE\n"
+        "  --quiet              no progress line and no summary line on stderr\n"
+        "\n"
+        "Built-in jobs:\n",
+        out);
+  for (size_t i = 0; i < N_BUILTINS; i++) {
+    fprintf(out, "  %-10s %s\n", builtins[i]->name, builtins[i]->synopsis);
+  }
+  fputs("\n"
+        "Job shared objects: a JOB that contains a '/' or ends in .so is loaded with\n"
+        "dlopen; it must be built against <weir/weir.h> and export its build function\n"
+        "with WEIR_JOB_EXPORT. Every argument after its path is passed to the build\n"
+        "function (argv[0] is the path); a build that fails with WEIR_EINVAL is\n"
+        "reported as a usage error.\n"
+        "\n"
+        "While stderr is a terminal, a progress line is shown; at the end a one-line\n"
+        "summary is printed on stderr. Records of the 'print' sink go to stdout.\n"
+        "\n"
+        "SIGINT or SIGTERM stops the sources and lets the job drain and end cleanly;\n"
+        "a second one abandons the drain.\n"
+        "\n"
+        "Exit codes: 0 success (also after a clean stop by SIGINT/SIGTERM),\n"
+        "1 runtime error (also a drain abandoned by a second signal), 2 usage error.\n"
+        "\n"
+        "See 'weir help run counter' and 'weir help run wordcount'.\n",
+        out);
+}
+
+static int cmd_help(int argc, char **argv) {
+  /* weir help [run [JOB]] */
+  if (argc <= 1) {
+    help_main(stdout);
+    return CLI_EXIT_OK;
+  }
+  const char *topic = argv[1];
+  if (strcmp(topic, "run") == 0 && argc == 2) {
+    help_run(stdout);
+    return CLI_EXIT_OK;
+  }
+  const char *job = strcmp(topic, "run") == 0 && argc == 3 ? argv[2] : argc == 2 ? topic : NULL;
+  const cli_builtin *b = job ? find_builtin(job) : NULL;
+  if (b != NULL) {
+    b->help(stdout);
+    return CLI_EXIT_OK;
+  }
+  fprintf(stderr, "weir: no help for '%s'\nsee 'weir help'\n", job ? job : argv[argc - 1]);
+  return CLI_EXIT_USAGE;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Running a job                                                            */
+
+typedef struct progress_line {
+  double last_s;
+  uint64_t last_n;
+  int shown;
+} progress_line;
+
+/* The live line on a terminal: "records 12.3M  9.87M rec/s  elapsed 1.2s",
+ * the rate over the last interval. Runs on the thread of weir_job_run. */
+static void on_progress(void *user, const weir_progress *p) {
+  progress_line *pl = user;
+  double dt = p->elapsed_s - pl->last_s;
+  double rate = dt > 0 && p->source_records >= pl->last_n
+                    ? (double)(p->source_records - pl->last_n) / dt
+                    : 0.0;
+  pl->last_s = p->elapsed_s;
+  pl->last_n = p->source_records;
+  char n[32], r[32];
+  fprintf(stderr, "\rrecords %s  %s rec/s  elapsed %.1fs\033[K",
+          cli_human((double)p->source_records, n, sizeof n), cli_human(rate, r, sizeof r),
+          p->elapsed_s);
+  fflush(stderr);
+  pl->shown = 1;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Runs a built job and reports; kind is NULL for a job .so. Returns the exit
+ * code. */
+static int execute(weir_job *job, const cli_engine *eng, const cli_builtin *kind, void *cfg) {
+  weir_run_opts o = {0};
+  o.workers = eng->workers;
+  o.default_parallelism = eng->parallelism;
+  o.handle_signals = 1;
+  progress_line pl = {0};
+  if (!eng->quiet && isatty(STDERR_FILENO) && !(eng->prints_records && isatty(STDOUT_FILENO))) {
+    o.progress_ms = 500;
+    o.progress = on_progress;
+    o.progress_user = &pl;
+  }
+  double t0 = now_s();
+  int rc = weir_job_run(job, &o);
+  /* A first SIGINT/SIGTERM drains the job and weir_job_run returns 0; a
+   * second one abandons the drain (WEIR_ECANCELED): not a clean end. */
+  cli_outcome out = {.elapsed_s = now_s() - t0};
+  if (pl.shown) fputs("\r\033[K", stderr);
+  fflush(stdout);
+
+  int code = CLI_EXIT_OK;
+  if (eng->summary_json != NULL) {
+    int s = weir_job_write_summary(job, eng->summary_json);
+    if (s < 0) {
+      cli_error("cannot write summary '%s': %s", eng->summary_json, weir_strerror(s));
+      code = CLI_EXIT_RUNTIME;
+    }
+  }
+  if (rc != 0) {
+    const char *e = weir_job_error(job);
+    cli_error("job failed: %s", e != NULL && *e ? e : weir_strerror(rc));
+    return CLI_EXIT_RUNTIME;
+  }
+  if (!eng->quiet) {
+    if (kind != NULL) {
+      kind->report(job, cfg, &out, stderr);
+    } else {
+      fprintf(stderr, "%s: %s in %.2f s\n", weir_job_name(job), out.stopped ? "stopped" : "done",
+              out.elapsed_s);
+    }
+    if (out.stopped) fputs("weir: stopped; the job drained and ended cleanly\n", stderr);
+  }
+  return code;
+}
+
+/* Reports a build error and returns the exit code for it. */
+static int build_failed(weir_job *job, int rc, const char *what) {
+  const char *e = job ? weir_job_error(job) : NULL;
+  cli_error("%s%s", what, e != NULL && *e ? e : weir_strerror(rc));
+  return CLI_EXIT_RUNTIME;
+}
+
+static int run_builtin(const cli_builtin *b, cli_engine *eng, cli_args *a) {
+  for (int i = a->i; i < a->argc; i++) {
+    cli_args h = *a;
+    h.i = i;
+    if (cli_is_help(&h)) {
+      b->help(stdout);
+      return CLI_EXIT_OK;
+    }
+  }
+  void *cfg = NULL;
+  if (b->parse(a, eng, &cfg) < 0) return CLI_EXIT_USAGE;
+  weir_job *job = NULL;
+  int code;
+  int rc = weir_job_create(&job, b->name);
+  if (rc < 0) {
+    code = build_failed(NULL, rc, "cannot create job: ");
+  } else if ((rc = b->build(job, eng, cfg)) != 0) {
+    code = build_failed(job, rc, "");
+  } else {
+    code = execute(job, eng, b, cfg);
+  }
+  weir_job_destroy(job);
+  b->free_cfg(cfg);
+  return code;
+}
+
+static int run_shared_object(const cli_engine *eng, const char *path, int argc, char **argv) {
+  cli_loaded l;
+  if (cli_job_load(path, &l) < 0) return CLI_EXIT_RUNTIME;
+  /* The job's name: the file name without directory and ".so". */
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  size_t n = strlen(base);
+  if (n > 3 && strcmp(base + n - 3, ".so") == 0) n -= 3;
+  char *name = malloc(n + 1);
+  char **jargv = malloc(((size_t)argc + 2) * sizeof *jargv);
+  int code;
+  weir_job *job = NULL;
+  if (name == NULL || jargv == NULL) {
+    cli_error("out of memory");
+    code = CLI_EXIT_RUNTIME;
+    goto done;
+  }
+  memcpy(name, base, n);
+  name[n] = '\0';
+  jargv[0] = (char *)path;
+  for (int i = 0; i < argc; i++) jargv[i + 1] = argv[i];
+  jargv[argc + 1] = NULL;
+  int rc = weir_job_create(&job, name);
+  if (rc < 0) {
+    code = build_failed(NULL, rc, "cannot create job: ");
+    goto done;
+  }
+  rc = l.build(job, argc + 1, jargv);
+  if (rc != 0) {
+    const char *e = weir_job_error(job);
+    const char *msg = e != NULL && *e ? e : weir_strerror(rc);
+    if (rc == WEIR_EINVAL) {
+      fprintf(stderr, "weir: job '%s': %s\n", path, msg);
+      code = CLI_EXIT_USAGE;
+    } else {
+      cli_error("job '%s' could not be built: %s", path, msg);
+      code = CLI_EXIT_RUNTIME;
+    }
+    goto done;
+  }
+  code = execute(job, eng, NULL, NULL);
+done:
+  weir_job_destroy(job); /* before dlclose: the job may point into the .so */
+  free(jargv);
+  free(name);
+  cli_job_unload(&l);
+  return code;
+}
+
+static int cmd_run(int argc, char **argv) {
+  cli_engine eng = {0};
+  cli_args a = {.argc = argc, .argv = argv, .i = 1, .what = "run"};
+  while (a.i < argc) {
+    if (cli_is_help(&a)) {
+      help_run(stdout);
+      return CLI_EXIT_OK;
+    }
+    int r = cli_take_engine(&a, &eng);
+    if (r < 0) return CLI_EXIT_USAGE;
+    if (r > 0) continue;
+    if (argv[a.i][0] == '-') {
+      cli_usage("unknown option '%s' for 'weir run' (job options go after the job name)",
+                argv[a.i]);
+      return CLI_EXIT_USAGE;
+    }
+    break;
+  }
+  if (a.i >= argc) {
+    cli_usage("run: missing job name (built-in jobs: counter, wordcount; or a path to a job .so)");
+    return CLI_EXIT_USAGE;
+  }
+  const char *name = argv[a.i++];
+  if (cli_is_job_path(name)) return run_shared_object(&eng, name, argc - a.i, argv + a.i);
+  const cli_builtin *b = find_builtin(name);
+  if (b == NULL) {
+    cli_usage("unknown job '%s' (built-in jobs: counter, wordcount; or a path to a job .so)", name);
+    return CLI_EXIT_USAGE;
+  }
+  char what[64];
+  snprintf(what, sizeof what, "job '%s'", b->name);
+  a.what = what;
+  return run_builtin(b, &eng, &a);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    help_main(stderr);
+    return CLI_EXIT_USAGE;
+  }
+  const char *verb = argv[1];
+  if (strcmp(verb, "run") == 0) return cmd_run(argc - 1, argv + 1);
+  if (strcmp(verb, "help") == 0) return cmd_help(argc - 1, argv + 1);
+  if (strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
+    help_main(stdout);
+    return CLI_EXIT_OK;
+  }
+  if (strcmp(verb, "version") == 0 || strcmp(verb, "--version") == 0) {
+    printf("weir %s (job ABI %u)\n", WEIR_VERSION, (unsigned)WEIR_ABI_VERSION);
+    return CLI_EXIT_OK;
+  }
+  fprintf(stderr, "weir: unknown command '%s'\nsee 'weir help'\n", verb);
+  return CLI_EXIT_USAGE;
+}

@@ -1,0 +1,757 @@
+/* tests/test_cli.c: owns the end-to-end tests of the `weir` command line:
+ * help and version, usage errors and their exit codes, the built-in counter
+ * and wordcount jobs checked against exact references computed here, the
+ * example job .so, and --summary-json.
+ *
+ * DESIGN. Every test runs the real binary (WEIR_BINARY) in a temporary
+ * directory of its own through th_run, with a time limit, so nothing hangs
+ * and nothing is shared. Outputs are compared as multisets, never in order
+ * (subtasks interleave), and nothing about timing is asserted.
+ */
+#include <criterion/criterion.h>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "helpers.h"
+
+#define TIMEOUT_S 120
+
+static int weir(const char *cwd, char **out, char **err, const char *const args[]) {
+  const char *argv[64];
+  int n = 0;
+  argv[n++] = WEIR_BINARY;
+  for (int i = 0; args[i] != NULL && n < 63; i++) argv[n++] = args[i];
+  argv[n] = NULL;
+  return th_run(argv, cwd, out, err, TIMEOUT_S);
+}
+
+#define WEIR(cwd, out, err, ...) weir(cwd, out, err, (const char *const[]){__VA_ARGS__, NULL})
+
+static char *path_join(const char *a, const char *b) {
+  size_t n = strlen(a) + strlen(b) + 2;
+  char *p = malloc(n);
+  cr_assert_not_null(p);
+  snprintf(p, n, "%s/%s", a, b);
+  return p;
+}
+
+/* The concatenation of every "*.txt" file in dir (the file sink's finished
+ * files); fails the test if a ".pending" file is left. */
+static char *read_sink_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  cr_assert_not_null(d, "sink directory %s missing", dir);
+  size_t len = 0;
+  char *all = calloc(1, 1);
+  struct dirent *e;
+  int files = 0;
+  while ((e = readdir(d)) != NULL) {
+    size_t n = strlen(e->d_name);
+    cr_assert(strstr(e->d_name, ".pending") == NULL, "unfinished sink file %s", e->d_name);
+    if (n < 4 || strcmp(e->d_name + n - 4, ".txt") != 0) continue;
+    char *p = path_join(dir, e->d_name);
+    size_t flen = 0;
+    char *data = th_read_file(p, &flen);
+    cr_assert_not_null(data, "cannot read %s", p);
+    all = realloc(all, len + flen + 1);
+    memcpy(all + len, data, flen);
+    len += flen;
+    all[len] = '\0';
+    free(data);
+    free(p);
+    files++;
+  }
+  closedir(d);
+  cr_assert_gt(files, 0, "no sink files in %s", dir);
+  return all;
+}
+
+/* Splits text into lines in place; returns the number of lines (a final line
+ * without newline counts). */
+static size_t split_lines(char *text, char ***lines) {
+  size_t n = 0, cap = 1024;
+  char **v = malloc(cap * sizeof *v);
+  char *p = text;
+  while (*p) {
+    char *nl = strchr(p, '\n');
+    if (n == cap) v = realloc(v, (cap *= 2) * sizeof *v);
+    v[n++] = p;
+    if (nl == NULL) break;
+    *nl = '\0';
+    p = nl + 1;
+  }
+  *lines = v;
+  return n;
+}
+
+static void finish(char *dir) {
+  th_rmrf(dir);
+  free(dir);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Help and version                                                         */
+
+static void expect_help(const char *const args[], const char *needle) {
+  char *out = NULL, *err = NULL;
+  int rc = weir(NULL, &out, &err, args);
+  cr_assert_eq(rc, 0, "%s: exit %d, stderr: %s", args[0], rc, err);
+  cr_assert(strstr(out, needle) != NULL, "%s: no '%s' in: %s", args[0], needle, out);
+  free(out);
+  free(err);
+}
+
+Test(cli, help) {
+  expect_help((const char *const[]){"help", NULL}, "run");
+  expect_help((const char *const[]){"--help", NULL}, "run");
+  expect_help((const char *const[]){"help", "run", NULL}, "--workers");
+  expect_help((const char *const[]){"run", "--help", NULL}, "counter");
+  expect_help((const char *const[]){"run", "counter", "--help", NULL}, "--records");
+  expect_help((const char *const[]){"help", "run", "counter", NULL}, "--keys");
+  expect_help((const char *const[]){"run", "wordcount", "--help", NULL}, "--input");
+  expect_help((const char *const[]){"version", NULL}, "weir");
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Usage errors: exit 2 with a message naming the problem                   */
+
+static void expect_usage(const char *const args[], const char *needle) {
+  char *out = NULL, *err = NULL;
+  int rc = weir(NULL, &out, &err, args);
+  cr_assert_eq(rc, 2, "weir %s ...: exit %d (expected 2), stderr: %s", args[0], rc, err);
+  cr_assert(strstr(err, needle) != NULL, "weir %s ...: no '%s' in stderr: %s", args[0], needle,
+            err);
+  free(out);
+  free(err);
+}
+
+Test(cli, usage_errors) {
+  expect_usage((const char *const[]){"frobnicate", NULL}, "frobnicate");
+  expect_usage((const char *const[]){"run", NULL}, "missing job");
+  expect_usage((const char *const[]){"run", "foo", NULL}, "unknown job 'foo'");
+  expect_usage((const char *const[]){"run", "--bogus", "counter", NULL}, "--bogus");
+  expect_usage((const char *const[]){"run", "counter", "--bogus", NULL}, "--bogus");
+  expect_usage((const char *const[]){"run", "counter", "extra", NULL}, "extra");
+  expect_usage((const char *const[]){"run", "counter", "--records", NULL}, "--records");
+  expect_usage((const char *const[]){"run", "counter", "--records", "-5", NULL}, "-5");
+  expect_usage((const char *const[]){"run", "counter", "--records", "12x", NULL}, "12x");
+  expect_usage((const char *const[]){"run", "counter", "--records", "", NULL}, "--records");
+  expect_usage(
+      (const char *const[]){"run", "counter", "--records", "99999999999999999999999", NULL},
+      "too large");
+  expect_usage((const char *const[]){"run", "counter", "--keys", "0", NULL}, "--keys");
+  expect_usage((const char *const[]){"run", "--workers", "abc", "counter", NULL}, "abc");
+  expect_usage((const char *const[]){"run", "counter", "--parallelism=-1", NULL}, "-1");
+  expect_usage((const char *const[]){"run", "counter", "--quiet=yes", NULL}, "--quiet");
+  expect_usage((const char *const[]){"run", "counter", "--sink", "nowhere:x", NULL}, "--sink");
+  expect_usage((const char *const[]){"run", "wordcount", NULL}, "--input");
+  expect_usage(
+      (const char *const[]){"run", "wordcount", "--input", "x", "--on-bad-record", "maybe", NULL},
+      "maybe");
+  expect_usage(
+      (const char *const[]){"run", "wordcount", "--input", "x", "--dead-letter", "d", NULL},
+      "--dead-letter");
+  expect_usage((const char *const[]){"help", "nothing", NULL}, "nothing");
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+Test(cli, wordcount_unreadable_input) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char *missing = path_join(dir, "no-such-input.txt");
+  char *out = NULL, *err = NULL;
+  int rc = WEIR(dir, &out, &err, "run", "wordcount", "--input", missing, "--sink", "null");
+  cr_assert_eq(rc, 1, "exit %d, stderr: %s", rc, err);
+  cr_assert(strstr(err, missing) != NULL, "path not named in: %s", err);
+  free(out);
+  free(err);
+  free(missing);
+  finish(dir);
+}
+
+/* ------------------------------------------------------------------------ */
+/* counter                                                                  */
+
+/* Checks lines "<key> <count>": for each key k < K, the counts 1..n_k (n_k =
+ * number of i < N with i mod K = k) each exactly once, nothing else. */
+static void check_counts(char *text, uint64_t n, uint64_t k) {
+  char **lines;
+  size_t nl = split_lines(text, &lines);
+  cr_assert_eq(nl, n, "%zu lines, expected %llu", nl, (unsigned long long)n);
+  uint64_t per = n / k + 1;
+  uint8_t *seen = calloc(k * per, 1);
+  uint64_t *max = calloc(k, sizeof *max);
+  for (size_t i = 0; i < nl; i++) {
+    unsigned long long key, count;
+    char extra;
+    cr_assert_eq(sscanf(lines[i], "%llu %llu%c", &key, &count, &extra), 2, "bad line '%s'",
+                 lines[i]);
+    uint64_t expect_n = n / k + (key < n % k ? 1 : 0);
+    cr_assert_lt(key, k, "key out of range: '%s'", lines[i]);
+    cr_assert(count >= 1 && count <= expect_n, "count out of range: '%s'", lines[i]);
+    cr_assert_eq(seen[key * per + count - 1], 0, "duplicate line '%s'", lines[i]);
+    seen[key * per + count - 1] = 1;
+    if (count > max[key]) max[key] = count;
+  }
+  /* Every count once (implied by line count + no duplicates + range), and the
+   * final per-key counts exact. */
+  for (uint64_t key = 0; key < k; key++) {
+    uint64_t expect_n = n / k + (key < n % k ? 1 : 0);
+    cr_assert_eq(max[key], expect_n, "key %llu: final count %llu, expected %llu",
+                 (unsigned long long)key, (unsigned long long)max[key],
+                 (unsigned long long)expect_n);
+  }
+  free(seen);
+  free(max);
+  free(lines);
+}
+
+static void run_counter(const char *p, const char *w) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char *out = NULL, *err = NULL;
+  int rc = WEIR(dir, &out, &err, "run", "counter", "--records", "10000", "--keys", "100",
+                "--parallelism", p, "--workers", w, "--sink", "file:out", "--state-dir", "st");
+  cr_assert_eq(rc, 0, "P=%s W=%s: exit %d, stderr: %s", p, w, rc, err);
+  cr_assert(strstr(err, "counter") != NULL, "no summary line in: %s", err);
+  char *o = path_join(dir, "out");
+  char *text = read_sink_dir(o);
+  check_counts(text, 10000, 100);
+  char *st = path_join(dir, "st");
+  DIR *d = opendir(st);
+  cr_assert_not_null(d, "state directory not created");
+  closedir(d);
+  free(st);
+  free(text);
+  free(o);
+  free(out);
+  free(err);
+  finish(dir);
+}
+
+Test(cli, counter_p1_w1) {
+  run_counter("1", "1");
+}
+Test(cli, counter_p2_w1) {
+  run_counter("2", "1");
+}
+Test(cli, counter_p4_w1) {
+  run_counter("4", "1");
+}
+Test(cli, counter_p1_w2) {
+  run_counter("1", "2");
+}
+Test(cli, counter_p2_w2) {
+  run_counter("2", "2");
+}
+Test(cli, counter_p4_w2) {
+  run_counter("4", "2");
+}
+
+/* Engine options before the job name work as well as after it, and the
+ * default state directory is ./state. */
+Test(cli, counter_engine_options_first) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char *out = NULL, *err = NULL;
+  int rc = WEIR(dir, &out, &err, "run", "--workers", "2", "--parallelism=2", "--quiet", "counter",
+                "--records", "1k", "--keys", "7", "--sink", "file:out");
+  cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
+  cr_assert(strstr(err, "counter:") == NULL, "--quiet printed a summary: %s", err);
+  char *o = path_join(dir, "out");
+  char *text = read_sink_dir(o);
+  check_counts(text, 1000, 7);
+  char *st = path_join(dir, "state");
+  DIR *d = opendir(st);
+  cr_assert_not_null(d, "./state not created");
+  closedir(d);
+  free(st);
+  free(text);
+  free(o);
+  free(out);
+  free(err);
+  finish(dir);
+}
+
+/* The print sink writes records to stdout, the summary goes to stderr. */
+Test(cli, counter_print) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char *out = NULL, *err = NULL;
+  int rc = WEIR(dir, &out, &err, "run", "counter", "--records", "500", "--keys", "5", "--sink",
+                "print", "--workers", "2");
+  cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
+  check_counts(out, 500, 5);
+  free(out);
+  free(err);
+  finish(dir);
+}
+
+/* Nonzero once dir holds at least one file (the sink has opened). */
+static int has_file(const char *dir) {
+  DIR *d = opendir(dir);
+  if (d == NULL) return 0;
+  int found = 0;
+  struct dirent *e;
+  while (!found && (e = readdir(d)) != NULL) found = e->d_name[0] != '.';
+  closedir(d);
+  return found;
+}
+
+static void nap_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* SIGINT stops an unbounded counter cleanly: exit 0, a "stopped" note, and
+ * the drained output is, for every key, the counts 1..m_k once each. */
+Test(cli, counter_sigint) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char *o = path_join(dir, "out");
+  char *errpath = path_join(dir, "stderr.txt");
+  fflush(NULL);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int nul = open("/dev/null", O_RDWR);
+    if (fd < 0 || nul < 0 || chdir(dir) != 0) _exit(127);
+    dup2(nul, 0);
+    dup2(nul, 1);
+    dup2(fd, 2);
+    execl(WEIR_BINARY, WEIR_BINARY, "run", "counter", "--records", "0", "--keys", "10", "--rate",
+          "20000", "--workers", "2", "--parallelism", "2", "--sink", "file:out", (char *)NULL);
+    _exit(127);
+  }
+  /* The job runs once its sinks have opened their files. */
+  int waited = 0;
+  while (!has_file(o) && waited < 60000) {
+    nap_ms(10);
+    waited += 10;
+  }
+  cr_assert(has_file(o), "the sink never opened");
+  kill(pid, SIGINT);
+  int status = 0;
+  waited = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (waited >= 60000) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      cr_assert_fail("weir did not stop within 60 s of SIGINT");
+    }
+    nap_ms(10);
+    waited += 10;
+  }
+  char *err = th_read_file(errpath, NULL);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d, stderr: %s", status, err);
+  cr_assert(strstr(err, "stopped") != NULL, "no stop note in: %s", err);
+
+  char *text = read_sink_dir(o);
+  char **lines;
+  size_t nl = split_lines(text, &lines);
+  uint64_t max[10] = {0}, seen_lines[10] = {0};
+  uint8_t *seen = calloc(10 * (nl + 1), 1);
+  for (size_t i = 0; i < nl; i++) {
+    unsigned long long key, count;
+    char extra;
+    cr_assert_eq(sscanf(lines[i], "%llu %llu%c", &key, &count, &extra), 2, "bad line '%s'",
+                 lines[i]);
+    cr_assert_lt(key, 10, "bad key in '%s'", lines[i]);
+    cr_assert(count >= 1 && count <= nl, "bad count in '%s'", lines[i]);
+    cr_assert_eq(seen[key * (nl + 1) + count], 0, "duplicate line '%s'", lines[i]);
+    seen[key * (nl + 1) + count] = 1;
+    seen_lines[key]++;
+    if (count > max[key]) max[key] = count;
+  }
+  /* No duplicates and the highest count equal to the number of lines: each
+   * key's counts are exactly 1..m_k. */
+  for (int k = 0; k < 10; k++) {
+    cr_assert_eq(max[k], seen_lines[k], "key %d: %llu lines, highest count %llu", k,
+                 (unsigned long long)seen_lines[k], (unsigned long long)max[k]);
+  }
+  free(seen);
+  free(lines);
+  free(text);
+  free(err);
+  free(errpath);
+  free(o);
+  finish(dir);
+}
+
+/* ------------------------------------------------------------------------ */
+/* wordcount                                                                */
+
+#define VOCAB 300
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+typedef struct wc_ref {
+  char *words[VOCAB]; /* sorted */
+  uint64_t count[VOCAB];
+  uint64_t total;
+} wc_ref;
+
+static uint64_t lcg(uint64_t *s) {
+  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+  return *s >> 33;
+}
+
+/* Writes a deterministic input to path and fills the reference counts. Words
+ * differ in case and punctuation ("Word", "word", "word,") so exact matching
+ * shows; separators are runs of spaces and tabs; some lines are empty; CR LF
+ * line ends occur; the last line has no newline. */
+static void make_input(const char *path, wc_ref *ref) {
+  static const char *const stems[] = {"alpha", "beta", "Gamma", "delta", "x", "y7", "über", "a-b"};
+  uint64_t seed = 42;
+  memset(ref, 0, sizeof *ref);
+  for (int i = 0; i < VOCAB; i++) {
+    /* Four spellings of each base word: only exact matching separates them. */
+    char base[32], buf[64];
+    snprintf(base, sizeof base, "%s%d", stems[(i / 4) % 8], i / 4);
+    switch (i % 4) {
+    case 0:
+      snprintf(buf, sizeof buf, "%s", base);
+      break;
+    case 1:
+      snprintf(buf, sizeof buf, "%s", base);
+      if (buf[0] >= 'a' && buf[0] <= 'z') {
+        buf[0] = (char)(buf[0] - 'a' + 'A');
+      } else if (buf[0] >= 'A' && buf[0] <= 'Z') {
+        buf[0] = (char)(buf[0] - 'A' + 'a');
+      } else {
+        snprintf(buf, sizeof buf, "_%s", base);
+      }
+      break;
+    case 2:
+      snprintf(buf, sizeof buf, "%s,", base);
+      break;
+    default:
+      snprintf(buf, sizeof buf, "(%s)", base);
+      break;
+    }
+    ref->words[i] = strdup(buf);
+  }
+  qsort(ref->words, VOCAB, sizeof ref->words[0], cmp_str);
+  for (int i = 1; i < VOCAB; i++) cr_assert_str_neq(ref->words[i - 1], ref->words[i]);
+
+  size_t cap = 1 << 20, len = 0;
+  char *text = malloc(cap);
+  for (int line = 0; line < 3000; line++) {
+    int nw = (int)(lcg(&seed) % 13);
+    if (lcg(&seed) % 3 == 0) text[len++] = ' ';
+    for (int w = 0; w < nw; w++) {
+      /* Skewed: low indices are frequent. */
+      uint64_t r = lcg(&seed) % VOCAB;
+      uint64_t idx = (lcg(&seed) % 2) ? r : r % 17;
+      const char *word = ref->words[idx];
+      size_t wl = strlen(word);
+      cr_assert_lt(len + wl + 8, cap);
+      memcpy(text + len, word, wl);
+      len += wl;
+      ref->count[idx]++;
+      ref->total++;
+      if (w + 1 < nw) {
+        int seps = 1 + (int)(lcg(&seed) % 3);
+        for (int k = 0; k < seps; k++) text[len++] = (lcg(&seed) % 4 == 0) ? '\t' : ' ';
+      }
+    }
+    if (lcg(&seed) % 5 == 0) text[len++] = ' ';
+    if (line + 1 < 3000) {
+      if (lcg(&seed) % 7 == 0) text[len++] = '\r';
+      text[len++] = '\n';
+    }
+  }
+  cr_assert_eq(th_write_file(path, text, len), 0);
+  free(text);
+}
+
+static void free_ref(wc_ref *ref) {
+  for (int i = 0; i < VOCAB; i++) free(ref->words[i]);
+}
+
+/* Lines "<word> <count>": each word's counts are exactly 1..n_word, once each
+ * (so its final count is n_word), and there is one line per input word. */
+static void check_words(char *text, wc_ref *ref) {
+  char **lines;
+  size_t nl = split_lines(text, &lines);
+  cr_assert_eq(nl, ref->total, "%zu lines, expected %llu (one per word)", nl,
+               (unsigned long long)ref->total);
+  uint8_t *seen[VOCAB];
+  uint64_t max[VOCAB] = {0};
+  for (int i = 0; i < VOCAB; i++) seen[i] = calloc(ref->count[i] + 1, 1);
+  for (size_t i = 0; i < nl; i++) {
+    char *sp = strrchr(lines[i], ' ');
+    cr_assert_not_null(sp, "bad line '%s'", lines[i]);
+    *sp = '\0';
+    char *end = NULL;
+    unsigned long long c = strtoull(sp + 1, &end, 10);
+    cr_assert(*end == '\0' && sp[1] != '\0', "bad count in line '%s %s'", lines[i], sp + 1);
+    char *key = lines[i];
+    char **hit = bsearch(&key, ref->words, VOCAB, sizeof ref->words[0], cmp_str);
+    cr_assert_not_null(hit, "unexpected word '%s'", lines[i]);
+    size_t w = (size_t)(hit - ref->words);
+    cr_assert(c >= 1 && c <= ref->count[w], "word '%s': count %llu out of 1..%llu", lines[i], c,
+              (unsigned long long)ref->count[w]);
+    cr_assert_eq(seen[w][c], 0, "word '%s': count %llu twice", lines[i], c);
+    seen[w][c] = 1;
+    if (c > max[w]) max[w] = c;
+  }
+  for (int i = 0; i < VOCAB; i++) {
+    cr_assert_eq(max[i], ref->count[i], "word '%s': final count %llu, expected %llu", ref->words[i],
+                 (unsigned long long)max[i], (unsigned long long)ref->count[i]);
+    free(seen[i]);
+  }
+  free(lines);
+}
+
+static void run_wordcount(const char *p, const char *w) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char *in = path_join(dir, "input.txt");
+  wc_ref ref;
+  make_input(in, &ref);
+  char *out = NULL, *err = NULL;
+  int rc = WEIR(dir, &out, &err, "run", "wordcount", "--input", in, "--parallelism", p, "--workers",
+                w, "--sink", "file:out");
+  cr_assert_eq(rc, 0, "P=%s W=%s: exit %d, stderr: %s", p, w, rc, err);
+  char *o = path_join(dir, "out");
+  char *text = read_sink_dir(o);
+  check_words(text, &ref);
+  free(text);
+  free(o);
+  free(out);
+  free(err);
+  free(in);
+  free_ref(&ref);
+  finish(dir);
+}
+
+Test(cli, wordcount_p1_w1) {
+  run_wordcount("1", "1");
+}
+Test(cli, wordcount_p2_w2) {
+  run_wordcount("2", "2");
+}
+Test(cli, wordcount_p3_w2) {
+  run_wordcount("3", "2");
+}
+
+/* The default sink prints to stdout. */
+Test(cli, wordcount_print) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char *in = path_join(dir, "in.txt");
+  const char *text = "the cat  The\tcat\n\n  cat!\nthe";
+  cr_assert_eq(th_write_file(in, text, strlen(text)), 0);
+  char *out = NULL, *err = NULL;
+  int rc = WEIR(dir, &out, &err, "run", "wordcount", "--input", in, "--quiet");
+  cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
+  char **lines;
+  size_t n = split_lines(out, &lines);
+  qsort(lines, n, sizeof *lines, cmp_str);
+  const char *expect[] = {"The 1", "cat 1", "cat 2", "cat! 1", "the 1", "the 2"};
+  cr_assert_eq(n, 6, "%zu lines: %s", n, out);
+  for (size_t i = 0; i < n; i++) cr_assert_str_eq(lines[i], expect[i]);
+  free(lines);
+  free(out);
+  free(err);
+  free(in);
+  finish(dir);
+}
+
+/* A line with a NUL byte is a bad record: by default the job fails (exit 1);
+ * with --on-bad-record skip it is left out and the rest is counted. */
+Test(cli, wordcount_bad_record) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char *in = path_join(dir, "in.txt");
+  const char text[] = "a b\nbad\0line\nb c\n";
+  cr_assert_eq(th_write_file(in, text, sizeof text - 1), 0);
+  char *out = NULL, *err = NULL;
+  int rc = WEIR(dir, &out, &err, "run", "wordcount", "--input", in, "--sink", "null");
+  cr_assert_eq(rc, 1, "exit %d, stderr: %s", rc, err);
+  cr_assert(strstr(err, "job failed") != NULL, "no failure message in: %s", err);
+  free(out);
+  free(err);
+
+  char *dl = path_join(dir, "dead.txt");
+  rc = WEIR(dir, &out, &err, "run", "wordcount", "--input", in, "--on-bad-record", "skip",
+            "--dead-letter", dl, "--quiet", "--parallelism", "1");
+  cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
+  char **lines;
+  size_t n = split_lines(out, &lines);
+  qsort(lines, n, sizeof *lines, cmp_str);
+  const char *expect[] = {"a 1", "b 1", "b 2", "c 1"};
+  cr_assert_eq(n, 4, "%zu lines: %s", n, out);
+  for (size_t i = 0; i < n; i++) cr_assert_str_eq(lines[i], expect[i]);
+  free(lines);
+  free(out);
+  free(err);
+  free(dl);
+  free(in);
+  finish(dir);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Job shared objects                                                       */
+
+/* Lines "<key> <sum>" of the example job for N records: for each key k < 10,
+ * the sums j*k*k for j = 1..n_k, each once (key 0: n_0 lines "0 0"). */
+static void check_squares(char *text, uint64_t n) {
+  char **lines;
+  size_t nl = split_lines(text, &lines);
+  cr_assert_eq(nl, n, "%zu lines, expected %llu", nl, (unsigned long long)n);
+  uint64_t per = n / 10 + 1;
+  uint8_t *seen = calloc(10 * per, 1);
+  uint64_t zeros = 0;
+  for (size_t i = 0; i < nl; i++) {
+    unsigned long long key, s;
+    char extra;
+    cr_assert_eq(sscanf(lines[i], "%llu %llu%c", &key, &s, &extra), 2, "bad line '%s'", lines[i]);
+    cr_assert_lt(key, 10, "bad key in '%s'", lines[i]);
+    if (key == 0) {
+      cr_assert_eq(s, 0, "bad sum in '%s'", lines[i]);
+      zeros++;
+      continue;
+    }
+    uint64_t nk = n / 10 + (key < n % 10 ? 1 : 0);
+    cr_assert_eq(s % (key * key), 0, "bad sum in '%s'", lines[i]);
+    uint64_t j = s / (key * key);
+    cr_assert(j >= 1 && j <= nk, "sum out of range in '%s'", lines[i]);
+    cr_assert_eq(seen[key * per + j - 1], 0, "duplicate line '%s'", lines[i]);
+    seen[key * per + j - 1] = 1;
+  }
+  cr_assert_eq(zeros, n / 10 + (n % 10 ? 1 : 0), "key 0: %llu lines", (unsigned long long)zeros);
+  for (uint64_t k = 1; k < 10; k++) {
+    uint64_t nk = n / 10 + (k < n % 10 ? 1 : 0);
+    for (uint64_t j = 1; j <= nk; j++) {
+      cr_assert(seen[k * per + j - 1], "key %llu: sum %llu missing", (unsigned long long)k,
+                (unsigned long long)(j * k * k));
+    }
+  }
+  free(seen);
+  free(lines);
+}
+
+Test(cli, example_so) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char *out = NULL, *err = NULL;
+  int rc = WEIR(dir, &out, &err, "run", WEIR_JOBS_DIR "/example_job.so", "1003");
+  cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
+  check_squares(out, 1003);
+  free(out);
+  free(err);
+
+  rc = WEIR(dir, &out, &err, "run", "--workers", "2", "--parallelism", "2", "--quiet",
+            WEIR_JOBS_DIR "/example_job.so", "20000", "file:sq");
+  cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
+  char *o = path_join(dir, "sq");
+  char *text = read_sink_dir(o);
+  check_squares(text, 20000);
+  free(text);
+  free(o);
+  free(out);
+  free(err);
+
+  /* A bad argument of the job is a usage error. */
+  rc = WEIR(dir, &out, &err, "run", WEIR_JOBS_DIR "/example_job.so", "lots");
+  cr_assert_eq(rc, 2, "exit %d, stderr: %s", rc, err);
+  cr_assert(strstr(err, "lots") != NULL, "no message in: %s", err);
+  free(out);
+  free(err);
+  finish(dir);
+}
+
+Test(cli, bad_so) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char *out = NULL, *err = NULL;
+  char *missing = path_join(dir, "missing.so");
+  int rc = WEIR(dir, &out, &err, "run", missing);
+  cr_assert_eq(rc, 1, "exit %d, stderr: %s", rc, err);
+  cr_assert(strstr(err, missing) != NULL, "path not named in: %s", err);
+  free(out);
+  free(err);
+
+  /* Not a shared object at all, named without a '/'. */
+  char *junk = path_join(dir, "junk.so");
+  cr_assert_eq(th_write_file(junk, "not an ELF file\n", 16), 0);
+  rc = WEIR(dir, &out, &err, "run", "junk.so");
+  cr_assert_eq(rc, 1, "exit %d, stderr: %s", rc, err);
+  cr_assert(strstr(err, "junk.so") != NULL, "path not named in: %s", err);
+  free(out);
+  free(err);
+  free(junk);
+  free(missing);
+  finish(dir);
+}
+
+/* ------------------------------------------------------------------------ */
+/* --summary-json                                                           */
+
+static void expect_json(const char *path, const char *const names[]) {
+  char *j = th_read_file(path, NULL);
+  cr_assert_not_null(j, "summary %s not written", path);
+  const char *p = j;
+  while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
+  cr_assert_eq(*p, '{', "summary does not start with '{': %s", j);
+  const char *q = j + strlen(j);
+  while (q > p && (q[-1] == ' ' || q[-1] == '\n' || q[-1] == '\t' || q[-1] == '\r')) q--;
+  cr_assert(q > p && q[-1] == '}', "summary does not end with '}': %s", j);
+  for (int i = 0; names[i] != NULL; i++) {
+    char quoted[64];
+    snprintf(quoted, sizeof quoted, "\"%s\"", names[i]);
+    cr_assert(strstr(j, quoted) != NULL, "operator %s missing from summary: %s", names[i], j);
+  }
+  free(j);
+}
+
+Test(cli, summary_json) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char *out = NULL, *err = NULL;
+  char *js = path_join(dir, "counter.json");
+  int rc = WEIR(dir, &out, &err, "run", "counter", "--records", "1000", "--keys", "10",
+                "--summary-json", js, "--quiet");
+  cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
+  expect_json(js, (const char *const[]){"gen", "count", "sink", NULL});
+  free(out);
+  free(err);
+
+  char *in = path_join(dir, "in.txt");
+  cr_assert_eq(th_write_file(in, "a b a\n", 6), 0);
+  char *jw = path_join(dir, "wc.json");
+  rc = WEIR(dir, &out, &err, "run", "--summary-json", jw, "wordcount", "--input", in, "--sink",
+            "null");
+  cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
+  expect_json(jw, (const char *const[]){"file", "split", "count_words", "sink", NULL});
+  free(out);
+  free(err);
+
+  char *je = path_join(dir, "ex.json");
+  rc = WEIR(dir, &out, &err, "run", "--summary-json", je, WEIR_JOBS_DIR "/example_job.so", "100",
+            "null");
+  cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
+  expect_json(je, (const char *const[]){"gen", "square", "sum", "sink", NULL});
+  free(out);
+  free(err);
+  free(je);
+  free(jw);
+  free(in);
+  free(js);
+  finish(dir);
+}
