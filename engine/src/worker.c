@@ -93,6 +93,11 @@ static void drain_inbox(weir__worker *w) {
 
 static void on_timer(uv_timer_t *h) {
   weir__task_wake(h->data);
+  /* uv_run(UV_RUN_ONCE) runs due timers before it polls, and computes the
+   * poll timeout from libuv's own state, which knows nothing of our run
+   * queue: without this the task just queued would wait for an unrelated
+   * event. uv_stop makes that poll return at once. */
+  uv_stop(h->loop);
 }
 
 void weir__task_wake_after(weir__task *t, uint64_t us) {

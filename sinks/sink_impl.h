@@ -1,0 +1,47 @@
+/* sink_impl.h: private to sinks/: the shared argument of the built-in text
+ * sinks, their vtables, and the line buffer they share (linebuf.c). */
+#ifndef WEIR_SINK_IMPL_H
+#define WEIR_SINK_IMPL_H
+
+#include "weir/sinks.h"
+
+/* The arg of a built-in sink node: owned by the job (weir_job_adopt),
+ * read-only at run time, shared by the node's subtasks. */
+typedef struct weir__sink_arg {
+  weir_format_fn fmt; /* never NULL */
+  char *dir;          /* file sink: the output directory; NULL otherwise */
+} weir__sink_arg;
+
+extern const weir_operator_vt weir__null_sink_vt;  /* null.c */
+extern const weir_operator_vt weir__print_sink_vt; /* print.c */
+extern const weir_operator_vt weir__file_sink_vt;  /* file.c */
+
+/* A per-subtask buffer of formatted lines, written out through `write`
+ * (which returns 0 or a negative error, having called weir_ctx_fail). Owned
+ * by the sink subtask's thread.
+ *
+ * Lines are formatted straight into the buffer (no intermediate copy); a
+ * line that does not fit first flushes the buffer, and a line larger than
+ * the whole buffer is formatted into a heap buffer of its size and written
+ * on its own. So the buffer is always written out at line boundaries. */
+typedef struct weir__linebuf {
+  char *buf;
+  size_t cap;      /* bytes in buf */
+  size_t len;      /* bytes used */
+  size_t flush_at; /* write out once len >= flush_at (cap: only when full) */
+  int (*write)(weir_ctx *ctx, void *sink, const char *p, size_t n);
+  void *sink;
+} weir__linebuf;
+
+/* Allocates the buffer; cannot fail (out of memory aborts). */
+void weir__linebuf_init(weir__linebuf *lb, size_t cap, size_t flush_at,
+                        int (*write)(weir_ctx *, void *, const char *, size_t), void *sink);
+/* Frees the buffer without writing it. */
+void weir__linebuf_close(weir__linebuf *lb);
+/* Appends r formatted by fmt, plus '\n'. Returns 0 or a negative error
+ * (from write, or WEIR_EINVAL for a formatter that contradicts itself). */
+int weir__linebuf_put(weir_ctx *ctx, weir__linebuf *lb, weir_format_fn fmt, const weir_record *r);
+/* Writes out what is buffered. Returns 0 or write's error. */
+int weir__linebuf_flush(weir_ctx *ctx, weir__linebuf *lb);
+
+#endif

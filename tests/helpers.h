@@ -1,0 +1,67 @@
+/* tests/helpers.h: small helpers shared by every Criterion test program.
+ *
+ * Temporary directories, running a child process (usually the weir binary,
+ * WEIR_BINARY) with its output captured and a time limit, whole-file reads
+ * and writes, and an explicit leak check for AddressSanitizer builds.
+ *
+ * DESIGN: nothing here calls cr_assert (helpers report errors through their
+ * return values, so a test decides what is fatal), keeps global state, or
+ * starts threads, so the helpers are safe inside Criterion's forked test
+ * processes and may be called from any thread a test starts.
+ */
+#ifndef WEIR_TESTS_HELPERS_H
+#define WEIR_TESTS_HELPERS_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Creates a fresh, private directory "$TMPDIR/weir-test-XXXXXX" ("/tmp" when
+ * TMPDIR is unset or empty) and returns its path, which the caller frees.
+ * Returns NULL on failure (errno set). Remove it with th_rmrf(). */
+char *th_tmpdir(void);
+
+/* Removes `dir` and everything under it; symbolic links are removed, never
+ * followed. Best effort: errors are ignored. NULL is a no-op. */
+void th_rmrf(const char *dir);
+
+/* Runs argv[0] (a path, not searched in PATH) with arguments argv (NULL
+ * terminated) in directory `cwd` (NULL: the current one), stdin from
+ * /dev/null, and waits for it.
+ *
+ * stdout and stderr are captured in full into NUL-terminated malloc'd strings
+ * stored in *out and *err (the caller frees them); pass NULL to discard a
+ * stream. They are set on every return except -2, also after a timeout.
+ *
+ * The child runs in a process group of its own. If it has not exited after
+ * `timeout_s` seconds (<= 0: no limit), the whole group gets SIGKILL and -1 is
+ * returned. Otherwise returns the exit status (0..255; 127 when the program
+ * could not be executed or `cwd` entered), or 128 + the signal number if the
+ * child was killed by a signal, or -2 if the child could not be started
+ * (pipe or fork failed; errno set). Flushes stdio (fflush(NULL)) before
+ * forking. Blocks the calling thread. */
+int th_run(const char *const argv[], const char *cwd, char **out, char **err, int timeout_s);
+
+/* Reads the whole file at `path` into a malloc'd buffer with a NUL byte
+ * appended (so text can be used as a string); *len (if len != NULL) receives
+ * the length without that NUL. Returns NULL if the file is missing or
+ * unreadable (errno set). The caller frees the buffer. */
+char *th_read_file(const char *path, size_t *len);
+
+/* Creates or truncates `path` (mode 0644) and writes `len` bytes of `data`.
+ * Returns 0 or a negative errno. Not durable (no fsync). */
+int th_write_file(const char *path, const char *data, size_t len);
+
+/* In an AddressSanitizer build, runs LeakSanitizer now and returns nonzero if
+ * it found leaks (after printing its report to stderr); the process keeps
+ * running. Without AddressSanitizer, or with detect_leaks=0, returns 0. Use
+ * at the end of a test: cr_assert_eq(th_leak_check(), 0); a leaking
+ * Criterion test otherwise passes. */
+int th_leak_check(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

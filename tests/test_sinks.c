@@ -1,0 +1,343 @@
+/* test_sinks.c: unit tests of the built-in sinks (sinks/): the default
+ * record format, sink specifications, and the null, print and file sinks
+ * run in tiny jobs.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "weir/weir.h"
+
+static weir_job *new_job(void) {
+  weir_job *job = NULL;
+  cr_assert_eq(weir_job_create(&job, "test"), 0);
+  return job;
+}
+
+static int run1(weir_job *job) {
+  weir_run_opts o = {.workers = 1};
+  return weir_job_run(job, &o);
+}
+
+static int exists(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* weir_format_default                                                      */
+
+static weir_record u64_rec(uint64_t key, uint64_t v, uint8_t b[8]) {
+  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
+  weir_record r = {.key = key, .payload = b, .len = 8};
+  return r;
+}
+
+Test(format, key_only_key_value_and_bytes) {
+  char buf[64];
+  weir_record r = {.key = 42};
+  cr_assert_eq(weir_format_default(&r, buf, sizeof buf), 2);
+  cr_assert_str_eq(buf, "42");
+
+  uint8_t b[8];
+  r = u64_rec(7, 1234567890123ull, b);
+  cr_assert_eq(weir_format_default(&r, buf, sizeof buf), 15);
+  cr_assert_str_eq(buf, "7 1234567890123");
+
+  r = u64_rec(UINT64_MAX, 0, b);
+  cr_assert_eq(weir_format_default(&r, buf, sizeof buf), 22);
+  cr_assert_str_eq(buf, "18446744073709551615 0");
+
+  r = (weir_record){.key = 0, .payload = "hello", .len = 5};
+  cr_assert_eq(weir_format_default(&r, buf, sizeof buf), 7);
+  cr_assert_str_eq(buf, "0 hello");
+
+  /* 8 bytes are always a u64, even if they look like text. */
+  r = (weir_record){.key = 1, .payload = "AAAAAAAA", .len = 8};
+  weir_format_default(&r, buf, sizeof buf);
+  cr_assert_str_eq(buf, "1 4702111234474983745");
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+Test(format, too_small_buffer_reports_the_length) {
+  uint8_t b[8];
+  weir_record r = u64_rec(123, 456, b);
+  char buf[8];
+  cr_assert_eq(weir_format_default(&r, NULL, 0), 7);
+  cr_assert_eq(weir_format_default(&r, buf, 7), 7); /* no room for the NUL */
+  cr_assert_eq(weir_format_default(&r, buf, 8), 7);
+  cr_assert_str_eq(buf, "123 456");
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Specifications                                                           */
+
+Test(spec, valid_specs) {
+  char err[128] = "";
+  cr_assert_eq(weir_sink_spec_check("null", err, sizeof err), 0);
+  cr_assert_eq(weir_sink_spec_check("print", err, sizeof err), 0);
+  cr_assert_eq(weir_sink_spec_check("file:out", err, sizeof err), 0);
+  cr_assert_eq(weir_sink_spec_check("file:/tmp/a/b", NULL, 0), 0);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+Test(spec, invalid_specs_name_the_problem) {
+  char err[128];
+  cr_assert_eq(weir_sink_spec_check("", err, sizeof err), WEIR_ESINK);
+  cr_assert(strstr(err, "empty"), "%s", err);
+  cr_assert_eq(weir_sink_spec_check(NULL, err, sizeof err), WEIR_ESINK);
+  cr_assert(strstr(err, "empty"), "%s", err);
+  cr_assert_eq(weir_sink_spec_check("file:", err, sizeof err), WEIR_ESINK);
+  cr_assert(strstr(err, "directory"), "%s", err);
+  cr_assert_eq(weir_sink_spec_check("bogus", err, sizeof err), WEIR_ESINK);
+  cr_assert(strstr(err, "bogus") && strstr(err, "file:DIR"), "%s", err);
+  cr_assert_eq(weir_sink_spec_check("bogus", NULL, 0), WEIR_ESINK);
+  char tiny[4];
+  cr_assert_eq(weir_sink_spec_check("bogus", tiny, sizeof tiny), WEIR_ESINK);
+  cr_assert_eq(strlen(tiny), 3);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+Test(spec, sink_to_with_a_bad_spec_is_a_build_error) {
+  weir_job *job = new_job();
+  weir_gen_opts g = {.records = 3};
+  cr_assert_eq(weir_sink_to(weir_gen(job, "gen", &g, 1), "out", "bogus", NULL, 1), WEIR_ESINK);
+  cr_assert_eq(run1(job), WEIR_ESINK);
+  cr_assert(strstr(weir_job_error(job), "bogus"), "%s", weir_job_error(job));
+  weir_job_destroy(job);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* null                                                                     */
+
+Test(null_sink, counts_everything) {
+  weir_job *job = new_job();
+  weir_gen_opts g = {.records = 10000, .keys = 10};
+  cr_assert_eq(weir_sink_to(weir_gen(job, "gen", &g, 2), "out", "null", NULL, 2), 0);
+  cr_assert_eq(run1(job), 0, "%s", weir_job_error(job));
+  uint64_t in = 0, out = 0;
+  cr_assert_eq(weir_job_operator_counts(job, "out", &in, &out), 0);
+  cr_assert_eq(in, 10000);
+  weir_job_destroy(job);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* print                                                                    */
+
+/* Runs gen(records) -> print with stdout redirected to a file; returns the
+ * text printed. */
+static char *print_job(uint64_t records, weir_format_fn fmt) {
+  char *dir = th_tmpdir();
+  char path[512];
+  snprintf(path, sizeof path, "%s/stdout.txt", dir);
+  fflush(stdout);
+  int saved = dup(1);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  cr_assert(saved >= 0 && fd >= 0);
+  dup2(fd, 1);
+  close(fd);
+  weir_job *job = new_job();
+  weir_gen_opts g = {.records = records, .keys = 1000};
+  int rc = weir_sink_to(weir_gen(job, "gen", &g, 1), "out", "print", fmt, 1);
+  if (rc == 0) rc = run1(job);
+  fflush(stdout);
+  dup2(saved, 1);
+  close(saved);
+  cr_assert_eq(rc, 0, "%s", weir_job_error(job));
+  weir_job_destroy(job);
+  char *text = th_read_file(path, NULL);
+  cr_assert_not_null(text);
+  th_rmrf(dir);
+  free(dir);
+  return text;
+}
+
+Test(print_sink, prints_one_line_per_record) {
+  char *text = print_job(3, NULL);
+  cr_assert_str_eq(text, "0\n1\n2\n");
+  free(text);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+Test(print_sink, many_records_in_order) {
+  uint64_t n = 50000; /* several 64 KiB flushes */
+  char *text = print_job(n, NULL);
+  char *p = text;
+  for (uint64_t i = 0; i < n; i++) {
+    char *end;
+    unsigned long long k = strtoull(p, &end, 10);
+    cr_assert_eq(k, i % 1000);
+    cr_assert_eq(*end, '\n');
+    p = end + 1;
+  }
+  cr_assert_eq(*p, '\0');
+  free(text);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* file                                                                     */
+
+static int ts_payload(void *user, const weir_record *in, weir_record *out) {
+  uint8_t *b = user;
+  for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)in->ts >> (8 * i));
+  out->payload = b;
+  out->len = 8;
+  return 0;
+}
+
+Test(file_sink, writes_exact_lines_per_subtask) {
+  char *dir = th_tmpdir();
+  char spec[512], path[600];
+  snprintf(spec, sizeof spec, "file:%s/a/b", dir); /* parents are created */
+  weir_job *job = new_job();
+  uint8_t buf[8];
+  weir_gen_opts g = {.records = 1000, .keys = 7};
+  weir_stream *s = weir_gen(job, "gen", &g, 2);
+  s = weir_map(weir_rebalance(s), "v", ts_payload, buf, 1); /* one subtask: one buffer */
+  cr_assert_eq(weir_sink_to(s, "out", spec, NULL, 1), 0, "%s", weir_job_error(job));
+  cr_assert_eq(run1(job), 0, "%s", weir_job_error(job));
+  weir_job_destroy(job);
+
+  snprintf(path, sizeof path, "%s/a/b/out-0.txt", dir);
+  size_t len;
+  char *text = th_read_file(path, &len);
+  cr_assert_not_null(text, "%s missing", path);
+  /* One line per record "<i % 7> <i>"; the order between gen subtasks
+   * varies, so compare as a set. */
+  char *seen = calloc(1000, 1);
+  size_t lines = 0;
+  for (char *p = text; *p; lines++) {
+    char *end;
+    unsigned long long k = strtoull(p, &end, 10);
+    cr_assert_eq(*end, ' ');
+    unsigned long long v = strtoull(end + 1, &end, 10);
+    cr_assert_eq(*end, '\n');
+    cr_assert_lt(v, 1000);
+    cr_assert_eq(k, v % 7);
+    cr_assert_eq(seen[v], 0);
+    seen[v] = 1;
+    p = end + 1;
+  }
+  cr_assert_eq(lines, 1000);
+  free(seen);
+  free(text);
+  snprintf(path, sizeof path, "%s/a/b/out-0.txt.pending", dir);
+  cr_assert(!exists(path), "a .pending file remains");
+  th_rmrf(dir);
+  free(dir);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+Test(file_sink, one_file_per_subtask_in_order) {
+  char *dir = th_tmpdir();
+  char spec[512], path[600];
+  snprintf(spec, sizeof spec, "file:%s", dir);
+  weir_job *job = new_job();
+  weir_gen_opts g = {.records = 100, .keys = 1000};
+  cr_assert_eq(weir_sink_to(weir_gen(job, "gen", &g, 2), "out", spec, NULL, 2), 0);
+  cr_assert_eq(run1(job), 0, "%s", weir_job_error(job));
+  weir_job_destroy(job);
+  for (int s = 0; s < 2; s++) {
+    char want[1024] = "";
+    size_t o = 0;
+    for (int i = s; i < 100; i += 2) o += (size_t)sprintf(want + o, "%d\n", i);
+    snprintf(path, sizeof path, "%s/out-%d.txt", dir, s);
+    char *text = th_read_file(path, NULL);
+    cr_assert_not_null(text, "%s missing", path);
+    cr_assert_str_eq(text, want);
+    free(text);
+    snprintf(path, sizeof path, "%s/out-%d.txt.pending", dir, s);
+    cr_assert(!exists(path));
+  }
+  th_rmrf(dir);
+  free(dir);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* A formatter with lines of 300 bytes (over the 256-byte first try of a
+ * stack buffer) and, for key 3, 3 MB (over the file sink's whole buffer). */
+static size_t long_format(const weir_record *r, char *buf, size_t cap) {
+  size_t n = r->key == 3 ? 3000000 : 300;
+  if (n >= cap) return n;
+  memset(buf, 'a' + (int)(r->key % 26), n);
+  buf[n] = '\0';
+  return n;
+}
+
+Test(file_sink, long_lines_from_a_custom_formatter) {
+  char *dir = th_tmpdir();
+  char spec[512], path[600];
+  snprintf(spec, sizeof spec, "file:%s", dir);
+  weir_job *job = new_job();
+  weir_gen_opts g = {.records = 5000, .keys = 5000};
+  cr_assert_eq(weir_sink_to(weir_gen(job, "gen", &g, 1), "out", spec, long_format, 1), 0);
+  cr_assert_eq(run1(job), 0, "%s", weir_job_error(job));
+  weir_job_destroy(job);
+  snprintf(path, sizeof path, "%s/out-0.txt", dir);
+  size_t len;
+  char *text = th_read_file(path, &len);
+  cr_assert_not_null(text);
+  cr_assert_eq(len, 4999 * 301 + 3000001);
+  size_t o = 0;
+  for (uint64_t k = 0; k < 5000; k++) {
+    size_t n = k == 3 ? 3000000 : 300;
+    cr_assert_eq(text[o], 'a' + (int)(k % 26), "line %llu", (unsigned long long)k);
+    cr_assert_eq(text[o + n - 1], 'a' + (int)(k % 26));
+    cr_assert_eq(text[o + n], '\n');
+    o += n + 1;
+  }
+  free(text);
+  th_rmrf(dir);
+  free(dir);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+static int fail_at_50(void *user, const weir_record *in, weir_record *out) {
+  return in->ts == 50 ? WEIR_EINVAL : 0;
+}
+
+Test(file_sink, failed_job_leaves_the_pending_file) {
+  char *dir = th_tmpdir();
+  char spec[512], path[600];
+  snprintf(spec, sizeof spec, "file:%s", dir);
+  weir_job *job = new_job();
+  weir_gen_opts g = {.records = 100};
+  weir_stream *s = weir_map(weir_gen(job, "gen", &g, 1), "boom", fail_at_50, NULL, 1);
+  cr_assert_eq(weir_sink_to(s, "out", spec, NULL, 1), 0);
+  cr_assert_eq(run1(job), WEIR_EINVAL);
+  weir_job_destroy(job);
+  snprintf(path, sizeof path, "%s/out-0.txt", dir);
+  cr_assert(!exists(path), "the final file must not appear after an error");
+  snprintf(path, sizeof path, "%s/out-0.txt.pending", dir);
+  cr_assert(exists(path), "the .pending file stays after an error");
+  th_rmrf(dir);
+  free(dir);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+Test(file_sink, unwritable_directory_fails_in_open) {
+  char *dir = th_tmpdir();
+  char spec[600], path[512];
+  snprintf(path, sizeof path, "%s/plainfile", dir);
+  cr_assert_eq(th_write_file(path, "x", 1), 0);
+  snprintf(spec, sizeof spec, "file:%s/sub", path); /* a file as a parent */
+  weir_job *job = new_job();
+  weir_gen_opts g = {.records = 10};
+  cr_assert_eq(weir_sink_to(weir_gen(job, "gen", &g, 1), "out", spec, NULL, 1), 0);
+  int rc = run1(job);
+  cr_assert_lt(rc, 0);
+  cr_assert(strstr(weir_job_error(job), path), "%s", weir_job_error(job));
+  weir_job_destroy(job);
+  th_rmrf(dir);
+  free(dir);
+  cr_assert_eq(th_leak_check(), 0);
+}
