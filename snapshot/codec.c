@@ -1,0 +1,562 @@
+/* codec.c: owns the translation between weir's stored values (weir.proto in
+ * an envelope) and the plain structs of codec.h, and the meaning checks of
+ * every decoded value.
+ *
+ * DESIGN: the store never trusts a value because its checksum matched: a
+ * value can be well-formed and still wrong (a bug in an older writer, a
+ * value moved under another key, a hand-edited store). So every decode runs
+ * three layers: the envelope (damage and format), protobuf-c's unpacker
+ * (wire syntax, bounded by the payload), then semantic checks that make
+ * every later use safe: counts agree with array lengths, bounds hold before
+ * anything is allocated from a stored count, orderings that the writer
+ * guarantees are re-checked. The generated structs stay in this file;
+ * decoded metadata is copied into weir-owned structs, decoded chunks are
+ * handed out as read-only views into the unpacked message.
+ */
+#include "codec.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weir.pb-c.h"
+#include "weir/alloc.h"
+#include "weir/assert.h"
+#include "weir/error.h"
+
+static int fail(int rc, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(int rc, char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+/* Packs msg behind an envelope of `kind` into a weir_malloc'd value. */
+static void seal_message(const ProtobufCMessage *msg, uint16_t kind, uint8_t **out, size_t *len) {
+  size_t n = protobuf_c_message_get_packed_size(msg);
+  WEIR_ASSERT(n <= UINT32_MAX);
+  uint8_t *v = weir_malloc(WEIR__ENV_HDR + n);
+  size_t packed = protobuf_c_message_pack(msg, v + WEIR__ENV_HDR);
+  WEIR_ASSERT(packed == n);
+  weir__env_seal(v, WEIR_STORE_FORMAT, kind, (uint32_t)n);
+  *out = v;
+  *len = WEIR__ENV_HDR + n;
+}
+
+/* Packs msg behind an envelope into buf (WEIR__CHUNK_MAX bytes). */
+static size_t seal_chunk(const ProtobufCMessage *msg, uint16_t kind, uint8_t *buf) {
+  size_t n = protobuf_c_message_get_packed_size(msg);
+  /* The planners keep within WEIR__CHUNK_BUDGET: exceeding the maximum is a
+   * bug in weir, not in the data. */
+  WEIR_ASSERT(n + WEIR__ENV_HDR <= WEIR__CHUNK_MAX);
+  size_t packed = protobuf_c_message_pack(msg, buf + WEIR__ENV_HDR);
+  WEIR_ASSERT(packed == n);
+  weir__env_seal(buf, WEIR_STORE_FORMAT, kind, (uint32_t)n);
+  return WEIR__ENV_HDR + n;
+}
+
+/* Opens the envelope and checks that it holds a `want` value. */
+static int open_kind(const void *value, size_t len, uint16_t want, const char *what,
+                     const uint8_t **payload, size_t *plen, uint16_t *kind_out, char *err,
+                     size_t errlen) {
+  char why[200];
+  uint16_t kind = 0;
+  int rc = weir__env_open(value, len, &kind, payload, plen, why, sizeof why);
+  if (rc < 0) return fail(rc, err, errlen, "%s: %s", what, why);
+  if (want != 0 && kind != want)
+    return fail(WEIR_ECORRUPT, err, errlen, "%s: holds a value of kind %u, expected %u", what, kind,
+                want);
+  if (kind_out) *kind_out = kind;
+  return 0;
+}
+
+int weir__uuid_valid(const char *s) {
+  if (s == NULL || strlen(s) != 36) return 0;
+  for (int i = 0; i < 36; i++) {
+    char c = s[i];
+    if (i == 8 || i == 13 || i == 18 || i == 23) {
+      if (c != '-') return 0;
+    } else if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* ---- job record ---------------------------------------------------------- */
+
+void weir__job_encode(const weir__job_rec *j, uint8_t **out, size_t *len) {
+  Weirpb__Job m = WEIRPB__JOB__INIT;
+  m.job_id = (char *)j->job_id;
+  m.instance = j->instance;
+  m.id_limit = j->id_limit;
+  m.latest = j->latest;
+  m.finished = j->finished != 0;
+  m.created_ms = j->created_ms;
+  seal_message(&m.base, WEIR__KIND_JOB, out, len);
+}
+
+int weir__job_decode(const void *value, size_t len, weir__job_rec *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  const uint8_t *p;
+  size_t n;
+  int rc = open_kind(value, len, WEIR__KIND_JOB, "job record", &p, &n, NULL, err, errlen);
+  if (rc < 0) return rc;
+  Weirpb__Job *m = weirpb__job__unpack(NULL, n, p);
+  if (m == NULL) return fail(WEIR_ECORRUPT, err, errlen, "job record: undecodable (%zu bytes)", n);
+  if (!weir__uuid_valid(m->job_id)) {
+    rc = fail(WEIR_ECORRUPT, err, errlen, "job record: job id is not a UUID");
+  } else if (m->instance < 1 || m->id_limit < 1) {
+    rc = fail(WEIR_ECORRUPT, err, errlen,
+              "job record of job %s: instance %llu, id limit %llu (both must be >= 1)", m->job_id,
+              (unsigned long long)m->instance, (unsigned long long)m->id_limit);
+  } else if (m->latest >= m->id_limit) {
+    rc = fail(WEIR_ECORRUPT, err, errlen,
+              "job record of job %s: latest checkpoint %llu was never handed out (limit %llu)",
+              m->job_id, (unsigned long long)m->latest, (unsigned long long)m->id_limit);
+  } else if (m->finished && m->latest == 0) {
+    rc = fail(WEIR_ECORRUPT, err, errlen,
+              "job record of job %s: finished without a final checkpoint", m->job_id);
+  } else {
+    memcpy(out->job_id, m->job_id, 37);
+    out->instance = m->instance;
+    out->id_limit = m->id_limit;
+    out->latest = m->latest;
+    out->finished = m->finished != 0;
+    out->created_ms = m->created_ms;
+  }
+  weirpb__job__free_unpacked(m, NULL);
+  return rc;
+}
+
+/* ---- checkpoint metadata ------------------------------------------------- */
+
+void weir__meta_encode(const weir__ckpt_meta *mm, uint8_t **out, size_t *len) {
+  Weirpb__Checkpoint m = WEIRPB__CHECKPOINT__INIT;
+  m.format_version = mm->format_version;
+  m.min_reader_version = mm->min_reader_version;
+  m.job_id = (char *)mm->job_id;
+  m.instance = mm->instance;
+  m.id = mm->id;
+  m.trigger_ms = mm->trigger_ms;
+  m.complete_ms = mm->complete_ms;
+  m.epoch = mm->epoch;
+  m.duration_ms = mm->duration_ms;
+  m.alignment_ms = mm->alignment_ms;
+  m.is_final = mm->final != 0;
+  m.total_bytes = mm->total_bytes;
+  m.total_chunks = mm->total_chunks;
+  Weirpb__Subtask *subs = weir_calloc(mm->nsub ? mm->nsub : 1, sizeof *subs);
+  Weirpb__Subtask **ptrs = weir_calloc(mm->nsub ? mm->nsub : 1, sizeof *ptrs);
+  uint64_t npos = 0;
+  for (uint32_t i = 0; i < mm->nsub; i++) npos += mm->subs[i].npos;
+  uint32_t *split = weir_malloc((npos ? npos : 1) * sizeof *split);
+  uint64_t *offset = weir_malloc((npos ? npos : 1) * sizeof *offset);
+  uint64_t at = 0;
+  for (uint32_t i = 0; i < mm->nsub; i++) {
+    const weir__sub_entry *e = &mm->subs[i];
+    Weirpb__Subtask *s = &subs[i];
+    weirpb__subtask__init(s);
+    s->op = e->op;
+    s->subtask = e->subtask;
+    s->parallelism = e->parallelism;
+    s->record = e->record;
+    s->u64_chunks = e->u64_chunks;
+    s->bytes_chunks = e->bytes_chunks;
+    s->blob_chunks = e->blob_chunks;
+    s->bytes = e->bytes;
+    s->u64_entries = e->u64_entries;
+    s->bytes_entries = e->bytes_entries;
+    s->bytes_data_len = e->bytes_data_len;
+    s->blob_len = e->blob_len;
+    s->n_pos_split = s->n_pos_offset = e->npos;
+    s->pos_split = split + at;
+    s->pos_offset = offset + at;
+    for (uint32_t k = 0; k < e->npos; k++) {
+      split[at + k] = e->pos[k].split;
+      offset[at + k] = e->pos[k].offset;
+    }
+    at += e->npos;
+    ptrs[i] = s;
+  }
+  m.n_subtasks = mm->nsub;
+  m.subtasks = ptrs;
+  seal_message(&m.base, WEIR__KIND_META, out, len);
+  weir_free(split);
+  weir_free(offset);
+  weir_free(ptrs);
+  weir_free(subs);
+}
+
+void weir__meta_free(weir__ckpt_meta *m) {
+  if (m == NULL) return;
+  for (uint32_t i = 0; i < m->nsub; i++) {
+    weir_free(m->subs[i].op);
+    weir_free(m->subs[i].pos);
+  }
+  weir_free(m->subs);
+  memset(m, 0, sizeof *m);
+}
+
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Checks one subtask entry on its own. */
+static int check_entry(const Weirpb__Subtask *s, uint64_t id, char *err, size_t errlen) {
+#define BAD(...)                                                                                   \
+  fail(WEIR_ECORRUPT, err, errlen, "checkpoint %llu: operator \"%s\" subtask %u: " __VA_ARGS__)
+#define CTX (unsigned long long)id, s->op, s->subtask
+  if (s->parallelism == 0 || s->subtask >= s->parallelism)
+    return BAD("subtask index out of range for parallelism %u", CTX, s->parallelism);
+  if ((s->u64_entries == 0) != (s->u64_chunks == 0) || s->u64_chunks > s->u64_entries ||
+      s->u64_entries > (uint64_t)s->u64_chunks * WEIR__MAX_U64_PER_CHUNK)
+    return BAD("%llu u64 entries cannot fill %u chunks", CTX, (unsigned long long)s->u64_entries,
+               s->u64_chunks);
+  if ((s->bytes_entries == 0) != (s->bytes_chunks == 0) ||
+      (s->bytes_entries == 0 && s->bytes_data_len != 0) ||
+      s->bytes_entries > (uint64_t)s->bytes_chunks * WEIR__MAX_BYTES_PER_CHUNK ||
+      s->bytes_data_len > (uint64_t)s->bytes_chunks * WEIR__CHUNK_MAX ||
+      s->bytes_chunks > s->bytes_entries + s->bytes_data_len)
+    return BAD("%llu byte-string entries of %llu bytes cannot fill %u chunks", CTX,
+               (unsigned long long)s->bytes_entries, (unsigned long long)s->bytes_data_len,
+               s->bytes_chunks);
+  if ((s->blob_len == 0) != (s->blob_chunks == 0) || s->blob_chunks > s->blob_len ||
+      s->blob_len > (uint64_t)s->blob_chunks * WEIR__CHUNK_MAX)
+    return BAD("a blob of %llu bytes cannot fill %u chunks", CTX, (unsigned long long)s->blob_len,
+               s->blob_chunks);
+  uint64_t chunks = (uint64_t)s->u64_chunks + s->bytes_chunks + s->blob_chunks;
+  if (chunks > UINT32_MAX)
+    return BAD("%llu chunks is more than a record can hold", CTX, (unsigned long long)chunks);
+  if (s->bytes < chunks * WEIR__ENV_HDR || s->bytes > chunks * WEIR__CHUNK_MAX)
+    return BAD("%llu stored bytes cannot be %llu chunks", CTX, (unsigned long long)s->bytes,
+               (unsigned long long)chunks);
+  /* Each u64 entry takes at least 9 stored bytes (key, 1-byte varint), each
+   * byte-string entry at least 10 (route, two lengths), data 1 per byte:
+   * so no count can claim more than the stored bytes allow (which load
+   * bounds by the file's size before allocating). */
+  uint64_t least = 9 * s->u64_entries + 10 * s->bytes_entries + s->bytes_data_len + s->blob_len;
+  if (least > s->bytes)
+    return BAD("its entries need at least %llu bytes, only %llu are stored", CTX,
+               (unsigned long long)least, (unsigned long long)s->bytes);
+  if (s->n_pos_split != s->n_pos_offset)
+    return BAD("%zu position splits but %zu offsets", CTX, s->n_pos_split, s->n_pos_offset);
+  if (s->n_pos_split > UINT32_MAX) return BAD("too many positions", CTX);
+  for (size_t k = 1; k < s->n_pos_split; k++) {
+    if (s->pos_split[k] == s->pos_split[k - 1])
+      return BAD("position of split %u appears twice", CTX, s->pos_split[k]);
+    if (s->pos_split[k] < s->pos_split[k - 1]) return BAD("positions not ordered by split", CTX);
+  }
+  return 0;
+#undef CTX
+#undef BAD
+}
+
+int weir__meta_decode(const void *value, size_t len, uint64_t key_id, const char *job_id,
+                      weir__ckpt_meta *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  const uint8_t *p;
+  size_t n;
+  char what[64];
+  snprintf(what, sizeof what, "checkpoint %llu: metadata", (unsigned long long)key_id);
+  int rc = open_kind(value, len, WEIR__KIND_META, what, &p, &n, NULL, err, errlen);
+  if (rc < 0) return rc;
+  Weirpb__Checkpoint *m = weirpb__checkpoint__unpack(NULL, n, p);
+  if (m == NULL) return fail(WEIR_ECORRUPT, err, errlen, "%s: undecodable (%zu bytes)", what, n);
+  unsigned long long id = key_id;
+  uint32_t *records = NULL;
+  if (m->min_reader_version > WEIR_STORE_FORMAT) {
+    rc = fail(WEIR_EFORMAT, err, errlen,
+              "checkpoint %llu: written in store format %u for readers of format %u or newer "
+              "(this weir reads formats %u to %u)",
+              id, m->format_version, m->min_reader_version, WEIR_STORE_MIN_READER,
+              WEIR_STORE_FORMAT);
+    goto out;
+  }
+  if (m->format_version == 0 || m->min_reader_version == 0 ||
+      m->min_reader_version > m->format_version) {
+    rc = fail(WEIR_ECORRUPT, err, errlen,
+              "checkpoint %llu: metadata has format %u for readers of format %u", id,
+              m->format_version, m->min_reader_version);
+    goto out;
+  }
+  if (m->id != key_id) {
+    rc =
+        fail(WEIR_ECORRUPT, err, errlen, "checkpoint %llu: metadata stored under it claims id %llu",
+             id, (unsigned long long)m->id);
+    goto out;
+  }
+  if (!weir__uuid_valid(m->job_id)) {
+    rc = fail(WEIR_ECORRUPT, err, errlen, "checkpoint %llu: job id is not a UUID", id);
+    goto out;
+  }
+  if (job_id != NULL && strcmp(job_id, m->job_id) != 0) {
+    rc = fail(WEIR_ECORRUPT, err, errlen, "checkpoint %llu: belongs to job %s, not to job %s", id,
+              m->job_id, job_id);
+    goto out;
+  }
+  if (m->instance < 1) {
+    rc = fail(WEIR_ECORRUPT, err, errlen, "checkpoint %llu: instance 0", id);
+    goto out;
+  }
+  if (m->n_subtasks > UINT32_MAX) {
+    rc = fail(WEIR_ECORRUPT, err, errlen, "checkpoint %llu: too many subtasks", id);
+    goto out;
+  }
+  uint64_t bytes = 0, chunks = 0;
+  records = weir_malloc((m->n_subtasks ? m->n_subtasks : 1) * sizeof *records);
+  for (size_t i = 0; i < m->n_subtasks; i++) {
+    const Weirpb__Subtask *s = m->subtasks[i];
+    if (s->op == NULL || s->op[0] == '\0' || strlen(s->op) > WEIR__MAX_OP_NAME) {
+      rc = fail(WEIR_ECORRUPT, err, errlen,
+                "checkpoint %llu: subtask entry %zu has an empty or overlong operator name", id, i);
+      goto out;
+    }
+    if ((rc = check_entry(s, key_id, err, errlen)) < 0) goto out;
+    if (i > 0) {
+      const Weirpb__Subtask *prev = m->subtasks[i - 1];
+      int c = strcmp(prev->op, s->op);
+      if (c == 0 && prev->subtask == s->subtask) {
+        rc = fail(WEIR_ECORRUPT, err, errlen,
+                  "checkpoint %llu: operator \"%s\" subtask %u appears twice", id, s->op,
+                  s->subtask);
+        goto out;
+      }
+      if (c > 0 || (c == 0 && prev->subtask > s->subtask)) {
+        rc = fail(WEIR_ECORRUPT, err, errlen,
+                  "checkpoint %llu: operator \"%s\" subtask %u is out of order", id, s->op,
+                  s->subtask);
+        goto out;
+      }
+      if (c == 0 && prev->parallelism != s->parallelism) {
+        rc = fail(WEIR_ECORRUPT, err, errlen,
+                  "checkpoint %llu: operator \"%s\" has parallelism %u and %u", id, s->op,
+                  prev->parallelism, s->parallelism);
+        goto out;
+      }
+    }
+    records[i] = s->record;
+    bytes += s->bytes;
+    chunks += (uint64_t)s->u64_chunks + s->bytes_chunks + s->blob_chunks;
+  }
+  qsort(records, m->n_subtasks, sizeof *records, cmp_u32);
+  for (size_t i = 1; i < m->n_subtasks; i++) {
+    if (records[i] == records[i - 1]) {
+      rc = fail(WEIR_ECORRUPT, err, errlen, "checkpoint %llu: two subtasks share record %u", id,
+                records[i]);
+      goto out;
+    }
+  }
+  if (bytes != m->total_bytes || chunks != m->total_chunks) {
+    rc = fail(WEIR_ECORRUPT, err, errlen,
+              "checkpoint %llu: totals (%llu bytes, %llu chunks) disagree with its subtasks "
+              "(%llu bytes, %llu chunks)",
+              id, (unsigned long long)m->total_bytes, (unsigned long long)m->total_chunks,
+              (unsigned long long)bytes, (unsigned long long)chunks);
+    goto out;
+  }
+
+  out->format_version = m->format_version;
+  out->min_reader_version = m->min_reader_version;
+  memcpy(out->job_id, m->job_id, 37);
+  out->instance = m->instance;
+  out->id = m->id;
+  out->epoch = m->epoch;
+  out->trigger_ms = m->trigger_ms;
+  out->complete_ms = m->complete_ms;
+  out->duration_ms = m->duration_ms;
+  out->alignment_ms = m->alignment_ms;
+  out->final = m->is_final != 0;
+  out->total_bytes = m->total_bytes;
+  out->total_chunks = m->total_chunks;
+  out->nsub = (uint32_t)m->n_subtasks;
+  out->subs = weir_calloc(out->nsub ? out->nsub : 1, sizeof *out->subs);
+  for (uint32_t i = 0; i < out->nsub; i++) {
+    const Weirpb__Subtask *s = m->subtasks[i];
+    weir__sub_entry *e = &out->subs[i];
+    e->op = weir_strdup(s->op);
+    e->subtask = s->subtask;
+    e->parallelism = s->parallelism;
+    e->record = s->record;
+    e->u64_chunks = s->u64_chunks;
+    e->bytes_chunks = s->bytes_chunks;
+    e->blob_chunks = s->blob_chunks;
+    e->bytes = s->bytes;
+    e->u64_entries = s->u64_entries;
+    e->bytes_entries = s->bytes_entries;
+    e->bytes_data_len = s->bytes_data_len;
+    e->blob_len = s->blob_len;
+    e->npos = (uint32_t)s->n_pos_split;
+    if (e->npos > 0) {
+      e->pos = weir_malloc(e->npos * sizeof *e->pos);
+      for (uint32_t k = 0; k < e->npos; k++) {
+        e->pos[k].split = s->pos_split[k];
+        e->pos[k].offset = s->pos_offset[k];
+      }
+    }
+  }
+  rc = 0;
+out:
+  weir_free(records);
+  weirpb__checkpoint__free_unpacked(m, NULL);
+  return rc;
+}
+
+/* ---- chunks ------------------------------------------------------------------ */
+
+size_t weir__u64_chunk_encode(weir__chunk_id id, const uint64_t *keys, const uint64_t *values,
+                              size_t n, uint8_t *buf) {
+  Weirpb__U64Chunk m = WEIRPB__U64_CHUNK__INIT;
+  m.checkpoint = id.ckpt;
+  m.record = id.record;
+  m.seq = id.seq;
+  m.n_keys = m.n_values = n;
+  m.keys = (uint64_t *)keys;
+  m.values = (uint64_t *)values;
+  return seal_chunk(&m.base, WEIR__KIND_U64, buf);
+}
+
+size_t weir__bytes_chunk_encode(weir__chunk_id id, const uint64_t *route, const uint32_t *klen,
+                                const uint32_t *vlen, size_t n, const uint8_t *data,
+                                size_t data_len, uint8_t *buf) {
+  Weirpb__BytesChunk m = WEIRPB__BYTES_CHUNK__INIT;
+  m.checkpoint = id.ckpt;
+  m.record = id.record;
+  m.seq = id.seq;
+  m.n_route = m.n_klen = m.n_vlen = n;
+  m.route = (uint64_t *)route;
+  m.klen = (uint32_t *)klen;
+  m.vlen = (uint32_t *)vlen;
+  m.data.len = data_len;
+  m.data.data = (uint8_t *)data;
+  return seal_chunk(&m.base, WEIR__KIND_BYTES, buf);
+}
+
+size_t weir__blob_chunk_encode(weir__chunk_id id, const uint8_t *data, size_t data_len,
+                               uint8_t *buf) {
+  Weirpb__BlobChunk m = WEIRPB__BLOB_CHUNK__INIT;
+  m.checkpoint = id.ckpt;
+  m.record = id.record;
+  m.seq = id.seq;
+  m.data.len = data_len;
+  m.data.data = (uint8_t *)data;
+  return seal_chunk(&m.base, WEIR__KIND_BLOB, buf);
+}
+
+static int check_chunk_id(weir__chunk_id got, weir__chunk_id expect, char *err, size_t errlen) {
+  if (got.ckpt == expect.ckpt && got.record == expect.record && got.seq == expect.seq) return 0;
+  return fail(WEIR_ECORRUPT, err, errlen,
+              "the value claims to be chunk %u of record %u of checkpoint %llu", got.seq,
+              got.record, (unsigned long long)got.ckpt);
+}
+
+int weir__chunk_decode(const void *value, size_t len, weir__chunk_id expect, weir__chunk *out,
+                       char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  const uint8_t *p;
+  size_t n;
+  uint16_t kind;
+  int rc = open_kind(value, len, 0, "chunk", &p, &n, &kind, err, errlen);
+  if (rc < 0) return rc;
+  switch (kind) {
+  case WEIR__KIND_U64: {
+    Weirpb__U64Chunk *m = weirpb__u64_chunk__unpack(NULL, n, p);
+    if (m == NULL) return fail(WEIR_ECORRUPT, err, errlen, "chunk: undecodable (%zu bytes)", n);
+    weir__chunk_id got = {m->checkpoint, m->record, m->seq};
+    if ((rc = check_chunk_id(got, expect, err, errlen)) < 0) {
+    } else if (m->n_keys != m->n_values || m->n_keys == 0) {
+      rc = fail(WEIR_ECORRUPT, err, errlen, "u64 chunk with %zu keys and %zu values", m->n_keys,
+                m->n_values);
+    } else {
+      for (size_t i = 1; i < m->n_keys; i++) {
+        if (m->keys[i] <= m->keys[i - 1]) {
+          rc = fail(WEIR_ECORRUPT, err, errlen, "u64 chunk: key %llu %s key %llu",
+                    (unsigned long long)m->keys[i],
+                    m->keys[i] == m->keys[i - 1] ? "repeats" : "follows",
+                    (unsigned long long)m->keys[i - 1]);
+          break;
+        }
+      }
+    }
+    if (rc < 0) {
+      weirpb__u64_chunk__free_unpacked(m, NULL);
+      return rc;
+    }
+    out->n = m->n_keys;
+    out->keys = m->keys;
+    out->values = m->values;
+    out->id = got;
+    out->msg_ = m;
+    break;
+  }
+  case WEIR__KIND_BYTES: {
+    Weirpb__BytesChunk *m = weirpb__bytes_chunk__unpack(NULL, n, p);
+    if (m == NULL) return fail(WEIR_ECORRUPT, err, errlen, "chunk: undecodable (%zu bytes)", n);
+    weir__chunk_id got = {m->checkpoint, m->record, m->seq};
+    if ((rc = check_chunk_id(got, expect, err, errlen)) < 0) {
+    } else if (m->n_route != m->n_klen || m->n_route != m->n_vlen) {
+      rc = fail(WEIR_ECORRUPT, err, errlen,
+                "byte-string chunk with %zu routes, %zu key lengths and %zu value lengths",
+                m->n_route, m->n_klen, m->n_vlen);
+    } else if (m->n_route == 0 && m->data.len == 0) {
+      rc = fail(WEIR_ECORRUPT, err, errlen, "empty byte-string chunk");
+    }
+    if (rc < 0) {
+      weirpb__bytes_chunk__free_unpacked(m, NULL);
+      return rc;
+    }
+    out->n = m->n_route;
+    out->route = m->route;
+    out->klen = m->klen;
+    out->vlen = m->vlen;
+    out->data = m->data.data;
+    out->data_len = m->data.len;
+    out->id = got;
+    out->msg_ = m;
+    break;
+  }
+  case WEIR__KIND_BLOB: {
+    Weirpb__BlobChunk *m = weirpb__blob_chunk__unpack(NULL, n, p);
+    if (m == NULL) return fail(WEIR_ECORRUPT, err, errlen, "chunk: undecodable (%zu bytes)", n);
+    weir__chunk_id got = {m->checkpoint, m->record, m->seq};
+    if ((rc = check_chunk_id(got, expect, err, errlen)) < 0) {
+    } else if (m->data.len == 0) {
+      rc = fail(WEIR_ECORRUPT, err, errlen, "empty blob chunk");
+    }
+    if (rc < 0) {
+      weirpb__blob_chunk__free_unpacked(m, NULL);
+      return rc;
+    }
+    out->data = m->data.data;
+    out->data_len = m->data.len;
+    out->id = got;
+    out->msg_ = m;
+    break;
+  }
+  default:
+    return fail(WEIR_ECORRUPT, err, errlen, "chunk: holds a value of kind %u", kind);
+  }
+  out->kind = kind;
+  return 0;
+}
+
+void weir__chunk_free(weir__chunk *c) {
+  if (c == NULL || c->msg_ == NULL) return;
+  switch (c->kind) {
+  case WEIR__KIND_U64:
+    weirpb__u64_chunk__free_unpacked(c->msg_, NULL);
+    break;
+  case WEIR__KIND_BYTES:
+    weirpb__bytes_chunk__free_unpacked(c->msg_, NULL);
+    break;
+  case WEIR__KIND_BLOB:
+    weirpb__blob_chunk__free_unpacked(c->msg_, NULL);
+    break;
+  }
+  memset(c, 0, sizeof *c);
+}

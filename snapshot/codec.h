@@ -1,0 +1,152 @@
+/* codec.h (private to snapshot/): encoding and validated decoding of every
+ * stored value (weir.proto inside the envelope of envelope.h).
+ *
+ * The generated protobuf-c structs never leave codec.c: callers see the plain
+ * structs below. Every decode checks the envelope (checksum, version, kind),
+ * unpacks, and then checks the message's meaning (see each function), so a
+ * value that decodes is one the store could have written. Errors are
+ * WEIR_ECORRUPT or WEIR_EFORMAT with a message in err naming what is wrong
+ * (and, for metadata, the checkpoint and operator).
+ */
+#ifndef WEIR_SNAPSHOT_CODEC_H
+#define WEIR_SNAPSHOT_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "envelope.h"
+#include "weir/store.h"
+
+/* The largest stored chunk value, envelope included: 65,536 bytes would take
+ * 17 LMDB pages of 4 KiB with the page header, 65,520 takes 16. */
+#define WEIR__CHUNK_MAX 65520u
+/* Payload bytes a chunk planner may fill with entries and data; the rest of
+ * the chunk is reserved for the envelope and the protobuf field overhead
+ * (ids, tags, length prefixes: at most 39 bytes). */
+#define WEIR__CHUNK_BUDGET (WEIR__CHUNK_MAX - WEIR__ENV_HDR - 64u)
+/* Upper bounds used to reject absurd metadata before allocating for it. */
+#define WEIR__MAX_U64_PER_CHUNK (WEIR__CHUNK_BUDGET / 9u)
+#define WEIR__MAX_BYTES_PER_CHUNK (WEIR__CHUNK_BUDGET / 10u)
+#define WEIR__MAX_OP_NAME 1024u
+
+/* Bytes of the protobuf varint encoding of v (1..10). */
+static inline unsigned weir__varint_len(uint64_t v) {
+  unsigned n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    n++;
+  }
+  return n;
+}
+
+/* ---- job record ---------------------------------------------------------- */
+
+typedef struct weir__job_rec {
+  char job_id[40];
+  uint64_t instance;
+  uint64_t id_limit; /* ids below this may have been handed out */
+  uint64_t latest;
+  int finished;
+  int64_t created_ms;
+} weir__job_rec;
+
+/* Encodes into a weir_malloc'd value (*out, *len; the caller frees). */
+void weir__job_encode(const weir__job_rec *j, uint8_t **out, size_t *len);
+/* Checks: a UUID job id, instance >= 1, id_limit >= 1, latest < id_limit,
+ * finished only with a latest checkpoint. */
+int weir__job_decode(const void *value, size_t len, weir__job_rec *out, char *err, size_t errlen);
+
+/* Is s a UUID in text form (8-4-4-4-12 lower-case hex digits)? */
+int weir__uuid_valid(const char *s);
+
+/* ---- checkpoint metadata ------------------------------------------------- */
+
+typedef struct weir__sub_entry {
+  char *op;
+  uint32_t subtask, parallelism;
+  uint32_t record; /* chunk keys [ckpt][record][0 .. chunks) */
+  uint32_t u64_chunks, bytes_chunks, blob_chunks;
+  uint64_t bytes; /* stored bytes of the chunks, envelopes included */
+  uint64_t u64_entries, bytes_entries, bytes_data_len, blob_len;
+  uint32_t npos;
+  weir_snap_position *pos;
+} weir__sub_entry;
+
+static inline uint64_t weir__sub_chunks(const weir__sub_entry *e) {
+  return (uint64_t)e->u64_chunks + e->bytes_chunks + e->blob_chunks;
+}
+
+typedef struct weir__ckpt_meta {
+  uint32_t format_version, min_reader_version;
+  char job_id[40];
+  uint64_t instance, id, epoch;
+  int64_t trigger_ms, complete_ms;
+  uint64_t duration_ms, alignment_ms;
+  int final;
+  uint64_t total_bytes, total_chunks;
+  uint32_t nsub;
+  weir__sub_entry *subs; /* ordered by (op, subtask) */
+} weir__ckpt_meta;
+
+/* Encodes m as it is (no checks: the writer builds valid metadata; tests
+ * build invalid metadata on purpose). */
+void weir__meta_encode(const weir__ckpt_meta *m, uint8_t **out, size_t *len);
+/* Decodes the metadata stored under checkpoint `key_id`. Checks: format
+ * (min_reader_version > WEIR_STORE_FORMAT: WEIR_EFORMAT), id == key_id, job id
+ * a UUID and == job_id when job_id != NULL, instance >= 1; every entry: a
+ * non-empty operator name, parallelism >= 1, subtask < parallelism, the same
+ * parallelism for every subtask of an operator, entries strictly ordered by
+ * (op, subtask) (so no duplicates), record numbers distinct, chunk counts
+ * consistent with entry counts and lengths, no duplicate split; totals equal
+ * the sums of the entries. On success *out owns its strings and arrays
+ * (free with weir__meta_free); on error *out is empty. */
+int weir__meta_decode(const void *value, size_t len, uint64_t key_id, const char *job_id,
+                      weir__ckpt_meta *out, char *err, size_t errlen);
+void weir__meta_free(weir__ckpt_meta *m);
+
+/* ---- chunks ------------------------------------------------------------------ */
+
+typedef struct weir__chunk_id {
+  uint64_t ckpt;
+  uint32_t record, seq;
+} weir__chunk_id;
+
+/* Each encoder writes one complete value (envelope included) of at most
+ * WEIR__CHUNK_MAX bytes into buf (WEIR__CHUNK_MAX bytes) and returns its
+ * length. The caller plans the content within WEIR__CHUNK_BUDGET:
+ *   u64:   sum over entries of 8 + varint_len(value);
+ *   bytes: sum over entries of 8 + varint_len(klen) + varint_len(vlen), plus
+ *          data_len;
+ *   blob:  data_len. */
+size_t weir__u64_chunk_encode(weir__chunk_id id, const uint64_t *keys, const uint64_t *values,
+                              size_t n, uint8_t *buf);
+size_t weir__bytes_chunk_encode(weir__chunk_id id, const uint64_t *route, const uint32_t *klen,
+                                const uint32_t *vlen, size_t n, const uint8_t *data,
+                                size_t data_len, uint8_t *buf);
+size_t weir__blob_chunk_encode(weir__chunk_id id, const uint8_t *data, size_t data_len,
+                               uint8_t *buf);
+
+/* A decoded chunk: views into the decoded message, valid until
+ * weir__chunk_free. */
+typedef struct weir__chunk {
+  uint16_t kind; /* WEIR__KIND_U64, _BYTES or _BLOB */
+  weir__chunk_id id;
+  size_t n;                      /* entries (u64, bytes) */
+  const uint64_t *keys, *values; /* u64 */
+  const uint64_t *route;         /* bytes */
+  const uint32_t *klen, *vlen;   /* bytes */
+  const uint8_t *data;           /* bytes, blob */
+  size_t data_len;               /* bytes, blob */
+  void *msg_;                    /* the decoded message (private) */
+} weir__chunk;
+
+/* Decodes a chunk value. Checks: a chunk kind, the (checkpoint, record, seq)
+ * inside the value equal `expect` (a value found under another key is
+ * corrupt), parallel arrays of equal length, u64 keys strictly ascending and
+ * at least one entry, a bytes or blob chunk not empty. On error *out is
+ * empty. */
+int weir__chunk_decode(const void *value, size_t len, weir__chunk_id expect, weir__chunk *out,
+                       char *err, size_t errlen);
+void weir__chunk_free(weir__chunk *c);
+
+#endif

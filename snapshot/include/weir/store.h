@@ -1,0 +1,249 @@
+/* weir/store.h: the checkpoint store of a job's state directory.
+ *
+ * One LMDB environment per state directory (<dir>/store), holding the job
+ * record (job id, instance, checkpoint id high-water mark, finished flag),
+ * the metadata of every retained completed checkpoint, and the state chunks
+ * they refer to. Every stored value is wrapped in an envelope (magic,
+ * format version, kind, length, CRC32C) and decoded with full validation:
+ * nothing partly read or unchecked ever reaches the engine.
+ *
+ * Writes go through one store-writer thread owned by the store: the engine
+ * queues a subtask's state (weir_store_write_subtask) as the asynchronous
+ * part of a snapshot, then the checkpoint's commit (weir_store_commit),
+ * which writes the metadata and the "latest completed" pointer in one write
+ * transaction, last. Before that commit the checkpoint does not exist.
+ *
+ * No LMDB or protobuf-c type appears here. Functions return 0 or a negative
+ * WEIR_E* code; store refusals are WEIR_ECORRUPT (damaged or invalid
+ * content) or WEIR_EFORMAT (written by a newer weir), with a message naming
+ * the checkpoint (and operator) available from weir_store_error().
+ */
+#ifndef WEIR_STORE_H
+#define WEIR_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weir/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The format this weir writes, and the oldest it reads. */
+#define WEIR_STORE_FORMAT 1u
+#define WEIR_STORE_MIN_READER 1u
+
+typedef struct weir_store weir_store;
+
+typedef struct weir_store_opts {
+  uint32_t retain;           /* completed checkpoints kept; 0 = 3 */
+  int read_only;             /* no writer thread, no collection: for listing and
+                                inspecting while a job runs (LMDB readers never block) */
+  uint64_t map_size;         /* bytes of address space; 0 = 64 GiB (sparse; 1 GiB on
+                                32-bit hosts) */
+  uint32_t verify_timeout_s; /* limit for a verifying child process (a damaged
+                                store can make a reader loop); 0 = 600 */
+} weir_store_opts;
+
+/* Opens (creating if needed, unless read_only) the store under `dir`.
+ * Runs mdb_reader_check, checks the store's structure in a forked child (so
+ * that damaged LMDB pages give WEIR_ECORRUPT, not a crash), and (unless
+ * read_only) collects chunks of checkpoints that never completed and starts
+ * the writer thread. read_only on a directory without a store returns
+ * WEIR_ENOENT. On failure *out is NULL and, as no store exists to ask, the
+ * message is logged (WEIR_LOG_E). Blocks (fsync, fork). */
+int weir_store_open(weir_store **out, const char *dir, const weir_store_opts *opts);
+/* Waits for queued writes, stops the writer thread, closes. NULL: no-op.
+ * Not from a done() callback (it joins the writer thread). */
+void weir_store_close(weir_store *s);
+/* The message of the last failed call on this store (thread-safe copy into
+ * buf). */
+const char *weir_store_error(weir_store *s, char *buf, size_t len);
+
+/* ---- job record ------------------------------------------------------------ */
+
+typedef struct weir_store_job {
+  char job_id[40];   /* UUID text, made at first start */
+  uint64_t instance; /* 1 for the first run; +1 for each new instance */
+  uint64_t next_id;  /* the next checkpoint id this store would hand out:
+                        ids below it were handed out or skipped (read_only:
+                        the id a new writer would start at) */
+  uint64_t latest;   /* latest completed checkpoint of this instance, 0 if none */
+  int finished;      /* this instance took its final checkpoint */
+} weir_store_job;
+
+/* Reads the job record: returns 1 and fills *out if there is a job, 0 if
+ * the store is empty. */
+int weir_store_job_get(weir_store *s, weir_store_job *out);
+/* Starts a run: creates the job (new UUID v4) if none; with new_instance,
+ * starts a new instance of an existing job (instance + 1, finished = 0,
+ * latest = 0; checkpoint ids continue); otherwise returns the existing job
+ * as it is. Synchronous and durable (runs on the writer thread, waited
+ * for). WEIR_ESTATE on a read-only store. */
+int weir_store_job_begin(weir_store *s, int new_instance, weir_store_job *out);
+/* Hands out the next checkpoint id (the first is 1). Ids are monotonic
+ * across restarts and instances and never reused: they are reserved durably
+ * in blocks of 64, so a crash may leave gaps but never repeats. Blocks (one
+ * durable commit) when a block is used up. WEIR_ESTATE before
+ * weir_store_job_begin or on a read-only store. Thread-safe. */
+int weir_store_next_id(weir_store *s, uint64_t *id);
+
+/* ---- writing a checkpoint ------------------------------------------------- */
+
+typedef struct weir_snap_position {
+  uint32_t split;
+  uint64_t offset;
+} weir_snap_position;
+
+/* The state of one operator subtask in one checkpoint. All arrays are
+ * allocated with weir_malloc and owned by the struct. */
+typedef struct weir_subtask_snapshot {
+  char *op; /* operator name */
+  uint32_t subtask, parallelism;
+  /* u64 keyed state: keys[i] -> values[i], distinct keys in any order
+   * (the store sorts them by key). */
+  uint64_t n_u64;
+  uint64_t *u64_keys, *u64_values;
+  /* Byte-string keyed state: entry i has routing key b_route[i], key of
+   * b_klen[i] bytes then value of b_vlen[i] bytes, entries back to back in
+   * b_data. */
+  uint64_t n_bytes;
+  uint64_t *b_route;
+  uint32_t *b_klen, *b_vlen;
+  uint8_t *b_data;
+  uint64_t b_data_len;
+  /* Source positions per split. */
+  uint32_t npos;
+  weir_snap_position *pos;
+  /* Operator-managed state (the operator's snapshot callback). */
+  uint8_t *blob;
+  uint64_t blob_len;
+} weir_subtask_snapshot;
+
+/* Frees what the struct owns and zeroes it. */
+void weir_subtask_snapshot_free(weir_subtask_snapshot *snap);
+
+typedef struct weir_store_written {
+  uint64_t bytes;  /* stored bytes, envelopes included */
+  uint32_t chunks; /* values written */
+} weir_store_written;
+
+/* Called on the writer thread when a queued request is done: status 0 or a
+ * negative error (e.g. -ENOSPC, with the path and sizes in the store's
+ * error message). `w` may be NULL (a failed commit). */
+typedef void (*weir_store_done_fn)(void *user, int status, const weir_store_written *w);
+
+/* Queues the subtask's state for checkpoint `id`. Takes ownership of *snap
+ * on every return (its contents; the struct itself may be on the caller's
+ * stack and is zeroed). Chunks are packed parallel arrays of at most 65,520
+ * bytes with the envelope, written in short write transactions (at most 64
+ * chunks each). Returns 0 (done() will run, on the writer thread) or, without
+ * calling done(), WEIR_EINVAL for a malformed snapshot (no operator name,
+ * subtask >= parallelism, b_data_len not the sum of the lengths, a split
+ * twice in pos) or WEIR_ESTATE on a read-only store. Asynchronous failures,
+ * through done(): a u64 key twice (WEIR_EINVAL), the same operator subtask
+ * twice for one checkpoint or one operator with two parallelisms
+ * (WEIR_EINVAL), an id not handed out by this store (WEIR_EINVAL: not yet;
+ * WEIR_ESTATE: by an earlier run), a checkpoint already committed, aborted
+ * or failed (WEIR_ESTATE), I/O (-ENOSPC, -EIO, ...). A failed write fails
+ * its checkpoint's commit. Never blocks on I/O; thread-safe. */
+int weir_store_write_subtask(weir_store *s, uint64_t id, weir_subtask_snapshot *snap,
+                             weir_store_done_fn done, void *user);
+
+typedef struct weir_store_commit_info {
+  uint64_t id;
+  uint64_t epoch;        /* owner epoch (fencing; 0 until leases exist) */
+  int64_t trigger_ms;    /* wall clock when triggered */
+  uint64_t duration_ms;  /* trigger to all subtasks acknowledged */
+  uint64_t alignment_ms; /* longest alignment of any subtask */
+  int final;             /* the job's final checkpoint: marks it finished */
+  uint32_t subtasks;     /* if not 0: the number of subtask writes the
+                            checkpoint must hold (the acknowledgements the
+                            coordinator counted), else the commit fails */
+} weir_store_commit_info;
+
+/* Queues the commit of checkpoint c->id: one write transaction with its
+ * metadata (every subtask written for it), the latest pointer and, if
+ * final, the finished flag; then retention removes checkpoints beyond the
+ * last `retain` (counted over all instances) in later transactions. Fails
+ * (without committing, and discarding what was written for c->id) if a
+ * subtask write of this checkpoint failed or c->subtasks disagrees with the
+ * writes, if it was already committed, aborted or failed, or was handed out
+ * before this store was opened (WEIR_ESTATE: a checkpoint is committed once,
+ * by the run that wrote it), if the id was never handed out (WEIR_EINVAL) or
+ * if the job was not begun (WEIR_ESTATE).
+ * done() runs when durable, with w->bytes the stored bytes of the
+ * checkpoint's chunks and w->chunks their number. Returns 0 or WEIR_ESTATE
+ * (read-only store). */
+int weir_store_commit(weir_store *s, const weir_store_commit_info *c, weir_store_done_fn done,
+                      void *user);
+/* Queues discarding what was written for checkpoint `id` (never committed;
+ * a committed checkpoint is left alone); later writes and commits of `id`
+ * fail. Returns 0 or WEIR_ESTATE (read-only store). */
+int weir_store_abort(weir_store *s, uint64_t id);
+/* Waits until every queued request is done (and their done() callbacks
+ * returned). From a done() callback: returns at once. */
+void weir_store_flush(weir_store *s);
+
+/* ---- reading ---------------------------------------------------------------- */
+
+typedef struct weir_store_ckpt {
+  uint64_t id;
+  int status;      /* 0, or WEIR_ECORRUPT / WEIR_EFORMAT: the metadata cannot be
+                      read (only `id` is set; weir_store_info gives the reason) */
+  int64_t time_ms; /* completion wall clock */
+  uint64_t bytes;
+  uint64_t duration_ms, alignment_ms;
+  uint64_t instance;
+  int final;
+} weir_store_ckpt;
+
+/* Completed, retained checkpoints in ascending id order (*out allocated with
+ * weir_malloc, caller frees; *n = 0 and *out = NULL when none). A checkpoint
+ * whose metadata is damaged is listed with status < 0 rather than hidden or
+ * failing the whole list. */
+int weir_store_list(weir_store *s, weir_store_ckpt **out, size_t *n);
+
+typedef struct weir_store_subtask_info {
+  char *op;
+  uint32_t subtask, parallelism;
+  uint64_t bytes, chunks, u64_entries, bytes_entries, blob_len;
+  uint32_t npos;
+  weir_snap_position *pos;
+} weir_store_subtask_info;
+
+typedef struct weir_store_ckpt_info {
+  weir_store_ckpt ckpt;
+  char job_id[40];
+  uint32_t format_version;
+  uint32_t nsubtasks;
+  weir_store_subtask_info *subtasks; /* ordered by operator name, subtask */
+} weir_store_ckpt_info;
+
+/* The metadata of completed checkpoint `id` (validated). WEIR_ENOENT if not
+ * retained. Free with weir_store_ckpt_info_free. */
+int weir_store_info(weir_store *s, uint64_t id, weir_store_ckpt_info **out);
+void weir_store_ckpt_info_free(weir_store_ckpt_info *info);
+
+/* Reads and checks every value of checkpoint `id` (envelopes, checksums,
+ * decoding, semantic checks, no chunk missing or left over) in a forked
+ * child with its own read-only environment, so that a damaged LMDB page that
+ * crashes a reader is reported, not suffered: 0, WEIR_ENOENT, WEIR_ECORRUPT
+ * (also when the child crashes or exceeds verify_timeout_s) or WEIR_EFORMAT,
+ * with the message in weir_store_error(). Blocks until the child is done. */
+int weir_store_verify(weir_store *s, uint64_t id);
+
+/* Loads one subtask's state of completed checkpoint `id` into *out (fully
+ * validated; on error *out is empty). WEIR_ENOENT if the checkpoint has no
+ * such operator subtask. u64 state comes back sorted by key, positions
+ * sorted by split, byte-string entries in the order they were written.
+ * Reads in this process: run weir_store_verify first on a store that may be
+ * damaged. */
+int weir_store_load(weir_store *s, uint64_t id, const char *op, uint32_t subtask,
+                    weir_subtask_snapshot *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,136 @@
+/* store_impl.h (private to snapshot/): the store's internals shared by
+ * store.c (opening, reading, verifying) and writer.c (the store-writer
+ * thread and every write transaction after open).
+ */
+#ifndef WEIR_SNAPSHOT_STORE_IMPL_H
+#define WEIR_SNAPSHOT_STORE_IMPL_H
+
+#include <lmdb.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "codec.h"
+#include "weir/store.h"
+
+#define WEIR__ID_BLOCK 64u      /* checkpoint ids reserved per durable write */
+#define WEIR__TXN_CHUNKS 64u    /* chunk puts per write transaction (~4 MB) */
+#define WEIR__TXN_DELETES 1024u /* chunk deletes per write transaction */
+#define WEIR__CHUNK_KEY 16u     /* [ckpt BE u64][record BE u32][seq BE u32] */
+
+/* A queued request to the writer thread. */
+typedef enum {
+  WEIR__REQ_WRITE,
+  WEIR__REQ_COMMIT,
+  WEIR__REQ_ABORT,
+  WEIR__REQ_JOB_BEGIN,
+  WEIR__REQ_RESERVE,
+  WEIR__REQ_FLUSH,
+  WEIR__REQ_STOP
+} weir__req_type;
+
+typedef struct weir__req {
+  struct weir__req *next;
+  weir__req_type type;
+  uint64_t id;                   /* WRITE, COMMIT, ABORT */
+  weir_subtask_snapshot snap;    /* WRITE (owned) */
+  weir_store_commit_info commit; /* COMMIT */
+  weir_store_done_fn done;
+  void *user;
+  /* Synchronous requests (JOB_BEGIN, RESERVE, FLUSH, STOP): the caller waits
+   * on done_cv for `finished`; the request lives on the caller's stack. */
+  int sync, finished, status;
+  int new_instance;     /* JOB_BEGIN */
+  weir__job_rec job;    /* JOB_BEGIN: result */
+  uint64_t from, limit; /* RESERVE: lowest id wanted; new durable limit */
+} weir__req;
+
+/* What the writer thread remembers about a checkpoint being written. */
+typedef struct weir__pending {
+  struct weir__pending *next;
+  uint64_t id;
+  int status; /* 0, or the first failure of a write for this checkpoint */
+  uint32_t next_record;
+  uint32_t nsub, cap;
+  weir__sub_entry *subs; /* in the order written */
+} weir__pending;
+
+/* The store. Owning thread: the one that opened it (open, close); the
+ * fields under "writer thread" belong to the store-writer thread once it
+ * runs; the rest is immutable after open or guarded by the named mutex. */
+struct weir_store {
+  char *dir, *path, *data_path; /* <dir>, <dir>/store, <dir>/store/data.mdb */
+  int read_only;
+  uint32_t retain, verify_timeout_s;
+  uint64_t map_size;
+  MDB_env *env;
+  MDB_dbi dbi_job, dbi_meta, dbi_chunks;
+
+  pthread_mutex_t err_mu; /* guards err */
+  char err[1024];
+
+  pthread_mutex_t q_mu;   /* guards head, tail */
+  pthread_cond_t q_cv;    /* the writer waits for requests */
+  pthread_cond_t done_cv; /* synchronous callers wait for `finished` */
+  weir__req *head, *tail;
+  pthread_t writer;
+  int writer_running;
+
+  pthread_mutex_t id_mu; /* guards next, limit, reserving, have_job, first_id */
+  pthread_cond_t id_cv;
+  uint64_t next, limit; /* ids in [next, limit) are reserved durably */
+  int reserving;
+  int have_job;
+  uint64_t first_id; /* the first id this store handed out or could have:
+                        lower ids belong to earlier runs */
+
+  /* writer thread */
+  weir__pending *pending;
+  uint64_t (*fin)[2]; /* ids committed, aborted or failed by this store:
+                         sorted disjoint closed ranges (few: ids finish
+                         nearly in order) */
+  size_t nfin, fin_cap;
+  uint8_t *chunk_buf; /* WEIR__CHUNK_MAX bytes */
+
+  int test_child_signal; /* tests: verify's child raises this signal */
+};
+
+/* Sets the store's error message and returns rc (for `return fail(...)`). */
+int weir__store_fail(weir_store *s, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Maps an LMDB or errno return code to a WEIR_E* code. */
+int weir__mdb_err(int rc);
+/* A short text for an LMDB return code, with a hint for the common ones. */
+const char *weir__mdb_text(int rc);
+
+void weir__key_meta(uint8_t k[8], uint64_t id);
+void weir__key_chunk(uint8_t k[WEIR__CHUNK_KEY], uint64_t id, uint32_t record, uint32_t seq);
+uint64_t weir__be64(const uint8_t *p);
+uint32_t weir__be32(const uint8_t *p);
+
+/* Reads the job record in txn: 1 (and *out), 0 (none) or an error (message
+ * set). */
+int weir__txn_job(weir_store *s, MDB_txn *txn, MDB_dbi dbi, weir__job_rec *out);
+
+/* writer.c */
+int weir__writer_start(weir_store *s);
+/* Is the caller the store-writer thread (in a done() callback)? */
+int weir__on_writer(weir_store *s);
+/* Stops the thread after every queued request; frees pending state. */
+void weir__writer_stop(weir_store *s);
+/* Queues an asynchronous request (takes ownership of the heap request). */
+void weir__writer_post(weir_store *s, weir__req *r);
+/* Runs a synchronous request: inline when called on the writer thread (or
+ * before it runs), otherwise queued and waited for. Returns r->status. */
+int weir__writer_call(weir_store *s, weir__req *r);
+/* Deletes the chunks of checkpoints that have neither metadata nor a
+ * pending write (never completed), in short transactions. Writer thread (or
+ * open, before it runs). */
+int weir__collect_orphans(weir_store *s, uint64_t *chunks, uint64_t *ckpts);
+
+/* Tests: makes verify's child raise `sig` before reading (0: off). */
+void weir__store_test_child_signal(weir_store *s, int sig);
+/* Tests: the largest chunk value size and the number of chunk values of
+ * checkpoint id (read transaction). */
+int weir__store_test_chunk_stats(weir_store *s, uint64_t id, size_t *max_len, uint64_t *count);
+
+#endif

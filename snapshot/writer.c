@@ -1,0 +1,1066 @@
+/* writer.c: owns the store-writer thread, its request queue, and every LMDB
+ * write transaction of an open store (see store.c for opening, reading and
+ * verifying).
+ *
+ * DESIGN: LMDB allows one write transaction at a time per environment, and a
+ * durable commit costs two fsyncs, so writes must never run on an engine
+ * worker loop. Every write is a request to one thread: requests are queued
+ * (mutex + condvar) and run in order; asynchronous ones (subtask writes,
+ * commits, aborts) report through a done() callback on this thread,
+ * synchronous ones (job_begin, id reservation, flush, stop) are waited for
+ * by their caller, or run inline when the caller is this thread (a done()
+ * callback), so nothing deadlocks.
+ *
+ * Store layout (named databases of one environment):
+ *   job     "job"                               -> envelope(Job)
+ *   meta    [ckpt id BE u64]                    -> envelope(Checkpoint)
+ *   chunks  [ckpt id BE u64][record BE u32][seq BE u32] -> envelope(chunk)
+ * A subtask write gets the checkpoint's next record number; its chunks are
+ * its u64 state sorted by key, then its byte-string entries, then its blob,
+ * each chunk at most WEIR__CHUNK_MAX bytes, written WEIR__TXN_CHUNKS per
+ * transaction (MDB_APPEND when the keys land past the current last key).
+ * What was written is remembered per checkpoint (weir__pending) for the
+ * commit.
+ *
+ * Commit protocol: the commit is ONE write transaction holding the
+ * checkpoint's metadata (every subtask written for it) and the job record's
+ * `latest` (and `finished`). Chunks are durable before it starts (each chunk
+ * transaction committed with fsync), so once the metadata is visible all it
+ * names is on disk; before it, the checkpoint does not exist. A checkpoint
+ * with a failed subtask write is never committed: its chunks are discarded.
+ * Retention runs after the commit in its own short transactions: metadata
+ * first, then chunks, so a crash in between leaves only chunks without
+ * metadata, which the next collection (at open, or after any commit)
+ * deletes. Checkpoint ids are reserved durably in blocks of WEIR__ID_BLOCK in
+ * the job record before they are handed out: a crash skips ids, never
+ * repeats them.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "store_impl.h"
+#include "weir/alloc.h"
+#include "weir/assert.h"
+#include "weir/clock.h"
+#include "weir/log.h"
+
+typedef unsigned long long ull;
+
+/* ---- pending checkpoints -------------------------------------------------- */
+
+static weir__pending *pending_find(weir_store *s, uint64_t id) {
+  for (weir__pending *p = s->pending; p; p = p->next)
+    if (p->id == id) return p;
+  return NULL;
+}
+
+static weir__pending *pending_get(weir_store *s, uint64_t id) {
+  weir__pending *p = pending_find(s, id);
+  if (p) return p;
+  p = weir_calloc(1, sizeof *p);
+  p->id = id;
+  p->next = s->pending;
+  s->pending = p;
+  return p;
+}
+
+static void pending_drop(weir_store *s, uint64_t id) {
+  for (weir__pending **pp = &s->pending; *pp; pp = &(*pp)->next) {
+    weir__pending *p = *pp;
+    if (p->id != id) continue;
+    *pp = p->next;
+    for (uint32_t i = 0; i < p->nsub; i++) {
+      weir_free(p->subs[i].op);
+      weir_free(p->subs[i].pos);
+    }
+    weir_free(p->subs);
+    weir_free(p);
+    return;
+  }
+}
+
+/* ---- finished ids ------------------------------------------------------------ */
+
+/* Index of the first range whose end is >= id. */
+static size_t fin_find(const weir_store *s, uint64_t id) {
+  size_t lo = 0, hi = s->nfin;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (s->fin[mid][1] < id)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+static int fin_has(const weir_store *s, uint64_t id) {
+  size_t i = fin_find(s, id);
+  return i < s->nfin && s->fin[i][0] <= id;
+}
+
+/* Records that checkpoint id was committed, aborted or failed. */
+static void fin_add(weir_store *s, uint64_t id) {
+  size_t i = fin_find(s, id);
+  if (i < s->nfin && s->fin[i][0] <= id) return;
+  int join_prev = i > 0 && s->fin[i - 1][1] + 1 == id;
+  int join_next = i < s->nfin && s->fin[i][0] == id + 1;
+  if (join_prev && join_next) {
+    s->fin[i - 1][1] = s->fin[i][1];
+    memmove(&s->fin[i], &s->fin[i + 1], (s->nfin - i - 1) * sizeof *s->fin);
+    s->nfin--;
+  } else if (join_prev) {
+    s->fin[i - 1][1] = id;
+  } else if (join_next) {
+    s->fin[i][0] = id;
+  } else {
+    if (s->nfin == s->fin_cap) {
+      s->fin_cap = s->fin_cap ? 2 * s->fin_cap : 8;
+      s->fin = weir_realloc(s->fin, s->fin_cap * sizeof *s->fin);
+    }
+    memmove(&s->fin[i + 1], &s->fin[i], (s->nfin - i) * sizeof *s->fin);
+    s->fin[i][0] = s->fin[i][1] = id;
+    s->nfin++;
+  }
+}
+
+/* Checks that checkpoint id may still be written or committed: handed out
+ * by this store since it was opened, and neither committed, aborted nor
+ * failed since. */
+static int check_open_id(weir_store *s, uint64_t id) {
+  pthread_mutex_lock(&s->id_mu);
+  uint64_t first = s->first_id, next = s->next;
+  int have = s->have_job;
+  pthread_mutex_unlock(&s->id_mu);
+  if (!have)
+    return weir__store_fail(s, WEIR_ESTATE,
+                            "store %s: checkpoint %llu: no job (weir_store_job_begin first)",
+                            s->path, (ull)id);
+  if (id == 0 || id >= next)
+    return weir__store_fail(s, WEIR_EINVAL,
+                            "store %s: checkpoint id %llu was not handed out (the next is %llu)",
+                            s->path, (ull)id, (ull)next);
+  if (id < first)
+    return weir__store_fail(s, WEIR_ESTATE,
+                            "store %s: checkpoint %llu was begun before this store was opened "
+                            "(only the run that wrote it may commit it)",
+                            s->path, (ull)id);
+  if (fin_has(s, id))
+    return weir__store_fail(s, WEIR_ESTATE,
+                            "store %s: checkpoint %llu is already committed, aborted or failed",
+                            s->path, (ull)id);
+  return 0;
+}
+
+/* ---- small LMDB helpers --------------------------------------------------- */
+
+/* Is checkpoint id committed? 1, 0 or an error. */
+static int is_committed(weir_store *s, MDB_txn *txn, uint64_t id) {
+  uint8_t k[8];
+  weir__key_meta(k, id);
+  MDB_val key = {8, k}, val;
+  int rc = mdb_get(txn, s->dbi_meta, &key, &val);
+  if (rc == 0) return 1;
+  if (rc == MDB_NOTFOUND) return 0;
+  return weir__store_fail(s, weir__mdb_err(rc), "store %s: reading checkpoint %llu: %s", s->path,
+                          (ull)id, weir__mdb_text(rc));
+}
+
+static int committed_now(weir_store *s, uint64_t id) {
+  MDB_txn *txn;
+  int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+  if (rc != 0)
+    return weir__store_fail(s, weir__mdb_err(rc), "store %s: read transaction: %s", s->path,
+                            weir__mdb_text(rc));
+  rc = is_committed(s, txn, id);
+  mdb_txn_abort(txn);
+  return rc;
+}
+
+/* Deletes every chunk of checkpoint id, WEIR__TXN_DELETES per transaction. */
+static int delete_chunks(weir_store *s, uint64_t id, uint64_t *deleted) {
+  for (;;) {
+    MDB_txn *txn;
+    MDB_cursor *cur;
+    int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+    if (rc == 0) {
+      rc = mdb_cursor_open(txn, s->dbi_chunks, &cur);
+      if (rc != 0) mdb_txn_abort(txn);
+    }
+    if (rc != 0)
+      return weir__store_fail(s, weir__mdb_err(rc),
+                              "store %s: deleting chunks of checkpoint %llu: %s", s->path, (ull)id,
+                              weir__mdb_text(rc));
+    uint32_t n = 0;
+    int more = 1;
+    while (n < WEIR__TXN_DELETES) {
+      uint8_t kb[WEIR__CHUNK_KEY];
+      weir__key_chunk(kb, id, 0, 0);
+      MDB_val key = {sizeof kb, kb}, val;
+      rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE);
+      if (rc == MDB_NOTFOUND || (rc == 0 && (key.mv_size < 8 || weir__be64(key.mv_data) != id))) {
+        rc = 0;
+        more = 0;
+        break;
+      }
+      if (rc == 0) rc = mdb_cursor_del(cur, 0);
+      if (rc != 0) break;
+      n++;
+    }
+    mdb_cursor_close(cur);
+    if (rc == 0) {
+      rc = mdb_txn_commit(txn);
+    } else {
+      mdb_txn_abort(txn);
+    }
+    if (rc != 0)
+      return weir__store_fail(s, weir__mdb_err(rc),
+                              "store %s: deleting chunks of checkpoint %llu: %s", s->path, (ull)id,
+                              weir__mdb_text(rc));
+    if (deleted) *deleted += n;
+    if (!more) return 0;
+  }
+}
+
+/* Deletes what was written for a checkpoint that will not be committed. */
+static void discard(weir_store *s, uint64_t id) {
+  pending_drop(s, id);
+  uint64_t n = 0;
+  if (delete_chunks(s, id, &n) < 0) {
+    char msg[512];
+    WEIR_LOG_W("%s (they will be collected later)", weir_store_error(s, msg, sizeof msg));
+  }
+}
+
+int weir__collect_orphans(weir_store *s, uint64_t *chunks, uint64_t *ckpts) {
+  uint64_t *ids = NULL;
+  size_t n = 0, cap = 0;
+  MDB_txn *txn;
+  MDB_cursor *cur;
+  int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+  if (rc == 0) {
+    rc = mdb_cursor_open(txn, s->dbi_chunks, &cur);
+    if (rc != 0) mdb_txn_abort(txn);
+  }
+  if (rc != 0)
+    return weir__store_fail(s, weir__mdb_err(rc), "store %s: scanning chunks: %s", s->path,
+                            weir__mdb_text(rc));
+  uint64_t next = 0;
+  for (;;) {
+    uint8_t kb[WEIR__CHUNK_KEY];
+    weir__key_chunk(kb, next, 0, 0);
+    MDB_val key = {sizeof kb, kb}, val;
+    rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE);
+    if (rc == MDB_NOTFOUND) {
+      rc = 0;
+      break;
+    }
+    if (rc != 0) {
+      rc = weir__store_fail(s, weir__mdb_err(rc), "store %s: scanning chunks: %s", s->path,
+                            weir__mdb_text(rc));
+      break;
+    }
+    if (key.mv_size != WEIR__CHUNK_KEY) {
+      rc = weir__store_fail(s, WEIR_ECORRUPT, "store %s: a chunk key of %zu bytes", s->path,
+                            key.mv_size);
+      break;
+    }
+    uint64_t id = weir__be64(key.mv_data);
+    int c = is_committed(s, txn, id);
+    if (c < 0) {
+      rc = c;
+      break;
+    }
+    if (!c && !pending_find(s, id)) {
+      if (n == cap) {
+        cap = cap ? 2 * cap : 16;
+        ids = weir_realloc(ids, cap * sizeof *ids);
+      }
+      ids[n++] = id;
+    }
+    if (id == UINT64_MAX) break;
+    next = id + 1;
+  }
+  mdb_cursor_close(cur);
+  mdb_txn_abort(txn);
+  for (size_t i = 0; rc == 0 && i < n; i++) rc = delete_chunks(s, ids[i], chunks);
+  if (ckpts) *ckpts += n;
+  weir_free(ids);
+  return rc;
+}
+
+/* ---- sorting u64 state ---------------------------------------------------- */
+
+static void insertion_sort(uint64_t *k, uint64_t *v, uint64_t n) {
+  for (uint64_t i = 1; i < n; i++) {
+    uint64_t kk = k[i], vv = v[i], j = i;
+    for (; j > 0 && k[j - 1] > kk; j--) {
+      k[j] = k[j - 1];
+      v[j] = v[j - 1];
+    }
+    k[j] = kk;
+    v[j] = vv;
+  }
+}
+
+/* MSD radix sort of (k, v) by k, using (tk, tv) as scratch: buckets by the
+ * top bits of (key - min) (so dense or clustered keys split as well as
+ * spread ones), at most 256 buckets per level (more scatter streams thrash
+ * the TLB), recursing into each bucket; small buckets by insertion. Equal
+ * keys end in one bucket whose min equals its max, which stops the
+ * recursion, so the depth is bounded by the key width. */
+static void msd_sort(uint64_t *k, uint64_t *v, uint64_t *tk, uint64_t *tv, uint64_t n) {
+  if (n <= 64) {
+    insertion_sort(k, v, n);
+    return;
+  }
+  uint64_t lo = k[0], hi = k[0];
+  for (uint64_t i = 1; i < n; i++) {
+    if (k[i] < lo) lo = k[i];
+    if (k[i] > hi) hi = k[i];
+  }
+  if (lo == hi) return;
+  int bits = 64 - __builtin_clzll(hi - lo);
+  int b = 63 - __builtin_clzll(n) - 5; /* about 32 keys per bucket */
+  if (b < 1) b = 1;
+  if (b > 8) b = 8;
+  if (b > bits) b = bits;
+  int shift = bits - b;
+  uint64_t nb = 1ull << b, start[257] = {0}, at[256];
+  for (uint64_t i = 0; i < n; i++) start[((k[i] - lo) >> shift) + 1]++;
+  for (uint64_t x = 1; x <= nb; x++) start[x] += start[x - 1];
+  memcpy(at, start, nb * sizeof *at);
+  for (uint64_t i = 0; i < n; i++) {
+    uint64_t to = at[(k[i] - lo) >> shift]++;
+    tk[to] = k[i];
+    tv[to] = v[i];
+  }
+  memcpy(k, tk, n * sizeof *k);
+  memcpy(v, tv, n * sizeof *v);
+  for (uint64_t x = 0; x < nb; x++) {
+    uint64_t m = start[x + 1] - start[x];
+    if (m > 1) msd_sort(k + start[x], v + start[x], tk + start[x], tv + start[x], m);
+  }
+}
+
+/* Sorts keys ascending, values alongside. */
+static void sort_u64(uint64_t *k, uint64_t *v, uint64_t n) {
+  uint64_t i = 1;
+  while (i < n && k[i - 1] <= k[i]) i++;
+  if (i >= n) return; /* already sorted (a common case) */
+  uint64_t *tk = weir_malloc(n * sizeof *tk), *tv = weir_malloc(n * sizeof *tv);
+  msd_sort(k, v, tk, tv, n);
+  weir_free(tk);
+  weir_free(tv);
+}
+
+/* ---- packing a subtask into chunks ---------------------------------------- */
+
+/* Produces the chunks of one subtask in order: u64 state, byte-string
+ * state, blob. Byte-string entries are a stream: headers go into the chunk
+ * where the entry's data starts, data fills every chunk's remaining room. */
+typedef struct chunker {
+  const weir_subtask_snapshot *snap;
+  weir__chunk_id id;
+  int phase;     /* 0 u64, 1 bytes, 2 blob, 3 done */
+  uint64_t i;    /* u64: next entry; bytes: next entry to head */
+  uint64_t d;    /* bytes: data bytes emitted; blob: offset */
+  uint64_t dend; /* bytes: end of the data of the headed entries */
+  uint32_t chunks[3];
+} chunker;
+
+/* Encodes the next chunk into buf: returns 1 (with *len and *kind) or 0 when
+ * there is none left. */
+static int chunker_next(chunker *c, uint8_t *buf, size_t *len) {
+  const weir_subtask_snapshot *sn = c->snap;
+  const uint64_t budget = WEIR__CHUNK_BUDGET;
+  for (;;) {
+    switch (c->phase) {
+    case 0: {
+      if (c->i >= sn->n_u64) {
+        c->phase = 1;
+        c->i = c->d = c->dend = 0;
+        continue;
+      }
+      uint64_t j = c->i, used = 0;
+      while (j < sn->n_u64) {
+        uint64_t need = 8 + weir__varint_len(sn->u64_values[j]);
+        if (used + need > budget) break;
+        used += need;
+        j++;
+      }
+      *len = weir__u64_chunk_encode(c->id, sn->u64_keys + c->i, sn->u64_values + c->i,
+                                    (size_t)(j - c->i), buf);
+      c->i = j;
+      c->chunks[0]++;
+      c->id.seq++;
+      return 1;
+    }
+    case 1: {
+      if (c->i >= sn->n_bytes && c->d >= sn->b_data_len) {
+        c->phase = 2;
+        c->d = 0;
+        continue;
+      }
+      uint64_t e0 = c->i, d0 = c->d, used = 0;
+      for (;;) {
+        if (c->d < c->dend) {
+          uint64_t take = c->dend - c->d;
+          if (take > budget - used) take = budget - used;
+          c->d += take;
+          used += take;
+          if (used == budget) break;
+        } else if (c->i < sn->n_bytes) {
+          uint64_t h = 8 + weir__varint_len(sn->b_klen[c->i]) + weir__varint_len(sn->b_vlen[c->i]);
+          if (used + h > budget) break;
+          used += h;
+          c->dend += (uint64_t)sn->b_klen[c->i] + sn->b_vlen[c->i];
+          c->i++;
+        } else {
+          break;
+        }
+      }
+      size_t n = (size_t)(c->i - e0);
+      *len = weir__bytes_chunk_encode(c->id, n ? sn->b_route + e0 : NULL,
+                                      n ? sn->b_klen + e0 : NULL, n ? sn->b_vlen + e0 : NULL, n,
+                                      sn->b_data + d0, (size_t)(c->d - d0), buf);
+      c->chunks[1]++;
+      c->id.seq++;
+      return 1;
+    }
+    case 2: {
+      if (c->d >= sn->blob_len) {
+        c->phase = 3;
+        continue;
+      }
+      uint64_t take = sn->blob_len - c->d;
+      if (take > budget) take = budget;
+      *len = weir__blob_chunk_encode(c->id, sn->blob + c->d, (size_t)take, buf);
+      c->d += take;
+      c->chunks[2]++;
+      c->id.seq++;
+      return 1;
+    }
+    default:
+      return 0;
+    }
+  }
+}
+
+/* Maps the failure of a write transaction that was writing `want` bytes,
+ * with a note for the message. LMDB reports a short write as EIO; on a file
+ * system without room for what was being written that is a full disk. */
+static int write_err(weir_store *s, int rc, uint64_t want, char *note, size_t len) {
+  note[0] = '\0';
+  if (rc == MDB_MAP_FULL) {
+    snprintf(note, len, " (map size %llu bytes)", (ull)s->map_size);
+  } else if (rc == EIO || rc == ENOSPC) {
+    struct statvfs v;
+    if (statvfs(s->path, &v) == 0) {
+      uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize;
+      snprintf(note, len, " (the file system has %llu bytes free)", (ull)avail);
+      if (avail < want + (1u << 20)) return WEIR_ENOSPC;
+    }
+  }
+  return weir__mdb_err(rc);
+}
+
+/* Can the keys from `first` on be appended (all existing keys are lower)? */
+static int can_append(weir_store *s, MDB_txn *txn, const uint8_t *first) {
+  MDB_cursor *cur;
+  if (mdb_cursor_open(txn, s->dbi_chunks, &cur) != 0) return 0;
+  MDB_val key, val;
+  int rc = mdb_cursor_get(cur, &key, &val, MDB_LAST);
+  int ok = rc == MDB_NOTFOUND || (rc == 0 && key.mv_size == WEIR__CHUNK_KEY &&
+                                  memcmp(key.mv_data, first, WEIR__CHUNK_KEY) < 0);
+  mdb_cursor_close(cur);
+  return ok;
+}
+
+/* Writes the chunks of one subtask under [id][record]; fills the entry's
+ * chunk counts and bytes. */
+static int write_chunks(weir_store *s, uint64_t id, uint32_t record,
+                        const weir_subtask_snapshot *sn, weir__sub_entry *e,
+                        weir_store_written *w) {
+  if (s->chunk_buf == NULL) s->chunk_buf = weir_malloc(WEIR__CHUNK_MAX);
+  chunker c = {.snap = sn, .id = {id, record, 0}};
+  MDB_txn *txn = NULL;
+  int append = 0, rc = 0;
+  uint32_t in_txn = 0;
+  uint64_t txn_bytes = 0, failing = 0;
+  for (;;) {
+    size_t len = 0;
+    uint32_t seq = c.id.seq;
+    int more = chunker_next(&c, s->chunk_buf, &len);
+    if (more) {
+      uint8_t kb[WEIR__CHUNK_KEY];
+      weir__key_chunk(kb, id, record, seq);
+      if (txn == NULL) {
+        rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+        if (rc != 0) {
+          txn = NULL;
+          break;
+        }
+        append = can_append(s, txn, kb);
+      }
+      MDB_val key = {sizeof kb, kb}, val = {len, s->chunk_buf};
+      failing = len;
+      rc = mdb_put(txn, s->dbi_chunks, &key, &val, append ? MDB_APPEND : MDB_NOOVERWRITE);
+      if (rc != 0) break;
+      in_txn++;
+      txn_bytes += len;
+      failing = 0;
+    }
+    if (txn != NULL && (!more || in_txn == WEIR__TXN_CHUNKS)) {
+      rc = mdb_txn_commit(txn);
+      txn = NULL;
+      if (rc != 0) break;
+      w->bytes += txn_bytes;
+      w->chunks += in_txn;
+      in_txn = 0;
+      txn_bytes = 0;
+    }
+    if (!more) break;
+  }
+  if (txn != NULL) mdb_txn_abort(txn);
+  if (rc != 0) {
+    char map[96];
+    int code = write_err(s, rc, txn_bytes + failing, map, sizeof map);
+    return weir__store_fail(s, code,
+                            "store %s: writing checkpoint %llu, operator \"%s\" subtask %u: %s%s; "
+                            "%llu bytes were being written in this transaction, %llu bytes of "
+                            "this subtask were already durable",
+                            s->path, (ull)id, sn->op, sn->subtask, weir__mdb_text(rc), map,
+                            (ull)(txn_bytes + failing), (ull)w->bytes);
+  }
+  e->u64_chunks = c.chunks[0];
+  e->bytes_chunks = c.chunks[1];
+  e->blob_chunks = c.chunks[2];
+  e->bytes = w->bytes;
+  return 0;
+}
+
+/* ---- requests ----------------------------------------------------------------- */
+
+static void exec_write(weir_store *s, weir__req *r) {
+  weir_subtask_snapshot *sn = &r->snap;
+  weir_store_written w = {0, 0};
+  uint64_t id = r->id;
+  int rc = check_open_id(s, id);
+  weir__pending *pc = NULL;
+  if (rc < 0) {
+    char why[512];
+    weir_store_error(s, why, sizeof why);
+    rc = weir__store_fail(s, rc, "%s: operator \"%s\" subtask %u not written", why, sn->op,
+                          sn->subtask);
+    weir_subtask_snapshot_free(sn);
+    if (r->done) r->done(r->user, rc, &w);
+    return;
+  }
+  if (rc == 0) {
+    pc = pending_get(s, id);
+    if (pc->status < 0) {
+      rc = weir__store_fail(s, WEIR_ESTATE,
+                            "store %s: checkpoint %llu already failed: operator \"%s\" subtask %u "
+                            "not written",
+                            s->path, (ull)id, sn->op, sn->subtask);
+    } else {
+      for (uint32_t i = 0; i < pc->nsub; i++) {
+        const weir__sub_entry *o = &pc->subs[i];
+        if (strcmp(o->op, sn->op) != 0) continue;
+        if (o->subtask == sn->subtask) {
+          rc = weir__store_fail(
+              s, WEIR_EINVAL, "store %s: checkpoint %llu: operator \"%s\" subtask %u written twice",
+              s->path, (ull)id, sn->op, sn->subtask);
+          break;
+        }
+        if (o->parallelism != sn->parallelism) {
+          rc = weir__store_fail(s, WEIR_EINVAL,
+                                "store %s: checkpoint %llu: operator \"%s\" written with "
+                                "parallelism %u and %u",
+                                s->path, (ull)id, sn->op, o->parallelism, sn->parallelism);
+          break;
+        }
+      }
+    }
+  }
+  if (rc == 0 && sn->n_u64 > 1) {
+    sort_u64(sn->u64_keys, sn->u64_values, sn->n_u64);
+    for (uint64_t i = 1; i < sn->n_u64; i++) {
+      if (sn->u64_keys[i] == sn->u64_keys[i - 1]) {
+        rc = weir__store_fail(s, WEIR_EINVAL,
+                              "store %s: checkpoint %llu: operator \"%s\" subtask %u: u64 key %llu "
+                              "appears twice",
+                              s->path, (ull)id, sn->op, sn->subtask, (ull)sn->u64_keys[i]);
+        break;
+      }
+    }
+  }
+  weir__sub_entry e = {0};
+  if (rc == 0) {
+    e.record = pc->next_record++; /* consumed even on failure: chunks may exist */
+    rc = write_chunks(s, id, e.record, sn, &e, &w);
+  }
+  if (rc == 0) {
+    e.op = sn->op;
+    sn->op = NULL;
+    e.subtask = sn->subtask;
+    e.parallelism = sn->parallelism;
+    e.u64_entries = sn->n_u64;
+    e.bytes_entries = sn->n_bytes;
+    e.bytes_data_len = sn->b_data_len;
+    e.blob_len = sn->blob_len;
+    e.npos = sn->npos;
+    e.pos = sn->pos;
+    sn->pos = NULL;
+    sn->npos = 0;
+    if (pc->nsub == pc->cap) {
+      pc->cap = pc->cap ? 2 * pc->cap : 8;
+      pc->subs = weir_realloc(pc->subs, pc->cap * sizeof *pc->subs);
+    }
+    pc->subs[pc->nsub++] = e;
+  } else {
+    /* The checkpoint can no longer be whole: its commit must fail. */
+    if (pc == NULL) pc = pending_get(s, id);
+    if (pc->status == 0) pc->status = rc;
+  }
+  weir_subtask_snapshot_free(sn);
+  if (r->done) r->done(r->user, rc, &w);
+}
+
+static int cmp_entry(const void *a, const void *b) {
+  const weir__sub_entry *x = a, *y = b;
+  int c = strcmp(x->op, y->op);
+  if (c != 0) return c;
+  return x->subtask < y->subtask ? -1 : x->subtask > y->subtask;
+}
+
+/* Deletes the oldest completed checkpoints beyond `retain`, then orphans. */
+static void retention(weir_store *s) {
+  uint64_t *ids = NULL;
+  size_t n = 0, cap = 0;
+  MDB_txn *txn;
+  MDB_cursor *cur;
+  int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+  if (rc == 0) {
+    rc = mdb_cursor_open(txn, s->dbi_meta, &cur);
+    if (rc != 0) mdb_txn_abort(txn);
+  }
+  if (rc == 0) {
+    MDB_val key, val;
+    for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+      if (key.mv_size != 8) continue;
+      if (n == cap) {
+        cap = cap ? 2 * cap : 16;
+        ids = weir_realloc(ids, cap * sizeof *ids);
+      }
+      ids[n++] = weir__be64(key.mv_data);
+    }
+    if (rc == MDB_NOTFOUND) rc = 0;
+    mdb_cursor_close(cur);
+    mdb_txn_abort(txn);
+  }
+  if (rc != 0) {
+    weir__store_fail(s, weir__mdb_err(rc), "store %s: retention: %s", s->path, weir__mdb_text(rc));
+    WEIR_LOG_W("store %s: retention skipped: %s", s->path, weir__mdb_text(rc));
+    weir_free(ids);
+    return;
+  }
+  for (size_t i = 0; n > s->retain && i < n - s->retain; i++) {
+    uint8_t k[8];
+    weir__key_meta(k, ids[i]);
+    MDB_val key = {8, k};
+    rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+    if (rc == 0) {
+      rc = mdb_del(txn, s->dbi_meta, &key, NULL);
+      if (rc == 0 || rc == MDB_NOTFOUND) {
+        rc = mdb_txn_commit(txn);
+      } else {
+        mdb_txn_abort(txn);
+      }
+    }
+    if (rc != 0)
+      weir__store_fail(s, weir__mdb_err(rc), "store %s: retention of checkpoint %llu: %s", s->path,
+                       (ull)ids[i], weir__mdb_text(rc));
+    else
+      rc = delete_chunks(s, ids[i], NULL); /* sets the message itself */
+    if (rc != 0) {
+      char msg[512];
+      WEIR_LOG_W("%s", weir_store_error(s, msg, sizeof msg));
+      break;
+    }
+    WEIR_LOG_D("store %s: checkpoint %llu removed by retention", s->path, (ull)ids[i]);
+  }
+  weir_free(ids);
+  uint64_t chunks = 0, ckpts = 0;
+  if (weir__collect_orphans(s, &chunks, &ckpts) < 0) {
+    char msg[512];
+    WEIR_LOG_W("%s", weir_store_error(s, msg, sizeof msg));
+  } else if (ckpts > 0) {
+    WEIR_LOG_D("store %s: collected %llu chunks of %llu abandoned checkpoints", s->path,
+               (ull)chunks, (ull)ckpts);
+  }
+}
+
+static void exec_commit(weir_store *s, weir__req *r) {
+  const weir_store_commit_info *ci = &r->commit;
+  uint64_t id = ci->id;
+  weir_store_written w = {0, 0};
+  weir__pending *pc = pending_find(s, id);
+  int rc = check_open_id(s, id);
+  if (rc < 0) { /* nothing of it may be touched: it is not this commit's */
+    if (r->done) r->done(r->user, rc, NULL);
+    return;
+  }
+  uint32_t written = pc ? pc->nsub : 0;
+  if (pc != NULL && pc->status < 0) {
+    char prev[512];
+    weir_store_error(s, prev, sizeof prev);
+    rc = weir__store_fail(s, pc->status,
+                          "store %s: checkpoint %llu not committed: a subtask write failed (%s; "
+                          "last store error: %s)",
+                          s->path, (ull)id, weir_strerror(pc->status), prev);
+  } else if (ci->subtasks != 0 && ci->subtasks != written) {
+    rc = weir__store_fail(s, WEIR_ESTATE,
+                          "store %s: checkpoint %llu not committed: it holds %u subtask writes, "
+                          "%u were acknowledged",
+                          s->path, (ull)id, written, ci->subtasks);
+  }
+  if (rc < 0) {
+    fin_add(s, id);
+    discard(s, id);
+    if (r->done) r->done(r->user, rc, NULL);
+    return;
+  }
+  int discard_on_fail = 1;
+  MDB_txn *txn = NULL;
+  weir__job_rec job;
+  uint8_t *mval = NULL, *jval = NULL;
+  size_t mlen = 0, jlen = 0;
+  weir__sub_entry *subs = NULL;
+  rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+  if (rc != 0) {
+    txn = NULL;
+    rc = weir__store_fail(s, weir__mdb_err(rc), "store %s: committing checkpoint %llu: %s", s->path,
+                          (ull)id, weir__mdb_text(rc));
+    goto out;
+  }
+  rc = weir__txn_job(s, txn, s->dbi_job, &job);
+  if (rc == 0)
+    rc = weir__store_fail(s, WEIR_ESTATE,
+                          "store %s: checkpoint %llu: no job (weir_store_job_begin first)", s->path,
+                          (ull)id);
+  if (rc < 0) goto out;
+  if (id == 0 || id >= job.id_limit) {
+    rc = weir__store_fail(s, WEIR_EINVAL,
+                          "store %s: checkpoint id %llu was never handed out (ids below %llu were)",
+                          s->path, (ull)id, (ull)job.id_limit);
+    goto out;
+  }
+  rc = is_committed(s, txn, id);
+  if (rc > 0) {
+    discard_on_fail = 0;
+    rc = weir__store_fail(s, WEIR_ESTATE, "store %s: checkpoint %llu is already committed", s->path,
+                          (ull)id);
+  }
+  if (rc < 0) goto out;
+
+  weir__ckpt_meta m = {0};
+  m.format_version = WEIR_STORE_FORMAT;
+  m.min_reader_version = WEIR_STORE_MIN_READER;
+  memcpy(m.job_id, job.job_id, sizeof m.job_id);
+  m.instance = job.instance;
+  m.id = id;
+  m.epoch = ci->epoch;
+  m.trigger_ms = ci->trigger_ms;
+  m.complete_ms = weir_clock_wall_ms();
+  m.duration_ms = ci->duration_ms;
+  m.alignment_ms = ci->alignment_ms;
+  m.final = ci->final != 0;
+  if (pc != NULL && pc->nsub > 0) {
+    subs = weir_malloc(pc->nsub * sizeof *subs);
+    memcpy(subs, pc->subs, pc->nsub * sizeof *subs);
+    qsort(subs, pc->nsub, sizeof *subs, cmp_entry);
+    m.nsub = pc->nsub;
+    m.subs = subs;
+    for (uint32_t i = 0; i < m.nsub; i++) {
+      m.total_bytes += subs[i].bytes;
+      m.total_chunks += weir__sub_chunks(&subs[i]);
+    }
+  }
+  weir__meta_encode(&m, &mval, &mlen);
+  uint8_t k[8];
+  weir__key_meta(k, id);
+  MDB_val key = {8, k}, val = {mlen, mval};
+  rc = mdb_put(txn, s->dbi_meta, &key, &val, MDB_NOOVERWRITE);
+  if (rc == 0) {
+    if (id > job.latest) job.latest = id;
+    if (ci->final) job.finished = 1;
+    weir__job_encode(&job, &jval, &jlen);
+    MDB_val jkey = {3, "job"}, jv = {jlen, jval};
+    rc = mdb_put(txn, s->dbi_job, &jkey, &jv, 0);
+  }
+  if (rc == 0) {
+    rc = mdb_txn_commit(txn);
+    txn = NULL;
+  }
+  if (rc != 0) {
+    char map[96];
+    int code = write_err(s, rc, mlen + jlen, map, sizeof map);
+    rc = weir__store_fail(s, code,
+                          "store %s: committing checkpoint %llu (%zu bytes of metadata): %s%s",
+                          s->path, (ull)id, mlen, weir__mdb_text(rc), map);
+    goto out;
+  }
+  w.bytes = m.total_bytes;
+  w.chunks = (uint32_t)(m.total_chunks > UINT32_MAX ? UINT32_MAX : m.total_chunks);
+  WEIR_LOG_D("store %s: checkpoint %llu committed (%u subtasks, %llu bytes in %llu chunks)%s",
+             s->path, (ull)id, m.nsub, (ull)m.total_bytes, (ull)m.total_chunks,
+             m.final ? ", final" : "");
+out:
+  if (txn != NULL) mdb_txn_abort(txn);
+  weir_free(subs);
+  weir_free(mval);
+  weir_free(jval);
+  fin_add(s, id);
+  if (rc == 0) {
+    pending_drop(s, id);
+    if (r->done) r->done(r->user, 0, &w);
+    retention(s);
+  } else {
+    if (discard_on_fail) discard(s, id);
+    if (r->done) r->done(r->user, rc, NULL);
+  }
+}
+
+static void exec_abort(weir_store *s, weir__req *r) {
+  fin_add(s, r->id);
+  int c = committed_now(s, r->id);
+  if (c > 0) {
+    WEIR_LOG_D("store %s: abort of checkpoint %llu ignored: it is committed", s->path, (ull)r->id);
+    pending_drop(s, r->id);
+    return;
+  }
+  discard(s, r->id);
+}
+
+/* Fills out with a random (version 4) UUID in text form. */
+static int make_uuid(weir_store *s, char out[40]) {
+  uint8_t b[16];
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return weir__store_fail(s, -errno, "store %s: /dev/urandom: %s", s->path, strerror(errno));
+  size_t got = 0;
+  while (got < sizeof b) {
+    ssize_t n = read(fd, b + got, sizeof b - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int e = n < 0 ? errno : EIO;
+      close(fd);
+      return weir__store_fail(s, -e, "store %s: reading /dev/urandom: %s", s->path, strerror(e));
+    }
+    got += (size_t)n;
+  }
+  close(fd);
+  b[6] = (uint8_t)((b[6] & 0x0f) | 0x40);
+  b[8] = (uint8_t)((b[8] & 0x3f) | 0x80);
+  static const char hex[] = "0123456789abcdef";
+  char *p = out;
+  for (int i = 0; i < 16; i++) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) *p++ = '-';
+    *p++ = hex[b[i] >> 4];
+    *p++ = hex[b[i] & 15];
+  }
+  *p = '\0';
+  return 0;
+}
+
+/* Reads the job record in a write transaction, lets `change` modify it, and
+ * writes it back (when change returns 1). */
+static int update_job(weir_store *s, weir__req *r) {
+  MDB_txn *txn;
+  int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+  if (rc != 0)
+    return weir__store_fail(s, weir__mdb_err(rc), "store %s: updating the job record: %s", s->path,
+                            weir__mdb_text(rc));
+  weir__job_rec job;
+  int have = weir__txn_job(s, txn, s->dbi_job, &job);
+  if (have < 0) {
+    mdb_txn_abort(txn);
+    return have;
+  }
+  int write = 0;
+  if (r->type == WEIR__REQ_JOB_BEGIN) {
+    if (!have) {
+      memset(&job, 0, sizeof job);
+      if ((rc = make_uuid(s, job.job_id)) < 0) {
+        mdb_txn_abort(txn);
+        return rc;
+      }
+      job.instance = 1;
+      job.id_limit = 1;
+      job.created_ms = weir_clock_wall_ms();
+      write = 1;
+    } else if (r->new_instance) {
+      job.instance++;
+      job.latest = 0;
+      job.finished = 0;
+      write = 1;
+    }
+  } else { /* RESERVE */
+    if (!have) {
+      mdb_txn_abort(txn);
+      return weir__store_fail(
+          s, WEIR_ESTATE, "store %s: no job: weir_store_job_begin before asking for ids", s->path);
+    }
+    job.id_limit = (job.id_limit > r->from ? job.id_limit : r->from) + WEIR__ID_BLOCK;
+    write = 1;
+  }
+  if (write) {
+    uint8_t *v;
+    size_t len;
+    weir__job_encode(&job, &v, &len);
+    MDB_val key = {3, "job"}, val = {len, v};
+    rc = mdb_put(txn, s->dbi_job, &key, &val, 0);
+    weir_free(v);
+    if (rc == 0) {
+      rc = mdb_txn_commit(txn);
+    } else {
+      mdb_txn_abort(txn);
+    }
+    if (rc != 0) {
+      char note[96];
+      int code = write_err(s, rc, len, note, sizeof note);
+      return weir__store_fail(s, code, "store %s: writing the job record: %s%s", s->path,
+                              weir__mdb_text(rc), note);
+    }
+  } else {
+    mdb_txn_abort(txn);
+  }
+  r->job = job;
+  r->limit = job.id_limit;
+  return 0;
+}
+
+static void execute(weir_store *s, weir__req *r) {
+  switch (r->type) {
+  case WEIR__REQ_WRITE:
+    exec_write(s, r);
+    break;
+  case WEIR__REQ_COMMIT:
+    exec_commit(s, r);
+    break;
+  case WEIR__REQ_ABORT:
+    exec_abort(s, r);
+    break;
+  case WEIR__REQ_JOB_BEGIN:
+  case WEIR__REQ_RESERVE:
+    r->status = update_job(s, r);
+    break;
+  case WEIR__REQ_FLUSH:
+  case WEIR__REQ_STOP:
+    r->status = 0;
+    break;
+  }
+}
+
+/* ---- the thread ---------------------------------------------------------------- */
+
+int weir__on_writer(weir_store *s) {
+  return s->writer_running && pthread_equal(pthread_self(), s->writer);
+}
+
+static void *writer_main(void *arg) {
+  weir_store *s = arg;
+  for (;;) {
+    pthread_mutex_lock(&s->q_mu);
+    while (s->head == NULL) pthread_cond_wait(&s->q_cv, &s->q_mu);
+    weir__req *r = s->head;
+    s->head = r->next;
+    if (s->head == NULL) s->tail = NULL;
+    pthread_mutex_unlock(&s->q_mu);
+    int stop = r->type == WEIR__REQ_STOP;
+    execute(s, r);
+    if (r->sync) {
+      pthread_mutex_lock(&s->q_mu);
+      r->finished = 1;
+      pthread_cond_broadcast(&s->done_cv);
+      pthread_mutex_unlock(&s->q_mu);
+    } else {
+      weir_subtask_snapshot_free(&r->snap);
+      weir_free(r);
+    }
+    if (stop) break;
+  }
+  return NULL;
+}
+
+static void enqueue(weir_store *s, weir__req *r) {
+  r->next = NULL;
+  pthread_mutex_lock(&s->q_mu);
+  if (s->tail) {
+    s->tail->next = r;
+  } else {
+    s->head = r;
+  }
+  s->tail = r;
+  pthread_cond_signal(&s->q_cv);
+  pthread_mutex_unlock(&s->q_mu);
+}
+
+void weir__writer_post(weir_store *s, weir__req *r) {
+  r->sync = 0;
+  if (!s->writer_running) { /* not reached: posts need an open, writable store */
+    execute(s, r);
+    weir_subtask_snapshot_free(&r->snap);
+    weir_free(r);
+    return;
+  }
+  enqueue(s, r);
+}
+
+int weir__writer_call(weir_store *s, weir__req *r) {
+  r->sync = 1;
+  r->finished = 0;
+  if (!s->writer_running || weir__on_writer(s)) {
+    execute(s, r);
+    return r->status;
+  }
+  enqueue(s, r);
+  pthread_mutex_lock(&s->q_mu);
+  while (!r->finished) pthread_cond_wait(&s->done_cv, &s->q_mu);
+  pthread_mutex_unlock(&s->q_mu);
+  return r->status;
+}
+
+int weir__writer_start(weir_store *s) {
+  s->writer_running = 1; /* before the thread runs: on_writer() reads it */
+  int rc = pthread_create(&s->writer, NULL, writer_main, s);
+  if (rc != 0) {
+    s->writer_running = 0;
+    return weir__store_fail(s, -rc, "store %s: starting the writer thread: %s", s->path,
+                            strerror(rc));
+  }
+  return 0;
+}
+
+void weir__writer_stop(weir_store *s) {
+  if (s->writer_running) {
+    weir__req r = {.type = WEIR__REQ_STOP};
+    weir__writer_call(s, &r);
+    pthread_join(s->writer, NULL);
+    s->writer_running = 0;
+  }
+  while (s->pending) pending_drop(s, s->pending->id);
+  weir_free(s->fin);
+  s->fin = NULL;
+  s->nfin = s->fin_cap = 0;
+  weir_free(s->chunk_buf);
+  s->chunk_buf = NULL;
+}
