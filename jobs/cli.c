@@ -137,7 +137,71 @@ int cli_take_engine(cli_args *a, cli_engine *eng) {
   if ((r = cli_take_int(a, "--parallelism", CLI_MAX_THREADS, &eng->parallelism)) != 0) return r;
   if ((r = cli_take_str(a, "--summary-json", &eng->summary_json)) != 0) return r;
   if ((r = cli_take_bool(a, "--quiet", &eng->quiet)) != 0) return r;
+  if ((r = cli_take_str(a, "--state-dir", &eng->state_dir)) != 0) return r;
+  if ((r = cli_take_u64(a, "--checkpoint-interval", UINT32_MAX, &eng->checkpoint_interval)) != 0)
+    return r;
+  if ((r = cli_take_u64(a, "--checkpoint-timeout", UINT32_MAX, &eng->checkpoint_timeout)) != 0)
+    return r;
+  if ((r = cli_take_int(a, "--retain", 1000000, &eng->retain)) != 0) return r;
+  if ((r = cli_take_str(a, "--restore", &eng->restore)) != 0) return r;
+  if ((r = cli_take_bool(a, "--fresh", &eng->fresh)) != 0) return r;
+  if ((r = cli_take_str(a, "--checkpoint-mode", &eng->checkpoint_mode)) != 0) return r;
   return 0;
+}
+
+void cli_engine_init(cli_engine *eng) {
+  memset(eng, 0, sizeof *eng);
+  eng->state_dir = "./state";
+  eng->checkpoint_interval = 1000;
+  eng->checkpoint_mode = "aligned";
+}
+
+int cli_checkpoint_opts(const cli_engine *eng, weir_run_opts *o) {
+  if (strcmp(eng->state_dir, "none") == 0) {
+    if (eng->restore || eng->fresh) return cli_usage("--restore and --fresh need a --state-dir");
+    return 0;
+  }
+  o->state_dir = eng->state_dir;
+  o->checkpoint_interval_ms = (uint32_t)eng->checkpoint_interval;
+  o->checkpoint_timeout_ms = (uint32_t)eng->checkpoint_timeout;
+  o->retain = (uint32_t)eng->retain;
+  if (strcmp(eng->checkpoint_mode, "aligned") == 0 ||
+      strcmp(eng->checkpoint_mode, "exactly-once") == 0)
+    o->at_least_once = 0;
+  else if (strcmp(eng->checkpoint_mode, "at-least-once") == 0)
+    o->at_least_once = 1;
+  else
+    return cli_usage("--checkpoint-mode: '%s' is not one of aligned, at-least-once",
+                     eng->checkpoint_mode);
+  if (eng->restore && eng->fresh) return cli_usage("--restore and --fresh exclude each other");
+  if (eng->fresh) o->restore = WEIR_RESTORE_FRESH;
+  if (eng->restore) {
+    if (strcmp(eng->restore, "latest") == 0) {
+      o->restore = WEIR_RESTORE_LATEST;
+    } else {
+      uint64_t id;
+      if (cli_parse_u64("--restore", eng->restore, UINT64_MAX, &id) < 0 || id == 0)
+        return cli_usage("--restore: expected 'latest' or a checkpoint id, got '%s'", eng->restore);
+      o->restore = WEIR_RESTORE_ID;
+      o->restore_id = id;
+    }
+  }
+  return 0;
+}
+
+int cli_exit_for(int rc) {
+  switch (rc) {
+  case 0:
+    return CLI_EXIT_OK;
+  case WEIR_ECORRUPT:
+  case WEIR_EFORMAT:
+    return CLI_EXIT_STORE;
+  case WEIR_EUNFINISHED:
+  case WEIR_ENOCKPT:
+    return CLI_EXIT_USAGE;
+  default:
+    return CLI_EXIT_RUNTIME;
+  }
 }
 
 const char *cli_human(double n, char *buf, size_t cap) {

@@ -20,8 +20,12 @@
 enum {
   CLI_EXIT_OK = 0,      /* success, or stopped cleanly */
   CLI_EXIT_RUNTIME = 1, /* the job failed, or a file could not be used */
-  CLI_EXIT_USAGE = 2    /* bad command line */
+  CLI_EXIT_USAGE = 2,   /* bad command line (or one that does not fit the state dir) */
+  CLI_EXIT_STORE = 3    /* store or checkpoint refused: corrupt, truncated, unknown format */
 };
+
+/* The exit code for an error returned by the engine. */
+int cli_exit_for(int rc);
 
 /* Options every job kind understands, before or (built-in jobs) after the
  * job name. */
@@ -33,7 +37,21 @@ typedef struct cli_engine {
   /* Set by a built-in job whose sink prints records on stdout: no live
    * progress line then, when stdout is a terminal too. */
   int prints_records;
+  /* Checkpoints. */
+  const char *state_dir;        /* default ./state; "none" = no checkpoints */
+  uint64_t checkpoint_interval; /* ms; default 1000; 0 = only the final one */
+  uint64_t checkpoint_timeout;  /* ms; 0 = engine default */
+  int retain;                   /* 0 = engine default (3) */
+  const char *restore;          /* NULL, "latest" or an id */
+  int fresh;
+  const char *checkpoint_mode; /* "aligned" (default) or "at-least-once" */
 } cli_engine;
+
+/* Fills the checkpoint fields of o from eng; returns 0 or -1 after a usage
+ * message (bad --restore or --checkpoint-mode, --restore with --fresh). */
+int cli_checkpoint_opts(const cli_engine *eng, weir_run_opts *o);
+/* Sets the defaults of the engine options. */
+void cli_engine_init(cli_engine *eng);
 
 /* A cursor over the arguments of one command. `what` names the command in
  * messages ("run", "job 'counter'"). */
@@ -120,5 +138,9 @@ int cli_is_job_path(const char *name);
 int cli_job_load(const char *path, cli_loaded *out);
 /* Closes it (after weir_job_destroy: the job may point into the .so). */
 void cli_job_unload(cli_loaded *l);
+
+/* checkpoints.c: `weir checkpoints` and `weir inspect` (argv[0] = verb). */
+int cli_cmd_checkpoints(int argc, char **argv);
+int cli_cmd_inspect(int argc, char **argv);
 
 #endif

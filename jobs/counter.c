@@ -18,13 +18,12 @@ typedef struct counter_cfg {
   uint64_t keys;
   uint64_t rate; /* records/s over all generator subtasks, 0 = unlimited */
   const char *sink;
-  const char *state_dir;
 } counter_cfg;
 
 static void counter_help(FILE *out) {
   fputs("usage: weir run counter [--records N] [--keys K] [--rate R] [--parallelism P]\n"
         "                        [--workers W] [--sink null|print|file:DIR]\n"
-        "                        [--summary-json FILE] [--state-dir DIR] [--quiet]\n"
+        "                        [--summary-json FILE] [CHECKPOINT OPTIONS] [--quiet]\n"
         "\n"
         "Counts records per key: a generator emits records i = 0 .. N-1 with key\n"
         "i mod K, a keyed count emits (key, running count) for every record, and\n"
@@ -36,8 +35,7 @@ static void counter_help(FILE *out) {
         "  --rate R         records per second over all generators, 0 = as fast as\n"
         "                   possible (default 0)\n"
         "  --sink SPEC      null (default), print, or file:DIR\n"
-        "  --state-dir DIR  the job's state directory, created if missing\n"
-        "                   (default ./state)\n"
+        "Checkpoint options: see 'weir help run' (state under ./state by default).\n"
         "Numbers take a k, M or G suffix (x1000): --records 20M.\n",
         out);
 }
@@ -48,15 +46,13 @@ static int counter_parse(cli_args *a, cli_engine *eng, void **out) {
   c->records = 20000000;
   c->keys = 1000000;
   c->sink = "null";
-  c->state_dir = "./state";
   while (a->i < a->argc) {
     int r;
     if ((r = cli_take_engine(a, eng)) != 0 ||
         (r = cli_take_u64(a, "--records", UINT64_MAX, &c->records)) != 0 ||
         (r = cli_take_u64(a, "--keys", UINT64_MAX, &c->keys)) != 0 ||
         (r = cli_take_u64(a, "--rate", UINT64_MAX, &c->rate)) != 0 ||
-        (r = cli_take_str(a, "--sink", &c->sink)) != 0 ||
-        (r = cli_take_str(a, "--state-dir", &c->state_dir)) != 0) {
+        (r = cli_take_str(a, "--sink", &c->sink)) != 0) {
       if (r < 0) goto fail;
       continue;
     }
@@ -87,11 +83,6 @@ fail:
 
 static int counter_build(weir_job *job, const cli_engine *eng, void *cfg) {
   counter_cfg *c = cfg;
-  int rc = cli_mkdir_p(c->state_dir);
-  if (rc < 0) {
-    return weir_job_fail(job, rc, "cannot create state directory '%s': %s", c->state_dir,
-                         weir_strerror(rc));
-  }
   int p = eng->parallelism;
   weir_gen_opts g = {.records = c->records, .keys = c->keys, .rate = c->rate};
   weir_stream *s = weir_gen(job, "gen", &g, p);
@@ -103,21 +94,28 @@ static void counter_report(const weir_job *job, void *cfg, cli_outcome *o, FILE 
   counter_cfg *c = cfg;
   uint64_t in = 0, emitted = 0;
   int known = weir_job_operator_counts(job, "gen", &in, &emitted) == 0;
-  if (known && (c->records == 0 || emitted < c->records)) o->stopped = 1;
-  char n[32], rate[32];
+  o->stopped = weir_job_stopped(job);
+  const weir_run_info *ri = weir_job_run_info(job);
+  char n[32], rate[32], from[64] = "";
   double secs = o->elapsed_s > 0 ? o->elapsed_s : 1e-9;
+  if (ri->restored_from)
+    snprintf(from, sizeof from, " (resumed from checkpoint %llu)",
+             (unsigned long long)ri->restored_from);
   if (!known) {
-    fprintf(out, "counter: %s in %.2f s\n", o->stopped ? "stopped" : "done", o->elapsed_s);
+    fprintf(out, "counter: %s in %.2f s%s\n", o->stopped ? "stopped" : "done", o->elapsed_s, from);
     return;
   }
-  /* Keys are i mod K over a prefix of i: a complete run of N records has
-   * counted exactly min(N, K) keys. A stopped run's generator subtasks may
-   * have stopped at different points, so only the bound is known. */
-  uint64_t keys = emitted < c->keys ? emitted : c->keys;
-  fprintf(out, "counter: %s %s records in %.2f s (%s rec/s), %s%llu distinct keys\n",
+  /* Keys are i mod K over the records: a complete run of N records has
+   * counted min(N, K) keys. */
+  fprintf(out, "counter: %s %s records in %.2f s (%s rec/s)%s",
           o->stopped ? "stopped after" : "counted", cli_human((double)emitted, n, sizeof n),
-          o->elapsed_s, cli_human((double)emitted / secs, rate, sizeof rate),
-          o->stopped ? "at most " : "", (unsigned long long)keys);
+          o->elapsed_s, cli_human((double)emitted / secs, rate, sizeof rate), from);
+  if (!o->stopped && c->records)
+    fprintf(out, ", %llu distinct keys",
+            (unsigned long long)(c->records < c->keys ? c->records : c->keys));
+  if (ri->last_checkpoint)
+    fprintf(out, ", last checkpoint %llu", (unsigned long long)ri->last_checkpoint);
+  fputc('\n', out);
 }
 
 static void counter_free(void *cfg) {

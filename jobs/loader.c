@@ -19,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 int cli_is_job_path(const char *name) {
   size_t n = strlen(name);
   return strchr(name, '/') != NULL || (n >= 3 && strcmp(name + n - 3, ".so") == 0);

@@ -40,6 +40,8 @@ static void help_main(FILE *out) {
         "\n"
         "usage:\n"
         "  weir run [ENGINE OPTIONS] JOB [JOB OPTIONS]   run a job to the end of its input\n"
+        "  weir checkpoints [--state-dir DIR] [--json]   list completed checkpoints\n"
+        "  weir inspect ID [--state-dir DIR] [--json]    show one checkpoint\n"
         "  weir help [run [JOB]]                         show help\n"
         "  weir version                                  show the version\n"
         "\n"
@@ -59,6 +61,23 @@ static void help_run(FILE *out) {
         "                       counters, elapsed time) as JSON to FILE\n"
         "  --quiet              no progress line and no summary line on stderr\n"
         "\n"
+        "Checkpoint options (engine options too):\n"
+        "  --state-dir DIR      the job's checkpoint store, created if missing\n"
+        "                       (default ./state; 'none' = no checkpoints)\n"
+        "  --checkpoint-interval MS  between checkpoints (default 1000; 0 = only\n"
+        "                       the final checkpoint at the end of the input)\n"
+        "  --checkpoint-timeout MS   abort a checkpoint that takes longer (default 600000)\n"
+        "  --checkpoint-mode M  aligned (exactly-once state, default) or at-least-once\n"
+        "                       (barriers never block an input)\n"
+        "  --retain K           completed checkpoints kept (default 3)\n"
+        "  --restore latest|ID  continue the job from its latest (or the given)\n"
+        "                       completed checkpoint; from the beginning if none\n"
+        "                       completed yet; nothing to do if the job finished\n"
+        "  --fresh              start a new instance even if the last one did not\n"
+        "                       finish (checkpoint ids continue)\n"
+        "A run without --restore on a state directory whose job did not finish is\n"
+        "refused (exit 2), naming --restore latest and --fresh.\n"
+        "\n"
         "Built-in jobs:\n",
         out);
   for (size_t i = 0; i < N_BUILTINS; i++) {
@@ -77,8 +96,10 @@ static void help_run(FILE *out) {
         "SIGINT or SIGTERM stops the sources and lets the job drain and end cleanly;\n"
         "a second one abandons the drain.\n"
         "\n"
-        "Exit codes: 0 success (also after a clean stop by SIGINT/SIGTERM),\n"
-        "1 runtime error (also a drain abandoned by a second signal), 2 usage error.\n"
+        "Exit codes: 0 success (also after a clean stop by SIGINT/SIGTERM, and\n"
+        "--restore of a finished job), 1 runtime error (also a drain abandoned by a\n"
+        "second signal), 2 usage error, 3 store or checkpoint refused (corrupt,\n"
+        "truncated, unknown format, another job's).\n"
         "\n"
         "See 'weir help run counter' and 'weir help run wordcount'.\n",
         out);
@@ -124,10 +145,12 @@ static void on_progress(void *user, const weir_progress *p) {
                     : 0.0;
   pl->last_s = p->elapsed_s;
   pl->last_n = p->source_records;
-  char n[32], r[32];
-  fprintf(stderr, "\rrecords %s  %s rec/s  elapsed %.1fs\033[K",
+  char n[32], r[32], ck[48] = "";
+  if (p->last_checkpoint)
+    snprintf(ck, sizeof ck, "  checkpoint %llu", (unsigned long long)p->last_checkpoint);
+  fprintf(stderr, "\rrecords %s  %s rec/s  elapsed %.1fs%s\033[K",
           cli_human((double)p->source_records, n, sizeof n), cli_human(rate, r, sizeof r),
-          p->elapsed_s);
+          p->elapsed_s, ck);
   fflush(stderr);
   pl->shown = 1;
 }
@@ -145,6 +168,14 @@ static int execute(weir_job *job, const cli_engine *eng, const cli_builtin *kind
   o.workers = eng->workers;
   o.default_parallelism = eng->parallelism;
   o.handle_signals = 1;
+  if (cli_checkpoint_opts(eng, &o) < 0) return CLI_EXIT_USAGE;
+  if (o.state_dir) {
+    int m = cli_mkdir_p(o.state_dir);
+    if (m < 0) {
+      cli_error("cannot create the state directory '%s': %s", o.state_dir, weir_strerror(m));
+      return CLI_EXIT_RUNTIME;
+    }
+  }
   progress_line pl = {0};
   if (!eng->quiet && isatty(STDERR_FILENO) && !(eng->prints_records && isatty(STDOUT_FILENO))) {
     o.progress_ms = 500;
@@ -169,8 +200,17 @@ static int execute(weir_job *job, const cli_engine *eng, const cli_builtin *kind
   }
   if (rc != 0) {
     const char *e = weir_job_error(job);
-    cli_error("job failed: %s", e != NULL && *e ? e : weir_strerror(rc));
-    return CLI_EXIT_RUNTIME;
+    int x = cli_exit_for(rc);
+    cli_error("%s%s", x == CLI_EXIT_RUNTIME ? "job failed: " : "",
+              e != NULL && *e ? e : weir_strerror(rc));
+    return x;
+  }
+  const weir_run_info *ri = weir_job_run_info(job);
+  if (ri->already_finished) {
+    if (!eng->quiet)
+      fprintf(stderr, "weir: job %s already finished (instance %llu): nothing to do\n", ri->job_id,
+              (unsigned long long)ri->instance);
+    return CLI_EXIT_OK;
   }
   if (!eng->quiet) {
     if (kind != NULL) {
@@ -267,7 +307,8 @@ done:
 }
 
 static int cmd_run(int argc, char **argv) {
-  cli_engine eng = {0};
+  cli_engine eng;
+  cli_engine_init(&eng);
   cli_args a = {.argc = argc, .argv = argv, .i = 1, .what = "run"};
   while (a.i < argc) {
     if (cli_is_help(&a)) {
@@ -309,6 +350,8 @@ int main(int argc, char **argv) {
   const char *verb = argv[1];
   if (strcmp(verb, "run") == 0) return cmd_run(argc - 1, argv + 1);
   if (strcmp(verb, "help") == 0) return cmd_help(argc - 1, argv + 1);
+  if (strcmp(verb, "checkpoints") == 0) return cli_cmd_checkpoints(argc - 1, argv + 1);
+  if (strcmp(verb, "inspect") == 0) return cli_cmd_inspect(argc - 1, argv + 1);
   if (strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
     help_main(stdout);
     return CLI_EXIT_OK;

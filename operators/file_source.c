@@ -27,8 +27,9 @@
  * O_APPEND descriptor, so subtasks do not interleave within an entry; the
  * file is appended to, never truncated, and created on the first bad line).
  *
- * Position: the offset of the next line. job.h has no snapshot writer API
- * yet, so the position is not checkpointed (see file_vt).
+ * Position: split s (the subtask's byte range) is at the offset of the next
+ * byte to look at, with a flag (the operator state) saying whether that byte
+ * starts a line or lies inside one being skipped. Restoring seeks there.
  */
 #include "weir/operators.h"
 
@@ -314,15 +315,45 @@ static void file_close(weir_ctx *ctx) {
   weir_ctx_set_user(ctx, NULL);
 }
 
-/* No snapshot/restore yet: job.h declares weir_snapshot_writer/reader but no
- * call to write or read through them. With one, snapshot would write the
- * offset of the next line (buf_off + pos, or "skipping") and restore would
- * seek there. */
+static int file_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
+  (void)id;
+  file_reader *f = weir_ctx_user(ctx);
+  if (!f->buf) return 0; /* an empty range: nothing to resume */
+  uint8_t skipping = (uint8_t)f->skipping;
+  int rc = weir_snapshot_position(w, weir_ctx_subtask(ctx), f->buf_off + f->pos);
+  if (rc == 0) rc = weir_snapshot_write(w, &skipping, 1);
+  return rc;
+}
+
+static int file_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
+  file_reader *f = weir_ctx_user(ctx);
+  const file_arg *a = weir_ctx_arg(ctx);
+  uint64_t off;
+  size_t n;
+  const uint8_t *flag = weir_snapshot_data(r, &n);
+  if (!weir_snapshot_get_position(r, weir_ctx_subtask(ctx), &off)) return 0;
+  if (!f->buf || n != 1 || flag[0] > 1)
+    return weir_ctx_fail(ctx, WEIR_ECORRUPT, "file source '%s': checkpointed position unusable",
+                         a->path);
+  if (lseek(f->fd, (off_t)off, SEEK_SET) < 0) {
+    int err = -errno;
+    return weir_ctx_fail(ctx, err, "cannot seek in '%s' to %llu: %s", a->path,
+                         (unsigned long long)off, weir_strerror(err));
+  }
+  f->buf_off = off;
+  f->pos = f->lim = 0;
+  f->eof = 0;
+  f->skipping = flag[0];
+  return 0;
+}
+
 static const weir_source_vt file_vt = {
     .name = "file_source",
     .open = file_open,
     .run = file_run,
     .close = file_close,
+    .snapshot = file_snapshot,
+    .restore = file_restore,
 };
 
 static void file_arg_free(void *p) {

@@ -1,28 +1,29 @@
 /* gen.c: owns weir_gen, the deterministic record generator source.
  *
- * DESIGN. Subtask s of P emits the records i = s, s + P, s + 2P, ... below
- * `records` (forever when records is 0): key = i mod keys, timestamp = i, no
- * payload, id = weir_source_record_id(ctx, s, i). The generator is the
- * source of the headline counter benchmark, so run() is one tight loop over
- * weir_emit_record() with no division per record: the key advances by a
- * precomputed step (P mod keys) and wraps with one compare.
+ * DESIGN. The records i = 0 .. records-1 (forever when records is 0) have
+ * key = i mod keys, timestamp = i, no payload. They are divided into a fixed
+ * number of splits, WEIR_GEN_SPLITS, independent of the parallelism: split j
+ * holds i = j, j + S, j + 2S, ... Subtask s of P owns the splits j with
+ * j mod P == s and emits from them in turn, one record each, so with P = 1
+ * the records come out in order 0, 1, 2, ... and with P dividing S subtask s
+ * emits exactly the i with i mod P == s. A record's id is
+ * weir_source_record_id(ctx, j, i). The position of a split is its next i;
+ * checkpoints store one position per split, so a restore continues each
+ * split where the cut left it, whichever subtask owns it then.
  *
- * Rate limiting. With rate R over all subtasks each subtask emits R/P records
- * per second, as the exact fraction: record i is due i / R seconds after the
- * subtask's first run(), so the P subtasks take turns and the job as a whole
- * emits one record every 1/R seconds (at 10 records/s over two subtasks,
- * each emits one record every 200 ms, 100 ms apart). run() emits what is
- * due (at most its budget) and, when it has caught up, returns
- * WEIR_SOURCE_IDLE and asks to be woken when the next chunk is due. A chunk
- * is what falls due in about a millisecond, at least one record, so low
- * rates come out record by record and 10 M records/s as ~10,000 records a
- * millisecond, without a wake-up per record. A subtask that fell more than
- * a second behind (stalled by backpressure) forgets the backlog instead of
- * bursting.
+ * The generator is the source of the headline counter benchmark, so run()
+ * is one tight loop with no division per record: each split keeps its next
+ * key, advanced by S mod keys and wrapped with one compare.
  *
- * Position. The per-subtask state is the next i (weir_ctx_user). job.h has
- * no snapshot writer API yet, so the source cannot checkpoint its position:
- * see the snapshot note at gen_vt.
+ * Rate limiting. With rate R over all subtasks a subtask owning n of the S
+ * splits emits R*n/S records per second: record k of the subtask is due
+ * k*S/(R*n) seconds after its first run(). run() emits what is due (at most
+ * its budget) and, when it has caught up, returns WEIR_SOURCE_IDLE and asks
+ * to be woken when the next chunk is due. A chunk is what falls due in
+ * about a millisecond, at least one record, so low rates come out record by
+ * record and high rates without a wake-up per record. A subtask that fell
+ * more than a second behind (stalled by backpressure) forgets the backlog
+ * instead of bursting.
  */
 #include "weir/operators.h"
 
@@ -38,14 +39,20 @@ typedef struct gen_arg {
   uint64_t rate;    /* records/s over all subtasks, 0 = unlimited */
 } gen_arg;
 
+typedef struct gen_split {
+  uint64_t next;  /* the next i of this split */
+  uint64_t key;   /* next % keys */
+  uint32_t index; /* j */
+} gen_split;
+
 /* One subtask's position; owned by the subtask's thread. */
 typedef struct gen_state {
-  uint64_t next;    /* the next i to emit */
-  uint64_t key;     /* next % keys */
-  uint64_t step;    /* P, the distance between this subtask's i */
-  uint64_t kstep;   /* P % keys */
-  uint64_t split;   /* this subtask's index */
-  uint64_t end;     /* this subtask's end of input, UINT64_MAX when unbounded */
+  uint32_t nlive; /* splits not yet exhausted: s[0 .. nlive-1] */
+  uint32_t nsplits;
+  uint32_t cur; /* the split to emit from next */
+  gen_split *s;
+  uint64_t end;     /* records, UINT64_MAX when unbounded */
+  uint64_t kstep;   /* S % keys */
   uint64_t emitted; /* records emitted since `t0` (rate limiting) */
   uint64_t t0;      /* monotonic ns of the first run(), 0 before */
   uint64_t chunk;   /* records per wake-up at the configured rate */
@@ -54,94 +61,99 @@ typedef struct gen_state {
 #define NS_PER_S 1000000000ull
 /* Wake-up period at low and moderate rates: one chunk per millisecond. */
 #define CHUNK_NS 1000000ull
+#define S ((uint64_t)WEIR_GEN_SPLITS)
 
 __extension__ typedef unsigned __int128 u128;
 
+/* Drops exhausted splits from the rotation (order stays deterministic). */
+static void prune(gen_state *g) {
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < g->nlive; i++)
+    if (g->s[i].next < g->end) g->s[k++] = g->s[i];
+  g->nlive = k;
+  if (g->cur >= g->nlive) g->cur = 0;
+}
+
 static int gen_open(weir_ctx *ctx) {
   const gen_arg *a = weir_ctx_arg(ctx);
-  uint64_t p = weir_ctx_parallelism(ctx);
-  uint64_t s = weir_ctx_subtask(ctx);
+  uint32_t p = weir_ctx_parallelism(ctx), sub = weir_ctx_subtask(ctx);
   gen_state *g = weir_calloc(1, sizeof *g);
-  g->next = s;
-  g->key = s % a->keys;
-  g->step = p;
-  g->kstep = p % a->keys;
-  g->split = s;
   g->end = a->records ? a->records : UINT64_MAX;
-  if (a->rate) {
-    /* Records per CHUNK_NS for this subtask: R * CHUNK_NS / (P * 1e9). */
-    u128 c = (u128)a->rate * CHUNK_NS / ((u128)p * NS_PER_S);
+  g->kstep = S % a->keys;
+  for (uint64_t j = sub; j < S; j += p) g->nsplits++;
+  g->s = weir_calloc(g->nsplits ? g->nsplits : 1, sizeof *g->s);
+  uint32_t k = 0;
+  for (uint64_t j = sub; j < S; j += p) g->s[k++] = (gen_split){j, j % a->keys, (uint32_t)j};
+  g->nlive = g->nsplits;
+  prune(g);
+  if (a->rate && g->nsplits) {
+    /* Records per CHUNK_NS for this subtask: R * n * CHUNK_NS / (S * 1e9). */
+    u128 c = (u128)a->rate * g->nsplits * CHUNK_NS / ((u128)S * NS_PER_S);
     g->chunk = c == 0 ? 1 : c > UINT32_MAX ? UINT32_MAX : (uint64_t)c;
   }
   weir_ctx_set_user(ctx, g);
   return 0;
 }
 
-/* Records of subtask `split` due `ns` after t0 at rate R over P subtasks.
- * Record k of the subtask is i = k * P + split, due at i / R seconds, so the
- * subtasks take turns and together emit one record every 1/R seconds. */
-static uint64_t due_at(uint64_t ns, uint64_t rate, uint64_t p, uint64_t split) {
-  u128 num = (u128)ns * rate, off = (u128)split * NS_PER_S;
-  if (num < off) return 0;
-  u128 n = (num - off) / ((u128)p * NS_PER_S) + 1;
-  return n > UINT64_MAX ? UINT64_MAX : (uint64_t)n;
+/* Records this subtask may have emitted `ns` after t0. */
+static uint64_t due_at(uint64_t ns, uint64_t rate, uint64_t n) {
+  u128 d = (u128)ns * rate * n / ((u128)S * NS_PER_S);
+  return d > UINT64_MAX ? UINT64_MAX : (uint64_t)d;
 }
 
-/* The time (ns after t0) at which record k (0-based) of subtask `split` is
- * due: the first time at which due_at() exceeds k. */
-static uint64_t time_of(uint64_t k, uint64_t rate, uint64_t p, uint64_t split) {
-  u128 num = ((u128)k * p + split) * NS_PER_S;
-  u128 t = (num + rate - 1) / rate;
+/* The first time (ns after t0) at which due_at() reaches k. */
+static uint64_t time_of(uint64_t k, uint64_t rate, uint64_t n) {
+  u128 num = (u128)k * S * NS_PER_S, den = (u128)rate * n;
+  u128 t = (num + den - 1) / den;
   return t > UINT64_MAX ? UINT64_MAX : (uint64_t)t;
 }
 
-/* Emits n records from g's position; returns 0 or the first emit error. */
+/* Emits up to n records from g's splits; returns 0 or the first emit error. */
 static int emit_n(weir_ctx *ctx, gen_state *g, uint64_t keys, uint64_t n) {
   weir_record r;
   memset(&r, 0, sizeof r);
-  uint64_t i = g->next, key = g->key, k = 0;
-  const uint64_t step = g->step, kstep = g->kstep;
-  const uint32_t split = (uint32_t)g->split;
   int rc = 0;
-  for (; k < n; k++) {
-    r.key = key;
-    r.ts = (int64_t)i;
-    r.id = weir_source_record_id(ctx, split, i);
+  uint64_t k = 0;
+  while (k < n && g->nlive) {
+    gen_split *sp = &g->s[g->cur];
+    r.key = sp->key;
+    r.ts = (int64_t)sp->next;
+    r.id = weir_source_record_id(ctx, sp->index, sp->next);
     rc = weir_emit_record(ctx, &r);
     if (rc < 0) break;
-    i += step;
-    key += kstep;
-    if (key >= keys) key -= keys;
+    k++;
+    sp->key += g->kstep;
+    if (sp->key >= keys) sp->key -= keys;
+    sp->next += S;
+    if (sp->next >= g->end || sp->next < S /* wrapped: unbounded ran out of u64 */) {
+      sp->next = g->end;
+      prune(g);
+      continue;
+    }
+    if (++g->cur == g->nlive) g->cur = 0;
   }
   g->emitted += k;
-  g->next = i;
-  g->key = key;
   return rc;
 }
 
 static int gen_run(weir_ctx *ctx, uint32_t budget) {
   const gen_arg *a = weir_ctx_arg(ctx);
   gen_state *g = weir_ctx_user(ctx);
-  if (weir_ctx_stopping(ctx) || g->next >= g->end) return WEIR_SOURCE_DONE;
-
-  /* Records left for this subtask, then what budget and rate allow. */
-  uint64_t left = g->end == UINT64_MAX ? UINT64_MAX : (g->end - g->next - 1) / g->step + 1;
+  if (weir_ctx_stopping(ctx) || !g->nlive) return WEIR_SOURCE_DONE;
   uint64_t n = budget ? budget : 1;
-  if (n > left) n = left;
   if (a->rate) {
     uint64_t now = weir_clock_mono_ns();
     if (g->t0 == 0) g->t0 = now;
-    uint64_t due = due_at(now - g->t0, a->rate, g->step, g->split);
-    uint64_t backlog = a->rate / g->step + 1; /* a second's worth */
+    uint64_t due = due_at(now - g->t0, a->rate, g->nsplits) + 1;
+    uint64_t backlog = a->rate * g->nsplits / S + 1; /* a second's worth */
     if (due > g->emitted + backlog + n) {
       /* Far behind (stalled): forget the backlog rather than burst. */
-      g->t0 = now - time_of(g->emitted, a->rate, g->step, g->split);
+      g->t0 = now - time_of(g->emitted, a->rate, g->nsplits);
       due = g->emitted + 1;
     }
     if (due <= g->emitted) {
-      /* Ahead: sleep until the next chunk (or what is left) is due. */
-      uint64_t chunk = g->chunk < left ? g->chunk : left;
-      uint64_t at = time_of(g->emitted + chunk - 1, a->rate, g->step, g->split);
+      /* Ahead: sleep until the next chunk is due. */
+      uint64_t at = time_of(g->emitted + g->chunk - 1, a->rate, g->nsplits);
       uint64_t elapsed = now - g->t0;
       uint64_t us = at > elapsed ? (at - elapsed + 999) / 1000 : 1;
       weir_ctx_wake_after(ctx, us);
@@ -151,22 +163,60 @@ static int gen_run(weir_ctx *ctx, uint32_t budget) {
   }
   int rc = emit_n(ctx, g, a->keys, n);
   if (rc < 0) return rc;
-  return g->next >= g->end ? WEIR_SOURCE_DONE : WEIR_SOURCE_MORE;
+  return g->nlive ? WEIR_SOURCE_MORE : WEIR_SOURCE_DONE;
+}
+
+/* Position of every owned split: its next i (the end when exhausted). */
+static int gen_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
+  (void)id;
+  gen_state *g = weir_ctx_user(ctx);
+  const gen_arg *a = weir_ctx_arg(ctx);
+  uint32_t p = weir_ctx_parallelism(ctx), sub = weir_ctx_subtask(ctx);
+  /* Exhausted splits were pruned: they are at the end. */
+  for (uint64_t j = sub; j < S; j += p) {
+    uint64_t next = a->records ? a->records : UINT64_MAX;
+    for (uint32_t i = 0; i < g->nlive; i++)
+      if (g->s[i].index == j) next = g->s[i].next;
+    if (a->records && next > a->records) next = a->records;
+    int rc = weir_snapshot_position(w, (uint32_t)j, next);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
+static int gen_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
+  gen_state *g = weir_ctx_user(ctx);
+  const gen_arg *a = weir_ctx_arg(ctx);
+  uint32_t p = weir_ctx_parallelism(ctx), sub = weir_ctx_subtask(ctx);
+  uint32_t k = 0;
+  for (uint64_t j = sub; j < S; j += p) {
+    uint64_t next = j;
+    if (weir_snapshot_get_position(r, (uint32_t)j, &next) && next % S != j && next < g->end)
+      return weir_ctx_fail(ctx, WEIR_ECORRUPT,
+                           "generator split %llu: position %llu is not one of its records",
+                           (unsigned long long)j, (unsigned long long)next);
+    g->s[k++] = (gen_split){next, next % a->keys, (uint32_t)j};
+  }
+  g->nlive = k;
+  g->cur = 0;
+  prune(g);
+  return 0;
 }
 
 static void gen_close(weir_ctx *ctx) {
-  weir_free(weir_ctx_user(ctx));
+  gen_state *g = weir_ctx_user(ctx);
+  if (g) weir_free(g->s);
+  weir_free(g);
   weir_ctx_set_user(ctx, NULL);
 }
 
-/* No snapshot/restore yet: job.h declares weir_snapshot_writer/reader but no
- * call to write or read through them. With one, snapshot would write g->next
- * and restore would set it (and key = next % keys). */
 static const weir_source_vt gen_vt = {
     .name = "gen",
     .open = gen_open,
     .run = gen_run,
     .close = gen_close,
+    .snapshot = gen_snapshot,
+    .restore = gen_restore,
 };
 
 static void gen_arg_free(void *p) {

@@ -2,19 +2,27 @@
  *
  * DESIGN. Subtask s of sink `name` writes <DIR>/<name>-<s>.txt.pending
  * (created or truncated at open) through a 1 MiB line buffer and plain
- * write() calls. At end of input (finish) it writes out the buffer, fsyncs
- * the file, closes it, renames it to <DIR>/<name>-<s>.txt and fsyncs the
- * directory, so a reader sees either no .txt file or the whole of it (the
- * temp file, fsync, rename, fsync-directory sequence). The fsyncs block the
- * subtask's worker once, at the end of the job.
+ * write() calls. Publishing the file fsyncs it, closes it, renames it to
+ * <DIR>/<name>-<s>.txt and fsyncs the directory, so a reader sees either no
+ * .txt file or the whole of it (the temp file, fsync, rename, fsync-directory
+ * sequence). Without checkpoints the file is published at end of input
+ * (finish). With checkpoints it is published only when a checkpoint taken
+ * after finish completes: until then a crash must be able to resume the
+ * .pending file from the last cut.
  *
  * If the job stops with an error, finish is not called and close() only
  * writes out the buffer and closes the file: the .pending file is left
  * behind, marking the output as incomplete. Every subtask creates DIR (and
  * its parents) if missing and tolerates a concurrent creator (EEXIST).
  *
- * This sink is at-least-once: it has no transaction tied to checkpoints yet,
- * so a job restarted from the beginning rewrites its files.
+ * Checkpoints: at a barrier the sink writes out its buffer, fsyncs the
+ * file and stores the file's length in the checkpoint. A restore into the
+ * same directory truncates the .pending file back to that length (dropping
+ * what was written after the cut) and appends from there, so the file ends
+ * up holding every record once. Restored into a directory without the file,
+ * the sink starts a new one (what came before the cut is wherever it was
+ * written). Until the sink takes part in two-phase commit, a reader of the
+ * .pending file may see records that a restore later drops.
  */
 #include "sink_impl.h"
 
@@ -34,6 +42,8 @@ typedef struct file_sink {
   char *pending; /* <DIR>/<name>-<s>.txt.pending */
   char *final;   /* <DIR>/<name>-<s>.txt */
   weir__linebuf lb;
+  int finished;        /* input ended; waiting for a checkpoint to publish */
+  uint64_t after_ckpt; /* first checkpoint snapshotted after finish, 0 if none */
 } file_sink;
 
 /* mkdir -p: creates dir and its missing parents. Returns 0 or -errno
@@ -109,7 +119,18 @@ static int file_open(weir_ctx *ctx) {
   f->pending = path_of(a->dir, weir_ctx_name(ctx), s, ".txt.pending");
   f->final = path_of(a->dir, weir_ctx_name(ctx), s, ".txt");
   weir__linebuf_init(&f->lb, FILE_BUF, FILE_BUF, file_write, f);
-  f->fd = open(f->pending, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  /* Restoring: keep the file; restore() truncates it to the cut. A file
+   * published before (a stop on request) becomes the .pending file again. */
+  struct stat pst;
+  if (weir_ctx_restoring(ctx) && stat(f->pending, &pst) != 0 && errno == ENOENT &&
+      rename(f->final, f->pending) != 0 && errno != ENOENT) {
+    rc = -errno;
+    rc = weir_ctx_fail(ctx, rc, "cannot take back '%s': %s", f->final, weir_strerror(rc));
+    sink_free(f);
+    return rc;
+  }
+  f->fd = open(f->pending, O_WRONLY | O_CREAT | O_CLOEXEC | (weir_ctx_restoring(ctx) ? 0 : O_TRUNC),
+               0644);
   if (f->fd < 0) {
     rc = -errno;
     rc = weir_ctx_fail(ctx, rc, "cannot create '%s': %s", f->pending, weir_strerror(rc));
@@ -138,9 +159,8 @@ static int file_process_batch(weir_ctx *ctx, const weir_batch *b) {
 }
 
 /* Makes the file durable and visible under its final name. */
-static int file_finish(weir_ctx *ctx) {
+static int publish(weir_ctx *ctx, file_sink *f) {
   const weir__sink_arg *a = weir_ctx_arg(ctx);
-  file_sink *f = weir_ctx_user(ctx);
   int rc = weir__linebuf_flush(ctx, &f->lb);
   if (rc < 0) return rc;
   if ((rc = sync_fd(f->fd)) < 0)
@@ -166,6 +186,59 @@ static int file_finish(weir_ctx *ctx) {
   return 0;
 }
 
+static int file_finish(weir_ctx *ctx) {
+  file_sink *f = weir_ctx_user(ctx);
+  if (!weir_ctx_checkpointing(ctx)) return publish(ctx, f);
+  f->finished = 1;
+  return weir__linebuf_flush(ctx, &f->lb);
+}
+
+/* A checkpoint that includes the whole file completed: publish it. */
+static int file_checkpoint_complete(weir_ctx *ctx, uint64_t id) {
+  file_sink *f = weir_ctx_user(ctx);
+  if (f->fd < 0 || !f->after_ckpt || id < f->after_ckpt) return 0;
+  return publish(ctx, f);
+}
+
+/* The cut: everything before the barrier durable, and the length noted. */
+static int file_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
+  file_sink *f = weir_ctx_user(ctx);
+  if (f->fd < 0) return 0; /* published: nothing can be rolled back any more */
+  if (f->finished && !f->after_ckpt) f->after_ckpt = id;
+  int rc = weir__linebuf_flush(ctx, &f->lb);
+  if (rc < 0) return rc;
+  if ((rc = sync_fd(f->fd)) < 0)
+    return weir_ctx_fail(ctx, rc, "cannot fsync '%s': %s", f->pending, weir_strerror(rc));
+  off_t len = lseek(f->fd, 0, SEEK_CUR);
+  if (len < 0) return -errno;
+  uint8_t b[8];
+  for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)len >> (8 * i));
+  (void)id;
+  return weir_snapshot_write(w, b, sizeof b);
+}
+
+static int file_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
+  file_sink *f = weir_ctx_user(ctx);
+  size_t n;
+  const uint8_t *b = weir_snapshot_data(r, &n);
+  if (n != 8) return weir_ctx_fail(ctx, WEIR_ECORRUPT, "file sink: bad checkpointed length");
+  uint64_t want = 0;
+  for (int i = 7; i >= 0; i--) want = (want << 8) | b[i];
+  struct stat st;
+  if (fstat(f->fd, &st) != 0) return -errno;
+  if (st.st_size == 0) return 0; /* a new file: the output before the cut is elsewhere */
+  if ((uint64_t)st.st_size < want)
+    return weir_ctx_fail(ctx, WEIR_EIO,
+                         "cannot resume '%s': it holds %lld bytes, fewer than the %llu it had "
+                         "at the checkpoint",
+                         f->pending, (long long)st.st_size, (unsigned long long)want);
+  if (ftruncate(f->fd, (off_t)want) != 0 || lseek(f->fd, 0, SEEK_END) < 0) {
+    int rc = -errno;
+    return weir_ctx_fail(ctx, rc, "cannot truncate '%s': %s", f->pending, weir_strerror(rc));
+  }
+  return 0;
+}
+
 /* After finish: frees. After an error: writes out the buffer (best effort)
  * and closes the file under its .pending name, which stays. */
 static void file_close(weir_ctx *ctx) {
@@ -183,4 +256,7 @@ const weir_operator_vt weir__file_sink_vt = {
     .process_batch = file_process_batch,
     .finish = file_finish,
     .close = file_close,
+    .snapshot = file_snapshot,
+    .restore = file_restore,
+    .checkpoint_complete = file_checkpoint_complete,
 };

@@ -59,6 +59,13 @@ static int print_finish(weir_ctx *ctx) {
   return 0;
 }
 
+/* The cut: every record before the barrier is on standard output. */
+static int print_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
+  (void)id;
+  (void)w;
+  return print_finish(ctx);
+}
+
 /* Writes what is still buffered (after an error elsewhere, best effort). */
 static void print_close(weir_ctx *ctx) {
   weir__linebuf *lb = weir_ctx_user(ctx);
@@ -77,4 +84,5 @@ const weir_operator_vt weir__print_sink_vt = {
     .process_batch = print_process_batch,
     .finish = print_finish,
     .close = print_close,
+    .snapshot = print_snapshot,
 };

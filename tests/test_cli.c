@@ -587,9 +587,17 @@ Test(cli, wordcount_bad_record) {
   free(out);
   free(err);
 
+  /* The failed run left an unfinished job in ./state: run anew with
+   * --fresh (a plain run is refused, naming --restore latest and --fresh). */
   char *dl = path_join(dir, "dead.txt");
   rc = WEIR(dir, &out, &err, "run", "wordcount", "--input", in, "--on-bad-record", "skip",
             "--dead-letter", dl, "--quiet", "--parallelism", "1");
+  cr_assert_eq(rc, 2, "exit %d, stderr: %s", rc, err);
+  cr_assert(strstr(err, "--restore latest") && strstr(err, "--fresh"), "stderr: %s", err);
+  free(out);
+  free(err);
+  rc = WEIR(dir, &out, &err, "run", "wordcount", "--input", in, "--on-bad-record", "skip",
+            "--dead-letter", dl, "--quiet", "--parallelism", "1", "--fresh");
   cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
   char **lines;
   size_t n = split_lines(out, &lines);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "weir/alloc.h"
+#include "weir/store.h"
 #include "hash.h"
 #include "task.h"
 
@@ -57,6 +58,12 @@ void weir_ctx_set_user(weir_ctx *c, void *user) {
 }
 uint32_t weir_ctx_max_record(const weir_ctx *c) {
   return c->max_record;
+}
+int weir_ctx_checkpointing(const weir_ctx *c) {
+  return c->job->opts.state_dir != NULL;
+}
+int weir_ctx_restoring(const weir_ctx *c) {
+  return c->restore != NULL;
 }
 int weir_ctx_stopping(const weir_ctx *c) {
   return atomic_load_explicit(&c->job->stopping, memory_order_relaxed);
@@ -130,6 +137,10 @@ int weir_state_del_u64(weir_ctx *c, uint64_t key) {
 
 void weir_state_prefetch_u64(weir_ctx *c, uint64_t key) {
   weir__u64_prefetch(&c->state.u, key);
+}
+
+void weir_state_select(weir_ctx *c, uint64_t record_key) {
+  c->cur_key = record_key;
 }
 
 int weir_state_get_bytes(weir_ctx *c, const void *k, size_t klen, const void **val, size_t *vlen) {

@@ -17,6 +17,7 @@ int weir_job_create(weir_job **out, const char *name) {
   weir_job *job = weir_calloc(1, sizeof *job);
   job->name = weir_strdup(name ? name : "job");
   pthread_mutex_init(&job->err_mu, NULL);
+  pthread_mutex_init(&job->ck_mu, NULL);
   *out = job;
   return 0;
 }
@@ -43,6 +44,7 @@ void weir_job_destroy(weir_job *job) {
   for (uint32_t i = job->nadopted; i-- > 0;) job->adopted[i].free_fn(job->adopted[i].p);
   weir_free(job->adopted);
   pthread_mutex_destroy(&job->err_mu);
+  pthread_mutex_destroy(&job->ck_mu);
   weir_free(job->name);
   weir_free(job);
 }

@@ -63,6 +63,19 @@ struct weir_stream {
   weir__stream_out out[];
 };
 
+/* The one checkpoint in flight (ck_mu). */
+typedef struct weir__pending_ckpt {
+  uint64_t id;
+  uint32_t expected, acks, failed;
+  int status; /* first write error */
+  uint64_t bytes;
+  uint64_t trigger_ns; /* monotonic */
+  int64_t trigger_ms;  /* wall clock */
+  uint64_t align_ns;   /* longest alignment */
+  int final;
+  int committing, committed, commit_status;
+} weir__pending_ckpt;
+
 typedef struct weir__adopted {
   void *p;
   void (*free_fn)(void *);
@@ -101,10 +114,23 @@ struct weir_job {
   atomic_int failed;        /* first error code, 0 if none */
   atomic_uint tasks_done;
   atomic_int coord_alive;
-  void *coord_async; /* uv_async_t of the coordinator loop while alive */
+  atomic_int senders; /* threads inside uv_async_send on coord_async */
+  void *coord_async;  /* uv_async_t of the coordinator loop while alive */
   pthread_mutex_t err_mu;
   char errmsg[1024];
   uint64_t start_ns, end_ns;
+  /* Checkpoints (see checkpoint.c). The ids below are published by the
+   * coordinator and read by tasks; `ck` is shared with the store-writer
+   * thread's callbacks under ck_mu. */
+  struct weir_store *store;
+  _Atomic uint64_t trigger_id;  /* latest checkpoint triggered */
+  _Atomic uint64_t complete_id; /* latest checkpoint completed */
+  _Atomic uint64_t aborted_id;  /* latest checkpoint aborted */
+  _Atomic uint64_t final_id;    /* the final checkpoint's id, once triggered */
+  atomic_uint final_notified;   /* tasks told that the final one completed */
+  pthread_mutex_t ck_mu;
+  weir__pending_ckpt ck;
+  weir_run_info info;
 };
 
 /* Records the job's first failure (later ones are dropped) and wakes the

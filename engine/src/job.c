@@ -1,15 +1,32 @@
 /* job.c: owns running a job: defaults, the coordinator loop on the calling
- * thread (completion, failure, stop requests, signals, progress), and the
- * job's statistics and JSON summary.
+ * thread (completion, failure, stop requests, signals, progress, and the
+ * checkpoint coordinator), the job lifecycle in its state directory, and
+ * restore.
  *
  * DESIGN
- * The coordinator is the only thread that starts and stops workers. Workers
- * and weir_job_stop() reach it through one uv_async_t; its handler looks at
- * the job's atomic state (failed, tasks done, stop requests) rather than at
- * messages, because uv_async_send coalesces. weir_job_stop() may run in a
- * signal handler or race with the end of the run: it bumps `senders` around
- * its uv_async_send, and the coordinator, after marking itself gone, waits
- * for `senders` to drop to zero before it closes the handle.
+ * The coordinator is the only thread that starts and stops workers and the
+ * only one that triggers, commits or aborts checkpoints. Workers, the store
+ * writer and weir_job_stop() reach it through one uv_async_t; its handler
+ * looks at the job's state (failed, tasks done, stop requests, the pending
+ * checkpoint) rather than at messages, because uv_async_send coalesces.
+ * weir_job_stop() may run in a signal handler or race with the end of the
+ * run: it bumps `senders` around its uv_async_send, and the coordinator,
+ * after marking itself gone, waits for `senders` to drop to zero before it
+ * closes the handle.
+ *
+ * Checkpoints, one in flight at a time:
+ *
+ *   idle --timer--> triggered(n): trigger_id = n, every task woken; sources
+ *        inject barrier n, finished tasks answer at once, the rest align
+ *   triggered --every operator subtask's state written--> committing(n):
+ *        weir_store_commit (metadata + latest pointer, one transaction)
+ *   committing --durable--> completed: complete_id = n, tasks told
+ *   triggered/committing --write failed, timeout--> aborted: aborted_id = n
+ *
+ * When every task has finished, the coordinator takes the final checkpoint
+ * (marking the job finished in the store, unless the run was stopped on
+ * request), waits until every task has been told it completed, and only
+ * then stops the workers.
  */
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +34,9 @@
 
 #include "weir/alloc.h"
 #include "weir/clock.h"
+#include "weir/failpoint.h"
+#include "weir/log.h"
+#include "weir/store.h"
 #include "task.h"
 #include "worker.h"
 
@@ -24,24 +44,29 @@ typedef struct coord {
   weir_job *job;
   uv_loop_t loop;
   uv_async_t async;
-  uv_timer_t progress;
+  uv_timer_t progress, interval, timeout;
   uv_signal_t sigint, sigterm;
   int handled_stops;
+  int signals;
   int ending;
+  int final_triggered;
+  uint32_t expected; /* operator subtasks: acknowledgements per checkpoint */
 } coord;
 
-static atomic_int senders; /* weir_job_stop() calls inside uv_async_send */
-
 void weir__job_poke(weir_job *job) {
-  atomic_fetch_add(&senders, 1);
+  atomic_fetch_add(&job->senders, 1);
   if (atomic_load(&job->coord_alive)) uv_async_send((uv_async_t *)job->coord_async);
-  atomic_fetch_sub(&senders, 1);
+  atomic_fetch_sub(&job->senders, 1);
 }
 
 void weir_job_stop(weir_job *job) {
   if (!job) return;
   atomic_fetch_add(&job->stop_requests, 1);
   weir__job_poke(job);
+}
+
+const weir_run_info *weir_job_run_info(const weir_job *job) {
+  return &job->info;
 }
 
 static void collect(const weir_job *job, weir_progress *p) {
@@ -58,10 +83,15 @@ static void collect(const weir_job *job, weir_progress *p) {
         p->sink_records += atomic_load_explicit(&n->ctx[s]->pub_in, memory_order_relaxed);
     }
   }
+  p->last_checkpoint = atomic_load(&job->complete_id);
 }
 
 static void close_cb(uv_handle_t *h) {
   (void)h;
+}
+
+static void wake_all(weir_job *job) {
+  for (uint32_t i = 0; i < job->ntasks; i++) weir__task_wake(job->tasks[i]);
 }
 
 static void coord_end(coord *c) {
@@ -69,8 +99,10 @@ static void coord_end(coord *c) {
   c->ending = 1;
   weir__workers_stop(c->job);
   atomic_store(&c->job->coord_alive, 0);
-  while (atomic_load(&senders)) uv_sleep(0);
+  while (atomic_load(&c->job->senders)) uv_sleep(0);
   uv_close((uv_handle_t *)&c->async, close_cb);
+  uv_close((uv_handle_t *)&c->interval, close_cb);
+  uv_close((uv_handle_t *)&c->timeout, close_cb);
   if (c->job->opts.progress_ms && c->job->opts.progress)
     uv_close((uv_handle_t *)&c->progress, close_cb);
   if (c->job->opts.handle_signals) {
@@ -79,33 +111,195 @@ static void coord_end(coord *c) {
   }
 }
 
+/* ---- checkpoints ---------------------------------------------------------- */
+
+static void on_timeout(uv_timer_t *h);
+
+static int ck_trigger(coord *c, int final) {
+  weir_job *job = c->job;
+  uint64_t id;
+  int rc = weir_store_next_id(job->store, &id);
+  if (rc) {
+    char msg[512];
+    WEIR_LOG_W("cannot start a checkpoint: %s", weir_store_error(job->store, msg, sizeof msg));
+    return rc;
+  }
+  pthread_mutex_lock(&job->ck_mu);
+  memset(&job->ck, 0, sizeof job->ck);
+  job->ck.id = id;
+  job->ck.expected = c->expected;
+  job->ck.trigger_ns = weir_clock_mono_ns();
+  job->ck.trigger_ms = weir_clock_wall_ms();
+  job->ck.final = final;
+  pthread_mutex_unlock(&job->ck_mu);
+  if (final) {
+    c->final_triggered = 1;
+    atomic_store(&job->final_id, id);
+  }
+  atomic_store_explicit(&job->trigger_id, id, memory_order_release);
+  WEIR_LOG_D("checkpoint %llu triggered%s", (unsigned long long)id, final ? " (final)" : "");
+  uv_timer_start(&c->timeout, on_timeout, job->opts.checkpoint_timeout_ms, 0);
+  wake_all(job);
+  return 0;
+}
+
+static void ck_abort(coord *c, uint64_t id, int status, const char *why) {
+  weir_job *job = c->job;
+  char msg[512];
+  uv_timer_stop(&c->timeout);
+  pthread_mutex_lock(&job->ck_mu);
+  if (job->ck.id == id) job->ck.id = 0;
+  pthread_mutex_unlock(&job->ck_mu);
+  weir_store_abort(job->store, id);
+  job->info.checkpoints_failed++;
+  WEIR_LOG_W("checkpoint %llu aborted: %s%s%s", (unsigned long long)id, why, status < 0 ? ": " : "",
+             status < 0 ? weir_store_error(job->store, msg, sizeof msg) : "");
+  atomic_store(&job->aborted_id, id);
+  if (atomic_load(&job->final_id) == id) {
+    weir__job_failed(job, status < 0 ? status : WEIR_ECKPT, "the final checkpoint failed: %s", why);
+    return;
+  }
+  wake_all(job);
+}
+
+static void on_timeout(uv_timer_t *h) {
+  coord *c = h->data;
+  weir_job *job = c->job;
+  pthread_mutex_lock(&job->ck_mu);
+  uint64_t id = job->ck.committing ? 0 : job->ck.id;
+  pthread_mutex_unlock(&job->ck_mu);
+  if (id) ck_abort(c, id, 0, "timed out before every operator acknowledged");
+}
+
+static void on_committed(void *user, int status, const weir_store_written *w) {
+  (void)w;
+  weir_job *job = user;
+  pthread_mutex_lock(&job->ck_mu);
+  job->ck.committed = 1;
+  job->ck.commit_status = status;
+  pthread_mutex_unlock(&job->ck_mu);
+  weir__job_poke(job);
+}
+
+/* Moves the pending checkpoint along; called on every wake-up. */
+static void ck_progress(coord *c) {
+  weir_job *job = c->job;
+  pthread_mutex_lock(&job->ck_mu);
+  weir__pending_ckpt ck = job->ck;
+  if (ck.id && !ck.committing && ck.acks == ck.expected && !ck.failed) job->ck.committing = 1;
+  if (ck.id && ck.committed) job->ck.id = 0;
+  pthread_mutex_unlock(&job->ck_mu);
+  if (!ck.id) return;
+  if (!ck.committing && ck.acks == ck.expected) {
+    if (ck.failed) {
+      ck_abort(c, ck.id, ck.status, "writing its state failed");
+      return;
+    }
+    int rc = weir_failpoint("ckpt.before_meta_commit");
+    if (rc) {
+      pthread_mutex_lock(&job->ck_mu);
+      job->ck.committing = 0;
+      pthread_mutex_unlock(&job->ck_mu);
+      ck_abort(c, ck.id, 0, "failpoint ckpt.before_meta_commit");
+      return;
+    }
+    uint64_t now = weir_clock_mono_ns();
+    weir_store_commit_info info = {
+        .id = ck.id,
+        .trigger_ms = ck.trigger_ms,
+        .duration_ms = (now - ck.trigger_ns) / 1000000u,
+        .alignment_ms = ck.align_ns / 1000000u,
+        .final = ck.final && !atomic_load(&job->stopping),
+        .subtasks = ck.expected,
+    };
+    rc = weir_store_commit(job->store, &info, on_committed, job);
+    if (rc) ck_abort(c, ck.id, rc, "its commit could not be queued");
+    return;
+  }
+  if (ck.committed) {
+    uv_timer_stop(&c->timeout);
+    if (ck.commit_status < 0) {
+      ck_abort(c, ck.id, ck.commit_status, "its commit failed");
+      return;
+    }
+    uint64_t ms = (weir_clock_mono_ns() - ck.trigger_ns) / 1000000u;
+    WEIR_LOG_I("checkpoint %llu completed in %llu ms (%llu bytes, alignment %llu ms)%s",
+               (unsigned long long)ck.id, (unsigned long long)ms, (unsigned long long)ck.bytes,
+               (unsigned long long)(ck.align_ns / 1000000u), ck.final ? ", final" : "");
+    job->info.last_checkpoint = ck.id;
+    job->info.checkpoints++;
+    (void)weir_failpoint("ckpt.after_meta_commit");
+    atomic_store(&job->complete_id, ck.id);
+    wake_all(job);
+  }
+}
+
+static void on_interval(uv_timer_t *h) {
+  coord *c = h->data;
+  weir_job *job = c->job;
+  if (c->ending || c->final_triggered || atomic_load(&job->tasks_done) == job->ntasks) return;
+  pthread_mutex_lock(&job->ck_mu);
+  int busy = job->ck.id != 0;
+  pthread_mutex_unlock(&job->ck_mu);
+  if (!busy) ck_trigger(c, 0);
+}
+
+/* ---- the coordinator's wake-ups ------------------------------------------- */
+
 static void on_async(uv_async_t *h) {
   coord *c = h->data;
   weir_job *job = c->job;
   if (c->ending) return;
-  if (atomic_load(&job->failed) || atomic_load(&job->tasks_done) == job->ntasks) {
+  if (atomic_load(&job->failed)) {
     coord_end(c);
     return;
   }
-  int req = atomic_load(&job->stop_requests);
-  while (c->handled_stops < req) {
-    c->handled_stops++;
-    if (c->handled_stops == 1) {
-      /* Graceful: sources end, everything downstream drains and finishes. */
-      atomic_store(&job->stopping, 1);
-      for (uint32_t i = 0; i < job->ntasks; i++)
-        if (job->tasks[i]->is_source) weir__task_wake(job->tasks[i]);
-    } else {
-      weir__job_failed(job, WEIR_ECANCELED, "stopped before the job could drain");
+  if (job->store) ck_progress(c);
+  if (atomic_load(&job->failed)) {
+    coord_end(c);
+    return;
+  }
+  if (atomic_load(&job->tasks_done) == job->ntasks) {
+    if (!job->store) {
       coord_end(c);
       return;
     }
+    pthread_mutex_lock(&job->ck_mu);
+    int busy = job->ck.id != 0;
+    pthread_mutex_unlock(&job->ck_mu);
+    uint64_t fin = atomic_load(&job->final_id);
+    if (!c->final_triggered && !busy) {
+      if (ck_trigger(c, 1)) {
+        weir__job_failed(job, WEIR_ECKPT, "the final checkpoint could not start");
+        coord_end(c);
+      }
+    } else if (fin && atomic_load(&job->complete_id) == fin &&
+               atomic_load(&job->final_notified) == job->ntasks) {
+      coord_end(c);
+    }
+    return;
+  }
+  if (atomic_load(&job->stop_requests) && !c->handled_stops) {
+    /* Graceful: sources end, everything downstream drains and finishes. */
+    c->handled_stops = 1;
+    WEIR_LOG_I("stopping: sources end, the job drains");
+    atomic_store(&job->stopping, 1);
+    for (uint32_t i = 0; i < job->ntasks; i++)
+      if (job->tasks[i]->is_source) weir__task_wake(job->tasks[i]);
   }
 }
 
+/* A first SIGINT/SIGTERM stops the job gracefully; a second abandons the
+ * drain. */
 static void on_signal(uv_signal_t *h, int signum) {
-  (void)signum;
   coord *c = h->data;
+  if (c->ending) return;
+  if (++c->signals > 1) {
+    weir__job_failed(c->job, WEIR_ECANCELED, "stopped by a second %s before the job could drain",
+                     signum == SIGINT ? "SIGINT" : "SIGTERM");
+    coord_end(c);
+    return;
+  }
   atomic_fetch_add(&c->job->stop_requests, 1);
   on_async(&c->async);
 }
@@ -116,6 +310,143 @@ static void on_progress(uv_timer_t *h) {
   collect(c->job, &p);
   c->job->opts.progress(c->job->opts.progress_user, &p);
 }
+
+/* ---- lifecycle and restore ------------------------------------------------- */
+
+static int store_fail(weir_job *job, int rc, const char *what) {
+  char msg[512];
+  weir__job_failed(job, rc, "%s: %s", what, weir_store_error(job->store, msg, sizeof msg));
+  return rc;
+}
+
+/* Loads checkpoint id into the contexts (installed when tasks open). */
+static int load_checkpoint(weir_job *job, uint64_t id) {
+  int rc = weir_store_verify(job->store, id);
+  if (rc) return store_fail(job, rc, "cannot restore");
+  weir_store_ckpt_info *info = NULL;
+  rc = weir_store_info(job->store, id, &info);
+  if (rc) return store_fail(job, rc, "cannot restore");
+  /* The checkpoint must belong to this job's graph. */
+  for (uint32_t i = 0; i < info->nsubtasks && !rc; i++) {
+    weir_store_subtask_info *st = &info->subtasks[i];
+    weir__node *n = NULL;
+    for (uint32_t k = 0; k < job->nnodes; k++)
+      if (!strcmp(job->nodes[k]->name, st->op)) n = job->nodes[k];
+    if (!n) {
+      rc = WEIR_EPLAN;
+      weir__job_failed(job, rc,
+                       "checkpoint %llu holds state of operator '%s', which this job does not "
+                       "have: is it the same job?",
+                       (unsigned long long)id, st->op);
+    } else if ((uint32_t)n->parallelism != st->parallelism) {
+      rc = WEIR_EPLAN;
+      weir__job_failed(job, rc,
+                       "operator '%s' had parallelism %u in checkpoint %llu and has %d now: "
+                       "restoring with another parallelism is not supported yet",
+                       st->op, st->parallelism, (unsigned long long)id, n->parallelism);
+    }
+  }
+  weir_store_ckpt_info_free(info);
+  if (rc) return rc;
+  for (uint32_t k = 0; k < job->nnodes; k++) {
+    weir__node *n = job->nodes[k];
+    for (int s = 0; s < n->parallelism; s++) {
+      weir_subtask_snapshot *snap = weir_calloc(1, sizeof *snap);
+      rc = weir_store_load(job->store, id, n->name, (uint32_t)s, snap);
+      if (rc == WEIR_ENOENT) {
+        weir_free(snap);
+        continue;
+      }
+      if (rc) {
+        weir_free(snap);
+        return store_fail(job, rc, "cannot restore");
+      }
+      n->ctx[s]->restore = snap;
+    }
+  }
+  return weir_failpoint("ckpt.during_restore");
+}
+
+/* Opens the store and decides what this run is (DESIGN.md §5): returns 0 to
+ * run, 1 if there is nothing to do (restore of a finished job), or an error. */
+static int prepare_store(weir_job *job) {
+  const weir_run_opts *o = &job->opts;
+  weir_store_opts so = {.retain = o->retain};
+  int rc = weir_store_open(&job->store, o->state_dir, &so);
+  if (rc) {
+    char msg[512];
+    weir__job_failed(job, rc, "cannot open the state directory '%s': %s", o->state_dir,
+                     job->store ? weir_store_error(job->store, msg, sizeof msg)
+                                : weir_strerror(rc));
+    return rc;
+  }
+  weir_store_job rec;
+  int exists = weir_store_job_get(job->store, &rec);
+  if (exists < 0) return store_fail(job, exists, "cannot read the state directory");
+  uint64_t from = 0;
+  int new_instance = 0;
+  switch (o->restore) {
+  case WEIR_RESTORE_NONE:
+    if (exists && !rec.finished) {
+      weir__job_failed(job, WEIR_EUNFINISHED,
+                       "the state directory '%s' holds an unfinished run of job %s (latest "
+                       "checkpoint %llu): continue it with --restore latest, or start over "
+                       "with --fresh",
+                       o->state_dir, rec.job_id, (unsigned long long)rec.latest);
+      return WEIR_EUNFINISHED;
+    }
+    new_instance = exists;
+    break;
+  case WEIR_RESTORE_FRESH:
+    new_instance = exists;
+    break;
+  case WEIR_RESTORE_LATEST:
+    if (exists && rec.finished) {
+      WEIR_LOG_I("job %s already finished (instance %llu): nothing to restore", rec.job_id,
+                 (unsigned long long)rec.instance);
+      snprintf(job->info.job_id, sizeof job->info.job_id, "%s", rec.job_id);
+      job->info.instance = rec.instance;
+      job->info.already_finished = 1;
+      return 1;
+    }
+    if (!exists || !rec.latest)
+      WEIR_LOG_I("no checkpoint has completed yet: starting from the beginning");
+    else
+      from = rec.latest;
+    break;
+  case WEIR_RESTORE_ID: {
+    weir_store_ckpt *list = NULL;
+    size_t n = 0;
+    rc = weir_store_list(job->store, &list, &n);
+    if (rc) return store_fail(job, rc, "cannot list checkpoints");
+    int found = 0;
+    for (size_t i = 0; i < n; i++) found |= list[i].id == o->restore_id;
+    weir_free(list);
+    if (!found) {
+      weir__job_failed(job, WEIR_ENOCKPT,
+                       "checkpoint %llu is not in the state directory '%s' (see 'weir "
+                       "checkpoints')",
+                       (unsigned long long)o->restore_id, o->state_dir);
+      return WEIR_ENOCKPT;
+    }
+    from = o->restore_id;
+    break;
+  }
+  }
+  rc = weir_store_job_begin(job->store, new_instance, &rec);
+  if (rc) return store_fail(job, rc, "cannot start the job in its state directory");
+  snprintf(job->info.job_id, sizeof job->info.job_id, "%s", rec.job_id);
+  job->info.instance = rec.instance;
+  if (from) {
+    rc = load_checkpoint(job, from);
+    if (rc) return rc;
+    job->info.restored_from = from;
+    WEIR_LOG_I("restored job %s from checkpoint %llu", rec.job_id, (unsigned long long)from);
+  }
+  return 0;
+}
+
+/* ---- running ------------------------------------------------------------------ */
 
 static void apply_defaults(weir_run_opts *o) {
   if (o->workers <= 0) {
@@ -128,6 +459,8 @@ static void apply_defaults(weir_run_opts *o) {
   if (!o->channel_batches) o->channel_batches = 8;
   if (!o->max_record_bytes) o->max_record_bytes = 1u << 20;
   if (!o->buffer_timeout_us) o->buffer_timeout_us = 1000;
+  if (!o->checkpoint_timeout_ms) o->checkpoint_timeout_ms = 600000;
+  if (!o->retain) o->retain = 3;
 }
 
 int weir_job_run(weir_job *job, const weir_run_opts *opts) {
@@ -146,10 +479,26 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
   coord c;
   memset(&c, 0, sizeof c);
   c.job = job;
+  for (uint32_t i = 0; i < job->ntasks; i++) c.expected += job->tasks[i]->nops;
+  if (job->opts.state_dir) {
+    rc = prepare_store(job);
+    if (rc) {
+      weir_store_close(job->store);
+      job->store = NULL;
+      return rc > 0 ? 0 : atomic_load(&job->failed) ? atomic_load(&job->failed) : rc;
+    }
+  }
+
   uv_loop_init(&c.loop);
   uv_async_init(&c.loop, &c.async, on_async);
   c.async.data = &c;
   job->coord_async = &c.async;
+  uv_timer_init(&c.loop, &c.interval);
+  uv_timer_init(&c.loop, &c.timeout);
+  c.interval.data = c.timeout.data = &c;
+  if (job->store && job->opts.checkpoint_interval_ms)
+    uv_timer_start(&c.interval, on_interval, job->opts.checkpoint_interval_ms,
+                   job->opts.checkpoint_interval_ms);
   if (job->opts.progress_ms && job->opts.progress) {
     uv_timer_init(&c.loop, &c.progress);
     c.progress.data = &c;
@@ -172,5 +521,9 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
   job->end_ns = weir_clock_mono_ns();
   uv_loop_close(&c.loop);
   job->coord_async = NULL;
+  if (job->store) {
+    weir_store_close(job->store); /* waits for queued writes */
+    job->store = NULL;
+  }
   return atomic_load(&job->failed);
 }

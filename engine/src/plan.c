@@ -234,7 +234,7 @@ void weir__plan_free(weir_job *job) {
   weir_free(job->chans);
   job->chans = NULL;
   job->nchans = 0;
-  for (uint32_t i = 0; i < job->nworkers; i++) {
+  for (uint32_t i = 0; job->workers && i < job->nworkers; i++) {
     weir__worker *w = job->workers[i];
     pthread_mutex_destroy(&w->mu);
     weir_free(w->tasks);

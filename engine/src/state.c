@@ -163,7 +163,7 @@ static uint64_t bytes_slot(weir__bmap *m, uint64_t h, const void *k, size_t klen
       *found = 0;
       return j;
     }
-    if (e->hash == h && e->klen == klen && memcmp(e->data, k, klen) == 0) {
+    if (e->hash == h && e->klen == klen && (klen == 0 || memcmp(e->data, k, klen) == 0)) {
       *found = 1;
       return j;
     }
@@ -190,7 +190,7 @@ weir__bent *weir__bytes_put(weir__bmap *m, uint64_t route_key, const void *k, si
     if (!e) {
       ne->hash = h;
       ne->klen = (uint32_t)klen;
-      memcpy(ne->data, k, klen);
+      if (klen) memcpy(ne->data, k, klen);
       m->n++;
     }
     ne->vcap = (uint32_t)vcap;

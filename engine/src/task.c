@@ -26,6 +26,7 @@
 
 #include "weir/assert.h"
 #include "weir/clock.h"
+#include "weir/failpoint.h"
 #include "hash.h"
 
 static int op_process(weir_ctx *ctx, weir__batch *b);
@@ -219,35 +220,65 @@ static void task_failed(weir__task *t, int rc) {
   weir__job_failed(t->job, rc, "task %u: %s", t->index, weir_strerror(rc));
 }
 
+int weir__ctx_finish(weir_ctx *c) {
+  const weir_operator_vt *vt = c->node->ovt;
+  if (!vt || !vt->finish) return 0;
+  c->cur_id = weir__mix64(c->salt ^ 0xf1a1f1a1ULL); /* finish emissions: own lineage */
+  c->cur_ts = 0;
+  int rc = vt->finish(c);
+  return rc < 0 ? weir__ctx_report(c, rc, "finish") : 0;
+}
+
+/* Sends a control event on every output channel, after every record
+ * emitted before it. */
+static void push_control(weir__task *t, uint32_t kind, uint64_t id) {
+  flush_outputs(t);
+  for (uint32_t k = 0; k < t->nrouters; k++) {
+    weir__router *r = &t->routers[k];
+    for (uint32_t j = 0; j < r->n; j++) {
+      weir__batch *b = weir__chan_batch(r->chans[j]);
+      b->kind = kind;
+      b->barrier_id = id;
+      weir__chan_push(r->chans[j], b);
+    }
+  }
+}
+
+/* The cut of checkpoint id at this task: snapshot, then forward the
+ * barrier. Returns 0 or an error (the job has been failed). */
+static int take_checkpoint(weir__task *t, uint64_t id, uint64_t align_ns) {
+  int rc = weir__task_snapshot(t, id, align_ns);
+  if (rc) return rc;
+  push_control(t, WEIR__MSG_BARRIER, id);
+  return 0;
+}
+
+/* Sources (which have no barrier to wait for) and finished tasks answer a
+ * triggered checkpoint at once. */
+static int pending_trigger(weir__task *t) {
+  uint64_t tr = atomic_load_explicit(&t->job->trigger_id, memory_order_acquire);
+  return tr > t->ckpt_done;
+}
+
 /* End of all input: finish each operator in chain order, then send end of
  * input downstream. */
 static void task_finish(weir__task *t) {
   for (uint32_t i = 0; i < t->nops; i++) {
-    weir_ctx *c = t->ops[i];
-    const weir_operator_vt *vt = c->node->ovt;
-    int rc = 0;
-    if (vt && vt->finish) {
-      c->cur_id = weir__mix64(c->salt ^ 0xf1a1f1a1ULL); /* finish emissions: own lineage */
-      c->cur_ts = 0;
-      rc = vt->finish(c);
-      if (rc < 0) rc = weir__ctx_report(c, rc, "finish");
-    }
+    int rc = weir__ctx_finish(t->ops[i]);
     if (!rc) rc = chain_flush(t, i);
     if (rc) {
       task_failed(t, rc);
       return;
     }
   }
-  flush_outputs(t);
-  for (uint32_t k = 0; k < t->nrouters; k++) {
-    weir__router *r = &t->routers[k];
-    for (uint32_t j = 0; j < r->n; j++) {
-      weir__batch *b = weir__chan_batch(r->chans[j]);
-      b->kind = WEIR__MSG_EOI;
-      weir__chan_push(r->chans[j], b);
-    }
-  }
+  push_control(t, WEIR__MSG_EOI, 0);
   t->state = WEIR__TASK_FINISHING;
+  /* A checkpoint triggered while this task drained its last input: no
+   * barrier will reach it any more, so its final state answers it. */
+  if (pending_trigger(t) && weir__task_snapshot(t, atomic_load(&t->job->trigger_id), 0)) {
+    task_failed(t, WEIR_ECKPT);
+    return;
+  }
   if (outputs_writable(t)) task_done(t);
 }
 
@@ -257,6 +288,17 @@ static int source_step(weir__task *t) {
     if (atomic_load_explicit(&t->job->stopping, memory_order_relaxed)) {
       task_finish(t);
       return 0;
+    }
+    if (pending_trigger(t)) {
+      uint64_t id = atomic_load(&t->job->trigger_id);
+      if (weir_failpoint("ckpt.barrier_injected") || take_checkpoint(t, id, 0)) {
+        task_failed(t, WEIR_ECKPT);
+        return 0;
+      }
+      if (!outputs_writable(t)) {
+        publish_stats(t);
+        return 0;
+      }
     }
     c->wake_after_us = 0;
     int rc = c->node->svt->run(c, t->batch_records);
@@ -290,6 +332,17 @@ static int source_step(weir__task *t) {
   return 1;
 }
 
+/* Alignment completed: take the cut. Returns 1 if the task failed. */
+static int complete_alignment(weir__task *t) {
+  uint64_t align_ns = weir_clock_mono_ns() - t->align.started_ns;
+  uint64_t id = weir__align_done(&t->align);
+  if (take_checkpoint(t, id, align_ns)) {
+    task_failed(t, WEIR_ECKPT);
+    return 1;
+  }
+  return 0;
+}
+
 static int input_step(weir__task *t) {
   uint32_t processed = 0;
   while (processed < t->budget_batches) {
@@ -297,7 +350,7 @@ static int input_step(weir__task *t) {
     uint32_t idx = 0;
     for (uint32_t k = 0; k < t->nin; k++) {
       uint32_t i = t->rr + k < t->nin ? t->rr + k : t->rr + k - t->nin;
-      if (t->in_ended[i]) continue;
+      if (t->in_ended[i] || !weir__align_readable(&t->align, i)) continue;
       b = weir__chan_peek(t->in[i]);
       if (b) {
         idx = i;
@@ -309,7 +362,8 @@ static int input_step(weir__task *t) {
        * once more (data may have arrived between the peek and the flag). */
       int again = 0;
       for (uint32_t i = 0; i < t->nin; i++)
-        if (!t->in_ended[i] && weir__chan_wait(t->in[i])) again = 1;
+        if (!t->in_ended[i] && weir__align_readable(&t->align, i) && weir__chan_wait(t->in[i]))
+          again = 1;
       if (again) continue;
       flush_outputs(t);
       publish_stats(t);
@@ -332,12 +386,27 @@ static int input_step(weir__task *t) {
     } else if (b->kind == WEIR__MSG_EOI) {
       weir__chan_release(t->in[idx]);
       t->in_ended[idx] = 1;
-      if (++t->nended == t->nin) {
+      ++t->nended;
+      if (weir__align_end(&t->align, idx) == WEIR__ALIGN_COMPLETE && complete_alignment(t))
+        return 0;
+      if (t->nended == t->nin) {
         task_finish(t);
         return 0;
       }
     } else {
-      weir__chan_release(t->in[idx]); /* barriers: not yet */
+      uint64_t id = b->barrier_id;
+      weir__chan_release(t->in[idx]);
+      weir__align_result ar = weir__align_barrier(&t->align, idx, id, weir_clock_mono_ns());
+      if (ar == WEIR__ALIGN_COMPLETE) {
+        if (complete_alignment(t)) return 0;
+        if (!outputs_writable(t)) {
+          publish_stats(t);
+          return 0;
+        }
+      } else if (ar == WEIR__ALIGN_NONE && weir_failpoint("ckpt.aligning")) {
+        task_failed(t, WEIR_ECKPT);
+        return 0;
+      }
     }
   }
   maybe_timeout_flush(t);
@@ -346,8 +415,19 @@ static int input_step(weir__task *t) {
 }
 
 int weir__task_run(weir__task *t) {
-  if (t->state == WEIR__TASK_DONE) return 0;
   if (atomic_load_explicit(&t->job->failed, memory_order_relaxed)) return 0;
+  if (weir__task_notify(t)) {
+    task_failed(t, WEIR_ECKPT);
+    return 0;
+  }
+  if (t->state != WEIR__TASK_RUNNING && pending_trigger(t)) {
+    /* Finished: everything it will ever emit is before any later cut. */
+    if (weir__task_snapshot(t, atomic_load(&t->job->trigger_id), 0)) {
+      task_failed(t, WEIR_ECKPT);
+      return 0;
+    }
+  }
+  if (t->state == WEIR__TASK_DONE) return 0;
   if (!outputs_writable(t)) return 0; /* a consumer will wake us */
   if (t->state == WEIR__TASK_FINISHING) {
     task_done(t);
@@ -358,6 +438,9 @@ int weir__task_run(weir__task *t) {
 
 int weir__task_open(weir__task *t) {
   t->last_flush_ns = weir_clock_mono_ns();
+  weir__align_init(&t->align, t->nin,
+                   t->job->opts.at_least_once ? WEIR__ALIGN_AT_LEAST_ONCE
+                                              : WEIR__ALIGN_EXACTLY_ONCE);
   for (uint32_t i = 0; i < t->nops; i++) {
     weir_ctx *c = t->ops[i];
     int rc = 0;
@@ -367,6 +450,8 @@ int weir__task_open(weir__task *t) {
       rc = c->node->ovt->open(c);
     if (rc < 0) return weir__ctx_report(c, rc, "open");
     c->opened = 1;
+    rc = weir__ctx_restore(c);
+    if (rc < 0) return rc;
   }
   return 0;
 }
@@ -381,5 +466,6 @@ void weir__task_close(weir__task *t) {
       c->node->ovt->close(c);
     c->opened = 0;
   }
+  weir__align_close(&t->align);
   publish_stats(t);
 }

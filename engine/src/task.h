@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "align.h"
 #include "batch.h"
 #include "channel.h"
 #include "graph.h"
@@ -49,6 +50,8 @@ struct weir_ctx {
   atomic_uint ncounters;
   weir__counter counters[WEIR__MAX_COUNTERS];
   weir__state state;
+  /* State loaded from a checkpoint, installed when the task opens. */
+  struct weir_subtask_snapshot *restore;
   /* Source pacing: wake-up requested by weir_ctx_wake_after. */
   uint64_t wake_after_us;
   char msg[512];
@@ -90,6 +93,10 @@ struct weir__task {
   uint64_t last_flush_ns;
   uint32_t budget_batches;
   uint32_t batch_records;
+  /* Checkpoints. */
+  weir__align align;
+  uint64_t ckpt_done; /* latest checkpoint this task snapshotted */
+  uint64_t notified;  /* latest completion/abort its operators were told */
 };
 
 /* Runs the task for one bounded step. Returns 1 if it should run again soon
@@ -104,6 +111,24 @@ void weir__task_close(weir__task *t);
 void weir__task_wake(void *t);
 /* worker.c: arm the task's timer to wake it after `us` microseconds. */
 void weir__task_wake_after(weir__task *t, uint64_t us);
+
+/* checkpoint.c: snapshot every operator of the task for checkpoint id
+ * (synchronous copy; the store writes asynchronously and acknowledges to the
+ * coordinator). Returns 0 or an error (the job is then failed). */
+int weir__task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns);
+/* checkpoint.c: the synchronous part of one operator's snapshot (a copy of
+ * its managed state plus its snapshot callback's output) into *s. */
+struct weir_subtask_snapshot;
+int weir__ctx_snapshot(weir_ctx *c, uint64_t id, struct weir_subtask_snapshot *s);
+/* checkpoint.c: tell the task's operators about completed / aborted
+ * checkpoints they have not heard of. */
+int weir__task_notify(weir__task *t);
+/* checkpoint.c: install a loaded snapshot into ctx (keyed state, then the
+ * operator's restore callback). Called on the task's thread after open. */
+int weir__ctx_restore(weir_ctx *ctx);
+
+/* task.c: calls the operator's finish (emissions get their own lineage). */
+int weir__ctx_finish(weir_ctx *c);
 
 /* Operator context lifecycle (ctx.c). */
 weir_ctx *weir__ctx_create(weir__task *t, weir__node *node, uint32_t subtask);

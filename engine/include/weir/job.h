@@ -106,6 +106,17 @@ static inline uint64_t weir_payload_u64(const weir_record *r) {
 typedef struct weir_snapshot_writer weir_snapshot_writer;
 typedef struct weir_snapshot_reader weir_snapshot_reader;
 
+/* Inside a snapshot callback: appends bytes to the operator's own state for
+ * this checkpoint (copied), or records a source position (the next offset
+ * to read in `split`). Returns 0 or WEIR_EINVAL (a split recorded twice). */
+int weir_snapshot_write(weir_snapshot_writer *w, const void *data, size_t len);
+int weir_snapshot_position(weir_snapshot_writer *w, uint32_t split, uint64_t offset);
+/* Inside a restore callback: the bytes written at snapshot time (valid
+ * during the callback), and the position of a split: returns 1 and sets
+ * *offset if the checkpoint has one, else 0. */
+const void *weir_snapshot_data(weir_snapshot_reader *r, size_t *len);
+int weir_snapshot_get_position(weir_snapshot_reader *r, uint32_t split, uint64_t *offset);
+
 typedef struct weir_operator_vt {
   const char *name;
   int (*open)(weir_ctx *ctx);
@@ -153,6 +164,12 @@ void *weir_ctx_user(const weir_ctx *ctx);
 void weir_ctx_set_user(weir_ctx *ctx, void *user);
 /* The job's maximum record size in bytes (payload). */
 uint32_t weir_ctx_max_record(const weir_ctx *ctx);
+/* Nonzero if the job takes checkpoints (it has a state directory): a sink
+ * can then tie what it makes visible to checkpoint completion. */
+int weir_ctx_checkpointing(const weir_ctx *ctx);
+/* In open: nonzero if this subtask's state is being restored from a
+ * checkpoint (its restore callback runs right after open). */
+int weir_ctx_restoring(const weir_ctx *ctx);
 /* Nonzero once the job has been asked to stop; sources should end. */
 int weir_ctx_stopping(const weir_ctx *ctx);
 /* Sources: when run() returns WEIR_SOURCE_IDLE, call run() again after `us`
@@ -217,6 +234,12 @@ int weir_state_del_u64(weir_ctx *ctx, uint64_t key);
 /* Hints that `key` will be used soon (batch form: prefetch ahead). */
 void weir_state_prefetch_u64(weir_ctx *ctx, uint64_t key);
 
+/* Byte-string entries remember the key of the record that wrote them (for
+ * redistributing state by key group). The per-record `process` form sets it;
+ * a process_batch operator calls weir_state_select(ctx, b->keys[i]) before
+ * the byte-string calls for record i. */
+void weir_state_select(weir_ctx *ctx, uint64_t record_key);
+
 /* Byte-string map. On get, *val points into the state (valid until the next
  * state call on this ctx) and *vlen is its length. Returns 1 if present, 0 if
  * absent. */
@@ -267,8 +290,9 @@ weir_job *weir_stream_job(const weir_stream *s);
 
 typedef struct weir_progress {
   double elapsed_s;
-  uint64_t source_records; /* records emitted by all sources so far */
-  uint64_t sink_records;   /* records received by all sinks so far */
+  uint64_t source_records;  /* records emitted by all sources so far */
+  uint64_t sink_records;    /* records received by all sinks so far */
+  uint64_t last_checkpoint; /* latest completed checkpoint id, 0 if none */
 } weir_progress;
 
 typedef struct weir_run_opts {
@@ -284,7 +308,22 @@ typedef struct weir_run_opts {
   uint32_t progress_ms;
   void (*progress)(void *user, const weir_progress *p);
   void *progress_user;
+  /* Checkpoints (all off when state_dir is NULL). */
+  const char *state_dir;           /* the job's store; NULL = no checkpoints */
+  uint32_t checkpoint_interval_ms; /* 0 = only the final checkpoint */
+  uint32_t checkpoint_timeout_ms;  /* 0 = 600000 (10 min) */
+  uint32_t retain;                 /* completed checkpoints kept; 0 = 3 */
+  int at_least_once;               /* barriers never block inputs */
+  int restore;                     /* WEIR_RESTORE_* */
+  uint64_t restore_id;             /* for WEIR_RESTORE_ID */
 } weir_run_opts;
+
+enum {
+  WEIR_RESTORE_NONE = 0,   /* new job, or new instance of a finished one */
+  WEIR_RESTORE_LATEST = 1, /* continue from the latest completed checkpoint */
+  WEIR_RESTORE_ID = 2,     /* continue from checkpoint restore_id */
+  WEIR_RESTORE_FRESH = 3   /* start a new instance whatever the state */
+};
 
 /* Freezes the graph into a physical plan, validates it, runs it to the end
  * of input (or until stopped) on worker threads, and returns 0, a build or
@@ -292,8 +331,21 @@ typedef struct weir_run_opts {
  * weir_job_error()). Blocks the calling thread. A job runs at most once. */
 int weir_job_run(weir_job *job, const weir_run_opts *opts);
 
+/* What weir_job_run did about an existing job (after the run): */
+typedef struct weir_run_info {
+  char job_id[40];
+  uint64_t instance;
+  uint64_t restored_from;   /* checkpoint id, 0 if started from the beginning */
+  uint64_t last_checkpoint; /* latest checkpoint completed by this run, 0 if none */
+  uint64_t checkpoints;     /* completed by this run */
+  uint64_t checkpoints_failed;
+  int already_finished; /* --restore on a finished job: nothing was run */
+} weir_run_info;
+const weir_run_info *weir_job_run_info(const weir_job *job);
+
 /* Asks a running job to stop: sources end, the rest drains and closes.
- * Thread-safe and async-signal-safe; a second call is harmless. */
+ * Thread-safe and async-signal-safe; a second call is harmless. (With
+ * handle_signals, a second SIGINT/SIGTERM abandons the drain instead.) */
 void weir_job_stop(weir_job *job);
 
 /* The first error's message ("operator 'count' subtask 1: ..."), or "" if

@@ -15,9 +15,13 @@ extern "C" {
 #endif
 
 /* Deterministic generator: records i = 0 .. records-1 (records = 0: never
- * ends), key = i mod keys, timestamp = i, no payload, id from (split, i).
- * Subtask s of P emits the i with i mod P == s. rate: records/s over all
- * subtasks together (0 = as fast as possible). */
+ * ends), key = i mod keys, timestamp = i, no payload. The records form
+ * WEIR_GEN_SPLITS splits (split j: i = j, j + S, j + 2S, ...); subtask s of P
+ * owns the splits j with j mod P == s, so with P dividing S it emits the i
+ * with i mod P == s, and with P = 1 all i in order. Checkpoints store the
+ * position of every split. rate: records/s over all subtasks together (0 =
+ * as fast as possible). */
+#define WEIR_GEN_SPLITS 128
 typedef struct weir_gen_opts {
   uint64_t records;
   uint64_t keys; /* 0 is treated as 1 */

@@ -33,7 +33,10 @@ extern "C" {
   X(ESTATE, -30009, "operation not allowed in the current state")                                  \
   X(ESINK, -30010, "invalid sink specification")                                                   \
   X(ECORRUPT, -30011, "checkpoint data is corrupt")                                                \
-  X(EFORMAT, -30012, "checkpoint written in an unknown format")
+  X(EFORMAT, -30012, "checkpoint written in an unknown format")                                    \
+  X(EUNFINISHED, -30013, "the state directory holds an unfinished job")                            \
+  X(ENOCKPT, -30014, "no such checkpoint")                                                         \
+  X(ECKPT, -30015, "checkpoint failed")
 
 typedef enum {
 #define WEIR__ERR_ENUM(name, value, msg) WEIR_##name = (value),

@@ -1,0 +1,118 @@
+/* failpoint.c: owns the failpoint table parsed from WEIR_FAILPOINTS (see
+ * weir/failpoint.h). Hits are counted with atomics so that points reached
+ * from several threads fire exactly once at the N-th hit. */
+#include "weir/failpoint.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weir/error.h"
+#include "weir/log.h"
+
+#define MAX_POINTS 16
+
+enum { ACT_KILL, ACT_ERROR, ACT_PAUSE };
+
+typedef struct point {
+  char name[64];
+  int action;
+  unsigned at;
+  int repeat;
+  atomic_uint hits;
+} point;
+
+static point points[MAX_POINTS];
+static int npoints;
+static atomic_int armed;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void parse(void) {
+  npoints = 0;
+  const char *env = getenv("WEIR_FAILPOINTS");
+  if (!env || !*env) {
+    atomic_store(&armed, 0);
+    return;
+  }
+  char buf[1024];
+  snprintf(buf, sizeof buf, "%s", env);
+  char *save = NULL;
+  for (char *tok = strtok_r(buf, ",", &save); tok && npoints < MAX_POINTS;
+       tok = strtok_r(NULL, ",", &save)) {
+    char *eq = strchr(tok, '=');
+    if (!eq) {
+      WEIR_LOG_W("WEIR_FAILPOINTS: ignoring '%s' (expected NAME=ACTION[@N][+])", tok);
+      continue;
+    }
+    *eq = 0;
+    point *p = &points[npoints];
+    snprintf(p->name, sizeof p->name, "%s", tok);
+    char *act = eq + 1;
+    p->repeat = act[strlen(act) - 1] == '+';
+    if (p->repeat) act[strlen(act) - 1] = 0;
+    char *at = strchr(act, '@');
+    p->at = 1;
+    if (at) {
+      *at = 0;
+      p->at = (unsigned)strtoul(at + 1, NULL, 10);
+      if (!p->at) p->at = 1;
+    }
+    if (!strcmp(act, "kill"))
+      p->action = ACT_KILL;
+    else if (!strcmp(act, "error"))
+      p->action = ACT_ERROR;
+    else if (!strcmp(act, "pause"))
+      p->action = ACT_PAUSE;
+    else {
+      WEIR_LOG_W("WEIR_FAILPOINTS: unknown action '%s' for %s", act, p->name);
+      continue;
+    }
+    atomic_store(&p->hits, 0);
+    npoints++;
+  }
+  atomic_store(&armed, npoints > 0);
+}
+
+static point *find(const char *name) {
+  for (int i = 0; i < npoints; i++)
+    if (!strcmp(points[i].name, name)) return &points[i];
+  return NULL;
+}
+
+int weir_failpoint(const char *name) {
+  pthread_once(&once, parse);
+  if (!atomic_load_explicit(&armed, memory_order_relaxed)) return 0;
+  point *p = find(name);
+  if (!p) return 0;
+  unsigned hit = atomic_fetch_add(&p->hits, 1) + 1;
+  if (hit < p->at || (hit > p->at && !p->repeat)) return 0;
+  switch (p->action) {
+  case ACT_KILL:
+    fprintf(stderr, "weir: failpoint %s: kill (hit %u)\n", name, hit);
+    fflush(stderr);
+    raise(SIGKILL);
+    return 0;
+  case ACT_PAUSE:
+    fprintf(stderr, "weir: failpoint %s: pause (hit %u)\n", name, hit);
+    fflush(stderr);
+    raise(SIGSTOP);
+    return 0;
+  default:
+    WEIR_LOG_W("failpoint %s: error (hit %u)", name, hit);
+    return WEIR_EIO;
+  }
+}
+
+unsigned weir_failpoint_hits(const char *name) {
+  pthread_once(&once, parse);
+  point *p = find(name);
+  return p ? atomic_load(&p->hits) : 0;
+}
+
+void weir_failpoint_reload(void) {
+  pthread_once(&once, parse);
+  parse();
+}

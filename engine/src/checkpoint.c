@@ -1,0 +1,257 @@
+/* checkpoint.c: owns the task side of checkpoints: the synchronous part of
+ * a snapshot (copying each operator's managed state and calling its
+ * snapshot callback), handing it to the store as the asynchronous part,
+ * acknowledging to the coordinator, telling operators about completed and
+ * aborted checkpoints, and installing restored state.
+ *
+ * DESIGN
+ * The copy is taken on the task's own thread at the moment of the cut (after
+ * alignment, before the barrier is forwarded), so the snapshot reflects
+ * exactly the records before the barrier on every input. Serialising and
+ * writing happen on the store-writer thread; its completion callback counts
+ * the acknowledgement under the job's ck_mu and wakes the coordinator. An
+ * acknowledgement for a checkpoint that is no longer pending (aborted by
+ * timeout, or superseded) is dropped.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "weir/alloc.h"
+#include "weir/clock.h"
+#include "weir/failpoint.h"
+#include "weir/log.h"
+#include "weir/store.h"
+#include "task.h"
+
+struct weir_snapshot_writer {
+  uint8_t *blob;
+  uint64_t len, cap;
+  weir_snap_position *pos;
+  uint32_t npos, pcap;
+};
+
+struct weir_snapshot_reader {
+  const weir_subtask_snapshot *snap;
+};
+
+int weir_snapshot_write(weir_snapshot_writer *w, const void *data, size_t len) {
+  if (w->len + len > w->cap) {
+    uint64_t n = w->cap ? w->cap : 256;
+    while (n < w->len + len) n *= 2;
+    w->blob = weir_realloc(w->blob, (size_t)n);
+    w->cap = n;
+  }
+  if (len) memcpy(w->blob + w->len, data, len);
+  w->len += len;
+  return 0;
+}
+
+int weir_snapshot_position(weir_snapshot_writer *w, uint32_t split, uint64_t offset) {
+  for (uint32_t i = 0; i < w->npos; i++)
+    if (w->pos[i].split == split) return WEIR_EINVAL;
+  if (w->npos == w->pcap) {
+    w->pcap = w->pcap ? w->pcap * 2 : 8;
+    w->pos = weir_realloc(w->pos, w->pcap * sizeof *w->pos);
+  }
+  w->pos[w->npos++] = (weir_snap_position){split, offset};
+  return 0;
+}
+
+const void *weir_snapshot_data(weir_snapshot_reader *r, size_t *len) {
+  *len = (size_t)r->snap->blob_len;
+  return r->snap->blob;
+}
+
+int weir_snapshot_get_position(weir_snapshot_reader *r, uint32_t split, uint64_t *offset) {
+  for (uint32_t i = 0; i < r->snap->npos; i++)
+    if (r->snap->pos[i].split == split) {
+      *offset = r->snap->pos[i].offset;
+      return 1;
+    }
+  return 0;
+}
+
+/* ---- acknowledgements ------------------------------------------------------- */
+
+typedef struct ack {
+  weir_job *job;
+  uint64_t id;
+} ack;
+
+static void on_written(void *user, int status, const weir_store_written *w) {
+  ack *a = user;
+  weir_job *job = a->job;
+  pthread_mutex_lock(&job->ck_mu);
+  if (job->ck.id == a->id && !job->ck.committing) {
+    job->ck.acks++;
+    if (status < 0) {
+      job->ck.failed++;
+      if (!job->ck.status) job->ck.status = status;
+    } else if (w) {
+      job->ck.bytes += w->bytes;
+    }
+  }
+  pthread_mutex_unlock(&job->ck_mu);
+  weir_free(a);
+  (void)weir_failpoint("ckpt.after_chunk_write");
+  weir__job_poke(job);
+}
+
+/* ---- the synchronous part --------------------------------------------------- */
+
+static void copy_state(weir_ctx *c, weir_subtask_snapshot *s) {
+  weir__u64map *m = &c->state.u;
+  uint64_t n = m->n + (m->has_empty_key ? 1 : 0), k = 0;
+  s->n_u64 = n;
+  if (n) {
+    s->u64_keys = weir_malloc(n * sizeof(uint64_t));
+    s->u64_values = weir_malloc(n * sizeof(uint64_t));
+    if (m->has_empty_key) {
+      s->u64_keys[k] = WEIR__U64_EMPTY;
+      s->u64_values[k++] = m->empty_key_value;
+    }
+    for (uint64_t i = 0; i < m->cap; i++) {
+      if (m->slots[2 * i] == WEIR__U64_EMPTY) continue;
+      s->u64_keys[k] = m->slots[2 * i];
+      s->u64_values[k++] = m->slots[2 * i + 1];
+    }
+  }
+  weir__bmap *b = &c->state.b;
+  s->n_bytes = b->n;
+  if (b->n) {
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < b->cap; i++)
+      if (b->slots[i]) total += b->slots[i]->klen + b->slots[i]->vlen;
+    s->b_route = weir_malloc(b->n * sizeof(uint64_t));
+    s->b_klen = weir_malloc(b->n * sizeof(uint32_t));
+    s->b_vlen = weir_malloc(b->n * sizeof(uint32_t));
+    s->b_data = weir_malloc(total ? total : 1);
+    s->b_data_len = total;
+    uint64_t j = 0, off = 0;
+    for (uint64_t i = 0; i < b->cap; i++) {
+      weir__bent *e = b->slots[i];
+      if (!e) continue;
+      s->b_route[j] = e->route_key;
+      s->b_klen[j] = e->klen;
+      s->b_vlen[j] = e->vlen;
+      memcpy(s->b_data + off, e->data, e->klen);
+      memcpy(s->b_data + off + e->klen, weir__bent_val(e), e->vlen);
+      off += e->klen + e->vlen;
+      j++;
+    }
+  }
+}
+
+int weir__ctx_snapshot(weir_ctx *c, uint64_t id, weir_subtask_snapshot *s) {
+  memset(s, 0, sizeof *s);
+  s->op = weir_strdup(c->node->name);
+  s->subtask = c->subtask;
+  s->parallelism = c->parallelism;
+  copy_state(c, s);
+  weir_snapshot_writer w = {0};
+  int (*cb)(weir_ctx *, uint64_t, weir_snapshot_writer *) =
+      c->node->svt ? c->node->svt->snapshot : c->node->ovt->snapshot;
+  int rc = cb ? cb(c, id, &w) : 0;
+  s->blob = w.blob;
+  s->blob_len = w.len;
+  s->pos = w.pos;
+  s->npos = w.npos;
+  if (rc < 0) return weir__ctx_report(c, rc, "snapshot");
+  return 0;
+}
+
+int weir__task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns) {
+  weir_job *job = t->job;
+  t->ckpt_done = id;
+  if (!job->store) return 0;
+  pthread_mutex_lock(&job->ck_mu);
+  if (job->ck.id == id && align_ns > job->ck.align_ns) job->ck.align_ns = align_ns;
+  pthread_mutex_unlock(&job->ck_mu);
+  for (uint32_t i = 0; i < t->nops; i++) {
+    weir_subtask_snapshot s;
+    int rc = weir__ctx_snapshot(t->ops[i], id, &s);
+    if (rc) {
+      weir_subtask_snapshot_free(&s);
+      return rc;
+    }
+    rc = weir_failpoint("ckpt.after_sync_snapshot");
+    if (rc) {
+      weir_subtask_snapshot_free(&s);
+      weir__job_failed(job, rc, "checkpoint %llu: failpoint ckpt.after_sync_snapshot",
+                       (unsigned long long)id);
+      return rc;
+    }
+    ack *a = weir_malloc(sizeof *a);
+    a->job = job;
+    a->id = id;
+    rc = weir_store_write_subtask(job->store, id, &s, on_written, a);
+    if (rc) {
+      weir_free(a);
+      weir_subtask_snapshot_free(&s);
+      on_written(&(ack){job, id}, rc, NULL); /* counts as a failed acknowledgement */
+    }
+  }
+  return 0;
+}
+
+/* ---- notifications ------------------------------------------------------------ */
+
+int weir__task_notify(weir__task *t) {
+  weir_job *job = t->job;
+  uint64_t done = atomic_load(&job->complete_id), ab = atomic_load(&job->aborted_id);
+  uint64_t fin = atomic_load(&job->final_id);
+  int rc = 0;
+  if (ab > t->notified && ab > done) {
+    for (uint32_t i = 0; i < t->nops && !rc; i++) {
+      weir_ctx *c = t->ops[i];
+      if (c->node->ovt && c->node->ovt->checkpoint_aborted)
+        rc = c->node->ovt->checkpoint_aborted(c, ab);
+      if (rc < 0) rc = weir__ctx_report(c, rc, "checkpoint_aborted");
+    }
+    t->notified = ab;
+  }
+  if (done > t->notified || (done && done == fin && t->notified < done)) {
+    for (uint32_t i = 0; i < t->nops && !rc; i++) {
+      weir_ctx *c = t->ops[i];
+      if (c->node->ovt && c->node->ovt->checkpoint_complete)
+        rc = c->node->ovt->checkpoint_complete(c, done);
+      if (rc < 0) rc = weir__ctx_report(c, rc, "checkpoint_complete");
+    }
+    t->notified = done;
+    if (fin && done == fin) {
+      atomic_fetch_add(&job->final_notified, 1);
+      weir__job_poke(job);
+    }
+  }
+  return rc;
+}
+
+/* ---- restore ------------------------------------------------------------------ */
+
+int weir__ctx_restore(weir_ctx *c) {
+  weir_subtask_snapshot *s = c->restore;
+  if (!s) return 0;
+  int rc = 0;
+  if ((s->n_u64 || s->n_bytes) && !c->keyed) {
+    rc = weir_ctx_fail(c, WEIR_ECORRUPT, "checkpoint holds keyed state for a non-keyed operator");
+  }
+  for (uint64_t i = 0; !rc && i < s->n_u64; i++)
+    *weir__u64_upsert(&c->state.u, s->u64_keys[i]) = s->u64_values[i];
+  uint64_t off = 0;
+  for (uint64_t i = 0; !rc && i < s->n_bytes; i++) {
+    weir__bytes_put(&c->state.b, s->b_route[i], s->b_data + off, s->b_klen[i],
+                    s->b_data + off + s->b_klen[i], s->b_vlen[i]);
+    off += (uint64_t)s->b_klen[i] + s->b_vlen[i];
+  }
+  int (*cb)(weir_ctx *, weir_snapshot_reader *) =
+      c->node->svt ? c->node->svt->restore : c->node->ovt->restore;
+  if (!rc && cb && (s->blob_len || s->npos)) {
+    weir_snapshot_reader r = {s};
+    rc = cb(c, &r);
+  }
+  weir_subtask_snapshot_free(s);
+  weir_free(s);
+  c->restore = NULL;
+  if (rc < 0) return weir__ctx_report(c, rc, "restore");
+  return weir_failpoint("ckpt.during_restore");
+}

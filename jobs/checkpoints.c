@@ -1,0 +1,235 @@
+/* jobs/checkpoints.c: owns the read-only verbs over a state directory:
+ * `weir checkpoints` (the completed checkpoints) and `weir inspect ID` (one
+ * checkpoint's operators, subtasks, sizes and source positions).
+ *
+ * DESIGN. Both open the store read-only: they never write, never collect
+ * anything, and work while a job runs on the same directory (LMDB readers do
+ * not block the writer, and see the last committed state). A damaged store
+ * is reported with exit code 3, like a refused restore.
+ */
+#include "cli.h"
+
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "weir/alloc.h"
+#include "weir/store.h"
+
+static void json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\')
+      fprintf(f, "\\%c", ch);
+    else if (ch < 0x20)
+      fprintf(f, "\\u%04x", ch);
+    else
+      fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+static void help_checkpoints(FILE *out) {
+  fputs("usage: weir checkpoints [--state-dir DIR] [--json]\n"
+        "\n"
+        "Lists the completed checkpoints retained in DIR (default ./state), oldest\n"
+        "first: id, completion time, stored bytes, duration and alignment time.\n"
+        "Read-only; safe while the job runs. --json prints\n"
+        "{\"job\": ID, \"finished\": BOOL, \"checkpoints\": [{\"id\": N, \"time\": MS,\n"
+        "\"bytes\": B, \"duration_ms\": D, \"alignment_ms\": A}, ...]}.\n",
+        out);
+}
+
+static void help_inspect(FILE *out) {
+  fputs("usage: weir inspect ID [--state-dir DIR] [--json]\n"
+        "\n"
+        "Shows checkpoint ID: per operator and subtask, the stored bytes and chunks,\n"
+        "keyed-state entries, operator state size and source positions (split:offset).\n"
+        "Read-only; safe while the job runs.\n",
+        out);
+}
+
+typedef struct ro_args {
+  const char *state_dir;
+  int json;
+  const char *id;
+} ro_args;
+
+static int parse(int argc, char **argv, ro_args *r, int want_id, void (*help)(FILE *)) {
+  cli_args a = {.argc = argc, .argv = argv, .i = 1, .what = argv[0]};
+  r->state_dir = "./state";
+  while (a.i < argc) {
+    if (cli_is_help(&a)) {
+      help(stdout);
+      return 1;
+    }
+    int k;
+    if ((k = cli_take_str(&a, "--state-dir", &r->state_dir)) != 0 ||
+        (k = cli_take_bool(&a, "--json", &r->json)) != 0) {
+      if (k < 0) return -1;
+      continue;
+    }
+    const char *s = argv[a.i];
+    if (want_id && !r->id && s[0] != '-') {
+      r->id = s;
+      a.i++;
+      continue;
+    }
+    return cli_usage("%s: unexpected argument '%s'", argv[0], s);
+  }
+  if (want_id && !r->id)
+    return cli_usage("%s: which checkpoint? (an id from 'weir checkpoints')", argv[0]);
+  return 0;
+}
+
+/* Opens DIR's store read-only. Returns 1 if there is none yet, 0 if opened,
+ * or an exit code > 1 after a message. */
+static int open_ro(const char *dir, weir_store **s) {
+  weir_store_opts o = {.read_only = 1};
+  int rc = weir_store_open(s, dir, &o);
+  if (rc == WEIR_ENOENT) return 1;
+  if (rc) {
+    char msg[512];
+    cli_error("cannot read the state directory '%s': %s", dir,
+              *s ? weir_store_error(*s, msg, sizeof msg) : weir_strerror(rc));
+    weir_store_close(*s);
+    *s = NULL;
+    return rc == WEIR_ECORRUPT || rc == WEIR_EFORMAT ? CLI_EXIT_STORE : CLI_EXIT_RUNTIME;
+  }
+  return 0;
+}
+
+static int store_error(weir_store *s, int rc, const char *what) {
+  char msg[512];
+  cli_error("%s: %s", what, weir_store_error(s, msg, sizeof msg));
+  weir_store_close(s);
+  return cli_exit_for(rc);
+}
+
+int cli_cmd_checkpoints(int argc, char **argv) {
+  ro_args r = {0};
+  int p = parse(argc, argv, &r, 0, help_checkpoints);
+  if (p) return p > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+  weir_store *s = NULL;
+  int o = open_ro(r.state_dir, &s);
+  if (o > 1) return o;
+  weir_store_job job = {0};
+  int exists = 0;
+  weir_store_ckpt *list = NULL;
+  size_t n = 0;
+  if (o == 0) {
+    exists = weir_store_job_get(s, &job);
+    if (exists < 0) return store_error(s, exists, "cannot read the job record");
+    int rc = weir_store_list(s, &list, &n);
+    if (rc) return store_error(s, rc, "cannot list checkpoints");
+  }
+  if (r.json) {
+    printf("{\"job\": ");
+    if (exists)
+      json_str(stdout, job.job_id);
+    else
+      printf("null");
+    printf(", \"finished\": %s, \"checkpoints\": [", exists && job.finished ? "true" : "false");
+    for (size_t i = 0; i < n; i++)
+      printf("%s{\"id\": %llu, \"time\": %lld, \"bytes\": %llu, \"duration_ms\": %llu, "
+             "\"alignment_ms\": %llu}",
+             i ? ", " : "", (unsigned long long)list[i].id, (long long)list[i].time_ms,
+             (unsigned long long)list[i].bytes, (unsigned long long)list[i].duration_ms,
+             (unsigned long long)list[i].alignment_ms);
+    printf("]}\n");
+  } else if (!exists) {
+    printf("no job in '%s'\n", r.state_dir);
+  } else {
+    printf("job %s, instance %llu, %s\n", job.job_id, (unsigned long long)job.instance,
+           job.finished ? "finished" : "not finished");
+    if (!n)
+      printf("no completed checkpoint\n");
+    else
+      printf("%10s  %-24s %14s %12s %13s\n", "id", "completed (UTC)", "bytes", "duration ms",
+             "alignment ms");
+    for (size_t i = 0; i < n; i++) {
+      char when[32] = "?";
+      time_t t = (time_t)(list[i].time_ms / 1000);
+      struct tm tm;
+      if (gmtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+      printf("%10llu  %-24s %14llu %12llu %13llu%s\n", (unsigned long long)list[i].id, when,
+             (unsigned long long)list[i].bytes, (unsigned long long)list[i].duration_ms,
+             (unsigned long long)list[i].alignment_ms, list[i].final ? "  final" : "");
+    }
+  }
+  weir_free(list);
+  weir_store_close(s);
+  return CLI_EXIT_OK;
+}
+
+int cli_cmd_inspect(int argc, char **argv) {
+  ro_args r = {0};
+  int p = parse(argc, argv, &r, 1, help_inspect);
+  if (p) return p > 0 ? CLI_EXIT_OK : CLI_EXIT_USAGE;
+  uint64_t id;
+  if (cli_parse_u64("checkpoint id", r.id, UINT64_MAX, &id) < 0) return CLI_EXIT_USAGE;
+  weir_store *s = NULL;
+  int o = open_ro(r.state_dir, &s);
+  if (o > 1) return o;
+  if (o == 1) {
+    cli_error("no job in '%s'", r.state_dir);
+    return CLI_EXIT_USAGE;
+  }
+  weir_store_ckpt_info *info = NULL;
+  int rc = weir_store_info(s, id, &info);
+  if (rc == WEIR_ENOENT) {
+    cli_error("checkpoint %llu is not in '%s' (see 'weir checkpoints')", (unsigned long long)id,
+              r.state_dir);
+    weir_store_close(s);
+    return CLI_EXIT_USAGE;
+  }
+  if (rc) return store_error(s, rc, "cannot read the checkpoint");
+  if (r.json) {
+    printf("{\"id\": %llu, \"job\": ", (unsigned long long)info->ckpt.id);
+    json_str(stdout, info->job_id);
+    printf(", \"format\": %u, \"time\": %lld, \"bytes\": %llu, \"duration_ms\": %llu, "
+           "\"alignment_ms\": %llu, \"final\": %s, \"subtasks\": [",
+           info->format_version, (long long)info->ckpt.time_ms,
+           (unsigned long long)info->ckpt.bytes, (unsigned long long)info->ckpt.duration_ms,
+           (unsigned long long)info->ckpt.alignment_ms, info->ckpt.final ? "true" : "false");
+    for (uint32_t i = 0; i < info->nsubtasks; i++) {
+      weir_store_subtask_info *st = &info->subtasks[i];
+      printf("%s{\"operator\": ", i ? ", " : "");
+      json_str(stdout, st->op);
+      printf(", \"subtask\": %u, \"parallelism\": %u, \"bytes\": %llu, \"chunks\": %llu, "
+             "\"u64_entries\": %llu, \"bytes_entries\": %llu, \"operator_state\": %llu, "
+             "\"positions\": [",
+             st->subtask, st->parallelism, (unsigned long long)st->bytes,
+             (unsigned long long)st->chunks, (unsigned long long)st->u64_entries,
+             (unsigned long long)st->bytes_entries, (unsigned long long)st->blob_len);
+      for (uint32_t k = 0; k < st->npos; k++)
+        printf("%s{\"split\": %u, \"offset\": %llu}", k ? ", " : "", st->pos[k].split,
+               (unsigned long long)st->pos[k].offset);
+      printf("]}");
+    }
+    printf("]}\n");
+  } else {
+    printf("checkpoint %llu of job %s (format %u)%s\n", (unsigned long long)info->ckpt.id,
+           info->job_id, info->format_version, info->ckpt.final ? ", final" : "");
+    printf("  %llu bytes, duration %llu ms, alignment %llu ms\n",
+           (unsigned long long)info->ckpt.bytes, (unsigned long long)info->ckpt.duration_ms,
+           (unsigned long long)info->ckpt.alignment_ms);
+    printf("  %-16s %8s %12s %7s %12s %12s %10s  %s\n", "operator", "subtask", "bytes", "chunks",
+           "u64 keys", "byte keys", "op state", "positions");
+    for (uint32_t i = 0; i < info->nsubtasks; i++) {
+      weir_store_subtask_info *st = &info->subtasks[i];
+      printf("  %-16s %4u/%-3u %12llu %7llu %12llu %12llu %10llu ", st->op, st->subtask,
+             st->parallelism, (unsigned long long)st->bytes, (unsigned long long)st->chunks,
+             (unsigned long long)st->u64_entries, (unsigned long long)st->bytes_entries,
+             (unsigned long long)st->blob_len);
+      for (uint32_t k = 0; k < st->npos && k < 8; k++)
+        printf(" %u:%llu", st->pos[k].split, (unsigned long long)st->pos[k].offset);
+      if (st->npos > 8) printf(" ... (%u splits)", st->npos);
+      printf("\n");
+    }
+  }
+  weir_store_ckpt_info_free(info);
+  weir_store_close(s);
+  return CLI_EXIT_OK;
+}
