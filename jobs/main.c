@@ -22,7 +22,8 @@
 #define WEIR_VERSION "0.1.0"
 #endif
 
-static const cli_builtin *const builtins[] = {&cli_counter_job, &cli_wordcount_job};
+static const cli_builtin *const builtins[] = {&cli_counter_job, &cli_wordcount_job,
+                                              &cli_collatz_job};
 #define N_BUILTINS (sizeof builtins / sizeof builtins[0])
 
 static const cli_builtin *find_builtin(const char *name) {

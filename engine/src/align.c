@@ -20,6 +20,12 @@ void weir__align_close(weir__align *a) {
   a->in = NULL;
 }
 
+void weir__align_exclude(weir__align *a, uint32_t i) {
+  WEIR_ASSERT(i < a->nin && a->in[i] == WEIR__IN_OPEN && !a->cur);
+  a->in[i] = WEIR__IN_ENDED;
+  a->nended++;
+}
+
 static void unblock_all(weir__align *a) {
   for (uint32_t i = 0; i < a->nin; i++)
     if (a->in[i] != WEIR__IN_ENDED) a->in[i] = WEIR__IN_OPEN;

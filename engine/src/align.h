@@ -55,6 +55,9 @@ typedef struct weir__align {
 
 void weir__align_init(weir__align *a, uint32_t nin, weir__align_mode mode);
 void weir__align_close(weir__align *a);
+/* Input i takes no part in alignment (a feedback edge): it is never
+ * blocked and counts as aligned. Call before any event. */
+void weir__align_exclude(weir__align *a, uint32_t i);
 /* Barrier `id` arrived on input i at time now_ns. */
 weir__align_result weir__align_barrier(weir__align *a, uint32_t i, uint64_t id, uint64_t now_ns);
 /* End of input on input i. May complete a pending alignment. */
@@ -64,7 +67,7 @@ weir__align_result weir__align_end(weir__align *a, uint32_t i);
 uint64_t weir__align_done(weir__align *a);
 /* Nonzero if input i may be read now. */
 static inline int weir__align_readable(const weir__align *a, uint32_t i) {
-  return a->in[i] == WEIR__IN_OPEN || a->in[i] == WEIR__IN_SEEN;
+  return a->in[i] != WEIR__IN_BLOCKED; /* an ended input has nothing to read anyway */
 }
 /* Nonzero if every invariant above holds. */
 int weir__align_check(const weir__align *a);

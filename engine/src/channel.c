@@ -116,6 +116,16 @@ uint32_t weir__chan_flush_pending(weir__chan *ch) {
 }
 
 int weir__chan_writable(weir__chan *ch) {
+  if (ch->unbounded) {
+    /* Never blocks its producer; what waits on the pending list moves on
+     * when the consumer frees room and wakes the producer. */
+    if (weir__chan_flush_pending(ch)) {
+      atomic_store(&ch->producer_waiting, 1);
+      atomic_thread_fence(memory_order_seq_cst);
+      if (weir__chan_flush_pending(ch) == 0) atomic_store(&ch->producer_waiting, 0);
+    }
+    return 1;
+  }
   if (weir__chan_flush_pending(ch) == 0 && !ring_full(ch)) return 1;
   atomic_store(&ch->producer_waiting, 1);
   atomic_thread_fence(memory_order_seq_cst);

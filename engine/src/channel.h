@@ -49,6 +49,7 @@ typedef struct weir__chan {
   uint32_t mask;  /* ring size - 1 (ring size: power of two >= cap) */
   uint32_t fmask; /* return ring size - 1 */
   uint32_t batch_records;
+  int unbounded; /* feedback edge: never refuses, pending grows */
   weir__batch **ring;
   weir__batch **fring;
   weir__notify_fn notify;

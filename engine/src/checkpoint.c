@@ -21,6 +21,7 @@
 #include "weir/failpoint.h"
 #include "weir/log.h"
 #include "weir/store.h"
+#include "iteration.h"
 #include "task.h"
 
 struct weir_snapshot_writer {
@@ -78,11 +79,10 @@ typedef struct ack {
   uint64_t id;
 } ack;
 
-static void on_written(void *user, int status, const weir_store_written *w) {
-  ack *a = user;
-  weir_job *job = a->job;
+/* Counts one operator subtask's acknowledgement of checkpoint id. */
+static void count_ack(weir_job *job, uint64_t id, int status, const weir_store_written *w) {
   pthread_mutex_lock(&job->ck_mu);
-  if (job->ck.id == a->id && !job->ck.committing) {
+  if (job->ck.id == id && !job->ck.committing) {
     job->ck.acks++;
     if (status < 0) {
       job->ck.failed++;
@@ -92,9 +92,31 @@ static void on_written(void *user, int status, const weir_store_written *w) {
     }
   }
   pthread_mutex_unlock(&job->ck_mu);
+  weir__job_poke(job);
+}
+
+/* The store writer finished (or failed) one subtask's state. */
+static void on_written(void *user, int status, const weir_store_written *w) {
+  ack *a = user;
+  weir_job *job = a->job;
+  uint64_t id = a->id;
   weir_free(a);
   (void)weir_failpoint("ckpt.after_chunk_write");
-  weir__job_poke(job);
+  count_ack(job, id, status, w);
+}
+
+/* Hands one subtask's state to the store (taking it over); a request the
+ * store refuses counts as a failed acknowledgement. */
+static void write_state(weir_job *job, uint64_t id, weir_subtask_snapshot *s) {
+  ack *a = weir_malloc(sizeof *a);
+  a->job = job;
+  a->id = id;
+  int rc = weir_store_write_subtask(job->store, id, s, on_written, a);
+  if (rc) {
+    weir_free(a);
+    weir_subtask_snapshot_free(s);
+    count_ack(job, id, rc, NULL);
+  }
 }
 
 /* ---- the synchronous part --------------------------------------------------- */
@@ -168,6 +190,9 @@ int weir__task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns) {
   if (job->ck.id == id && align_ns > job->ck.align_ns) job->ck.align_ns = align_ns;
   pthread_mutex_unlock(&job->ck_mu);
   for (uint32_t i = 0; i < t->nops; i++) {
+    /* A running loop head's state is its back-edge log, written when the
+     * log completes (weir__head_write_log). */
+    if (i == 0 && t->head_loop && t->state == WEIR__TASK_RUNNING) continue;
     weir_subtask_snapshot s;
     int rc = weir__ctx_snapshot(t->ops[i], id, &s);
     if (rc) {
@@ -181,16 +206,31 @@ int weir__task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns) {
                        (unsigned long long)id);
       return rc;
     }
-    ack *a = weir_malloc(sizeof *a);
-    a->job = job;
-    a->id = id;
-    rc = weir_store_write_subtask(job->store, id, &s, on_written, a);
-    if (rc) {
-      weir_free(a);
-      weir_subtask_snapshot_free(&s);
-      on_written(&(ack){job, id}, rc, NULL); /* counts as a failed acknowledgement */
-    }
+    write_state(job, id, &s);
   }
+  return 0;
+}
+
+int weir__head_write_log(weir__task *t) {
+  weir_job *job = t->job;
+  uint64_t id = t->backlog->id, len, records = t->backlog->records;
+  uint8_t *log = weir__backlog_take(t->backlog, &len);
+  if (!job->store) {
+    weir_free(log);
+    return 0;
+  }
+  weir_ctx *c = t->ops[0];
+  weir_subtask_snapshot s;
+  memset(&s, 0, sizeof s);
+  s.op = weir_strdup(c->node->name);
+  s.subtask = c->subtask;
+  s.parallelism = c->parallelism;
+  s.blob = log;
+  s.blob_len = len;
+  WEIR_LOG_D("checkpoint %llu: back-edge log of '%s' subtask %u: %llu records, %llu bytes",
+             (unsigned long long)id, c->node->name, c->subtask, (unsigned long long)records,
+             (unsigned long long)len);
+  write_state(job, id, &s);
   return 0;
 }
 

@@ -11,6 +11,7 @@
 
 #include "weir/alloc.h"
 #include "graph.h"
+#include "iteration.h"
 
 int weir_job_create(weir_job **out, const char *name) {
   if (!out) return WEIR_EINVAL;
@@ -33,6 +34,11 @@ void weir_job_destroy(weir_job *job) {
     weir_free(n);
   }
   for (uint32_t i = 0; i < job->nedges; i++) weir_free(job->edges[i]);
+  for (uint32_t i = 0; i < job->nloops; i++) {
+    weir_free(job->loops[i]->heads);
+    weir_free(job->loops[i]);
+  }
+  weir_free(job->loops);
   weir_free(job->nodes);
   weir_free(job->edges);
   while (job->streams) {
@@ -234,6 +240,47 @@ int weir_sink(weir_stream *s, const char *name, const weir_operator_vt *vt, void
   if (!s) return WEIR_EPLAN; /* the job holds the first error and its message */
   weir__node *n = consume(s, name, vt, arg, parallelism, WEIR__NODE_SINK);
   return n ? 0 : s->job->build_err;
+}
+
+struct weir_iteration {
+  weir__loop loop; /* first: a weir_iteration is its loop */
+};
+
+weir_iteration *weir_iterate(weir_stream *input, const char *name, int parallelism,
+                             weir_stream **body) {
+  if (body) *body = NULL;
+  weir__node *n = consume(input, name, &weir__head_vt, NULL, parallelism, WEIR__NODE_OP);
+  if (!n) return NULL;
+  weir_job *job = input->job;
+  weir__loop *l = weir_calloc(1, sizeof(weir_iteration));
+  l->head = n;
+  n->head_of = l;
+  n->keyed = 0;
+  job->loops = weir_realloc(job->loops, (job->nloops + 1) * sizeof *job->loops);
+  job->loops[job->nloops++] = l;
+  if (body) {
+    weir_stream *b = stream_new(job, 1);
+    b->out[0] = (weir__stream_out){n, WEIR__PART_FORWARD};
+    *body = b;
+  }
+  return (weir_iteration *)l;
+}
+
+int weir_iteration_close(weir_iteration *it, weir_stream *feedback) {
+  if (!it) return WEIR_EPLAN;
+  weir__loop *l = &it->loop;
+  weir_job *job = NULL;
+  for (uint32_t i = 0; feedback && i < feedback->n; i++) job = feedback->job;
+  if (!feedback || feedback->job->build_err)
+    return feedback ? feedback->job->build_err : WEIR_EPLAN;
+  if (l->closed)
+    return weir_job_fail(job, WEIR_EPLAN, "iteration '%s' is closed twice", l->head->name);
+  for (uint32_t i = 0; i < feedback->n; i++) {
+    edge_new(job, feedback->out[i].node, l->head, feedback->out[i].part);
+    job->edges[job->nedges - 1]->back = 1;
+  }
+  l->closed = 1;
+  return 0;
 }
 
 weir_job *weir_stream_job(const weir_stream *s) {

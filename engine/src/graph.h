@@ -32,7 +32,22 @@ typedef struct weir__chan weir__chan;
 typedef struct weir__edge {
   weir__node *from, *to;
   weir__part part;
+  int back;    /* a feedback edge, closing an iteration */
+  int in_loop; /* both ends inside the same loop (set by the plan) */
 } weir__edge;
+
+/* An iteration: a head node, its feedback edges, and (after freezing) the
+ * count of records in flight inside the loop (see iteration.c). */
+typedef struct weir__loop {
+  weir__node *head;
+  int closed;
+  _Atomic int64_t inflight;
+  atomic_uint ext_done; /* head subtasks whose external inputs all ended */
+  atomic_int done;      /* the loop drained: heads send end of input */
+  uint32_t nheads;
+  weir__task **heads;
+  int64_t admit; /* heads read external input only below this many in flight */
+} weir__loop;
 
 struct weir__node {
   uint32_t index;
@@ -45,6 +60,8 @@ struct weir__node {
   int keyed;       /* all inputs hash-partitioned */
   uint32_t nin, nout;
   weir__edge **in, **out;
+  weir__loop *head_of; /* the loop this node is the head of, or NULL */
+  weir__loop *loop;    /* the loop this node is inside (plan), or NULL */
   /* Plan: */
   uint32_t chain;     /* index of the chain (task group) it runs in */
   uint32_t chain_pos; /* position inside the chain */
@@ -97,6 +114,8 @@ struct weir_job {
   weir_stream *streams;
   uint32_t nadopted;
   weir__adopted *adopted;
+  uint32_t nloops;
+  weir__loop **loops;
   /* Plan (after freeze). */
   weir_run_opts opts;
   uint32_t nchains;

@@ -52,7 +52,81 @@ static int validate(weir_job *job) {
                            e->from->name, e->from->parallelism, e->to->name, e->to->parallelism);
     (void)part_name;
   }
+  for (uint32_t i = 0; i < job->nloops; i++)
+    if (!job->loops[i]->closed)
+      return weir_job_fail(job, WEIR_EPLAN,
+                           "iteration '%s' was never closed (weir_iteration_close)",
+                           job->loops[i]->head->name);
   return 0;
+}
+
+/* Marks the nodes of each loop: those reachable from its head (without
+ * crossing a feedback edge) that lead back to a feedback edge into it. */
+static int mark_loops(weir_job *job) {
+  uint8_t *fwd = weir_calloc(job->nnodes + 1, 1), *bwd = weir_calloc(job->nnodes + 1, 1);
+  weir__node **stack = weir_calloc(job->nnodes + 1, sizeof *stack);
+  int rc = 0;
+  for (uint32_t li = 0; li < job->nloops && !rc; li++) {
+    weir__loop *l = job->loops[li];
+    memset(fwd, 0, job->nnodes);
+    memset(bwd, 0, job->nnodes);
+    uint32_t sp = 0;
+    stack[sp++] = l->head;
+    fwd[l->head->index] = 1;
+    while (sp) {
+      weir__node *n = stack[--sp];
+      for (uint32_t k = 0; k < n->nout; k++) {
+        weir__edge *e = n->out[k];
+        if (e->back || fwd[e->to->index]) continue;
+        fwd[e->to->index] = 1;
+        stack[sp++] = e->to;
+      }
+    }
+    for (uint32_t k = 0; k < l->head->nin; k++) {
+      weir__edge *e = l->head->in[k];
+      if (!e->back) continue;
+      if (!fwd[e->from->index]) {
+        rc = weir_job_fail(job, WEIR_EPLAN,
+                           "the feedback stream of iteration '%s' comes from '%s', which is not "
+                           "inside the loop",
+                           l->head->name, e->from->name);
+        break;
+      }
+      if (!bwd[e->from->index]) {
+        bwd[e->from->index] = 1;
+        stack[sp++] = e->from;
+      }
+    }
+    while (!rc && sp) {
+      weir__node *n = stack[--sp];
+      for (uint32_t k = 0; k < n->nin; k++) {
+        weir__edge *e = n->in[k];
+        if (e->back || bwd[e->from->index]) continue;
+        bwd[e->from->index] = 1;
+        stack[sp++] = e->from;
+      }
+    }
+    for (uint32_t i = 0; i < job->nnodes && !rc; i++) {
+      weir__node *n = job->nodes[i];
+      if (!(fwd[i] && bwd[i]) && n != l->head) continue;
+      if (n->loop && n->loop != l) {
+        rc = weir_job_fail(job, WEIR_EPLAN,
+                           "operator '%s' is inside two iterations: nested "
+                           "iterations are not supported",
+                           n->name);
+        break;
+      }
+      n->loop = l;
+    }
+  }
+  for (uint32_t i = 0; i < job->nedges; i++) {
+    weir__edge *e = job->edges[i];
+    e->in_loop = e->from->loop && e->from->loop == e->to->loop;
+  }
+  weir_free(fwd);
+  weir_free(bwd);
+  weir_free(stack);
+  return rc;
 }
 
 static int chainable(const weir__node *n) {
@@ -123,12 +197,18 @@ static void make_tasks(weir_job *job) {
   }
 }
 
-static weir__chan *chan_new(weir_job *job, weir__task *from, weir__task *to) {
+static weir__chan *chan_new(weir_job *job, weir__task *from, weir__task *to, const weir__edge *e) {
   weir__chan *ch = weir__chan_create(job->opts.channel_batches, job->opts.batch_records,
                                      weir__task_wake, from, to);
+  ch->unbounded = e->back;
   job->chans = weir_realloc(job->chans, (job->nchans + 1) * sizeof *job->chans);
   job->chans[job->nchans++] = ch;
   to->in = weir_realloc(to->in, (to->nin + 1) * sizeof *to->in);
+  to->in_back = weir_realloc(to->in_back, to->nin + 1);
+  to->in_loopin = weir_realloc(to->in_loopin, to->nin + 1);
+  to->in_back[to->nin] = (uint8_t)e->back;
+  to->in_loopin[to->nin] = (uint8_t)e->in_loop;
+  if (!e->back) to->nregular++;
   to->in[to->nin++] = ch;
   return ch;
 }
@@ -155,6 +235,7 @@ static void make_channels(weir_job *job) {
         r->n = e->part == WEIR__PART_FORWARD ? 1 : pto;
         r->rr = p % r->n; /* spread rebalance starting points */
         r->chans = weir_calloc(r->n, sizeof *r->chans);
+        r->loop = e->in_loop ? e->from->loop : NULL;
         if (e->part == WEIR__PART_HASH) {
           r->kg_target = weir_calloc(r->max_par, sizeof *r->kg_target);
           for (uint32_t kg = 0; kg < r->max_par; kg++)
@@ -163,7 +244,7 @@ static void make_channels(weir_job *job) {
         r->cur = weir_calloc(r->n, sizeof *r->cur);
         for (uint32_t j = 0; j < r->n; j++) {
           uint32_t target = e->part == WEIR__PART_FORWARD ? p : j;
-          r->chans[j] = chan_new(job, from, task_of(job, e->to->chain, target));
+          r->chans[j] = chan_new(job, from, task_of(job, e->to->chain, target), e);
         }
       }
     }
@@ -171,6 +252,15 @@ static void make_channels(weir_job *job) {
   for (uint32_t i = 0; i < job->ntasks; i++) {
     weir__task *t = job->tasks[i];
     t->in_ended = weir_calloc(t->nin ? t->nin : 1, 1);
+    if (!t->in_back) t->in_back = weir_calloc(1, 1);
+    if (!t->in_loopin) t->in_loopin = weir_calloc(1, 1);
+    weir__loop *l = t->chain->nodes[0]->head_of;
+    if (l) {
+      t->head_loop = l;
+      l->heads = weir_realloc(l->heads, (l->nheads + 1) * sizeof *l->heads);
+      l->heads[l->nheads++] = t;
+      l->admit += 128 * (int64_t)job->opts.batch_records;
+    }
   }
 }
 
@@ -195,6 +285,7 @@ static void assign_workers(weir_job *job) {
 
 int weir__plan_freeze(weir_job *job) {
   int rc = validate(job);
+  if (!rc) rc = mark_loops(job);
   if (rc) return rc;
   make_chains(job);
   make_tasks(job);
@@ -225,6 +316,8 @@ void weir__plan_free(weir_job *job) {
     weir_free(t->ops);
     weir_free(t->in);
     weir_free(t->in_ended);
+    weir_free(t->in_back);
+    weir_free(t->in_loopin);
     weir_free(t);
   }
   weir_free(job->tasks);

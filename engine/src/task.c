@@ -24,12 +24,21 @@
 
 #include <stdio.h>
 
+#include "weir/alloc.h"
 #include "weir/assert.h"
 #include "weir/clock.h"
 #include "weir/failpoint.h"
 #include "hash.h"
+#include "iteration.h"
 
 static int op_process(weir_ctx *ctx, weir__batch *b);
+
+/* Publishes a batch on channel j of r; inside a loop, the records it holds
+ * are added to the loop's in-flight count first (see iteration.c). */
+static inline void router_push(weir__router *r, uint32_t j, weir__batch *b) {
+  if (r->loop) weir__loop_publish(r);
+  weir__chan_push(r->chans[j], b);
+}
 
 /* ---- output routing ---------------------------------------------------- */
 
@@ -39,13 +48,14 @@ static inline void route_append(weir__router *r, uint32_t j, uint64_t key, int64
   if (!b) {
     b = r->cur[j] = weir__chan_batch(r->chans[j]);
   } else if (!weir__batch_fits(b, len)) {
-    weir__chan_push(r->chans[j], b);
+    router_push(r, j, b);
     b = r->cur[j] = weir__chan_batch(r->chans[j]);
   }
   if (!weir__batch_fits(b, len)) WEIR_ASSERT(0 && "an empty batch takes any record");
   weir__batch_append(b, key, ts, id, p, len);
+  if (r->loop) r->loop_inc++;
   if (b->len == b->cap) {
-    weir__chan_push(r->chans[j], b);
+    router_push(r, j, b);
     r->cur[j] = NULL;
   }
 }
@@ -176,7 +186,7 @@ static void flush_outputs(weir__task *t) {
     weir__router *r = &t->routers[k];
     for (uint32_t j = 0; j < r->n; j++) {
       if (r->cur[j] && r->cur[j]->len) {
-        weir__chan_push(r->chans[j], r->cur[j]);
+        router_push(r, j, r->cur[j]);
         r->cur[j] = NULL;
       }
     }
@@ -239,7 +249,7 @@ static void push_control(weir__task *t, uint32_t kind, uint64_t id) {
       weir__batch *b = weir__chan_batch(r->chans[j]);
       b->kind = kind;
       b->barrier_id = id;
-      weir__chan_push(r->chans[j], b);
+      router_push(r, j, b);
     }
   }
 }
@@ -250,6 +260,9 @@ static int take_checkpoint(weir__task *t, uint64_t id, uint64_t align_ns) {
   int rc = weir__task_snapshot(t, id, align_ns);
   if (rc) return rc;
   push_control(t, WEIR__MSG_BARRIER, id);
+  /* A loop head now logs its feedback edges until the barrier is back. */
+  if (t->head_loop && weir__backlog_start(t->backlog, id) == WEIR__LOG_COMPLETE)
+    return weir__head_write_log(t);
   return 0;
 }
 
@@ -273,6 +286,12 @@ static void task_finish(weir__task *t) {
   }
   push_control(t, WEIR__MSG_EOI, 0);
   t->state = WEIR__TASK_FINISHING;
+  /* A head finishes when its loop drained: nothing can reach it on a
+   * feedback edge any more, so an open log is complete. */
+  if (t->head_loop && t->backlog->id && weir__head_write_log(t)) {
+    task_failed(t, WEIR_ECKPT);
+    return;
+  }
   /* A checkpoint triggered while this task drained its last input: no
    * barrier will reach it any more, so its final state answers it. */
   if (pending_trigger(t) && weir__task_snapshot(t, atomic_load(&t->job->trigger_id), 0)) {
@@ -343,18 +362,107 @@ static int complete_alignment(weir__task *t) {
   return 0;
 }
 
+/* Loop heads: replay a restored back-edge log before any new input, act as
+ * the loop's source of barriers once its external inputs ended, and finish
+ * when the loop drained. Returns 1 if the step must end here. */
+static int head_duties(weir__task *t) {
+  if (!t->replayed) {
+    t->replayed = 1;
+    int rc = weir__head_replay(t->ops[0]);
+    if (!rc) rc = chain_flush(t, 0);
+    if (rc) {
+      task_failed(t, rc);
+      return 1;
+    }
+  }
+  if (t->nregular_ended < t->nregular) return 0;
+  if (pending_trigger(t) && !t->backlog->id) {
+    /* No barrier will come on an external input: inject it, as a source. */
+    if (take_checkpoint(t, atomic_load(&t->job->trigger_id), 0)) {
+      task_failed(t, WEIR_ECKPT);
+      return 1;
+    }
+  }
+  if (weir__loop_drained(t->head_loop)) {
+    task_finish(t);
+    return 1;
+  }
+  return 0;
+}
+
+/* End of input on input idx. Returns 1 if the step must end here. */
+static int input_ended(weir__task *t, uint32_t idx) {
+  t->in_ended[idx] = 1;
+  ++t->nended;
+  if (t->in_back[idx]) {
+    if (weir__backlog_end(t->backlog, idx) == WEIR__LOG_COMPLETE && weir__head_write_log(t)) {
+      task_failed(t, WEIR_ECKPT);
+      return 1;
+    }
+    return 0;
+  }
+  if (weir__align_end(&t->align, idx) == WEIR__ALIGN_COMPLETE && complete_alignment(t)) return 1;
+  if (++t->nregular_ended == t->nregular && t->head_loop) weir__loop_ext_done(t->head_loop);
+  if (!t->head_loop && t->nended == t->nin) {
+    task_finish(t);
+    return 1;
+  }
+  return 0;
+}
+
+/* Barrier `id` on input idx. Returns 1 if the step must end here. */
+static int input_barrier(weir__task *t, uint32_t idx, uint64_t id) {
+  if (t->in_back[idx]) {
+    weir__log_result lr = weir__backlog_barrier(t->backlog, idx, id);
+    if (lr == WEIR__LOG_COMPLETE && weir__head_write_log(t)) {
+      task_failed(t, WEIR_ECKPT);
+      return 1;
+    }
+    if (lr == WEIR__LOG_BLOCK && t->nregular_ended == t->nregular && head_duties(t)) return 1;
+    return 0;
+  }
+  weir__align_result ar = weir__align_barrier(&t->align, idx, id, weir_clock_mono_ns());
+  if (ar == WEIR__ALIGN_COMPLETE) {
+    if (complete_alignment(t)) return 1;
+    if (!outputs_writable(t)) {
+      publish_stats(t);
+      return 1;
+    }
+  } else if (ar == WEIR__ALIGN_NONE && weir_failpoint("ckpt.aligning")) {
+    task_failed(t, WEIR_ECKPT);
+    return 1;
+  }
+  return 0;
+}
+
 static int input_step(weir__task *t) {
   uint32_t processed = 0;
+  if (t->head_loop && head_duties(t)) return 0;
   while (processed < t->budget_batches) {
     weir__batch *b = NULL;
     uint32_t idx = 0;
-    for (uint32_t k = 0; k < t->nin; k++) {
-      uint32_t i = t->rr + k < t->nin ? t->rr + k : t->rr + k - t->nin;
-      if (t->in_ended[i] || !weir__align_readable(&t->align, i)) continue;
-      b = weir__chan_peek(t->in[i]);
-      if (b) {
-        idx = i;
-        break;
+    /* (Not while a checkpoint waits on the external inputs: records held
+     * on a blocked edge stay in flight, and would hold the barrier back.) */
+    int passes = !t->head_loop || t->align.cur || t->backlog->nearly ||
+                         atomic_load(&t->head_loop->inflight) < t->head_loop->admit
+                     ? 2
+                     : 1;
+    /* A loop head reads its feedback edges first, and external input only
+     * while few records are in flight in the loop: the loop drains before
+     * more work enters it, which keeps the unbounded feedback queues (and
+     * the back-edge logs, and the time a barrier takes round the loop)
+     * small, and lets backpressure reach the sources. */
+    for (int pass = t->head_loop ? 0 : 1; pass < passes && !b; pass++) {
+      for (uint32_t k = 0; k < t->nin; k++) {
+        uint32_t i = t->rr + k < t->nin ? t->rr + k : t->rr + k - t->nin;
+        if (t->in_ended[i] || !weir__align_readable(&t->align, i)) continue;
+        if (pass == 0 && !t->in_back[i]) continue;
+        if (t->backlog && weir__backlog_blocked(t->backlog, i)) continue;
+        b = weir__chan_peek(t->in[i]);
+        if (b) {
+          idx = i;
+          break;
+        }
       }
     }
     if (!b) {
@@ -362,15 +470,23 @@ static int input_step(weir__task *t) {
        * once more (data may have arrived between the peek and the flag). */
       int again = 0;
       for (uint32_t i = 0; i < t->nin; i++)
-        if (!t->in_ended[i] && weir__align_readable(&t->align, i) && weir__chan_wait(t->in[i]))
+        if (!t->in_ended[i] && weir__align_readable(&t->align, i) &&
+            (passes == 2 || t->in_back[i]) &&
+            !(t->backlog && weir__backlog_blocked(t->backlog, i)) && weir__chan_wait(t->in[i]))
           again = 1;
       if (again) continue;
       flush_outputs(t);
       publish_stats(t);
+      if (t->head_loop) head_duties(t);
       return 0;
     }
     t->rr = idx + 1 == t->nin ? 0 : idx + 1;
     if (b->kind == WEIR__MSG_DATA) {
+      uint32_t n = b->len;
+      if (t->head_loop && weir__backlog_logging(t->backlog, idx))
+        for (uint32_t r = 0; r < n; r++)
+          weir__backlog_append(t->backlog, b->keys[r], b->ts[r], b->ids[r], b->data + b->off[r],
+                               b->lens[r]);
       int rc = op_process(t->ops[0], b);
       weir__chan_release(t->in[idx]);
       if (!rc) rc = chain_flush(t, 0);
@@ -378,6 +494,7 @@ static int input_step(weir__task *t) {
         task_failed(t, rc);
         return 0;
       }
+      if (t->in_loopin[idx]) weir__loop_consumed(t, n);
       processed++;
       if (!outputs_writable(t)) {
         publish_stats(t);
@@ -385,28 +502,11 @@ static int input_step(weir__task *t) {
       }
     } else if (b->kind == WEIR__MSG_EOI) {
       weir__chan_release(t->in[idx]);
-      t->in_ended[idx] = 1;
-      ++t->nended;
-      if (weir__align_end(&t->align, idx) == WEIR__ALIGN_COMPLETE && complete_alignment(t))
-        return 0;
-      if (t->nended == t->nin) {
-        task_finish(t);
-        return 0;
-      }
+      if (input_ended(t, idx)) return 0;
     } else {
       uint64_t id = b->barrier_id;
       weir__chan_release(t->in[idx]);
-      weir__align_result ar = weir__align_barrier(&t->align, idx, id, weir_clock_mono_ns());
-      if (ar == WEIR__ALIGN_COMPLETE) {
-        if (complete_alignment(t)) return 0;
-        if (!outputs_writable(t)) {
-          publish_stats(t);
-          return 0;
-        }
-      } else if (ar == WEIR__ALIGN_NONE && weir_failpoint("ckpt.aligning")) {
-        task_failed(t, WEIR_ECKPT);
-        return 0;
-      }
+      if (input_barrier(t, idx, id)) return 0;
     }
   }
   maybe_timeout_flush(t);
@@ -441,6 +541,13 @@ int weir__task_open(weir__task *t) {
   weir__align_init(&t->align, t->nin,
                    t->job->opts.at_least_once ? WEIR__ALIGN_AT_LEAST_ONCE
                                               : WEIR__ALIGN_EXACTLY_ONCE);
+  /* Feedback edges are outside alignment (see iteration.c). */
+  for (uint32_t i = 0; i < t->nin; i++)
+    if (t->in_back[i]) weir__align_exclude(&t->align, i);
+  if (t->head_loop && !t->backlog) {
+    t->backlog = weir_calloc(1, sizeof *t->backlog);
+    weir__backlog_init(t->backlog, t->nin, t->in_back);
+  }
   for (uint32_t i = 0; i < t->nops; i++) {
     weir_ctx *c = t->ops[i];
     int rc = 0;
@@ -467,5 +574,10 @@ void weir__task_close(weir__task *t) {
     c->opened = 0;
   }
   weir__align_close(&t->align);
+  if (t->backlog) {
+    weir__backlog_close(t->backlog);
+    weir_free(t->backlog);
+    t->backlog = NULL;
+  }
   publish_stats(t);
 }

@@ -65,6 +65,8 @@ typedef struct weir__router {
   uint32_t rr;         /* rebalance cursor */
   uint32_t max_par;    /* key groups */
   uint16_t *kg_target; /* hash: key group -> channel index */
+  weir__loop *loop;    /* an edge inside a loop: records are counted */
+  int64_t loop_inc;    /* counted, not yet published to loop->inflight */
 } weir__router;
 
 typedef enum { WEIR__TASK_RUNNING, WEIR__TASK_FINISHING, WEIR__TASK_DONE } weir__task_state;
@@ -81,7 +83,10 @@ struct weir__task {
   uint32_t nin;
   weir__chan **in;
   uint8_t *in_ended;
+  uint8_t *in_back;   /* feedback-edge inputs (loop heads) */
+  uint8_t *in_loopin; /* inputs inside a loop: consumption is counted */
   uint32_t nended, rr;
+  uint32_t nregular, nregular_ended; /* inputs that are not feedback edges */
   /* Outputs. */
   uint32_t nrouters;
   weir__router *routers;
@@ -93,6 +98,10 @@ struct weir__task {
   uint64_t last_flush_ns;
   uint32_t budget_batches;
   uint32_t batch_records;
+  /* Loops: set when the chain's head is an iteration head. */
+  weir__loop *head_loop;
+  struct weir__backlog *backlog;
+  int replayed;
   /* Checkpoints. */
   weir__align align;
   uint64_t ckpt_done; /* latest checkpoint this task snapshotted */
@@ -120,6 +129,9 @@ int weir__task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns);
  * its managed state plus its snapshot callback's output) into *s. */
 struct weir_subtask_snapshot;
 int weir__ctx_snapshot(weir_ctx *c, uint64_t id, struct weir_subtask_snapshot *s);
+/* checkpoint.c: a loop head's back-edge log completed: write it as the
+ * head operator's state in its checkpoint. */
+int weir__head_write_log(weir__task *t);
 /* checkpoint.c: tell the task's operators about completed / aborted
  * checkpoints they have not heard of. */
 int weir__task_notify(weir__task *t);

@@ -282,6 +282,22 @@ weir_stream *weir_process(weir_stream *s, const char *name, const weir_operator_
 /* Adds a sink operator (emits nothing). Returns the job's build error or 0. */
 int weir_sink(weir_stream *s, const char *name, const weir_operator_vt *vt, void *arg,
               int parallelism);
+/* Iterations (cycles). weir_iterate opens a loop: a head operator `name`
+ * with `parallelism` subtasks reads `input`, and *body receives the head's
+ * output, the records inside the loop. Build the loop body on it, then close
+ * the loop with weir_iteration_close(it, feedback): `feedback` (with its own
+ * partitioning, e.g. weir_key_by) flows back into the head. Records leave
+ * the loop through any stream built from the body that is not fed back.
+ * The loop ends when every external input has ended and no record is left
+ * inside it. Checkpoints cover records in flight on the feedback edge (they
+ * are logged, ABS Algorithm 2), so state stays exactly-once across the
+ * loop. Feedback edges are unbounded (they never block), so alignment
+ * inside the loop cannot deadlock. The iteration is owned by the job. */
+typedef struct weir_iteration weir_iteration;
+weir_iteration *weir_iterate(weir_stream *input, const char *name, int parallelism,
+                             weir_stream **body);
+int weir_iteration_close(weir_iteration *it, weir_stream *feedback);
+
 /* The job a stream belongs to (NULL for NULL). */
 weir_job *weir_stream_job(const weir_stream *s);
 

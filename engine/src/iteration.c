@@ -1,0 +1,261 @@
+/* iteration.c: owns loops at run time: the head operator, the count of
+ * records in flight that tells when a loop is done, and the back-edge log
+ * that makes checkpoints of a cyclic dataflow consistent.
+ *
+ * DESIGN
+ * A loop is a head node H, the nodes downstream of it that lead back to it,
+ * and feedback (back) edges into H. Aligning on a back edge would deadlock
+ * (H waits for a barrier that only H can send round the loop), so H aligns
+ * on its regular inputs only, as in the ABS paper's Algorithm 2:
+ *
+ *   1. barrier n has arrived on every regular input of H (or they ended):
+ *      H snapshots, forwards barrier n into the loop, and starts LOGGING;
+ *   2. every record that reaches H on a back edge while that edge is logging
+ *      is processed as usual and also appended to the log;
+ *   3. barrier n comes back on a back edge (the loop's operators forwarded
+ *      it): that edge stops logging; end of input on it counts the same;
+ *   4. when every back edge stopped, the log is H's state in checkpoint n
+ *      (written then, so checkpoint n completes only after it).
+ *
+ * With parallel heads, barrier n can come back on a back edge before this
+ * head took its own snapshot n (another head of the loop was faster). What
+ * follows it on that edge was emitted after the cut, so the edge is blocked
+ * until this head's snapshot n; it then closes with nothing to log. The
+ * edge is unbounded, so blocking it cannot stall its producer.
+ *
+ * Invariants: the log of n holds exactly the records that were emitted
+ * inside the loop before the loop's operators took their snapshot n and
+ * that reached H after H took its own, i.e. the records in flight on the
+ * back edges across the cut; nothing else of the loop is in flight across
+ * it, since forward edges carry barrier n behind everything sent before it.
+ * A restore replays the log into the loop before H reads any new input.
+ *
+ * Feedback channels are unbounded (their producer never waits), because a
+ * bounded one can close a cycle of waiting producers. And no single thread
+ * can see that a loop is empty, so the loop counts the records in flight on
+ * its edges: +1 when a record is emitted onto an in-loop edge, published
+ * before the batch holding it can be seen downstream; -1 when a task has
+ * processed a record from an in-loop edge, after publishing what processing
+ * it emitted. The count never undercounts, so when it reads 0 after every
+ * external input of the head ended, the loop is done: the heads send end of
+ * input into the loop, which drains round to them.
+ */
+#include "iteration.h"
+
+#include <string.h>
+
+#include "weir/alloc.h"
+#include "weir/assert.h"
+#include "task.h"
+
+/* ---- the head operator ------------------------------------------------------ */
+
+typedef struct head_state {
+  uint8_t *replay; /* a restored back-edge log, emitted before new input */
+  uint64_t len;
+} head_state;
+
+static int head_open(weir_ctx *ctx) {
+  weir_ctx_set_user(ctx, weir_calloc(1, sizeof(head_state)));
+  return 0;
+}
+
+static int head_process_batch(weir_ctx *ctx, const weir_batch *b) {
+  for (uint32_t i = 0; i < b->len; i++) {
+    weir_record r = weir_batch_record(b, i);
+    int rc = weir_emit_record(ctx, &r);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
+/* Walks a serialized log; returns the records or -1 if malformed. */
+static int64_t log_walk(const uint8_t *p, uint64_t len, weir_ctx *emit_to) {
+  uint64_t off = 0;
+  int64_t n = 0;
+  while (off < len) {
+    if (len - off < 28) return -1;
+    weir_record r;
+    memcpy(&r.key, p + off, 8);
+    memcpy(&r.ts, p + off + 8, 8);
+    memcpy(&r.id, p + off + 16, 8);
+    memcpy(&r.len, p + off + 24, 4);
+    off += 28;
+    if (len - off < r.len) return -1;
+    r.payload = r.len ? p + off : NULL;
+    off += r.len;
+    if (emit_to && weir_emit_record(emit_to, &r) < 0) return -2;
+    n++;
+  }
+  return n;
+}
+
+static int head_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
+  head_state *h = weir_ctx_user(ctx);
+  size_t n;
+  const uint8_t *p = weir_snapshot_data(r, &n);
+  if (log_walk(p, n, NULL) < 0)
+    return weir_ctx_fail(ctx, WEIR_ECORRUPT, "back-edge log of '%s' is malformed",
+                         weir_ctx_name(ctx));
+  h->replay = weir_malloc(n ? n : 1);
+  memcpy(h->replay, p, n);
+  h->len = n;
+  return 0;
+}
+
+static void head_close(weir_ctx *ctx) {
+  head_state *h = weir_ctx_user(ctx);
+  if (h) weir_free(h->replay);
+  weir_free(h);
+  weir_ctx_set_user(ctx, NULL);
+}
+
+const weir_operator_vt weir__head_vt = {.name = "iteration-head",
+                                        .open = head_open,
+                                        .process_batch = head_process_batch,
+                                        .restore = head_restore,
+                                        .close = head_close};
+
+int weir__head_replay(weir_ctx *ctx) {
+  head_state *h = weir_ctx_user(ctx);
+  if (!h || !h->replay) return 0;
+  int64_t n = log_walk(h->replay, h->len, ctx);
+  weir_free(h->replay);
+  h->replay = NULL;
+  h->len = 0;
+  return n < 0 ? WEIR_EIO : 0;
+}
+
+/* ---- back-edge log ---------------------------------------------------------- */
+
+void weir__backlog_init(weir__backlog *l, uint32_t nin, const uint8_t *back) {
+  memset(l, 0, sizeof *l);
+  l->nin = nin;
+  l->back = weir_calloc(nin ? nin : 1, 1);
+  l->state = weir_calloc(nin ? nin : 1, 1);
+  l->early = weir_calloc(nin ? nin : 1, sizeof *l->early);
+  for (uint32_t i = 0; i < nin; i++) {
+    l->back[i] = back[i];
+    l->nback += back[i] ? 1 : 0;
+  }
+}
+
+void weir__backlog_close(weir__backlog *l) {
+  weir_free(l->back);
+  weir_free(l->state);
+  weir_free(l->early);
+  weir_free(l->log);
+  memset(l, 0, sizeof *l);
+}
+
+static weir__log_result check_done(weir__backlog *l) {
+  return l->id && l->nclosed == l->nback ? WEIR__LOG_COMPLETE : WEIR__LOG_NONE;
+}
+
+weir__log_result weir__backlog_start(weir__backlog *l, uint64_t id) {
+  l->id = id;
+  l->last = id;
+  l->len = l->records = 0;
+  l->nclosed = 0;
+  for (uint32_t i = 0; i < l->nin; i++) {
+    if (!l->back[i]) continue;
+    if (l->state[i] == 2) {
+      l->nclosed++;
+    } else if (l->early[i] == id) {
+      l->state[i] = 1; /* came back before this snapshot: nothing to log */
+      l->early[i] = 0;
+      l->nearly--;
+      l->nclosed++;
+    } else {
+      l->state[i] = 0;
+      if (l->early[i] && l->early[i] < id) {
+        l->early[i] = 0; /* an older checkpoint, given up */
+        l->nearly--;
+      }
+    }
+  }
+  return check_done(l);
+}
+
+void weir__backlog_append(weir__backlog *l, uint64_t key, int64_t ts, uint64_t id,
+                          const void *payload, uint32_t len) {
+  uint64_t need = l->len + 28 + len;
+  if (need > l->cap) {
+    uint64_t c = l->cap ? l->cap : 4096;
+    while (c < need) c *= 2;
+    l->log = weir_realloc(l->log, (size_t)c);
+    l->cap = c;
+  }
+  uint8_t *p = l->log + l->len;
+  memcpy(p, &key, 8);
+  memcpy(p + 8, &ts, 8);
+  memcpy(p + 16, &id, 8);
+  memcpy(p + 24, &len, 4);
+  if (len) memcpy(p + 28, payload, len);
+  l->len = need;
+  l->records++;
+}
+
+weir__log_result weir__backlog_barrier(weir__backlog *l, uint32_t i, uint64_t id) {
+  WEIR_ASSERT(i < l->nin && l->back[i]);
+  if (id > l->id && id > l->last) {
+    /* Before this head's snapshot of `id`: hold the edge. */
+    if (!l->early[i]) l->nearly++;
+    l->early[i] = id;
+    return WEIR__LOG_BLOCK;
+  }
+  if (!l->id || id != l->id || l->state[i] != 0) return WEIR__LOG_NONE; /* stale */
+  l->state[i] = 1;
+  l->nclosed++;
+  return check_done(l);
+}
+
+weir__log_result weir__backlog_end(weir__backlog *l, uint32_t i) {
+  WEIR_ASSERT(i < l->nin && l->back[i]);
+  int was_open = l->id && l->state[i] == 0;
+  l->state[i] = 2;
+  if (!was_open) return WEIR__LOG_NONE;
+  l->nclosed++;
+  return check_done(l);
+}
+
+uint8_t *weir__backlog_take(weir__backlog *l, uint64_t *len) {
+  uint8_t *p = l->log;
+  *len = l->len;
+  l->log = NULL;
+  l->len = l->cap = l->records = 0;
+  l->id = 0;
+  return p;
+}
+
+/* ---- records in flight -------------------------------------------------------- */
+
+void weir__loop_publish(weir__router *r) {
+  if (r->loop_inc) {
+    atomic_fetch_add(&r->loop->inflight, r->loop_inc);
+    r->loop_inc = 0;
+  }
+}
+
+static void wake_heads(weir__loop *l) {
+  for (uint32_t i = 0; i < l->nheads; i++) weir__task_wake(l->heads[i]);
+}
+
+int weir__loop_drained(weir__loop *l) {
+  return atomic_load(&l->ext_done) == l->nheads && atomic_load(&l->inflight) == 0;
+}
+
+void weir__loop_consumed(weir__task *t, uint64_t n) {
+  for (uint32_t k = 0; k < t->nrouters; k++)
+    if (t->routers[k].loop) weir__loop_publish(&t->routers[k]);
+  weir__loop *l = t->ops[0]->node->loop;
+  int64_t left = atomic_fetch_sub(&l->inflight, (int64_t)n) - (int64_t)n;
+  WEIR_ASSERT(left >= 0);
+  if ((left == 0 && weir__loop_drained(l)) || (left < l->admit && left + (int64_t)n >= l->admit))
+    wake_heads(l); /* drained, or room to admit external input again */
+}
+
+void weir__loop_ext_done(weir__loop *l) {
+  atomic_fetch_add(&l->ext_done, 1);
+  if (weir__loop_drained(l)) wake_heads(l);
+}

@@ -1,0 +1,87 @@
+/* iteration.h: loops (iterations) at run time: the head operator, the
+ * count of records in flight, and back-edge logging (ABS Algorithm 2).
+ * See iteration.c for the protocol and its invariants. */
+#ifndef WEIR_ITERATION_H
+#define WEIR_ITERATION_H
+
+#include <stdint.h>
+
+#include "graph.h"
+
+struct weir__router;
+struct weir_subtask_snapshot;
+
+/* The head operator: forwards every record unchanged. */
+extern const weir_operator_vt weir__head_vt;
+
+/* ---- back-edge log: a pure state machine ---------------------------------- */
+
+typedef struct weir__backlog {
+  uint32_t nin;
+  uint8_t *back;   /* 1 for back-edge inputs */
+  uint8_t *state;  /* per back input: 0 logging, 1 barrier returned, 2 ended */
+  uint64_t *early; /* barrier that came back before the head's snapshot, 0 if none */
+  uint32_t nearly;
+  uint32_t nback, nclosed;
+  uint64_t id;   /* checkpoint being logged, 0 if none */
+  uint64_t last; /* latest checkpoint this head snapshotted */
+  uint8_t *log;  /* logged records: [key u64][ts i64][id u64][len u32][payload] */
+  uint64_t len, cap, records;
+} weir__backlog;
+
+typedef enum {
+  WEIR__LOG_NONE = 0,
+  WEIR__LOG_COMPLETE = 1, /* every back edge closed: write the log */
+  WEIR__LOG_BLOCK = 2     /* barrier before the head's snapshot: block the edge */
+} weir__log_result;
+
+void weir__backlog_init(weir__backlog *l, uint32_t nin, const uint8_t *back);
+void weir__backlog_close(weir__backlog *l);
+/* The head took its snapshot for checkpoint id (its regular inputs
+ * aligned): logging starts on every back input that has not ended. A log
+ * still open for an older checkpoint is dropped (that checkpoint was given
+ * up). Returns COMPLETE at once if no back input is open. */
+weir__log_result weir__backlog_start(weir__backlog *l, uint64_t id);
+/* Input blocked by an early barrier: see weir__backlog_barrier. */
+/* Nonzero if back input i delivered a barrier the head has not snapshotted
+ * for yet: what follows it is after the cut, so it waits. */
+static inline int weir__backlog_blocked(const weir__backlog *l, uint32_t i) {
+  return l->early && l->early[i] != 0;
+}
+/* Nonzero if a record arriving on input i now must be logged. */
+static inline int weir__backlog_logging(const weir__backlog *l, uint32_t i) {
+  return l->id && l->back[i] && l->state[i] == 0;
+}
+void weir__backlog_append(weir__backlog *l, uint64_t key, int64_t ts, uint64_t id,
+                          const void *payload, uint32_t len);
+/* Barrier `id` came back on back input i. Returns BLOCK when it came
+ * before the head's own snapshot for `id` (a parallel head elsewhere in the
+ * loop forwarded it first): the edge is then blocked until
+ * weir__backlog_start(id), which closes it with nothing logged. */
+weir__log_result weir__backlog_barrier(weir__backlog *l, uint32_t i, uint64_t id);
+/* End of input on back input i. */
+weir__log_result weir__backlog_end(weir__backlog *l, uint32_t i);
+/* After COMPLETE: hands over the log (caller frees with weir_free) and
+ * returns to idle. */
+uint8_t *weir__backlog_take(weir__backlog *l, uint64_t *len);
+
+/* ---- records in flight ------------------------------------------------------ */
+
+/* Adds what router r counted to its loop before a batch becomes visible. */
+void weir__loop_publish(struct weir__router *r);
+/* A task consumed n records from in-loop inputs and emitted what it did:
+ * publishes its routers' counts, then takes the n away; wakes the heads if
+ * the loop drained. */
+void weir__loop_consumed(weir__task *t, uint64_t n);
+/* A head subtask's external inputs all ended. */
+void weir__loop_ext_done(weir__loop *l);
+/* Nonzero once every external input ended and nothing is in flight. */
+int weir__loop_drained(weir__loop *l);
+
+/* ---- restore ------------------------------------------------------------------- */
+
+/* Emits the records of a restored back-edge log into the loop (head task,
+ * before any new input). Returns 0 or an error. */
+int weir__head_replay(weir_ctx *head);
+
+#endif
