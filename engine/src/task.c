@@ -261,8 +261,10 @@ static int take_checkpoint(weir__task *t, uint64_t id, uint64_t align_ns) {
   if (rc) return rc;
   push_control(t, WEIR__MSG_BARRIER, id);
   /* A loop head now logs its feedback edges until the barrier is back. */
-  if (t->head_loop && weir__backlog_start(t->backlog, id) == WEIR__LOG_COMPLETE)
-    return weir__head_write_log(t);
+  if (t->head_loop) {
+    if (weir__backlog_start(t->backlog, id) == WEIR__LOG_COMPLETE) return weir__head_write_log(t);
+    if (weir_failpoint("iter.log_open")) return WEIR_ECKPT; /* a back-edge log is open */
+  }
   return 0;
 }
 
