@@ -12,6 +12,7 @@
  * stdout belongs to the job's `print` sink.
  */
 #include "cli.h"
+#include "receiver.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +44,9 @@ static void help_main(FILE *out) {
         "  weir run [ENGINE OPTIONS] JOB [JOB OPTIONS]   run a job to the end of its input\n"
         "  weir checkpoints [--state-dir DIR] [--json]   list completed checkpoints\n"
         "  weir inspect ID [--state-dir DIR] [--json]    show one checkpoint\n"
-        "  weir help [run [JOB]]                         show help\n"
+        "  weir receiver --listen HOST:PORT --db FILE    a reference HTTP destination\n"
+        "  weir receiver stats --db FILE [--json]        its requests, effects, duplicates\n"
+        "  weir help [run [JOB] | receiver]              show help\n"
         "  weir version                                  show the version\n"
         "\n"
         "Jobs: counter, wordcount, or a path to a job .so. See 'weir help run'.\n",
@@ -113,6 +116,10 @@ static int cmd_help(int argc, char **argv) {
     return CLI_EXIT_OK;
   }
   const char *topic = argv[1];
+  if (strcmp(topic, "receiver") == 0 && argc == 2) {
+    cli_help_receiver(stdout);
+    return CLI_EXIT_OK;
+  }
   if (strcmp(topic, "run") == 0 && argc == 2) {
     help_run(stdout);
     return CLI_EXIT_OK;
@@ -353,6 +360,7 @@ int main(int argc, char **argv) {
   if (strcmp(verb, "help") == 0) return cmd_help(argc - 1, argv + 1);
   if (strcmp(verb, "checkpoints") == 0) return cli_cmd_checkpoints(argc - 1, argv + 1);
   if (strcmp(verb, "inspect") == 0) return cli_cmd_inspect(argc - 1, argv + 1);
+  if (strcmp(verb, "receiver") == 0) return cli_cmd_receiver(argc - 1, argv + 1);
   if (strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
     help_main(stdout);
     return CLI_EXIT_OK;
