@@ -64,7 +64,7 @@ typedef unsigned long long ull;
  * interval completes several checkpoints before the end of the input. */
 #define RECORDS 200000u
 #define KEYS 500u
-#define RATE "400000"
+#define RATE "300000"
 #define INTERVAL "20"
 /* Operator subtasks of the job: gen, count and sink, two each. */
 #define SUBTASKS 6
@@ -971,8 +971,8 @@ Test(lifecycle, restore_finished_is_noop) {
 Test(lifecycle, restore_older_id) {
   job *j = job_new(RECORDS, KEYS);
   char *err = NULL;
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@3", &err, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit", 3);
+  int rc = run_job(j, "ckpt.after_meta_commit=kill@2", &err, NULL);
+  expect_killed_at(j, rc, err, "ckpt.after_meta_commit", 2);
   free(err);
   listing l;
   listing_now(j, &l);
@@ -1194,8 +1194,8 @@ static void patch_file(const char *path, long off, const void *p, size_t n) {
 static job *killed_with_checkpoints(listing *l) {
   job *j = job_new(RECORDS, KEYS);
   char *err = NULL;
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@3", &err, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit", 3);
+  int rc = run_job(j, "ckpt.after_meta_commit=kill@2", &err, NULL);
+  expect_killed_at(j, rc, err, "ckpt.after_meta_commit", 2);
   free(err);
   listing_now(j, l);
   cr_assert_eq(l->n, 3);
@@ -1403,8 +1403,8 @@ Test(recovery, at_least_once_kill_and_restore) {
   job *j = job_new(RECORDS, KEYS);
   j->mode = "at-least-once";
   char *err = NULL;
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@3", &err, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit", 3);
+  int rc = run_job(j, "ckpt.after_meta_commit=kill@2", &err, NULL);
+  expect_killed_at(j, rc, err, "ckpt.after_meta_commit", 2);
   free(err);
   restore_to_end(j);
   listing l;
