@@ -1194,8 +1194,8 @@ static void patch_file(const char *path, long off, const void *p, size_t n) {
 static job *killed_with_checkpoints(listing *l) {
   job *j = job_new(RECORDS, KEYS);
   char *err = NULL;
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@2", &err, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit", 2);
+  int rc = run_job(j, "ckpt.after_meta_commit=kill@3", &err, NULL);
+  expect_killed_at(j, rc, err, "ckpt.after_meta_commit", 3);
   free(err);
   listing_now(j, l);
   cr_assert_eq(l->n, 3);
@@ -1403,8 +1403,8 @@ Test(recovery, at_least_once_kill_and_restore) {
   job *j = job_new(RECORDS, KEYS);
   j->mode = "at-least-once";
   char *err = NULL;
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@2", &err, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit", 2);
+  int rc = run_job(j, "ckpt.after_meta_commit=kill@3", &err, NULL);
+  expect_killed_at(j, rc, err, "ckpt.after_meta_commit", 3);
   free(err);
   restore_to_end(j);
   listing l;
