@@ -149,6 +149,20 @@ int cli_take_engine(cli_args *a, cli_engine *eng) {
   return 0;
 }
 
+int cli_check_sink(const char *sink, cli_engine *eng) {
+  char err[256] = "";
+  if (weir_sink_spec_check(sink, err, sizeof err) != 0)
+    return cli_usage("--sink: %s", err[0] ? err : "invalid sink specification");
+  eng->prints_records = strcmp(sink, "print") == 0;
+  return 0;
+}
+
+int cli_unknown_arg(const cli_args *a, const char *job) {
+  const char *s = a->argv[a->i];
+  if (s[0] == '-') return cli_usage("unknown flag '%s' for job '%s'", s, job);
+  return cli_usage("unexpected argument '%s' for job '%s'", s, job);
+}
+
 void cli_engine_init(cli_engine *eng) {
   memset(eng, 0, sizeof *eng);
   eng->state_dir = "./state";

@@ -47,6 +47,10 @@ typedef struct cli_engine {
   const char *checkpoint_mode; /* "aligned" (default) or "at-least-once" */
 } cli_engine;
 
+/* Checks a job's --sink value (printing a usage message naming the
+ * problem; returns -1) and notes in eng whether it prints records. */
+int cli_check_sink(const char *sink, cli_engine *eng);
+
 /* Fills the checkpoint fields of o from eng; returns 0 or -1 after a usage
  * message (bad --restore or --checkpoint-mode, --restore with --fresh). */
 int cli_checkpoint_opts(const cli_engine *eng, weir_run_opts *o);
@@ -80,6 +84,8 @@ int cli_take_u64(cli_args *a, const char *flag, uint64_t max, uint64_t *out);
 int cli_take_int(cli_args *a, const char *flag, int max, int *out);
 /* A flag without a value ("--quiet"); sets *out = 1. */
 int cli_take_bool(cli_args *a, const char *flag, int *out);
+/* The usage message for an argument a job does not know; returns -1. */
+int cli_unknown_arg(const cli_args *a, const char *job);
 /* Nonzero if argv[i] is "--help" or "-h". */
 int cli_is_help(const cli_args *a);
 

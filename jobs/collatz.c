@@ -51,19 +51,14 @@ static int collatz_parse(cli_args *a, cli_engine *eng, void **out) {
       if (r < 0) goto fail;
       continue;
     }
-    cli_usage("unknown argument '%s' for job 'collatz'", a->argv[a->i]);
+    cli_unknown_arg(a, "collatz");
     goto fail;
   }
   if (c->records == 0) {
     cli_usage("--records: must be at least 1");
     goto fail;
   }
-  char err[256] = "";
-  if (weir_sink_spec_check(c->sink, err, sizeof err) != 0) {
-    cli_usage("--sink: %s", err[0] ? err : "invalid sink specification");
-    goto fail;
-  }
-  eng->prints_records = strcmp(c->sink, "print") == 0;
+  if (cli_check_sink(c->sink, eng) < 0) goto fail;
   *out = c;
   return 0;
 fail:

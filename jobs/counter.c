@@ -56,24 +56,14 @@ static int counter_parse(cli_args *a, cli_engine *eng, void **out) {
       if (r < 0) goto fail;
       continue;
     }
-    const char *s = a->argv[a->i];
-    if (s[0] == '-') {
-      cli_usage("unknown flag '%s' for job 'counter'", s);
-    } else {
-      cli_usage("unexpected argument '%s' for job 'counter'", s);
-    }
+    cli_unknown_arg(a, "counter");
     goto fail;
   }
   if (c->keys == 0) {
     cli_usage("--keys: must be at least 1");
     goto fail;
   }
-  char err[256] = "";
-  if (weir_sink_spec_check(c->sink, err, sizeof err) != 0) {
-    cli_usage("--sink: %s", err[0] ? err : "invalid sink specification");
-    goto fail;
-  }
-  eng->prints_records = strcmp(c->sink, "print") == 0;
+  if (cli_check_sink(c->sink, eng) < 0) goto fail;
   *out = c;
   return 0;
 fail:

@@ -87,12 +87,7 @@ static int wordcount_parse(cli_args *a, cli_engine *eng, void **out) {
     cli_usage("--dead-letter needs --on-bad-record skip");
     goto fail;
   }
-  char err[256] = "";
-  if (weir_sink_spec_check(c->sink, err, sizeof err) != 0) {
-    cli_usage("--sink: %s", err[0] ? err : "invalid sink specification");
-    goto fail;
-  }
-  eng->prints_records = strcmp(c->sink, "print") == 0;
+  if (cli_check_sink(c->sink, eng) < 0) goto fail;
   *out = c;
   return 0;
 fail:
