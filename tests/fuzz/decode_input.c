@@ -362,7 +362,7 @@ int fz_decode(const uint8_t *data, size_t size) {
   cur_data = data;
   cur_size = size;
   uint8_t hdr[FZ_HDR] = {0};
-  memcpy(hdr, data, size < FZ_HDR ? size : FZ_HDR);
+  if (size > 0) memcpy(hdr, data, size < FZ_HDR ? size : FZ_HDR);
   size_t n = size > FZ_HDR ? size - FZ_HDR : 0;
   uint8_t *v = weir_malloc(n); /* exactly n bytes: overreads are caught */
   if (n > 0) memcpy(v, data + FZ_HDR, n);
