@@ -11,7 +11,10 @@
  * anything is allocated from a stored count, orderings that the writer
  * guarantees are re-checked. The generated structs stay in this file;
  * decoded metadata is copied into weir-owned structs, decoded chunks are
- * handed out as read-only views into the unpacked message.
+ * handed out as read-only views into the unpacked message. protobuf-c
+ * allocates through pbc_alloc, where a test can make an allocation fail
+ * (weir__codec_fail_alloc_after); tests/fuzz feeds every decoder hostile
+ * bytes and checks each of these promises.
  */
 #include "codec.h"
 
@@ -33,6 +36,52 @@ static int fail(int rc, char *err, size_t errlen, const char *fmt, ...) {
   vsnprintf(err, errlen, fmt, ap);
   va_end(ap);
   return rc;
+}
+
+/* ---- protobuf-c's allocator ------------------------------------------------ */
+
+/* Every unpack and free_unpacked goes through `pbc_alloc`, so that a test can
+ * make protobuf-c's allocations fail (weir__codec_fail_alloc_after). Real
+ * exhaustion still aborts in weir_malloc (weir/alloc.h: one policy); only an
+ * armed hook makes an allocation fail softly, which exercises the paths
+ * where protobuf-c gives up half-way through a message (as it does on
+ * malformed input). The hook's state is per thread, so a test that arms it
+ * does not disturb decodes on other threads. */
+static _Thread_local long fail_countdown;         /* > 0: allocations until one fails */
+static _Thread_local unsigned long injected;      /* allocations the hook made fail */
+static _Thread_local unsigned long injected_seen; /* `injected` at the hook's last call */
+
+static void *pbc_malloc(void *data, size_t size) {
+  (void)data;
+  if (__builtin_expect(fail_countdown > 0, 0) && --fail_countdown == 0) {
+    injected++;
+    return NULL;
+  }
+  return weir_malloc(size);
+}
+
+static void pbc_free(void *data, void *p) {
+  (void)data;
+  weir_free(p);
+}
+
+static ProtobufCAllocator pbc_alloc = {pbc_malloc, pbc_free, NULL};
+
+int weir__codec_fail_alloc_after(long n) {
+  int fired = injected != injected_seen;
+  injected_seen = injected;
+  fail_countdown = n >= 0 ? n + 1 : 0;
+  return fired;
+}
+
+/* The error for an unpack that returned NULL, `before` being `injected` as it
+ * was before the unpack: out of memory if the test hook made an allocation
+ * fail meanwhile, else a malformed message. */
+static int undecodable(unsigned long before, const char *what, size_t n, char *err, size_t errlen) {
+  if (injected != before)
+    return fail(WEIR_ENOMEM, err, errlen, "%s: out of memory decoding %zu bytes (injected)", what,
+                n);
+  return fail(WEIR_ECORRUPT, err, errlen, "%s: undecodable (%zu bytes)", what, n);
 }
 
 /* Packs msg behind an envelope of `kind` into a weir_malloc'd value. */
@@ -106,8 +155,9 @@ int weir__job_decode(const void *value, size_t len, weir__job_rec *out, char *er
   size_t n;
   int rc = open_kind(value, len, WEIR__KIND_JOB, "job record", &p, &n, NULL, err, errlen);
   if (rc < 0) return rc;
-  Weirpb__Job *m = weirpb__job__unpack(NULL, n, p);
-  if (m == NULL) return fail(WEIR_ECORRUPT, err, errlen, "job record: undecodable (%zu bytes)", n);
+  unsigned long inj = injected;
+  Weirpb__Job *m = weirpb__job__unpack(&pbc_alloc, n, p);
+  if (m == NULL) return undecodable(inj, "job record", n, err, errlen);
   if (!weir__uuid_valid(m->job_id)) {
     rc = fail(WEIR_ECORRUPT, err, errlen, "job record: job id is not a UUID");
   } else if (m->instance < 1 || m->id_limit < 1) {
@@ -129,7 +179,7 @@ int weir__job_decode(const void *value, size_t len, weir__job_rec *out, char *er
     out->finished = m->finished != 0;
     out->created_ms = m->created_ms;
   }
-  weirpb__job__free_unpacked(m, NULL);
+  weirpb__job__free_unpacked(m, &pbc_alloc);
   return rc;
 }
 
@@ -266,8 +316,9 @@ int weir__meta_decode(const void *value, size_t len, uint64_t key_id, const char
   snprintf(what, sizeof what, "checkpoint %llu: metadata", (unsigned long long)key_id);
   int rc = open_kind(value, len, WEIR__KIND_META, what, &p, &n, NULL, err, errlen);
   if (rc < 0) return rc;
-  Weirpb__Checkpoint *m = weirpb__checkpoint__unpack(NULL, n, p);
-  if (m == NULL) return fail(WEIR_ECORRUPT, err, errlen, "%s: undecodable (%zu bytes)", what, n);
+  unsigned long inj = injected;
+  Weirpb__Checkpoint *m = weirpb__checkpoint__unpack(&pbc_alloc, n, p);
+  if (m == NULL) return undecodable(inj, what, n, err, errlen);
   unsigned long long id = key_id;
   uint32_t *records = NULL;
   if (m->min_reader_version > WEIR_STORE_FORMAT) {
@@ -403,7 +454,7 @@ int weir__meta_decode(const void *value, size_t len, uint64_t key_id, const char
   rc = 0;
 out:
   weir_free(records);
-  weirpb__checkpoint__free_unpacked(m, NULL);
+  weirpb__checkpoint__free_unpacked(m, &pbc_alloc);
   return rc;
 }
 
@@ -463,10 +514,11 @@ int weir__chunk_decode(const void *value, size_t len, weir__chunk_id expect, wei
   uint16_t kind;
   int rc = open_kind(value, len, 0, "chunk", &p, &n, &kind, err, errlen);
   if (rc < 0) return rc;
+  unsigned long inj = injected;
   switch (kind) {
   case WEIR__KIND_U64: {
-    Weirpb__U64Chunk *m = weirpb__u64_chunk__unpack(NULL, n, p);
-    if (m == NULL) return fail(WEIR_ECORRUPT, err, errlen, "chunk: undecodable (%zu bytes)", n);
+    Weirpb__U64Chunk *m = weirpb__u64_chunk__unpack(&pbc_alloc, n, p);
+    if (m == NULL) return undecodable(inj, "chunk", n, err, errlen);
     weir__chunk_id got = {m->checkpoint, m->record, m->seq};
     if ((rc = check_chunk_id(got, expect, err, errlen)) < 0) {
     } else if (m->n_keys != m->n_values || m->n_keys == 0) {
@@ -484,7 +536,7 @@ int weir__chunk_decode(const void *value, size_t len, weir__chunk_id expect, wei
       }
     }
     if (rc < 0) {
-      weirpb__u64_chunk__free_unpacked(m, NULL);
+      weirpb__u64_chunk__free_unpacked(m, &pbc_alloc);
       return rc;
     }
     out->n = m->n_keys;
@@ -495,8 +547,8 @@ int weir__chunk_decode(const void *value, size_t len, weir__chunk_id expect, wei
     break;
   }
   case WEIR__KIND_BYTES: {
-    Weirpb__BytesChunk *m = weirpb__bytes_chunk__unpack(NULL, n, p);
-    if (m == NULL) return fail(WEIR_ECORRUPT, err, errlen, "chunk: undecodable (%zu bytes)", n);
+    Weirpb__BytesChunk *m = weirpb__bytes_chunk__unpack(&pbc_alloc, n, p);
+    if (m == NULL) return undecodable(inj, "chunk", n, err, errlen);
     weir__chunk_id got = {m->checkpoint, m->record, m->seq};
     if ((rc = check_chunk_id(got, expect, err, errlen)) < 0) {
     } else if (m->n_route != m->n_klen || m->n_route != m->n_vlen) {
@@ -507,7 +559,7 @@ int weir__chunk_decode(const void *value, size_t len, weir__chunk_id expect, wei
       rc = fail(WEIR_ECORRUPT, err, errlen, "empty byte-string chunk");
     }
     if (rc < 0) {
-      weirpb__bytes_chunk__free_unpacked(m, NULL);
+      weirpb__bytes_chunk__free_unpacked(m, &pbc_alloc);
       return rc;
     }
     out->n = m->n_route;
@@ -521,15 +573,15 @@ int weir__chunk_decode(const void *value, size_t len, weir__chunk_id expect, wei
     break;
   }
   case WEIR__KIND_BLOB: {
-    Weirpb__BlobChunk *m = weirpb__blob_chunk__unpack(NULL, n, p);
-    if (m == NULL) return fail(WEIR_ECORRUPT, err, errlen, "chunk: undecodable (%zu bytes)", n);
+    Weirpb__BlobChunk *m = weirpb__blob_chunk__unpack(&pbc_alloc, n, p);
+    if (m == NULL) return undecodable(inj, "chunk", n, err, errlen);
     weir__chunk_id got = {m->checkpoint, m->record, m->seq};
     if ((rc = check_chunk_id(got, expect, err, errlen)) < 0) {
     } else if (m->data.len == 0) {
       rc = fail(WEIR_ECORRUPT, err, errlen, "empty blob chunk");
     }
     if (rc < 0) {
-      weirpb__blob_chunk__free_unpacked(m, NULL);
+      weirpb__blob_chunk__free_unpacked(m, &pbc_alloc);
       return rc;
     }
     out->data = m->data.data;
@@ -549,13 +601,13 @@ void weir__chunk_free(weir__chunk *c) {
   if (c == NULL || c->msg_ == NULL) return;
   switch (c->kind) {
   case WEIR__KIND_U64:
-    weirpb__u64_chunk__free_unpacked(c->msg_, NULL);
+    weirpb__u64_chunk__free_unpacked(c->msg_, &pbc_alloc);
     break;
   case WEIR__KIND_BYTES:
-    weirpb__bytes_chunk__free_unpacked(c->msg_, NULL);
+    weirpb__bytes_chunk__free_unpacked(c->msg_, &pbc_alloc);
     break;
   case WEIR__KIND_BLOB:
-    weirpb__blob_chunk__free_unpacked(c->msg_, NULL);
+    weirpb__blob_chunk__free_unpacked(c->msg_, &pbc_alloc);
     break;
   }
   memset(c, 0, sizeof *c);
