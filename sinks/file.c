@@ -211,9 +211,9 @@ static int file_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
     return weir_ctx_fail(ctx, rc, "cannot fsync '%s': %s", f->pending, weir_strerror(rc));
   off_t len = lseek(f->fd, 0, SEEK_CUR);
   if (len < 0) return -errno;
-  uint8_t b[8];
+  uint8_t b[9];
   for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)len >> (8 * i));
-  (void)id;
+  b[8] = (uint8_t)f->finished; /* complete: publish when this checkpoint is known complete */
   return weir_snapshot_write(w, b, sizeof b);
 }
 
@@ -221,7 +221,14 @@ static int file_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
   file_sink *f = weir_ctx_user(ctx);
   size_t n;
   const uint8_t *b = weir_snapshot_data(r, &n);
-  if (n != 8) return weir_ctx_fail(ctx, WEIR_ECORRUPT, "file sink: bad checkpointed length");
+  if (n != 9 || b[8] > 1)
+    return weir_ctx_fail(ctx, WEIR_ECORRUPT, "file sink: bad checkpointed length");
+  if (b[8]) {
+    /* The file was whole at this checkpoint: publish it once the engine says
+     * the checkpoint completed (it may already have, before a crash). */
+    f->finished = 1;
+    f->after_ckpt = 1;
+  }
   uint64_t want = 0;
   for (int i = 7; i >= 0; i--) want = (want << 8) | b[i];
   struct stat st;

@@ -150,6 +150,7 @@ struct weir_job {
   pthread_mutex_t ck_mu;
   weir__pending_ckpt ck;
   weir_run_info info;
+  int recover_only; /* a finished job: only tell operators its last checkpoint completed */
 };
 
 /* Records the job's first failure (later ones are dropped) and wakes the

@@ -260,7 +260,7 @@ static void on_async(uv_async_t *h) {
     return;
   }
   if (atomic_load(&job->tasks_done) == job->ntasks) {
-    if (!job->store) {
+    if (!job->store || job->recover_only) {
       coord_end(c);
       return;
     }
@@ -407,7 +407,16 @@ static int prepare_store(weir_job *job) {
       snprintf(job->info.job_id, sizeof job->info.job_id, "%s", rec.job_id);
       job->info.instance = rec.instance;
       job->info.already_finished = 1;
-      return 1;
+      if (!rec.latest) return 1;
+      /* Its final checkpoint may have completed without every operator
+       * hearing of it (a crash right after the commit): restore it, tell
+       * them, and run nothing. */
+      int lrc = load_checkpoint(job, rec.latest);
+      if (lrc) return lrc;
+      job->recover_only = 1;
+      atomic_store(&job->complete_id, rec.latest);
+      atomic_store(&job->final_id, rec.latest);
+      return 0;
     }
     if (!exists || !rec.latest)
       WEIR_LOG_I("no checkpoint has completed yet: starting from the beginning");
