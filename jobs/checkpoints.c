@@ -14,21 +14,8 @@
 #include <time.h>
 
 #include "weir/alloc.h"
+#include "weir/json.h"
 #include "weir/store.h"
-
-static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\')
-      fprintf(f, "\\%c", ch);
-    else if (ch < 0x20)
-      fprintf(f, "\\u%04x", ch);
-    else
-      fputc(ch, f);
-  }
-  fputc('"', f);
-}
 
 static void help_checkpoints(FILE *out) {
   fputs("usage: weir checkpoints [--state-dir DIR] [--json]\n"
@@ -127,7 +114,7 @@ int cli_cmd_checkpoints(int argc, char **argv) {
   if (r.json) {
     printf("{\"job\": ");
     if (exists)
-      json_str(stdout, job.job_id);
+      weir_json_string(stdout, job.job_id);
     else
       printf("null");
     printf(", \"finished\": %s, \"checkpoints\": [", exists && job.finished ? "true" : "false");
@@ -187,7 +174,7 @@ int cli_cmd_inspect(int argc, char **argv) {
   if (rc) return store_error(s, rc, "cannot read the checkpoint");
   if (r.json) {
     printf("{\"id\": %llu, \"job\": ", (unsigned long long)info->ckpt.id);
-    json_str(stdout, info->job_id);
+    weir_json_string(stdout, info->job_id);
     printf(", \"format\": %u, \"time\": %lld, \"bytes\": %llu, \"duration_ms\": %llu, "
            "\"alignment_ms\": %llu, \"final\": %s, \"subtasks\": [",
            info->format_version, (long long)info->ckpt.time_ms,
@@ -196,7 +183,7 @@ int cli_cmd_inspect(int argc, char **argv) {
     for (uint32_t i = 0; i < info->nsubtasks; i++) {
       weir_store_subtask_info *st = &info->subtasks[i];
       printf("%s{\"operator\": ", i ? ", " : "");
-      json_str(stdout, st->op);
+      weir_json_string(stdout, st->op);
       printf(", \"subtask\": %u, \"parallelism\": %u, \"bytes\": %llu, \"chunks\": %llu, "
              "\"u64_entries\": %llu, \"bytes_entries\": %llu, \"operator_state\": %llu, "
              "\"positions\": [",

@@ -18,20 +18,6 @@
 #include "task.h"
 #include "worker.h"
 
-static const char *part_name(weir__part p) {
-  switch (p) {
-  case WEIR__PART_FORWARD:
-    return "forward";
-  case WEIR__PART_HASH:
-    return "hash";
-  case WEIR__PART_BROADCAST:
-    return "broadcast";
-  case WEIR__PART_REBALANCE:
-    return "rebalance";
-  }
-  return "?";
-}
-
 static int validate(weir_job *job) {
   const weir_run_opts *o = &job->opts;
   if (job->nnodes == 0) return weir_job_fail(job, WEIR_EPLAN, "the job has no operators");
@@ -50,7 +36,6 @@ static int validate(weir_job *job) {
                            "forward edge from '%s' (parallelism %d) to '%s' (parallelism %d): "
                            "use equal parallelism or weir_rebalance/weir_key_by",
                            e->from->name, e->from->parallelism, e->to->name, e->to->parallelism);
-    (void)part_name;
   }
   for (uint32_t i = 0; i < job->nloops; i++)
     if (!job->loops[i]->closed)

@@ -4,20 +4,7 @@
 #include <string.h>
 
 #include "task.h"
-
-static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\')
-      fprintf(f, "\\%c", ch);
-    else if (ch < 0x20)
-      fprintf(f, "\\u%04x", ch);
-    else
-      fputc(ch, f);
-  }
-  fputc('"', f);
-}
+#include "weir/json.h"
 
 static const char *kind_name(weir__node_kind k) {
   return k == WEIR__NODE_SOURCE ? "source" : k == WEIR__NODE_SINK ? "sink" : "operator";
@@ -47,17 +34,17 @@ int weir_job_write_summary(const weir_job *job, const char *path) {
   double elapsed = job->start_ns ? (double)(end - job->start_ns) / 1e9 : 0;
   uint64_t src = 0;
   fprintf(f, "{\n  \"job\": ");
-  json_str(f, job->name);
+  weir_json_string(f, job->name);
   int failed = atomic_load(&job->failed);
   fprintf(f, ",\n  \"ok\": %s,\n  \"error\": ", failed || job->build_err ? "false" : "true");
-  json_str(f, job->errmsg);
+  weir_json_string(f, job->errmsg);
   fprintf(f, ",\n  \"workers\": %u,\n  \"elapsed_s\": %.6f,\n  \"operators\": [", job->nworkers,
           elapsed);
   for (uint32_t i = 0; i < job->nnodes; i++) {
     weir__node *n = job->nodes[i];
     uint64_t tin = 0, tout = 0;
     fprintf(f, "%s\n    {\"name\": ", i ? "," : "");
-    json_str(f, n->name);
+    weir_json_string(f, n->name);
     fprintf(f, ", \"kind\": \"%s\", \"parallelism\": %d, \"subtasks\": [", kind_name(n->kind),
             n->parallelism);
     for (int s = 0; n->ctx && s < n->parallelism; s++) {
@@ -71,7 +58,7 @@ int weir_job_write_summary(const weir_job *job, const char *path) {
       unsigned nc = atomic_load_explicit(&c->ncounters, memory_order_acquire);
       for (unsigned k = 0; k < nc; k++) {
         fprintf(f, "%s", k ? ", " : "");
-        json_str(f, c->counters[k].name);
+        weir_json_string(f, c->counters[k].name);
         fprintf(f, ": %llu", (unsigned long long)atomic_load(&c->counters[k].value));
       }
       fprintf(f, "}}");

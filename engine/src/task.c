@@ -124,9 +124,14 @@ int weir_emit(weir_ctx *ctx, uint64_t key, const void *payload, size_t len) {
   return emit_raw(ctx, key, ctx->cur_ts, next_id(ctx, ctx->cur_id), payload, len);
 }
 
+/* A u64 payload: 8 little-endian bytes (weir_payload_u64 reads it back). */
+static inline void put_u64(uint8_t buf[8], uint64_t value) {
+  for (int i = 0; i < 8; i++) buf[i] = (uint8_t)(value >> (8 * i));
+}
+
 int weir_emit_u64(weir_ctx *ctx, uint64_t key, uint64_t value) {
   uint8_t buf[8];
-  for (int i = 0; i < 8; i++) buf[i] = (uint8_t)(value >> (8 * i));
+  put_u64(buf, value);
   return emit_raw(ctx, key, ctx->cur_ts, next_id(ctx, ctx->cur_id), buf, 8);
 }
 
@@ -138,7 +143,7 @@ int weir_emit_from(weir_ctx *ctx, const weir_batch *b, uint32_t i, uint64_t key,
 int weir_emit_u64_from(weir_ctx *ctx, const weir_batch *b, uint32_t i, uint64_t key,
                        uint64_t value) {
   uint8_t buf[8];
-  for (int k = 0; k < 8; k++) buf[k] = (uint8_t)(value >> (8 * k));
+  put_u64(buf, value);
   return emit_raw(ctx, key, b->ts[i], next_id(ctx, b->ids[i]), buf, 8);
 }
 
