@@ -1190,7 +1190,10 @@ void weir_subtask_snapshot_free(weir_subtask_snapshot *snap) {
   weir_free(snap->b_vlen);
   weir_free(snap->b_data);
   weir_free(snap->pos);
-  weir_free(snap->blob);
+  if (snap->blob_release)
+    snap->blob_release(snap->blob, snap->blob_len);
+  else
+    weir_free(snap->blob);
   memset(snap, 0, sizeof *snap);
 }
 

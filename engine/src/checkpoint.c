@@ -214,12 +214,25 @@ int weir__task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns) {
 int weir__head_write_log(weir__task *t) {
   weir_job *job = t->job;
   uint64_t id = t->backlog->id, len, records = t->backlog->records;
-  uint8_t *log = weir__backlog_take(t->backlog, &len);
+  void (*release)(uint8_t *, uint64_t);
+  int err;
+  weir_ctx *c = t->ops[0];
+  uint8_t *log = weir__backlog_take(t->backlog, &len, &release, &err);
+  if (!log && len) {
+    weir__job_failed(job, WEIR_EIO,
+                     "checkpoint %llu: the back-edge log of '%s' subtask %u (%llu bytes) cannot "
+                     "be read back from its spill file: %s",
+                     (unsigned long long)id, c->node->name, c->subtask, (unsigned long long)len,
+                     strerror(-err));
+    return WEIR_EIO;
+  }
   if (!job->store) {
-    weir_free(log);
+    if (release)
+      release(log, len);
+    else
+      weir_free(log);
     return 0;
   }
-  weir_ctx *c = t->ops[0];
   weir_subtask_snapshot s;
   memset(&s, 0, sizeof s);
   s.op = weir_strdup(c->node->name);
@@ -227,6 +240,7 @@ int weir__head_write_log(weir__task *t) {
   s.parallelism = c->parallelism;
   s.blob = log;
   s.blob_len = len;
+  s.blob_release = release;
   WEIR_LOG_D("checkpoint %llu: back-edge log of '%s' subtask %u: %llu records, %llu bytes",
              (unsigned long long)id, c->node->name, c->subtask, (unsigned long long)records,
              (unsigned long long)len);

@@ -470,6 +470,8 @@ static void apply_defaults(weir_run_opts *o) {
   if (!o->buffer_timeout_us) o->buffer_timeout_us = 1000;
   if (!o->checkpoint_timeout_ms) o->checkpoint_timeout_ms = 600000;
   if (!o->retain) o->retain = 3;
+  if (!o->loop_memory_bytes) o->loop_memory_bytes = 64ull << 20;
+  if (!o->spill_dir) o->spill_dir = o->state_dir;
 }
 
 int weir_job_run(weir_job *job, const weir_run_opts *opts) {

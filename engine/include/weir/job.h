@@ -332,6 +332,12 @@ typedef struct weir_run_opts {
   int at_least_once;               /* barriers never block inputs */
   int restore;                     /* WEIR_RESTORE_* */
   uint64_t restore_id;             /* for WEIR_RESTORE_ID */
+  /* Loops: a feedback edge's queue and a loop head's back-edge log keep up
+   * to loop_memory_bytes each in memory (0 = 64 MiB; UINT64_MAX = never
+   * spill), and continue beyond it in unlinked scratch files in spill_dir
+   * (NULL = state_dir, or $TMPDIR or /tmp without one). */
+  uint64_t loop_memory_bytes;
+  const char *spill_dir;
 } weir_run_opts;
 
 enum {

@@ -119,6 +119,9 @@ typedef struct weir_subtask_snapshot {
   /* Operator-managed state (the operator's snapshot callback). */
   uint8_t *blob;
   uint64_t blob_len;
+  /* How the blob is released: NULL = weir_free; otherwise called with
+   * (blob, blob_len), e.g. to unmap a blob mapped from a file. */
+  void (*blob_release)(uint8_t *blob, uint64_t len);
 } weir_subtask_snapshot;
 
 /* Frees what the struct owns and zeroes it. */
