@@ -1111,6 +1111,7 @@ int weir_store_info(weir_store *s, uint64_t id, weir_store_ckpt_info **out) {
   info->ckpt.final = m.final;
   memcpy(info->job_id, m.job_id, sizeof info->job_id);
   info->format_version = m.format_version;
+  info->key_groups = m.key_groups;
   info->nsubtasks = m.nsub;
   if (m.nsub) info->subtasks = weir_calloc(m.nsub, sizeof *info->subtasks);
   for (uint32_t i = 0; i < m.nsub; i++) {

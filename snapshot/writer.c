@@ -782,6 +782,7 @@ static void exec_commit(weir_store *s, weir__req *r) {
   m.complete_ms = weir_clock_wall_ms();
   m.duration_ms = ci->duration_ms;
   m.alignment_ms = ci->alignment_ms;
+  m.key_groups = ci->key_groups;
   m.final = ci->final != 0;
   if (pc != NULL && pc->nsub > 0) {
     subs = weir_malloc(pc->nsub * sizeof *subs);

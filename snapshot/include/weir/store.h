@@ -160,6 +160,7 @@ typedef struct weir_store_commit_info {
   int64_t trigger_ms;    /* wall clock when triggered */
   uint64_t duration_ms;  /* trigger to all subtasks acknowledged */
   uint64_t alignment_ms; /* longest alignment of any subtask */
+  uint32_t key_groups;   /* key groups (max parallelism) of keyed state */
   int final;             /* the job's final checkpoint: marks it finished */
   uint32_t subtasks;     /* if not 0: the number of subtask writes the
                             checkpoint must hold (the acknowledgements the
@@ -220,6 +221,7 @@ typedef struct weir_store_ckpt_info {
   weir_store_ckpt ckpt;
   char job_id[40];
   uint32_t format_version;
+  uint32_t key_groups; /* 0: not recorded */
   uint32_t nsubtasks;
   weir_store_subtask_info *subtasks; /* ordered by operator name, subtask */
 } weir_store_ckpt_info;
