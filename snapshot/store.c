@@ -1181,8 +1181,16 @@ int weir_store_load(weir_store *s, uint64_t id, const char *op, uint32_t subtask
   return rc;
 }
 
+void weir_subtask_snapshot_fill(weir_subtask_snapshot *snap) {
+  if (!snap->fill) return;
+  void (*fill)(void *, weir_subtask_snapshot *, int) = snap->fill;
+  snap->fill = NULL;
+  fill(snap->fill_arg, snap, 1);
+}
+
 void weir_subtask_snapshot_free(weir_subtask_snapshot *snap) {
   if (snap == NULL) return;
+  if (snap->fill) snap->fill(snap->fill_arg, snap, 0);
   weir_free(snap->op);
   weir_free(snap->u64_keys);
   weir_free(snap->u64_values);

@@ -550,6 +550,7 @@ static int write_chunks(weir_store *s, uint64_t id, uint32_t record,
 static void exec_write(weir_store *s, weir__req *r) {
   weir_subtask_snapshot *sn = &r->snap;
   weir_store_written w = {0, 0};
+  weir_subtask_snapshot_fill(sn); /* a copy-on-write view: read it here */
   uint64_t id = r->id;
   int rc = check_open_id(s, id);
   weir__pending *pc = NULL;

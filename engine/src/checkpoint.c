@@ -121,9 +121,25 @@ static void write_state(weir_job *job, uint64_t id, weir_subtask_snapshot *s) {
 
 /* ---- the synchronous part --------------------------------------------------- */
 
+/* Runs on the store's writer thread: the view's entries into the
+ * snapshot. */
+static void fill_from_view(void *arg, weir_subtask_snapshot *s, int run) {
+  weir__cow *v = arg;
+  if (run) weir__cow_extract(v, &s->u64_keys, &s->u64_values, &s->n_u64);
+  weir__cow_release(v);
+}
+
 static void copy_state(weir_ctx *c, weir_subtask_snapshot *s) {
   weir__u64map *m = &c->state.u;
   uint64_t n = m->n + (m->has_empty_key ? 1 : 0), k = 0;
+  /* The u64 map: a copy-on-write view read on the writer thread, unless
+   * the previous one is still being read. */
+  weir__cow *v = n ? weir__u64_cow_begin(m) : NULL;
+  if (v) {
+    s->fill = fill_from_view;
+    s->fill_arg = v;
+    n = 0;
+  }
   s->n_u64 = n;
   if (n) {
     s->u64_keys = weir_malloc(n * sizeof(uint64_t));

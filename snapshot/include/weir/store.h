@@ -122,10 +122,19 @@ typedef struct weir_subtask_snapshot {
   /* How the blob is released: NULL = weir_free; otherwise called with
    * (blob, blob_len), e.g. to unmap a blob mapped from a file. */
   void (*blob_release)(uint8_t *blob, uint64_t len);
+  /* Deferred u64 state (a copy-on-write view, read off the owner's
+   * thread): if set, fill(fill_arg, snap, 1) sets n_u64, u64_keys and
+   * u64_values before anything reads them (the store does it on its writer
+   * thread), or fill(fill_arg, snap, 0) lets go of the view unread; exactly
+   * one of the two happens. */
+  void (*fill)(void *arg, struct weir_subtask_snapshot *snap, int run);
+  void *fill_arg;
 } weir_subtask_snapshot;
 
 /* Frees what the struct owns and zeroes it. */
 void weir_subtask_snapshot_free(weir_subtask_snapshot *snap);
+/* Runs a deferred fill now (no-op without one). */
+void weir_subtask_snapshot_fill(weir_subtask_snapshot *snap);
 
 typedef struct weir_store_written {
   uint64_t bytes;  /* stored bytes, envelopes included */
