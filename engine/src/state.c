@@ -44,6 +44,7 @@ static void table_free(uint64_t *p, uint64_t bytes) {
 static void cow_detach(weir__u64map *m);
 
 void weir__state_close(weir__state *s) {
+  table_free(s->u.spare, s->u.spare_cap * 16);
   if (s->u.cow)
     cow_detach(&s->u); /* a snapshot still reads the table: it frees it */
   else
@@ -55,7 +56,7 @@ void weir__state_close(weir__state *s) {
 
 /* ---- copy-on-write views (see state.h) ----------------------------------- */
 
-enum { PAGE_LIVE = 0, PAGE_READING = 1, PAGE_COPIED = 2, PAGE_DONE = 3 };
+enum { PAGE_LIVE = 0, PAGE_READING = 1, PAGE_COPIED = WEIR__COW_FREE, PAGE_DONE = 3 };
 
 struct weir__cow {
   _Atomic int refs;     /* the owner's and the reader's */
@@ -63,7 +64,7 @@ struct weir__cow {
   _Atomic int detached; /* the owner no longer uses `slots`: the last one frees it */
   uint64_t *slots, cap, npages;
   _Atomic uint8_t *state; /* per page */
-  uint64_t **copy;        /* per page, set before COPIED is published */
+  uint64_t *arena;        /* page p's copy at arena + 2 * p * WEIR__COW_PAGE */
   int has_empty_key;
   uint64_t empty_key_value;
 };
@@ -82,10 +83,9 @@ static uint64_t page_slots(const weir__cow *c, uint64_t p) {
 }
 
 static void cow_free(weir__cow *c) {
-  for (uint64_t p = 0; p < c->npages; p++) weir_free(c->copy[p]);
+  table_free(c->arena, c->cap * 16);
   if (atomic_load(&c->detached)) table_free(c->slots, c->cap * 16);
   weir_free((void *)c->state);
-  weir_free(c->copy);
   weir_free(c);
 }
 
@@ -93,10 +93,18 @@ static void cow_unref(weir__cow *c) {
   if (atomic_fetch_sub(&c->refs, 1) == 1) cow_free(c);
 }
 
-/* The owner lets go of its view (the table is its own again). */
+/* The owner lets go of its view (the table is its own again). A view its
+ * reader is done with leaves its copy arena for the next one: a fresh
+ * arena per snapshot costs a page fault per page the owner copies. */
 static void cow_drop(weir__u64map *m) {
   weir__cow *c = m->cow;
+  if (atomic_load_explicit(&c->finished, memory_order_acquire) && !m->spare) {
+    m->spare = c->arena;
+    m->spare_cap = c->cap;
+    c->arena = NULL;
+  }
   m->cow = NULL;
+  m->cow_pages = NULL;
   cow_unref(c);
 }
 
@@ -117,10 +125,16 @@ weir__cow *weir__u64_cow_begin(weir__u64map *m) {
   c->cap = m->slots ? m->cap : 0;
   c->npages = (c->cap + WEIR__COW_PAGE - 1) / WEIR__COW_PAGE;
   c->state = weir_calloc(c->npages ? c->npages : 1, 1);
-  c->copy = weir_calloc(c->npages ? c->npages : 1, sizeof *c->copy);
+  if (m->spare && m->spare_cap != c->cap) {
+    table_free(m->spare, m->spare_cap * 16);
+    m->spare = NULL;
+  }
+  c->arena = m->spare ? m->spare : c->cap ? table_alloc(c->cap * 16) : NULL;
+  m->spare = NULL;
   c->has_empty_key = m->has_empty_key;
   c->empty_key_value = m->empty_key_value;
   m->cow = c;
+  m->cow_pages = c->state;
   return c;
 }
 
@@ -131,16 +145,13 @@ static void cow_touch(weir__cow *c, uint64_t j) {
   uint8_t st = atomic_load_explicit(&c->state[p], memory_order_acquire);
   if (st >= PAGE_COPIED) return;
   if (st == PAGE_LIVE) {
-    uint64_t n = page_slots(c, p);
-    uint64_t *copy = weir_malloc(n * 16);
-    memcpy(copy, c->slots + 2 * p * WEIR__COW_PAGE, n * 16);
-    c->copy[p] = copy;
+    uint64_t off = 2 * p * WEIR__COW_PAGE;
+    memcpy(c->arena + off, c->slots + off, page_slots(c, p) * 16);
     uint8_t live = PAGE_LIVE;
     if (atomic_compare_exchange_strong_explicit(&c->state[p], &live, PAGE_COPIED,
                                                 memory_order_acq_rel, memory_order_acquire))
       return;
-    c->copy[p] = NULL; /* the reader got there first */
-    weir_free(copy);
+    /* The reader got there first (the copy is simply not used). */
   }
   while (atomic_load_explicit(&c->state[p], memory_order_acquire) == PAGE_READING) cpu_relax();
 }
@@ -180,7 +191,7 @@ void weir__cow_extract(weir__cow *c, uint64_t **keys, uint64_t **values, uint64_
       atomic_store_explicit(&c->state[p], PAGE_DONE, memory_order_release);
     } else {
       /* COPIED: the owner copied it (published by the acquire above). */
-      take_page(c->copy[p], cnt, ks, vs, &k);
+      take_page(c->arena + 2 * p * WEIR__COW_PAGE, cnt, ks, vs, &k);
     }
     WEIR_ASSERT(k <= max);
   }
@@ -219,6 +230,7 @@ static void u64_grow(weir__u64map *m) {
   /* An open view keeps the old table: the owner only reads it from here. */
   weir__cow *view = m->cow;
   m->cow = NULL;
+  m->cow_pages = NULL;
   u64_alloc(m, oldcap ? oldcap * 2 : MIN_CAP);
   uint64_t mask = m->cap - 1;
   for (uint64_t i = 0; i < oldcap; i++) {

@@ -14,17 +14,25 @@
 #ifndef WEIR_STATE_H
 #define WEIR_STATE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 typedef struct weir__cow weir__cow;
 
+/* Copy-on-write pages (see "copy-on-write snapshots" below): slots per
+ * page, and the first page state in which the owner writes freely. */
+#define WEIR__COW_PAGE 512u
+#define WEIR__COW_FREE 2u
+
 typedef struct weir__u64map {
-  uint64_t *slots; /* 2 words per slot: key, value; key == EMPTY is free */
-  weir__cow *cow;  /* a snapshot's copy-on-write view, or NULL */
-  uint64_t cap;    /* slots, a power of two */
-  uint64_t n;      /* entries, not counting the EMPTY key */
-  unsigned shift;  /* 64 - log2(cap) */
+  uint64_t *slots;            /* 2 words per slot: key, value; key == EMPTY is free */
+  weir__cow *cow;             /* a snapshot's copy-on-write view, or NULL */
+  _Atomic uint8_t *cow_pages; /* the view's page states (NULL without one) */
+  uint64_t *spare, spare_cap; /* a finished view's copy arena, for the next */
+  uint64_t cap;               /* slots, a power of two */
+  uint64_t n;                 /* entries, not counting the EMPTY key */
+  unsigned shift;             /* 64 - log2(cap) */
   int has_empty_key;
   uint64_t empty_key_value;
 } weir__u64map;
@@ -58,13 +66,18 @@ uint64_t *weir__u64_find(weir__u64map *m, uint64_t key);
  * insert. */
 uint64_t *weir__u64_upsert_slow(weir__u64map *m, uint64_t key);
 static inline uint64_t *weir__u64_upsert(weir__u64map *m, uint64_t key) {
-  /* Fast path: the key is present, no growth is due, no snapshot reads the
-   * table. */
-  if (m->slots && key != WEIR__U64_EMPTY && !m->cow) {
+  /* Fast path: the key is present, no growth is due, and no open view
+   * still needs the slot's page as it was (see below). */
+  if (m->slots && key != WEIR__U64_EMPTY) {
     uint64_t mask = m->cap - 1;
     for (uint64_t j = (key * 0x9e3779b97f4a7c15ULL) >> m->shift;; j = (j + 1) & mask) {
       uint64_t k = m->slots[2 * j];
-      if (k == key) return &m->slots[2 * j + 1];
+      if (k == key) {
+        if (m->cow_pages && atomic_load_explicit(&m->cow_pages[j / WEIR__COW_PAGE],
+                                                 memory_order_acquire) < WEIR__COW_FREE)
+          break;
+        return &m->slots[2 * j + 1];
+      }
       if (k == WEIR__U64_EMPTY) break;
     }
   }
@@ -100,7 +113,6 @@ static inline void weir__u64_prefetch(const weir__u64map *m, uint64_t key) {
  * view, shared by two threads, is freed by whichever lets go of it last.
  * One view at a time: while one is still being read, the next snapshot
  * copies the entries synchronously instead. */
-#define WEIR__COW_PAGE 512u
 
 /* Opens a view of m's u64 entries as they are now. NULL if a previous view
  * is still being read (copy instead). The owner keeps writing m. */
