@@ -225,13 +225,13 @@ static void u64_alloc(weir__u64map *m, uint64_t cap) {
   m->shift = 64 - lg;
 }
 
-static void u64_grow(weir__u64map *m) {
+static void u64_rehash(weir__u64map *m, uint64_t newcap) {
   uint64_t *old = m->slots, oldcap = m->cap;
   /* An open view keeps the old table: the owner only reads it from here. */
   weir__cow *view = m->cow;
   m->cow = NULL;
   m->cow_pages = NULL;
-  u64_alloc(m, oldcap ? oldcap * 2 : MIN_CAP);
+  u64_alloc(m, newcap);
   uint64_t mask = m->cap - 1;
   for (uint64_t i = 0; i < oldcap; i++) {
     uint64_t k = old[2 * i];
@@ -247,6 +247,16 @@ static void u64_grow(weir__u64map *m) {
   } else {
     table_free(old, oldcap * 16);
   }
+}
+
+static void u64_grow(weir__u64map *m) {
+  u64_rehash(m, m->cap ? m->cap * 2 : MIN_CAP);
+}
+
+void weir__u64_reserve(weir__u64map *m, uint64_t n) {
+  uint64_t cap = m->slots ? m->cap : MIN_CAP;
+  while ((m->n + n) * 2 > cap) cap *= 2;
+  if (!m->slots || cap > m->cap) u64_rehash(m, cap);
 }
 
 uint64_t *weir__u64_find(weir__u64map *m, uint64_t key) {

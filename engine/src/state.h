@@ -85,6 +85,9 @@ static inline uint64_t *weir__u64_upsert(weir__u64map *m, uint64_t key) {
 }
 /* 1 if removed, 0 if absent. */
 int weir__u64_del(weir__u64map *m, uint64_t key);
+/* Grows the table once so that n more entries fit without growing again
+ * (a restore: one allocation instead of a doubling per power of two). */
+void weir__u64_reserve(weir__u64map *m, uint64_t n);
 
 static inline void weir__u64_prefetch(const weir__u64map *m, uint64_t key) {
   if (m->slots) {
