@@ -31,7 +31,6 @@
  */
 #include <criterion/criterion.h>
 
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -713,24 +712,6 @@ Test(backlog, model_random_interleavings) {
 
 static char *spill_tmp;
 
-static int count_files(const char *dir) {
-  DIR *d = opendir(dir);
-  cr_assert_not_null(d);
-  int n = 0;
-  for (struct dirent *e; (e = readdir(d));)
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-  closedir(d);
-  return n;
-}
-
-static void arm(const char *failpoints) {
-  if (failpoints)
-    setenv("WEIR_FAILPOINTS", failpoints, 1);
-  else
-    unsetenv("WEIR_FAILPOINTS");
-  weir_failpoint_reload();
-}
-
 static void spill_setup(void) {
   spill_tmp = th_tmpdir();
   cr_assert_not_null(spill_tmp);
@@ -739,8 +720,8 @@ static void spill_setup(void) {
 
 /* No spill file is left behind: each is unlinked as soon as it exists. */
 static void spill_teardown(void) {
-  arm(NULL);
-  cr_assert_eq(count_files(spill_tmp), 0, "files left in the spill directory");
+  th_arm_failpoints(NULL);
+  cr_assert_eq(th_count_entries(spill_tmp), 0, "files left in the spill directory");
   th_rmrf(spill_tmp);
   free(spill_tmp);
 }
@@ -758,7 +739,7 @@ Test(spill, model_random_interleavings) {
 }
 
 Test(spill, file_that_cannot_be_created_keeps_the_log_in_memory) {
-  arm("spill.open=error+");
+  th_arm_failpoints("spill.open=error+");
   spill_bound = 300;
   cr_assert_not(round_trip());
   cr_assert_geq(weir_failpoint_hits("spill.open"), 1, "the log never tried to spill");
@@ -767,7 +748,7 @@ Test(spill, file_that_cannot_be_created_keeps_the_log_in_memory) {
 Test(spill, write_failing_part_way_keeps_the_rest_in_memory) {
   /* The 5th write fails: the first ones are in the file, the rest joins
    * them from memory at the hand-over. */
-  arm("spill.write=error@5+");
+  th_arm_failpoints("spill.write=error@5+");
   spill_bound = 300;
   cr_assert_not(round_trip());
   cr_assert_geq(weir_failpoint_hits("spill.write"), 5);

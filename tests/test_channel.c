@@ -20,7 +20,6 @@
  * the two counters, so a wake-up sent to the wrong side is noticed.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -468,32 +467,14 @@ Test(channel, destroy_empty_and_fresh) {
 
 static char *spill_tmp;
 
-static void arm(const char *failpoints) {
-  if (failpoints)
-    setenv("WEIR_FAILPOINTS", failpoints, 1);
-  else
-    unsetenv("WEIR_FAILPOINTS");
-  weir_failpoint_reload();
-}
-
-static int count_files(const char *dir) {
-  DIR *d = opendir(dir);
-  cr_assert_not_null(d);
-  int n = 0;
-  for (struct dirent *e; (e = readdir(d));)
-    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
-  closedir(d);
-  return n;
-}
-
 static void spill_setup(void) {
   spill_tmp = th_tmpdir();
   cr_assert_not_null(spill_tmp);
 }
 
 static void spill_teardown(void) {
-  arm(NULL);
-  cr_assert_eq(count_files(spill_tmp), 0, "a spill file was left behind");
+  th_arm_failpoints(NULL);
+  cr_assert_eq(th_count_entries(spill_tmp), 0, "a spill file was left behind");
   th_rmrf(spill_tmp);
   free(spill_tmp);
 }
@@ -558,14 +539,14 @@ Test(spill, feedback_overflow_goes_to_a_file_in_order) {
 }
 
 Test(spill, file_that_cannot_be_created_keeps_batches_in_memory) {
-  arm("spill.open=error+");
+  th_arm_failpoints("spill.open=error+");
   cr_assert_eq(spill_run(40), 0);
   cr_assert_geq(weir_failpoint_hits("spill.open"), 1);
 }
 
 Test(spill, write_failing_part_way_keeps_order) {
   /* Batches 1-3 of the overflow go to the file, the rest wait behind it. */
-  arm("spill.write=error@4+");
+  th_arm_failpoints("spill.write=error@4+");
   cr_assert_eq(spill_run(40), 3);
 }
 
@@ -576,7 +557,7 @@ Test(spill, unreadable_file_is_reported) {
   ch->spill_dir = spill_tmp;
   for (uint64_t i = 0; i < 4; i++) weir__chan_push(ch, data_batch(ch, 3 * i, 3));
   cr_assert_eq(ch->nspilled, 3);
-  arm("spill.read=error+");
+  th_arm_failpoints("spill.read=error+");
   expect_data(ch, 0, 3);
   weir__chan_flush_pending(ch);
   cr_assert_neq(ch->spill_err, 0, "a short spill file went unnoticed");

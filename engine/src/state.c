@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "spin.h"
 #include "weir/alloc.h"
 #include "weir/assert.h"
 #include "hash.h"
@@ -68,14 +69,6 @@ struct weir__cow {
   int has_empty_key;
   uint64_t empty_key_value;
 };
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ volatile("yield");
-#endif
-}
 
 static uint64_t page_slots(const weir__cow *c, uint64_t p) {
   uint64_t left = c->cap - p * WEIR__COW_PAGE;
@@ -153,7 +146,8 @@ static void cow_touch(weir__cow *c, uint64_t j) {
       return;
     /* The reader got there first (the copy is simply not used). */
   }
-  while (atomic_load_explicit(&c->state[p], memory_order_acquire) == PAGE_READING) cpu_relax();
+  while (atomic_load_explicit(&c->state[p], memory_order_acquire) == PAGE_READING)
+    weir__cpu_relax();
 }
 
 /* The owner, before writing slot j of its table. */
