@@ -369,8 +369,10 @@ static int load_rescaled(weir_job *job, uint64_t id, weir__node *n, uint32_t p0,
 
 /* Loads checkpoint id into the contexts (installed when tasks open),
  * redistributing the state of operators whose parallelism changed, or of
- * every keyed operator if the number of key groups did. */
-static int load_checkpoint(weir_job *job, uint64_t id) {
+ * every keyed operator if the number of key groups did. notified_only: only
+ * the operators that hear of completed checkpoints (a finished job's
+ * restore, which runs nothing but those notifications). */
+static int load_checkpoint(weir_job *job, uint64_t id, int notified_only) {
   int rc = weir_store_verify(job->store, id);
   if (rc) return store_fail(job, rc, "cannot restore");
   weir_store_ckpt_info *info = NULL;
@@ -399,6 +401,7 @@ static int load_checkpoint(weir_job *job, uint64_t id) {
   for (uint32_t k = 0; k < job->nnodes && !rc; k++) {
     weir__node *n = job->nodes[k];
     if (!p0[k]) continue;
+    if (notified_only && !(n->ovt && n->ovt->checkpoint_complete)) continue;
     if (p0[k] != (uint32_t)n->parallelism || (n->keyed && old_kg != kg)) {
       WEIR_LOG_I("checkpoint %llu: redistributing the state of '%s' from %u to %d subtasks",
                  (unsigned long long)id, n->name, p0[k], n->parallelism);
@@ -470,7 +473,7 @@ static int prepare_store(weir_job *job) {
       /* Its final checkpoint may have completed without every operator
        * hearing of it (a crash right after the commit): restore it, tell
        * them, and run nothing. */
-      int lrc = load_checkpoint(job, rec.latest);
+      int lrc = load_checkpoint(job, rec.latest, 1);
       if (lrc) return lrc;
       job->recover_only = 1;
       atomic_store(&job->complete_id, rec.latest);
@@ -506,7 +509,7 @@ static int prepare_store(weir_job *job) {
   snprintf(job->info.job_id, sizeof job->info.job_id, "%s", rec.job_id);
   job->info.instance = rec.instance;
   if (from) {
-    rc = load_checkpoint(job, from);
+    rc = load_checkpoint(job, from, 0);
     if (rc) return rc;
     job->info.restored_from = from;
     WEIR_LOG_I("restored job %s from checkpoint %llu", rec.job_id, (unsigned long long)from);
