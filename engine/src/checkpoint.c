@@ -32,7 +32,7 @@ struct weir_snapshot_writer {
 };
 
 struct weir_snapshot_reader {
-  const weir_subtask_snapshot *snap;
+  weir_subtask_snapshot *snap;
 };
 
 int weir_snapshot_write(weir_snapshot_writer *w, const void *data, size_t len) {
@@ -61,6 +61,17 @@ int weir_snapshot_position(weir_snapshot_writer *w, uint32_t split, uint64_t off
 const void *weir_snapshot_data(weir_snapshot_reader *r, size_t *len) {
   *len = (size_t)r->snap->blob_len;
   return r->snap->blob;
+}
+
+uint8_t *weir__snapshot_take_blob(weir_snapshot_reader *r, uint64_t *len,
+                                  void (**release)(uint8_t *, uint64_t)) {
+  uint8_t *p = r->snap->blob;
+  *len = r->snap->blob_len;
+  *release = r->snap->blob_release;
+  r->snap->blob = NULL;
+  r->snap->blob_len = 0;
+  r->snap->blob_release = NULL;
+  return p;
 }
 
 int weir_snapshot_get_position(weir_snapshot_reader *r, uint32_t split, uint64_t *offset) {

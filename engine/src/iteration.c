@@ -56,9 +56,20 @@
 /* ---- the head operator ------------------------------------------------------ */
 
 typedef struct head_state {
-  uint8_t *replay; /* a restored back-edge log, emitted before new input */
-  uint64_t len;
+  uint8_t *replay;                      /* a restored back-edge log, emitted before new input */
+  uint64_t len, off;                    /* its length, and how much of it was emitted */
+  void (*release)(uint8_t *, uint64_t); /* how to let go of it (NULL: weir_free) */
 } head_state;
+
+static void drop_replay(head_state *h) {
+  if (h->release)
+    h->release(h->replay, h->len);
+  else
+    weir_free(h->replay);
+  h->replay = NULL;
+  h->len = h->off = 0;
+  h->release = NULL;
+}
 
 static int head_open(weir_ctx *ctx) {
   weir_ctx_set_user(ctx, weir_calloc(1, sizeof(head_state)));
@@ -74,11 +85,14 @@ static int head_process_batch(weir_ctx *ctx, const weir_batch *b) {
   return 0;
 }
 
-/* Walks a serialized log; returns the records or -1 if malformed. */
-static int64_t log_walk(const uint8_t *p, uint64_t len, weir_ctx *emit_to) {
-  uint64_t off = 0;
+/* Walks a serialized log from *offp, emitting at most max records into
+ * emit_to (if not NULL); returns the records walked, -1 if malformed, -2 if
+ * an emit failed. *offp ends after the last record walked. */
+static int64_t log_walk(const uint8_t *p, uint64_t len, uint64_t *offp, uint64_t max,
+                        weir_ctx *emit_to) {
+  uint64_t off = *offp;
   int64_t n = 0;
-  while (off < len) {
+  while (off < len && (uint64_t)n < max) {
     if (len - off < 28) return -1;
     weir_record r;
     memcpy(&r.key, p + off, 8);
@@ -91,26 +105,31 @@ static int64_t log_walk(const uint8_t *p, uint64_t len, weir_ctx *emit_to) {
     off += r.len;
     if (emit_to && weir_emit_record(emit_to, &r) < 0) return -2;
     n++;
+    *offp = off;
   }
   return n;
 }
 
 static int head_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
   head_state *h = weir_ctx_user(ctx);
-  size_t n;
-  const uint8_t *p = weir_snapshot_data(r, &n);
-  if (log_walk(p, n, NULL) < 0)
+  uint64_t n = 0, off = 0;
+  void (*release)(uint8_t *, uint64_t) = NULL;
+  uint8_t *p = weir__snapshot_take_blob(r, &n, &release);
+  drop_replay(h);
+  h->replay = p;
+  h->len = n;
+  h->release = release;
+  if (log_walk(p, n, &off, UINT64_MAX, NULL) < 0) {
+    drop_replay(h);
     return weir_ctx_fail(ctx, WEIR_ECORRUPT, "back-edge log of '%s' is malformed",
                          weir_ctx_name(ctx));
-  h->replay = weir_malloc(n ? n : 1);
-  memcpy(h->replay, p, n);
-  h->len = n;
+  }
   return 0;
 }
 
 static void head_close(weir_ctx *ctx) {
   head_state *h = weir_ctx_user(ctx);
-  if (h) weir_free(h->replay);
+  if (h) drop_replay(h);
   weir_free(h);
   weir_ctx_set_user(ctx, NULL);
 }
@@ -121,16 +140,17 @@ const weir_operator_vt weir__head_vt = {.name = "iteration-head",
                                         .restore = head_restore,
                                         .close = head_close};
 
-int weir__head_replay(weir_ctx *ctx) {
+int weir__head_replay(weir_ctx *ctx, uint64_t max) {
   head_state *h = weir_ctx_user(ctx);
   if (!h || !h->replay) return 0;
   /* For tests only: a negative control that drops the log must give a
    * wrong result (WEIR_FAILPOINTS=iter.skip_replay=error). */
-  int64_t n = weir_failpoint("iter.skip_replay") ? 0 : log_walk(h->replay, h->len, ctx);
-  weir_free(h->replay);
-  h->replay = NULL;
-  h->len = 0;
-  return n < 0 ? WEIR_EIO : 0;
+  if (h->off == 0 && weir_failpoint("iter.skip_replay")) h->off = h->len;
+  int64_t n = log_walk(h->replay, h->len, &h->off, max, ctx);
+  if (n < 0) return WEIR_EIO;
+  if (h->off < h->len) return 1;
+  drop_replay(h);
+  return 0;
 }
 
 /* ---- back-edge log ---------------------------------------------------------- */

@@ -93,8 +93,10 @@ int weir__loop_drained(weir__loop *l);
 
 /* ---- restore ------------------------------------------------------------------- */
 
-/* Emits the records of a restored back-edge log into the loop (head task,
- * before any new input). Returns 0 or an error. */
-int weir__head_replay(weir_ctx *head);
+/* Emits up to max records of a restored back-edge log into the loop (head
+ * task, before any new input; a step at a time, so a large log flows at the
+ * pace the loop takes it). Returns 1 if more remain, 0 when the log is
+ * done, or an error. */
+int weir__head_replay(weir_ctx *head, uint64_t max);
 
 #endif

@@ -392,16 +392,21 @@ static int complete_alignment(weir__task *t) {
 
 /* Loop heads: replay a restored back-edge log before any new input, act as
  * the loop's source of barriers once its external inputs ended, and finish
- * when the loop drained. Returns 1 if the step must end here. */
+ * when the loop drained. Returns 1 if the step must end here, 2 if part of
+ * the log is still to be replayed. */
 static int head_duties(weir__task *t) {
   if (!t->replayed) {
-    t->replayed = 1;
-    int rc = weir__head_replay(t->ops[0]);
-    if (!rc) rc = chain_flush(t, 0);
-    if (rc) {
+    int rc = weir__head_replay(t->ops[0], (uint64_t)t->budget_batches * t->batch_records);
+    if (rc >= 0) {
+      int frc = chain_flush(t, 0);
+      if (frc) rc = frc;
+    }
+    if (rc < 0) {
       task_failed(t, rc);
       return 1;
     }
+    if (rc > 0) return 2;
+    t->replayed = 1;
   }
   if (t->nregular_ended < t->nregular) return 0;
   if (pending_trigger(t) && !t->backlog->id) {
@@ -446,7 +451,7 @@ static int input_barrier(weir__task *t, uint32_t idx, uint64_t id) {
       task_failed(t, WEIR_ECKPT);
       return 1;
     }
-    if (lr == WEIR__LOG_BLOCK && t->nregular_ended == t->nregular && head_duties(t)) return 1;
+    if (lr == WEIR__LOG_BLOCK && t->nregular_ended == t->nregular && head_duties(t) == 1) return 1;
     return 0;
   }
   weir__align_result ar = weir__align_barrier(&t->align, idx, id, weir_clock_mono_ns());
@@ -466,9 +471,11 @@ static int input_barrier(weir__task *t, uint32_t idx, uint64_t id) {
 static int input_step(weir__task *t) {
   uint32_t processed = 0;
   if (t->head_loop) {
-    if (head_duties(t)) return 0;
+    int hd = head_duties(t);
+    if (hd == 1) return 0;
     /* A replayed log or an injected barrier may be waiting for room. */
     if (!outputs_writable(t)) return 0;
+    if (hd == 2) return 1; /* more of the log next step */
   }
   while (processed < t->budget_batches) {
     weir__batch *b = NULL;
@@ -508,7 +515,7 @@ static int input_step(weir__task *t) {
           again = 1;
       if (again) continue;
       flush_outputs(t);
-      if (!t->head_loop || !head_duties(t)) settle_pending(t);
+      if (!t->head_loop || head_duties(t) != 1) settle_pending(t);
       publish_stats(t);
       return 0;
     }
