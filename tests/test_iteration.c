@@ -364,6 +364,7 @@ typedef struct fan_run {
   uint32_t batch, interval_ms;
   int feedback;         /* FB_* */
   uint64_t loop_memory; /* 0 = default; small: feedback queues and logs spill */
+  int body_keyed;       /* the body behind a hash edge from the head */
 } fan_run;
 
 /* Checkpoints of the run in its store: how many, how many with a
@@ -413,7 +414,7 @@ static void fan_out(fan_run r) {
   weir_stream *s = weir_source(job, "numbers", &num_vt, &cfg, r.p);
   weir_stream *body = NULL;
   weir_iteration *it = weir_iterate(weir_key_by(s), "loop", r.p, &body);
-  weir_stream *f = weir_process(body, "fan", &fan_vt, &cfg, r.p);
+  weir_stream *f = weir_process(r.body_keyed ? weir_key_by(body) : body, "fan", &fan_vt, &cfg, r.p);
   weir_stream *again = weir_process(f, "again", &again_vt, NULL, r.p);
   weir_stream *fb = r.feedback == FB_KEY         ? weir_key_by(again)
                     : r.feedback == FB_REBALANCE ? weir_rebalance(again)
@@ -440,8 +441,9 @@ static void fan_out(fan_run r) {
   pthread_join(wd.thread, NULL);
   double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
   char what[160];
-  snprintf(what, sizeof what, "P=%d W=%d batch=%u interval=%u ms feedback=%s%s", r.p, r.w, r.batch,
-           r.interval_ms, fb_name[r.feedback], r.loop_memory ? " spilled" : "");
+  snprintf(what, sizeof what, "P=%d W=%d batch=%u interval=%u ms feedback=%s%s%s", r.p, r.w,
+           r.batch, r.interval_ms, fb_name[r.feedback], r.loop_memory ? " spilled" : "",
+           r.body_keyed ? " body-keyed" : "");
   cr_assert_not(atomic_load(&wd.stalled),
                 "%s: the loop made no progress for %d s after %llu operator calls (%llu of %llu "
                 "exits): deadlock",
@@ -486,29 +488,37 @@ static void fan_out(fan_run r) {
 TestSuite(fan_out, .timeout = 120);
 
 Test(fan_out, p1_w1_batch4_keyed) {
-  fan_out((fan_run){1, 1, 4, 5, FB_KEY, 0});
+  fan_out((fan_run){1, 1, 4, 5, FB_KEY, 0, 0});
 }
 Test(fan_out, p1_w2_batch16_forward) {
-  fan_out((fan_run){1, 2, 16, 10, FB_FORWARD, 0});
+  fan_out((fan_run){1, 2, 16, 10, FB_FORWARD, 0, 0});
 }
 Test(fan_out, p2_w1_batch8_keyed) {
-  fan_out((fan_run){2, 1, 8, 7, FB_KEY, 0});
+  fan_out((fan_run){2, 1, 8, 7, FB_KEY, 0, 0});
 }
 Test(fan_out, p2_w2_batch5_rebalance) {
-  fan_out((fan_run){2, 2, 5, 5, FB_REBALANCE, 0});
+  fan_out((fan_run){2, 2, 5, 5, FB_REBALANCE, 0, 0});
 }
 Test(fan_out, p4_w1_batch16_forward) {
-  fan_out((fan_run){4, 1, 16, 10, FB_FORWARD, 0});
+  fan_out((fan_run){4, 1, 16, 10, FB_FORWARD, 0, 0});
 }
 Test(fan_out, p4_w2_batch4_keyed) {
-  fan_out((fan_run){4, 2, 4, 5, FB_KEY, 0});
+  fan_out((fan_run){4, 2, 4, 5, FB_KEY, 0, 0});
 }
 /* Every batch beyond the ring goes to a spill file and back. */
 Test(fan_out, p2_w2_batch8_keyed_spilled) {
-  fan_out((fan_run){2, 2, 8, 5, FB_KEY, 1});
+  fan_out((fan_run){2, 2, 8, 5, FB_KEY, 1, 0});
 }
 Test(fan_out, p4_w1_batch16_forward_spilled) {
-  fan_out((fan_run){4, 1, 16, 10, FB_FORWARD, 1});
+  fan_out((fan_run){4, 1, 16, 10, FB_FORWARD, 1, 0});
+}
+/* The body aligns on every head: one head's barrier must not wait behind
+ * input the head holds back while the others' records are blocked. */
+Test(fan_out, p2_w2_batch4_body_keyed) {
+  fan_out((fan_run){2, 2, 4, 5, FB_KEY, 0, 1});
+}
+Test(fan_out, p4_w2_batch8_body_keyed) {
+  fan_out((fan_run){4, 2, 8, 5, FB_FORWARD, 0, 1});
 }
 
 /* ------------------------------------------------------------------------ */

@@ -481,8 +481,12 @@ static int input_step(weir__task *t) {
     weir__batch *b = NULL;
     uint32_t idx = 0;
     /* (Not while a checkpoint waits on the external inputs: records held
-     * on a blocked edge stay in flight, and would hold the barrier back.) */
-    int passes = !t->head_loop || t->align.cur || t->backlog->nearly ||
+     * on a blocked edge stay in flight, and would hold the barrier back.
+     * That includes a barrier not read yet: with a body behind a hash edge,
+     * the body aligns on every head, so one head's barrier queued behind
+     * admission-limited input blocks the others' records in the body, which
+     * keeps the count at the limit.) */
+    int passes = !t->head_loop || t->align.cur || t->backlog->nearly || pending_trigger(t) ||
                          atomic_load(&t->head_loop->inflight) < t->head_loop->admit
                      ? 2
                      : 1;
