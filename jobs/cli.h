@@ -131,6 +131,7 @@ typedef struct cli_builtin {
 extern const cli_builtin cli_counter_job;
 extern const cli_builtin cli_wordcount_job;
 extern const cli_builtin cli_collatz_job;
+extern const cli_builtin cli_components_job;
 
 /* A job shared object, opened with cli_job_load. */
 typedef struct cli_loaded {

@@ -24,7 +24,7 @@
 #endif
 
 static const cli_builtin *const builtins[] = {&cli_counter_job, &cli_wordcount_job,
-                                              &cli_collatz_job};
+                                              &cli_collatz_job, &cli_components_job};
 #define N_BUILTINS (sizeof builtins / sizeof builtins[0])
 
 static const cli_builtin *find_builtin(const char *name) {
