@@ -3,14 +3,18 @@
  * rounds (an iteration with a feedback edge and keyed state in the loop).
  *
  * DESIGN. gen (records 0 .. N+M-1) -> input (record i < N: "vertex i";
- * i = N + e: edge e, as one record per direction) -> iteration head ->
- * key_by vertex -> label -> { again: label offers, fed back into the head;
- * out: one result per vertex, leaving the loop -> sink }.
+ * i = N + e: edge e, as one record per direction) -> key_by vertex ->
+ * iteration head -> label -> { again: label offers, key_by vertex, fed back
+ * into the head; out: one result per vertex, leaving the loop -> sink }.
  *
- * The `label` operator is keyed by vertex. Its state per vertex: the
- * current label (u64 map; absent = the vertex's own id) and the adjacency
- * list (byte map, the neighbours' ids). Loop records are 16 bytes, a kind
- * and a value, keyed by the vertex they are for:
+ * The `label` operator is chained to the head, so records reach the
+ * subtask that owns their vertex (both edges into the head hash by vertex)
+ * and the loop has no edge but the feedback: no alignment inside the loop
+ * body. Its state per vertex, in a table of its own that its snapshot
+ * callback writes whole into every checkpoint: the current label (at first
+ * the vertex's own id) and the adjacency list (the neighbours' ids). Loop
+ * records are 16 bytes, a kind and a value, keyed by the vertex they are
+ * for:
  *   VERTEX        makes the vertex exist (so isolated vertices get output);
  *   EDGE w        adds w to the adjacency and offers the current label to w;
  *   OFFER l       if l is lower than the label, the label becomes l and l
@@ -22,16 +26,25 @@
  * The loop drains because labels only go down, and the engine ends it when
  * no record is in flight and the input ended.
  *
+ * Why not managed keyed state: an operator is keyed only behind a hash
+ * edge, and a hash edge from the head into the body makes the body align
+ * barriers from several heads inside the loop. That can deadlock: with
+ * barrier n forwarded by one head, the body blocks that head's channel
+ * while it waits for n from another head, whose barrier waits in its
+ * external input behind the loop's admission limit, which the blocked
+ * body keeps full. A table snapshotted by the operator avoids the edge;
+ * its price is that a checkpoint restores only with the same parallelism
+ * (the engine refuses another one, naming `label`).
+ *
  * Output: at end of input (finish, after the loop drained) the operator
  * emits one 8-byte "<vertex> <label>" record per vertex it owns, which the
  * `out` filter lets leave the loop (the 16-byte offers go round again). The
- * labels and adjacency are managed state and offers in flight on the
- * feedback edge are in the back-edge log, so a restore resumes the
- * propagation exactly; results are emitted only after the last regular
- * checkpoint, and the file sink truncates back to its cut, so a restored
- * run writes every vertex exactly once. The summary counts the components
- * (vertices whose label is their own id) and the offers that lowered a
- * label.
+ * table is in every checkpoint and offers in flight on the feedback edge
+ * are in the back-edge log, so a restore resumes the propagation exactly;
+ * results are emitted only after the last regular checkpoint, and the file
+ * sink truncates back to its cut, so a restored run writes every vertex
+ * exactly once. The summary counts the components (vertices whose label is
+ * their own id) and the offers that lowered a label.
  *
  * Edge e joins u = h(seed, 2e) mod N and v = h(seed, 2e + 1) mod N, with h
  * the splitmix64 finaliser of (seed * 0x9e3779b97f4a7c15 + x): uniform
@@ -59,11 +72,21 @@ typedef struct cc_rec {
   uint64_t value;
 } cc_rec;
 
-/* Per-subtask scratch space for rewriting an adjacency list. */
-typedef struct cc_scratch {
-  uint64_t *buf;
-  size_t cap; /* entries */
-} cc_scratch;
+/* One vertex of a label subtask's table. */
+typedef struct cc_vertex {
+  uint64_t id;
+  uint64_t label;
+  uint64_t *adj; /* neighbours; NULL when none */
+  uint32_t nadj, cap;
+} cc_vertex;
+
+/* A label subtask's vertices: open addressing on the id, linear probing,
+ * at most half full. `used` marks taken slots. */
+typedef struct cc_table {
+  cc_vertex *slots;
+  uint8_t *used;
+  uint64_t cap, n;
+} cc_table;
 
 static void cc_help(FILE *out) {
   fputs("usage: weir run components [--vertices N] [--edges M] [--seed S]\n"
@@ -143,94 +166,181 @@ static int input_fn(weir_ctx *ctx, void *user, const weir_record *in) {
   return rc ? rc : emit_rec(ctx, v, CC_EDGE, u);
 }
 
+static uint64_t slot_of(const cc_table *t, uint64_t id) {
+  return (id * 0x9e3779b97f4a7c15ull) & (t->cap - 1);
+}
+
+static void table_free(cc_table *t) {
+  for (uint64_t i = 0; i < t->cap; i++)
+    if (t->used[i]) free(t->slots[i].adj);
+  free(t->slots);
+  free(t->used);
+  memset(t, 0, sizeof *t);
+}
+
+/* Doubles the table (or makes the first one). Returns 0 or WEIR_ENOMEM. */
+static int table_grow(cc_table *t) {
+  uint64_t cap = t->cap ? t->cap * 2 : 1024;
+  cc_table g = {calloc(cap, sizeof *g.slots), calloc(cap, 1), cap, t->n};
+  if (!g.slots || !g.used) {
+    free(g.slots);
+    free(g.used);
+    return WEIR_ENOMEM;
+  }
+  for (uint64_t i = 0; i < t->cap; i++) {
+    if (!t->used[i]) continue;
+    uint64_t j = slot_of(&g, t->slots[i].id);
+    while (g.used[j]) j = (j + 1) & (cap - 1);
+    g.used[j] = 1;
+    g.slots[j] = t->slots[i];
+  }
+  free(t->slots);
+  free(t->used);
+  *t = g;
+  return 0;
+}
+
+/* The vertex `id`, added with its own id as label if absent; NULL when out
+ * of memory. */
+static cc_vertex *table_get(cc_table *t, uint64_t id) {
+  if (2 * (t->n + 1) > t->cap && table_grow(t) < 0) return NULL;
+  uint64_t j = slot_of(t, id);
+  while (t->used[j]) {
+    if (t->slots[j].id == id) return &t->slots[j];
+    j = (j + 1) & (t->cap - 1);
+  }
+  t->used[j] = 1;
+  t->slots[j] = (cc_vertex){.id = id, .label = id};
+  t->n++;
+  return &t->slots[j];
+}
+
+static int adj_add(cc_vertex *x, uint64_t w) {
+  if (x->nadj == x->cap) {
+    if (x->cap >= UINT32_MAX / 2) return WEIR_ENOMEM;
+    uint32_t cap = x->cap ? x->cap * 2 : 4;
+    uint64_t *a = realloc(x->adj, cap * sizeof *a);
+    if (a == NULL) return WEIR_ENOMEM;
+    x->adj = a;
+    x->cap = cap;
+  }
+  x->adj[x->nadj++] = w;
+  return 0;
+}
+
 static int label_open(weir_ctx *ctx) {
-  cc_scratch *s = calloc(1, sizeof *s);
-  if (s == NULL) return weir_ctx_fail(ctx, WEIR_ENOMEM, "out of memory");
-  weir_ctx_set_user(ctx, s);
+  cc_table *t = calloc(1, sizeof *t);
+  if (t == NULL || table_grow(t) < 0) {
+    free(t);
+    return weir_ctx_fail(ctx, WEIR_ENOMEM, "out of memory");
+  }
+  weir_ctx_set_user(ctx, t);
   return 0;
 }
 
 static void label_close(weir_ctx *ctx) {
-  cc_scratch *s = weir_ctx_user(ctx);
-  if (s) free(s->buf);
-  free(s);
+  cc_table *t = weir_ctx_user(ctx);
+  if (t) table_free(t);
+  free(t);
   weir_ctx_set_user(ctx, NULL);
 }
 
-/* Appends w to v's adjacency list (a byte-map value of u64s). */
-static int adj_add(weir_ctx *ctx, uint64_t v, uint64_t w) {
-  cc_scratch *s = weir_ctx_user(ctx);
-  const void *val = NULL;
-  size_t len = 0;
-  int rc = weir_state_get_bytes(ctx, &v, sizeof v, &val, &len);
-  if (rc < 0) return rc;
-  size_t n = len / sizeof(uint64_t);
-  if (n + 1 > s->cap) {
-    size_t cap = s->cap ? s->cap * 2 : 64;
-    while (cap < n + 1) cap *= 2;
-    uint64_t *b = realloc(s->buf, cap * sizeof *b);
-    if (b == NULL) return weir_ctx_fail(ctx, WEIR_ENOMEM, "out of memory");
-    s->buf = b;
-    s->cap = cap;
-  }
-  if (n) memcpy(s->buf, val, n * sizeof(uint64_t));
-  s->buf[n] = w;
-  return weir_state_put_bytes(ctx, &v, sizeof v, s->buf, (n + 1) * sizeof(uint64_t));
-}
-
 static int label_process(weir_ctx *ctx, const weir_record *r) {
+  cc_table *t = weir_ctx_user(ctx);
   cc_rec l;
   if (r->len != sizeof l) return weir_ctx_fail(ctx, WEIR_EBADREC, "bad loop record");
   memcpy(&l, r->payload, sizeof l);
-  uint64_t v = r->key, label = v;
-  int rc = weir_state_get_u64(ctx, v, &label);
-  if (rc < 0) return rc;
-  if (rc == 0) label = v;
+  cc_vertex *x = table_get(t, r->key);
+  if (x == NULL) return weir_ctx_fail(ctx, WEIR_ENOMEM, "out of memory");
   switch (l.kind) {
   case CC_VERTEX:
-    return rc == 0 ? weir_state_put_u64(ctx, v, v) : 0;
+    return 0;
   case CC_EDGE:
-    if (rc == 0 && (rc = weir_state_put_u64(ctx, v, v)) < 0) return rc;
-    if ((rc = adj_add(ctx, v, l.value)) < 0) return rc;
-    return emit_rec(ctx, l.value, CC_OFFER, label);
-  case CC_OFFER: {
-    if (l.value >= label) return 0; /* nothing changes: the offer ends here */
-    if ((rc = weir_state_put_u64(ctx, v, l.value)) < 0) return rc;
+    if (adj_add(x, l.value) < 0) return weir_ctx_fail(ctx, WEIR_ENOMEM, "out of memory");
+    return emit_rec(ctx, l.value, CC_OFFER, x->label);
+  case CC_OFFER:
+    if (l.value >= x->label) return 0; /* nothing changes: the offer ends here */
+    x->label = l.value;
     weir_ctx_count(ctx, "label_updates", 1);
-    const void *val = NULL;
-    size_t len = 0;
-    if ((rc = weir_state_get_bytes(ctx, &v, sizeof v, &val, &len)) < 0) return rc;
-    /* Emitting copies the record and makes no state call: val stays valid. */
-    const uint8_t *p = val;
-    for (size_t k = 0; k + sizeof(uint64_t) <= len; k += sizeof(uint64_t)) {
-      uint64_t w;
-      memcpy(&w, p + k, sizeof w);
-      if ((rc = emit_rec(ctx, w, CC_OFFER, l.value)) < 0) return rc;
+    /* Emitting never touches the table: x stays valid. */
+    for (uint32_t k = 0; k < x->nadj; k++) {
+      int rc = emit_rec(ctx, x->adj[k], CC_OFFER, l.value);
+      if (rc < 0) return rc;
     }
     return 0;
-  }
   default:
     return weir_ctx_fail(ctx, WEIR_EBADREC, "loop record of unknown kind %llu",
                          (unsigned long long)l.kind);
   }
 }
 
-static int emit_result(void *user, uint64_t v, uint64_t label) {
-  weir_ctx *ctx = user;
-  if (label == v) weir_ctx_count(ctx, "components", 1);
-  return weir_emit_u64(ctx, v, label);
-}
-
 /* The loop drained: every label is final. */
 static int label_finish(weir_ctx *ctx) {
-  return weir_state_each_u64(ctx, emit_result, ctx);
+  cc_table *t = weir_ctx_user(ctx);
+  for (uint64_t i = 0; i < t->cap; i++) {
+    if (!t->used[i]) continue;
+    const cc_vertex *x = &t->slots[i];
+    if (x->label == x->id) weir_ctx_count(ctx, "components", 1);
+    int rc = weir_emit_u64(ctx, x->id, x->label);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
+/* The whole table: its size, then per vertex id, label, degree and the
+ * neighbours, as u64s in host byte order (a checkpoint is read back on the
+ * machine that wrote it). */
+static int label_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
+  (void)id;
+  cc_table *t = weir_ctx_user(ctx);
+  int rc = weir_snapshot_write(w, &t->n, sizeof t->n);
+  for (uint64_t i = 0; i < t->cap && rc == 0; i++) {
+    if (!t->used[i]) continue;
+    const cc_vertex *x = &t->slots[i];
+    uint64_t head[3] = {x->id, x->label, x->nadj};
+    rc = weir_snapshot_write(w, head, sizeof head);
+    if (rc == 0 && x->nadj) rc = weir_snapshot_write(w, x->adj, x->nadj * sizeof *x->adj);
+  }
+  return rc;
+}
+
+static int label_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
+  cc_table *t = weir_ctx_user(ctx);
+  size_t len = 0;
+  const uint8_t *p = weir_snapshot_data(r, &len);
+  uint64_t n = 0, off = sizeof n;
+  if (len < sizeof n) goto corrupt;
+  memcpy(&n, p, sizeof n);
+  for (uint64_t k = 0; k < n; k++) {
+    uint64_t head[3];
+    if (len - off < sizeof head) goto corrupt;
+    memcpy(head, p + off, sizeof head);
+    off += sizeof head;
+    if (head[2] > (len - off) / sizeof(uint64_t)) goto corrupt;
+    cc_vertex *x = table_get(t, head[0]);
+    if (x == NULL) return weir_ctx_fail(ctx, WEIR_ENOMEM, "out of memory");
+    if (x->nadj || x->label != x->id) goto corrupt; /* the same vertex twice */
+    x->label = head[1];
+    for (uint64_t a = 0; a < head[2]; a++, off += sizeof(uint64_t)) {
+      uint64_t v;
+      memcpy(&v, p + off, sizeof v);
+      if (adj_add(x, v) < 0) return weir_ctx_fail(ctx, WEIR_ENOMEM, "out of memory");
+    }
+  }
+  if (off != len) goto corrupt;
+  return 0;
+corrupt:
+  return weir_ctx_fail(ctx, WEIR_ECORRUPT, "checkpointed label table of %zu bytes is malformed",
+                       len);
 }
 
 static const weir_operator_vt label_vt = {.name = "label",
                                           .open = label_open,
                                           .process = label_process,
                                           .finish = label_finish,
-                                          .close = label_close};
+                                          .close = label_close,
+                                          .snapshot = label_snapshot,
+                                          .restore = label_restore};
 
 /* Offers are 16 bytes and go round again; results are 8 and leave. */
 static int is_offer(void *user, const weir_record *r) {
@@ -249,12 +359,11 @@ static int cc_build(weir_job *job, const cli_engine *eng, void *cfg) {
   weir_gen_opts g = {.records = total, .keys = total};
   weir_stream *s = weir_flat_map(weir_gen(job, "gen", &g, p), "input", input_fn, c, p);
   weir_stream *body = NULL;
-  weir_iteration *it = weir_iterate(weir_rebalance(s), "loop", p, &body);
-  weir_stream *lab = weir_process(weir_key_by(body), "label", &label_vt, NULL, p);
+  weir_iteration *it = weir_iterate(weir_key_by(s), "loop", p, &body);
+  weir_stream *lab = weir_process(body, "label", &label_vt, NULL, p);
   weir_stream *again = weir_filter(lab, "again", is_offer, NULL, p);
   weir_stream *out = weir_filter(lab, "out", is_result, NULL, p);
-  /* Forward: the head re-keys everything it forwards. */
-  int rc = weir_iteration_close(it, again);
+  int rc = weir_iteration_close(it, weir_key_by(again));
   if (rc) return rc;
   return weir_sink_to(out, "sink", c->sink, NULL, p);
 }
