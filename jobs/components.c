@@ -41,10 +41,11 @@
  * `out` filter lets leave the loop (the 16-byte offers go round again). The
  * table is in every checkpoint and offers in flight on the feedback edge
  * are in the back-edge log, so a restore resumes the propagation exactly;
- * results are emitted only after the last regular checkpoint, and the file
- * sink truncates back to its cut, so a restored run writes every vertex
- * exactly once. The summary counts the components (vertices whose label is
- * their own id) and the offers that lowered a label.
+ * the file sink truncates back to its cut, and the table remembers whether
+ * finish emitted the results (a checkpoint can come after it), so a
+ * restored run writes every vertex exactly once. The summary counts the
+ * components (vertices whose label is their own id) and the offers that
+ * lowered a label; a run restored after finish emitted counts none.
  *
  * Edge e joins u = h(seed, 2e) mod N and v = h(seed, 2e + 1) mod N, with h
  * the splitmix64 finaliser of (seed * 0x9e3779b97f4a7c15 + x): uniform
@@ -86,6 +87,7 @@ typedef struct cc_table {
   cc_vertex *slots;
   uint8_t *used;
   uint64_t cap, n;
+  uint64_t emitted; /* finish emitted the results (kept in checkpoints) */
 } cc_table;
 
 static void cc_help(FILE *out) {
@@ -181,7 +183,7 @@ static void table_free(cc_table *t) {
 /* Doubles the table (or makes the first one). Returns 0 or WEIR_ENOMEM. */
 static int table_grow(cc_table *t) {
   uint64_t cap = t->cap ? t->cap * 2 : 1024;
-  cc_table g = {calloc(cap, sizeof *g.slots), calloc(cap, 1), cap, t->n};
+  cc_table g = {calloc(cap, sizeof *g.slots), calloc(cap, 1), cap, t->n, t->emitted};
   if (!g.slots || !g.used) {
     free(g.slots);
     free(g.used);
@@ -274,9 +276,13 @@ static int label_process(weir_ctx *ctx, const weir_record *r) {
   }
 }
 
-/* The loop drained: every label is final. */
+/* The loop drained: every label is final. Once only: a checkpoint taken
+ * after this (the job's other tasks still finishing) has the results before
+ * its cut already, and a restore of it must not emit them again. */
 static int label_finish(weir_ctx *ctx) {
   cc_table *t = weir_ctx_user(ctx);
+  if (t->emitted) return 0;
+  t->emitted = 1;
   for (uint64_t i = 0; i < t->cap; i++) {
     if (!t->used[i]) continue;
     const cc_vertex *x = &t->slots[i];
@@ -287,13 +293,14 @@ static int label_finish(weir_ctx *ctx) {
   return 0;
 }
 
-/* The whole table: its size, then per vertex id, label, degree and the
- * neighbours, as u64s in host byte order (a checkpoint is read back on the
- * machine that wrote it). */
+/* The whole table: its size and the emitted flag, then per vertex id,
+ * label, degree and the neighbours, as u64s in host byte order (a
+ * checkpoint is read back on the machine that wrote it). */
 static int label_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
   (void)id;
   cc_table *t = weir_ctx_user(ctx);
-  int rc = weir_snapshot_write(w, &t->n, sizeof t->n);
+  uint64_t top[2] = {t->n, t->emitted};
+  int rc = weir_snapshot_write(w, top, sizeof top);
   for (uint64_t i = 0; i < t->cap && rc == 0; i++) {
     if (!t->used[i]) continue;
     const cc_vertex *x = &t->slots[i];
@@ -308,9 +315,12 @@ static int label_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
   cc_table *t = weir_ctx_user(ctx);
   size_t len = 0;
   const uint8_t *p = weir_snapshot_data(r, &len);
-  uint64_t n = 0, off = sizeof n;
-  if (len < sizeof n) goto corrupt;
-  memcpy(&n, p, sizeof n);
+  uint64_t top[2], n, off = sizeof top;
+  if (len < sizeof top) goto corrupt;
+  memcpy(top, p, sizeof top);
+  n = top[0];
+  if (top[1] > 1) goto corrupt;
+  t->emitted = top[1];
   for (uint64_t k = 0; k < n; k++) {
     uint64_t head[3];
     if (len - off < sizeof head) goto corrupt;
