@@ -175,6 +175,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_collatz: bad arguments\n");
     return 2;
   }
+  setenv("WEIR_LOG", "warn", 1); /* no per-checkpoint lines from the runs */
   char tmpl[] = "/tmp/bench-collatz-XXXXXX";
   char *dir = mkdtemp(tmpl);
   if (!dir) {
@@ -225,8 +226,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_collatz: cannot read the store in %s\n", state);
         status = 1;
       }
-      printf("  rep %d  %-15s %7.3f s  %6.2fM numbers/s  %6.2fM trips/s", r + 1, cfg_name[c], s,
-             (double)records / s / 1e6, (double)trips / s / 1e6);
+      printf("  rep %d  %-15s %7.3f s  %7.1fk numbers/s  %6.2fM trips/s", r + 1, cfg_name[c], s,
+             (double)records / s / 1e3, (double)trips / s / 1e6);
       if (cfg_interval[c]) printf("  %zu checkpoints", z[c].checkpoints - before);
       putchar('\n');
       fflush(stdout);
@@ -250,7 +251,7 @@ int main(int argc, char **argv) {
     double ms = median(s, (size_t)reps), mr = median(ratio, (size_t)reps);
     double lmed = median(z[c].log, z[c].n), lmax = maximum(z[c].log, z[c].n);
     double cmed = median(z[c].ckpt, z[c].n);
-    printf("%-15s %11.2fM %11.2fM %9.3f", cfg_name[c], (double)records / ms / 1e6,
+    printf("%-15s %11.1fk %11.2fM %9.3f", cfg_name[c], (double)records / ms / 1e3,
            (double)trips / ms / 1e6, mr);
     if (cfg_interval[c])
       printf(" %7.1f %11.0fB %11.0fB %11.0fB", (double)z[c].checkpoints / reps, lmed, lmax, cmed);
