@@ -349,8 +349,7 @@ static ull summary_components(const char *err, uint32_t n) {
   cr_assert_not_null(p, "no summary in: %s", err);
   ull vertices = 0, components = 0;
   double secs = 0;
-  cr_assert_eq(sscanf(p,
-                      "components: finished %llu vertices, %*s edges in %lf s: %llu components",
+  cr_assert_eq(sscanf(p, "components: finished %llu vertices, %*s edges in %lf s: %llu components",
                       &vertices, &secs, &components),
                3, "bad summary: %s", p);
   cr_assert_eq(vertices, n, "summary: %llu vertices, expected %u: %s", vertices, n, p);
