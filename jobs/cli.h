@@ -39,6 +39,10 @@ typedef struct cli_engine {
   /* Set by a built-in job whose sink prints records on stdout: no live
    * progress line then, when stdout is a terminal too. */
   int prints_records;
+  /* Batching and channel bounds (0 = engine defaults): for tests and
+   * experiments with backpressure. */
+  int batch_records;
+  int channel_batches;
   /* Checkpoints. */
   const char *state_dir;        /* default ./state; "none" = no checkpoints */
   uint64_t checkpoint_interval; /* ms; default 1000; 0 = only the final one */
@@ -131,6 +135,7 @@ typedef struct cli_builtin {
 extern const cli_builtin cli_counter_job;
 extern const cli_builtin cli_wordcount_job;
 extern const cli_builtin cli_collatz_job;
+extern const cli_builtin cli_components_job;
 
 /* A job shared object, opened with cli_job_load. */
 typedef struct cli_loaded {

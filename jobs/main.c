@@ -24,7 +24,7 @@
 #endif
 
 static const cli_builtin *const builtins[] = {&cli_counter_job, &cli_wordcount_job,
-                                              &cli_collatz_job};
+                                              &cli_collatz_job, &cli_components_job};
 #define N_BUILTINS (sizeof builtins / sizeof builtins[0])
 
 static const cli_builtin *find_builtin(const char *name) {
@@ -49,7 +49,8 @@ static void help_main(FILE *out) {
         "  weir help [run [JOB] | receiver]              show help\n"
         "  weir version                                  show the version\n"
         "\n"
-        "Jobs: counter, wordcount, or a path to a job .so. See 'weir help run'.\n",
+        "Jobs: counter, wordcount, collatz, components, or a path to a job .so.\n"
+        "See 'weir help run'.\n",
         out);
 }
 
@@ -68,6 +69,8 @@ static void help_run(FILE *out) {
         "                       before it continues in a scratch file (default 64M)\n"
         "  --spill-dir DIR      where scratch files go (default: the state directory,\n"
         "                       or $TMPDIR); they are unlinked as soon as created\n"
+        "  --batch-records N    records per batch (default 1024)\n"
+        "  --channel-batches N  channel bound in batches (default 8)\n"
         "\n"
         "Checkpoint options (engine options too):\n"
         "  --state-dir DIR      the job's checkpoint store, created if missing\n"
@@ -181,6 +184,8 @@ static int execute(weir_job *job, const cli_engine *eng, const cli_builtin *kind
   o.default_parallelism = eng->parallelism;
   o.loop_memory_bytes = eng->loop_memory;
   o.spill_dir = eng->spill_dir;
+  o.batch_records = (uint32_t)eng->batch_records;
+  o.channel_batches = (uint32_t)eng->channel_batches;
   o.handle_signals = 1;
   if (cli_checkpoint_opts(eng, &o) < 0) return CLI_EXIT_USAGE;
   if (o.state_dir) {

@@ -42,8 +42,9 @@ typedef struct file_sink {
   char *pending; /* <DIR>/<name>-<s>.txt.pending */
   char *final;   /* <DIR>/<name>-<s>.txt */
   weir__linebuf lb;
-  int finished;        /* input ended; waiting for a checkpoint to publish */
-  uint64_t after_ckpt; /* first checkpoint snapshotted after finish, 0 if none */
+  int finished;           /* input ended; waiting for a checkpoint to publish */
+  uint64_t after_ckpt;    /* first checkpoint snapshotted after finish, 0 if none */
+  uint64_t published_len; /* the file's length when it was published */
 } file_sink;
 
 /* mkdir -p: creates dir and its missing parents. Returns 0 or -errno
@@ -165,6 +166,9 @@ static int publish(weir_ctx *ctx, file_sink *f) {
   if (rc < 0) return rc;
   if ((rc = sync_fd(f->fd)) < 0)
     return weir_ctx_fail(ctx, rc, "cannot fsync '%s': %s", f->pending, weir_strerror(rc));
+  off_t end = lseek(f->fd, 0, SEEK_END);
+  if (end < 0) return -errno;
+  f->published_len = (uint64_t)end;
   rc = close(f->fd) == 0 ? 0 : -errno;
   f->fd = -1;
   if (rc < 0) return weir_ctx_fail(ctx, rc, "cannot close '%s': %s", f->pending, weir_strerror(rc));
@@ -200,10 +204,22 @@ static int file_checkpoint_complete(weir_ctx *ctx, uint64_t id) {
   return publish(ctx, f);
 }
 
+/* The state: the file's length and whether it is whole (9 bytes). */
+static int write_state(weir_snapshot_writer *w, uint64_t len, int whole) {
+  uint8_t b[9];
+  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(len >> (8 * i));
+  b[8] = (uint8_t)whole; /* complete: publish when this checkpoint is known complete */
+  return weir_snapshot_write(w, b, sizeof b);
+}
+
 /* The cut: everything before the barrier durable, and the length noted. */
 static int file_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
   file_sink *f = weir_ctx_user(ctx);
-  if (f->fd < 0) return 0; /* published: nothing can be rolled back any more */
+  /* Published (a checkpoint after finish completed before this one, e.g.
+   * while a loop of the job was still draining): the file is whole. A
+   * restore of this checkpoint takes it back and must publish it again, so
+   * it needs the state as much as before. */
+  if (f->fd < 0) return write_state(w, f->published_len, 1);
   if (f->finished && !f->after_ckpt) f->after_ckpt = id;
   int rc = weir__linebuf_flush(ctx, &f->lb);
   if (rc < 0) return rc;
@@ -211,10 +227,7 @@ static int file_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
     return weir_ctx_fail(ctx, rc, "cannot fsync '%s': %s", f->pending, weir_strerror(rc));
   off_t len = lseek(f->fd, 0, SEEK_CUR);
   if (len < 0) return -errno;
-  uint8_t b[9];
-  for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)len >> (8 * i));
-  b[8] = (uint8_t)f->finished; /* complete: publish when this checkpoint is known complete */
-  return weir_snapshot_write(w, b, sizeof b);
+  return write_state(w, (uint64_t)len, f->finished);
 }
 
 static int file_restore(weir_ctx *ctx, weir_snapshot_reader *r) {

@@ -420,3 +420,138 @@ void th_arm_failpoints(const char *spec) {
     unsetenv("WEIR_FAILPOINTS");
   weir_failpoint_reload();
 }
+
+/* ------------------------------------------------------------------------ */
+/* Crash tests of the weir binary                                           */
+
+int64_t th_mono_ms(void) {
+  return now_ms();
+}
+
+uint64_t th_splitmix64(uint64_t *state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* stderr goes to a file rather than a pipe: a SIGKILLed group cannot leave
+ * a reader waiting, and the polling loop below only watches the child. */
+int th_run_killable(const char *const argv[], const char *cwd, const char *failpoints, int kill_ms,
+                    int timeout_s, const char *errpath, char **err, int64_t *ms) {
+  fflush(NULL);
+  int64_t t0 = now_ms();
+  pid_t pid = fork();
+  if (pid < 0) return -2;
+  if (pid == 0) {
+    setpgid(0, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGCHLD, SIG_DFL);
+    if (failpoints)
+      setenv("WEIR_FAILPOINTS", failpoints, 1);
+    else
+      unsetenv("WEIR_FAILPOINTS");
+    int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (fd < 0 || nul < 0 || (cwd && chdir(cwd) != 0)) _exit(127);
+    dup2(nul, 0);
+    dup2(nul, 1);
+    dup2(fd, 2);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  setpgid(pid, pid); /* also here: no window in which a kill misses the group */
+  int64_t kill_at = kill_ms >= 0 ? t0 + kill_ms : t0 + (int64_t)timeout_s * 1000;
+  int st = 0, killed = 0, rc = -1;
+  for (;;) {
+    pid_t w = waitpid(pid, &st, WNOHANG);
+    if (w == pid) {
+      rc = status_code(st);
+      break;
+    }
+    if (w < 0 && errno != EINTR) break;
+    if (!killed && (kill_ms >= 0 || timeout_s > 0) && now_ms() >= kill_at) {
+      kill(-pid, SIGKILL);
+      kill(pid, SIGKILL);
+      killed = kill_ms >= 0 ? 1 : 2;
+      continue;
+    }
+    sleep_ms(1);
+  }
+  if (ms) *ms = now_ms() - t0;
+  if (killed == 2) rc = -1;
+  *err = th_read_file(errpath, NULL);
+  if (!*err) *err = strdup("");
+  return rc;
+}
+
+long long th_resumed_from(const char *err) {
+  if (strstr(err, "already finished")) return TH_ALREADY_FINISHED;
+  const char *p = strstr(err, "restored job ");
+  if (p) {
+    p = strstr(p, " from checkpoint ");
+    unsigned long long id = 0;
+    if (p && sscanf(p, " from checkpoint %llu", &id) == 1) return (long long)id;
+  }
+  return strstr(err, "starting from the beginning") ? 0 : -1;
+}
+
+int th_count_pending(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  struct dirent *e;
+  int n = 0;
+  while ((e = readdir(d)) != NULL) n += strstr(e->d_name, ".pending") != NULL;
+  closedir(d);
+  return n;
+}
+
+int th_latest_op_state(const char *weir, const char *state, const char *op, unsigned long long *id,
+                       unsigned long long *bytes, int *subtasks) {
+  *id = *bytes = 0;
+  *subtasks = 0;
+  char *out = NULL, *err = NULL;
+  const char *list[] = {weir, "checkpoints", "--state-dir", state, "--json", NULL};
+  int rc = th_run(list, NULL, &out, &err, 60);
+  if (rc != 0) {
+    fprintf(stderr, "weir checkpoints: exit %d: %s\n", rc, err ? err : "");
+    free(out);
+    free(err);
+    return -1;
+  }
+  for (const char *p = strstr(out, "{\"id\": "); p; p = strstr(p + 1, "{\"id\": "))
+    if (sscanf(p, "{\"id\": %llu", id) != 1) rc = -1;
+  free(out);
+  free(err);
+  if (rc < 0 || *id == 0) return rc;
+  char ids[32], pat[128];
+  snprintf(ids, sizeof ids, "%llu", *id);
+  snprintf(pat, sizeof pat, "{\"operator\": \"%s\"", op);
+  const char *inspect[] = {weir, "inspect", ids, "--state-dir", state, "--json", NULL};
+  rc = th_run(inspect, NULL, &out, &err, 60);
+  if (rc != 0) {
+    fprintf(stderr, "weir inspect %s: exit %d: %s\n", ids, rc, err ? err : "");
+    free(out);
+    free(err);
+    return -1;
+  }
+  for (const char *p = strstr(out, pat); p; p = strstr(p + 1, pat)) {
+    const char *q = strstr(p, "\"operator_state\": ");
+    unsigned long long n = 0;
+    if (!q || sscanf(q, "\"operator_state\": %llu", &n) != 1) {
+      fprintf(stderr, "weir inspect %s: no operator_state after '%s'\n", ids, pat);
+      rc = -1;
+      break;
+    }
+    *bytes += n;
+    ++*subtasks;
+  }
+  free(out);
+  free(err);
+  return rc;
+}

@@ -13,6 +13,7 @@
 #define WEIR_TESTS_HELPERS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -68,6 +69,47 @@ int th_count_entries(const char *dir);
 /* Arms failpoints in this process (WEIR_FAILPOINTS = spec, NULL disarms
  * them all) and makes the engine read them again. */
 void th_arm_failpoints(const char *spec);
+
+/* ---- crash tests of the weir binary ---------------------------------------- */
+
+/* CLOCK_MONOTONIC in milliseconds. */
+int64_t th_mono_ms(void);
+
+/* One step of splitmix64 over *state: seeded random numbers that a test can
+ * replay from its printed seed. */
+uint64_t th_splitmix64(uint64_t *state);
+
+/* Runs argv[0] (a path) with arguments argv (NULL terminated) for a crash
+ * test: in directory `cwd` (NULL: the current one), in a process group of
+ * its own, stdin and stdout on /dev/null, stderr into the file `errpath`
+ * (so what a killed child wrote is kept), WEIR_FAILPOINTS set to
+ * `failpoints` in the child (NULL: unset). kill_ms >= 0: the group gets
+ * SIGKILL kill_ms after the start if it still runs; otherwise it gets
+ * SIGKILL after timeout_s seconds and -1 is returned. Returns the exit
+ * status, 128 + the signal, -1 (timeout) or -2 (could not fork; errno set).
+ * *err receives the stderr text (malloc'd, "" if unreadable) and *ms, if
+ * not NULL, the wall time. */
+int th_run_killable(const char *const argv[], const char *cwd, const char *failpoints, int kill_ms,
+                    int timeout_s, const char *errpath, char **err, int64_t *ms);
+
+/* Where a `weir run ... --restore latest` run said it resumed (its stderr,
+ * with WEIR_LOG=info): the checkpoint id, 0 for the beginning,
+ * TH_ALREADY_FINISHED when the job had completed its final checkpoint
+ * (nothing left to do), or -1 if it said none of these. */
+#define TH_ALREADY_FINISHED (-2)
+long long th_resumed_from(const char *err);
+
+/* The number of entries of `dir` whose name contains ".pending" (unpublished
+ * file-sink output); 0 if dir does not exist. */
+int th_count_pending(const char *dir);
+
+/* Reads the latest completed checkpoint of the store in `state` with the
+ * weir binary `weir` (`weir checkpoints --json`, `weir inspect ID --json`):
+ * *id = its id (0 if none), *bytes = the sum of the operator_state sizes of
+ * operator `op` over its subtasks, *subtasks = how many subtasks of `op` it
+ * lists. Returns 0, or -1 after printing why on stderr. */
+int th_latest_op_state(const char *weir, const char *state, const char *op, unsigned long long *id,
+                       unsigned long long *bytes, int *subtasks);
 
 #ifdef __cplusplus
 }

@@ -625,12 +625,6 @@ static void cleanup(void) {
   ref_steps = NULL;
 }
 
-static int64_t mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Runs `weir run collatz` for j with failpoints armed (NULL: none), the
  * extra arguments (NULL terminated), stdout discarded and stderr into *err
  * (caller frees). kill_ms >= 0: SIGKILL the process group after kill_ms.
@@ -659,80 +653,14 @@ static int run_collatz(cjob *j, const char *failpoints, int kill_ms, char **err,
 
   char errpath[700];
   snprintf(errpath, sizeof errpath, "%s/stderr.txt", j->dir);
-  fflush(NULL);
-  int64_t t0 = mono_ms();
-  pid_t pid = fork();
-  cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
-  if (pid == 0) {
-    setpgid(0, 0);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    signal(SIGPIPE, SIG_DFL);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGCHLD, SIG_DFL);
-    if (failpoints)
-      setenv("WEIR_FAILPOINTS", failpoints, 1);
-    else
-      unsetenv("WEIR_FAILPOINTS");
-    int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int nul = open("/dev/null", O_RDWR);
-    if (fd < 0 || nul < 0 || chdir(j->dir) != 0) _exit(127);
-    dup2(nul, 0);
-    dup2(nul, 1);
-    dup2(fd, 2);
-    execv(argv[0], (char *const *)argv);
-    _exit(127);
-  }
-  setpgid(pid, pid);
-  int64_t kill_at = kill_ms >= 0 ? t0 + kill_ms : t0 + RUN_TIMEOUT_S * 1000;
-  int st = 0, killed = 0, rc = -1;
-  for (;;) {
-    pid_t w = waitpid(pid, &st, WNOHANG);
-    if (w == pid) {
-      rc = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 255;
-      break;
-    }
-    if (w < 0 && errno != EINTR) break;
-    if (!killed && mono_ms() >= kill_at) {
-      kill(-pid, SIGKILL);
-      kill(pid, SIGKILL);
-      killed = kill_ms >= 0 ? 1 : 2;
-      continue;
-    }
-    struct timespec ts = {0, 1000000L};
-    nanosleep(&ts, NULL);
-  }
-  if (ms) *ms = mono_ms() - t0;
-  if (killed == 2) rc = -1;
-  *err = th_read_file(errpath, NULL);
-  if (!*err) *err = strdup("");
+  int rc = th_run_killable(argv, j->dir, failpoints, kill_ms, RUN_TIMEOUT_S, errpath, err, ms);
+  cr_assert_neq(rc, -2, "fork: %s", strerror(errno));
   j->runs++;
   hist(j, "[run %d", j->runs);
   if (failpoints) hist(j, " %s", failpoints);
   if (kill_ms >= 0) hist(j, " kill at %d ms", kill_ms);
   for (int i = first; argv[i]; i++) hist(j, " %s", argv[i]);
   hist(j, ": %d] ", rc);
-  return rc;
-}
-
-/* Runs `weir ARGS...` (NULL terminated) with stdout in *out. */
-static int run_cmd(char **out, ...) {
-  const char *argv[32];
-  int n = 0;
-  argv[n++] = WEIR_BINARY;
-  va_list ap;
-  va_start(ap, out);
-  const char *a;
-  while ((a = va_arg(ap, const char *)) != NULL && n < 31) argv[n++] = a;
-  va_end(ap);
-  argv[n] = NULL;
-  unsetenv("WEIR_FAILPOINTS");
-  char *err = NULL;
-  int rc = th_run(argv, NULL, out, &err, RUN_TIMEOUT_S);
-  if (rc != 0) fprintf(stderr, "weir %s: exit %d: %s\n", argv[1], rc, err);
-  free(err);
   return rc;
 }
 
@@ -804,13 +732,7 @@ static uint64_t out_diff(cjob *j, char *why, size_t whylen, ull *total) {
 
 /* Nonzero if the sink directory holds an unpublished (.pending) file. */
 static int has_pending(cjob *j) {
-  DIR *d = opendir(j->out);
-  if (!d) return 0;
-  struct dirent *e;
-  int n = 0;
-  while ((e = readdir(d)) != NULL) n += strstr(e->d_name, ".pending") != NULL;
-  closedir(d);
-  return n;
+  return th_count_pending(j->out);
 }
 
 static void check_exact(cjob *j) {
@@ -835,28 +757,13 @@ static ull summary_total(const char *err) {
   return total;
 }
 
-/* What a restore run said about where it resumed: the checkpoint id, 0 for
- * the beginning, ALREADY_FINISHED when the killed run had completed its
- * final checkpoint (nothing left to do), -1 if it said none of these. */
-#define ALREADY_FINISHED (-2)
-static long long resumed_from(const char *err) {
-  if (strstr(err, "already finished")) return ALREADY_FINISHED;
-  const char *p = strstr(err, "restored job ");
-  if (p) {
-    p = strstr(p, " from checkpoint ");
-    ull id = 0;
-    if (p && sscanf(p, " from checkpoint %llu", &id) == 1) return (long long)id;
-  }
-  return strstr(err, "starting from the beginning") ? 0 : -1;
-}
-
 /* One `--restore latest` run (failpoints armed) that must end the job.
  * Returns 1 if it resumed from a checkpoint, 0 if from the beginning. */
 static int restore_to_end(cjob *j, const char *failpoints) {
   char *err = NULL;
   int rc = run_collatz(j, failpoints, -1, &err, NULL, "--restore", "latest", NULL);
   cr_assert_eq(rc, 0, "restore: exit %d, stderr: %s\nhistory: %s", rc, err, j->history);
-  long long from = resumed_from(err);
+  long long from = th_resumed_from(err);
   cr_assert_geq(from, 0, "the restore did not say where it resumed: %s\nhistory: %s", err,
                 j->history);
   hist(j, "(from %lld) ", from);
@@ -943,11 +850,8 @@ Test(collatz, kill_while_back_edge_log_open) {
 /* ---- random kills ------------------------------------------------------------ */
 
 static uint64_t rng;
-static uint64_t rnd(void) { /* splitmix64 */
-  uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+static uint64_t rnd(void) {
+  return th_splitmix64(&rng);
 }
 
 /* At least 20 runs: jobs at P = 1, 2, 4 in turn (every other one with its
@@ -991,13 +895,13 @@ Test(collatz, random_kills) {
       cr_assert(rc == 0 || (killing && rc == KILLED), "exit %d, stderr: %s\nhistory: %s", rc, err,
                 j->history);
       if (attempt) {
-        long long from = resumed_from(err);
+        long long from = th_resumed_from(err);
         /* A run killed before it logged anything may say nothing; a kill
          * after the final checkpoint leaves nothing to do. */
-        cr_assert(from >= 0 || rc == KILLED || (from == ALREADY_FINISHED && rc == 0),
+        cr_assert(from >= 0 || rc == KILLED || (from == TH_ALREADY_FINISHED && rc == 0),
                   "restore said nothing about where it resumed: %s\nhistory: %s", err, j->history);
         if (from > 0) resumed++;
-        if (from == ALREADY_FINISHED && rc == 0) {
+        if (from == TH_ALREADY_FINISHED && rc == 0) {
           finished_before_kill++;
           cr_assert_not(
               has_pending(j),
@@ -1065,30 +969,11 @@ Test(collatz, kill_after_final_checkpoint_committed) {
 /* The latest checkpoint in j's store and the total size of the 'loop'
  * operator's state in it (its back-edge logs); 0 if none. */
 static ull latest_loop_log(cjob *j, ull *id) {
-  char *out = NULL;
-  cr_assert_eq(run_cmd(&out, "checkpoints", "--state-dir", j->state, "--json", NULL), 0);
-  *id = 0;
-  for (const char *p = strstr(out, "{\"id\": "); p; p = strstr(p + 1, "{\"id\": "))
-    cr_assert_eq(sscanf(p, "{\"id\": %llu", id), 1);
-  free(out);
-  if (!*id) return 0;
-  char ids[32];
-  snprintf(ids, sizeof ids, "%llu", *id);
-  cr_assert_eq(run_cmd(&out, "inspect", ids, "--state-dir", j->state, "--json", NULL), 0);
   ull log = 0;
   int heads = 0;
-  for (const char *p = strstr(out, "{\"operator\": \"loop\""); p;
-       p = strstr(p + 1, "{\"operator\": \"loop\"")) {
-    const char *q = strstr(p, "\"operator_state\": ");
-    cr_assert_not_null(q);
-    ull n = 0;
-    cr_assert_eq(sscanf(q, "\"operator_state\": %llu", &n), 1);
-    log += n;
-    heads++;
-  }
-  cr_assert_eq(heads, j->p, "checkpoint %llu lists %d loop heads, expected %d: %s", *id, heads,
-               j->p, out);
-  free(out);
+  cr_assert_eq(th_latest_op_state(WEIR_BINARY, j->state, "loop", id, &log, &heads), 0);
+  if (*id)
+    cr_assert_eq(heads, j->p, "checkpoint %llu lists %d loop heads, expected %d", *id, heads, j->p);
   return log;
 }
 
@@ -1133,7 +1018,7 @@ Test(collatz, negative_control_without_replay) {
     /* Without replay: must differ from the reference. */
     rc = run_collatz(j, "iter.skip_replay=error+", -1, &err, NULL, "--restore", "latest", NULL);
     cr_assert_eq(rc, 0, "restore without replay: exit %d, stderr: %s", rc, err);
-    cr_assert_eq(resumed_from(err), (long long)id, "resumed elsewhere: %s", err);
+    cr_assert_eq(th_resumed_from(err), (long long)id, "resumed elsewhere: %s", err);
     free(err);
     char why[400];
     ull total = 0;
@@ -1147,7 +1032,7 @@ Test(collatz, negative_control_without_replay) {
     /* With replay, from the very same checkpoint: exact. */
     rc = run_collatz(twin, NULL, -1, &err, NULL, "--restore", "latest", NULL);
     cr_assert_eq(rc, 0, "twin restore: exit %d, stderr: %s", rc, err);
-    cr_assert_eq(resumed_from(err), (long long)id, "twin resumed elsewhere: %s", err);
+    cr_assert_eq(th_resumed_from(err), (long long)id, "twin resumed elsewhere: %s", err);
     free(err);
     check_exact(twin);
     cjob_free(twin);
