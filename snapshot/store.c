@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -167,6 +168,42 @@ int weir__txn_job(weir_store *s, MDB_txn *txn, MDB_dbi dbi, weir__job_rec *out) 
  * left empty). `file_size` bounds what the metadata may claim, so that a
  * lying count cannot make us allocate more than the store holds. Safe to run
  * in a forked child: no store, no lock, messages into err. */
+/* Blobs of 64 MiB and more (a loop's back-edge log can be larger than
+ * memory) are read into an unlinked scratch file in $TMPDIR, mapped shared:
+ * the kernel can write its pages out instead of holding them. The bound can
+ * be set with WEIR_FILE_BLOB_MIN (bytes; the tests use 1). */
+static uint64_t file_blob_min(void) {
+  const char *v = getenv("WEIR_FILE_BLOB_MIN");
+  return v && *v ? strtoull(v, NULL, 10) : 64ull << 20;
+}
+
+static void unmap_blob(uint8_t *p, uint64_t len) {
+  munmap(p, (size_t)len);
+}
+
+static uint8_t *blob_alloc(uint64_t len, void (**release)(uint8_t *, uint64_t)) {
+  *release = NULL;
+  if (len >= file_blob_min()) {
+    const char *dir = getenv("TMPDIR");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/weir-blob-XXXXXX", dir && *dir ? dir : "/tmp");
+    int fd = mkstemp(path);
+    if (fd >= 0) {
+      unlink(path);
+      void *p = ftruncate(fd, (off_t)len) == 0
+                    ? mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                    : MAP_FAILED;
+      close(fd);
+      if (p != MAP_FAILED) {
+        *release = unmap_blob;
+        return p;
+      }
+    }
+    /* No scratch file: memory it is. */
+  }
+  return weir_malloc(len);
+}
+
 static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_entry *e,
                       uint64_t file_size, weir_subtask_snapshot *out, char *err, size_t errlen) {
   char why[512];
@@ -200,7 +237,7 @@ static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
       out->b_vlen = weir_malloc(e->bytes_entries * sizeof(uint32_t));
     }
     if (e->bytes_data_len) out->b_data = weir_malloc(e->bytes_data_len);
-    if (e->blob_len) out->blob = weir_malloc(e->blob_len);
+    if (e->blob_len) out->blob = blob_alloc(e->blob_len, &out->blob_release);
     if (e->npos) {
       out->pos = weir_malloc(e->npos * sizeof *out->pos);
       memcpy(out->pos, e->pos, e->npos * sizeof *out->pos);
