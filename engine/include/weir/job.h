@@ -344,6 +344,10 @@ typedef struct weir_run_opts {
    * (NULL = state_dir, or $TMPDIR or /tmp without one). */
   uint64_t loop_memory_bytes;
   const char *spill_dir;
+  /* Ownership of state_dir (DESIGN.md §7): the run holds its lease. */
+  uint32_t lease_ms; /* lease duration, renewed every third of it; 0 = 6000 */
+  int lease_wait;    /* a live owner holds it: wait for its lease to expire and take
+                        over, instead of failing with WEIR_EOWNED */
 } weir_run_opts;
 
 enum {
@@ -356,7 +360,10 @@ enum {
 /* Freezes the graph into a physical plan, validates it, runs it to the end
  * of input (or until stopped) on worker threads, and returns 0, a build or
  * plan error (WEIR_EPLAN, ...), or the first runtime error (message in
- * weir_job_error()). Blocks the calling thread. A job runs at most once. */
+ * weir_job_error()). With a state_dir, the run first acquires its lease:
+ * WEIR_EOWNED if a live owner holds it; WEIR_EFENCED if the run lost it
+ * while running (it then stopped without committing). Blocks the calling
+ * thread. A job runs at most once. */
 int weir_job_run(weir_job *job, const weir_run_opts *opts);
 
 /* What weir_job_run did about an existing job (after the run): */
