@@ -120,24 +120,22 @@ int cli_cmd_checkpoints(int argc, char **argv) {
       weir_json_string(stdout, job.job_id);
     else
       printf("null");
-    printf(", \"finished\": %s, \"lease\": ", exists && job.finished ? "true" : "false");
-    if (have_lease) {
-      printf("{\"epoch\": %llu, \"pid\": %lld, \"host\": ", (unsigned long long)ls.epoch,
-             (long long)ls.owner.pid);
+    printf(", \"finished\": %s, \"checkpoints\": [", exists && job.finished ? "true" : "false");
+    for (size_t i = 0; i < n; i++)
+      printf("%s{\"id\": %llu, \"time\": %lld, \"bytes\": %llu, \"duration_ms\": %llu, "
+             "\"alignment_ms\": %llu, \"epoch\": %llu}",
+             i ? ", " : "", (unsigned long long)list[i].id, (long long)list[i].time_ms,
+             (unsigned long long)list[i].bytes, (unsigned long long)list[i].duration_ms,
+             (unsigned long long)list[i].alignment_ms, (unsigned long long)list[i].epoch);
+    printf("]");
+    if (have_lease) { /* who holds the state directory (lease.c) */
+      printf(", \"lease\": {\"epoch\": %llu, \"pid\": %lld, \"host\": ",
+             (unsigned long long)ls.epoch, (long long)ls.owner.pid);
       weir_json_string(stdout, ls.owner.host);
       printf(", \"lease_ms\": %u, \"released\": %s, \"age_ms\": %lld}", ls.lease_ms,
              ls.released ? "true" : "false", (long long)ls.age_ms);
-    } else {
-      printf("null");
     }
-    printf(", \"checkpoints\": [");
-    for (size_t i = 0; i < n; i++)
-      printf("%s{\"id\": %llu, \"epoch\": %llu, \"time\": %lld, \"bytes\": %llu, "
-             "\"duration_ms\": %llu, \"alignment_ms\": %llu}",
-             i ? ", " : "", (unsigned long long)list[i].id, (unsigned long long)list[i].epoch,
-             (long long)list[i].time_ms, (unsigned long long)list[i].bytes,
-             (unsigned long long)list[i].duration_ms, (unsigned long long)list[i].alignment_ms);
-    printf("]}\n");
+    printf("}\n");
   } else if (!exists) {
     printf("no job in '%s'\n", r.state_dir);
   } else {

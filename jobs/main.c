@@ -186,6 +186,19 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Fail-stop on a lost lease: another run owns the state directory now, so
+ * this process ends at once, before any operator's close() can flush what
+ * it buffered into a destination the new owner writes to. */
+static void on_lease_lost(void *user, const char *msg) {
+  (void)user;
+  char line[1200];
+  int n = snprintf(line, sizeof line, "weir: %s\n", msg);
+  if (n > (int)sizeof line - 1) n = (int)sizeof line - 1;
+  if (n > 0 && write(STDERR_FILENO, line, (size_t)n) < 0) {
+  }
+  _exit(CLI_EXIT_OWNED);
+}
+
 /* Runs a built job and reports; kind is NULL for a job .so. Returns the exit
  * code. */
 static int execute(weir_job *job, const cli_engine *eng, const cli_builtin *kind, void *cfg) {
@@ -195,6 +208,7 @@ static int execute(weir_job *job, const cli_engine *eng, const cli_builtin *kind
   o.loop_memory_bytes = eng->loop_memory;
   o.spill_dir = eng->spill_dir;
   o.handle_signals = 1;
+  o.lease_lost = on_lease_lost;
   if (cli_checkpoint_opts(eng, &o) < 0) return CLI_EXIT_USAGE;
   if (o.state_dir) {
     int m = cli_mkdir_p(o.state_dir);

@@ -161,6 +161,26 @@ static char *epoch_path(const char *dir, const char *what, uint64_t n) {
   return join(dir, name);
 }
 
+/* mkdir -p: the state directory may not exist yet (the store used to
+ * create it; the lease comes first now). */
+static int mkdir_p(const char *path) {
+  char *p = weir_strdup(path);
+  int rc = 0;
+  for (char *q = p + 1;; q++) {
+    if (*q != '/' && *q != '\0') continue;
+    char c = *q;
+    *q = '\0';
+    if (mkdir(p, 0777) != 0 && errno != EEXIST) {
+      rc = -errno;
+      break;
+    }
+    *q = c;
+    if (c == '\0') break;
+  }
+  weir_free(p);
+  return rc;
+}
+
 static int fsync_dir(const char *dir) {
   int fd = open(dir, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -errno;
@@ -703,8 +723,7 @@ int weir_lease_acquire(weir_lease **out, const char *dir, const weir_lease_opts 
     set_err(l, rc, "lease %s: no random nonce: %s", l->dir, weir_strerror(rc));
     goto fail;
   }
-  if (mkdir(l->dir, 0777) != 0 && errno != EEXIST) {
-    rc = -errno;
+  if ((rc = mkdir_p(l->dir)) < 0) {
     set_err(l, rc, "lease %s: cannot create the directory: %s", l->dir, weir_strerror(rc));
     goto fail;
   }

@@ -34,6 +34,10 @@
  * deletes. Checkpoint ids are reserved durably in blocks of WEIR__ID_BLOCK in
  * the job record before they are handed out: a crash skips ids, never
  * repeats them.
+ *
+ * Fencing (lease.c): with a lease, every write transaction checks it right
+ * after it begins (begin_write), and a commit checks it again once durable;
+ * the metadata records the committing owner's epoch.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -48,6 +52,7 @@
 #include "weir/alloc.h"
 #include "weir/assert.h"
 #include "weir/clock.h"
+#include "weir/failpoint.h"
 #include "weir/log.h"
 
 typedef unsigned long long ull;
@@ -528,6 +533,7 @@ static int write_chunks(weir_store *s, uint64_t id, uint32_t record,
       MDB_val key = {sizeof kb, kb}, val = {len, s->chunk_buf};
       failing = len;
       rc = mdb_put(txn, s->dbi_chunks, &key, &val, append ? MDB_APPEND : MDB_NOOVERWRITE);
+      if (rc == 0 && weir_failpoint("store.in_chunk_txn")) rc = EIO; /* tests */
       if (rc != 0) break;
       in_txn++;
       txn_bytes += len;
@@ -825,6 +831,8 @@ static void exec_commit(weir_store *s, weir__req *r) {
     MDB_val jkey = {3, "job"}, jv = {jlen, jval};
     rc = mdb_put(txn, s->dbi_job, &jkey, &jv, 0);
   }
+  /* Tests: pause (SIGSTOP) here holds LMDB's writer lock (lease.c, I5). */
+  if (rc == 0 && weir_failpoint("store.in_commit_txn")) rc = EIO;
   if (rc == 0) {
     rc = mdb_txn_commit(txn);
     txn = NULL;

@@ -534,7 +534,9 @@ static int prepare_store(weir_job *job) {
 /* ---- ownership ---------------------------------------------------------------- */
 
 static void on_lease_lost(void *user, int err, const char *msg) {
-  weir__job_failed(user, err, "%s", msg);
+  weir_job *job = user;
+  weir__job_failed(job, err, "%s", msg);
+  if (job->opts.lease_lost) job->opts.lease_lost(job->opts.lease_lost_user, msg);
 }
 
 /* Acquires the lease of the state directory, starts its heartbeat, and, if
