@@ -1,7 +1,7 @@
-/* handover.c: owns which LMDB environment of a state directory is the store
- * (the pointer file <dir>/store.current) and the handover of the store to a
- * fresh environment when a lease was taken over from an owner that may still
- * be alive (weir_store_handover; protocol in lease.c).
+/* handover.c: owns which LMDB environment of a state directory is the store,
+ * and the handover of the store to a fresh environment when a lease was taken
+ * over from an owner that may still be alive (weir_store_handover; the lease
+ * protocol is in lease.c).
  *
  * DESIGN
  * LMDB allows one write transaction per environment, guarded by a mutex in
@@ -11,26 +11,29 @@
  * successor that took the lease over by expiry never writes to its
  * predecessor's environment: it copies it, with a read that takes no lock at
  * all (MDB_NOLOCK: no reader slot, no lock file; a stopped process may hold
- * the reader mutex too), into a new environment store.<epoch>, and then
- * replaces the pointer file atomically (temporary file, fsync, rename, fsync
- * of the directory). Readers of the state directory (weir checkpoints,
- * inspect, the next run) follow the pointer; without one the store is
- * <dir>/store, as before leases existed.
+ * the reader mutex too), into a new environment store.<epoch>, syncs it, and
+ * only then marks it complete with the file store.<epoch>/ready (fsynced,
+ * with both directories).
+ *
+ * Which environment is the store: the complete one (with `ready`) of the
+ * highest epoch; <dir>/store if there is none (as before leases existed). A
+ * maximum, not a pointer that is replaced: a handover that was stopped and
+ * resumes after a later one (its owner is fenced by then) can only complete
+ * an environment of a lower epoch, which nobody chooses. The owner of a new
+ * environment deletes the older ones; a process that still has one open
+ * keeps its unlinked files.
  *
  * Why reading without a reader slot is safe here: the copy reads the newest
  * committed snapshot of the old environment. A writer only reuses pages freed
  * by transactions older than every registered reader, so the one write
- * transaction the stale owner may still have in flight (it checked the
- * fence before the takeover) can only reuse pages freed before that snapshot,
+ * transaction the stale owner may still have in flight (it passed the fence
+ * check before the takeover) can only reuse pages freed before that snapshot,
  * which the snapshot does not use; every later transaction of the stale owner
  * checks the fence after it begins and aborts (writer.c), so no second
  * transaction can recycle the snapshot's pages. What the copy reads is
  * verified like any restore (envelopes, checksums) before it is used.
- *
- * What the stale owner's in-flight transaction commits after the copy lands
- * in the old environment, which nobody reads any more; the copy deletes it
- * (the stale process keeps its open files, which are unlinked).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <lmdb.h>
@@ -48,7 +51,7 @@
 
 typedef unsigned long long ull;
 
-#define POINTER "store.current"
+#define READY "ready"
 #define COPY_BATCH 1024u /* puts per write transaction of the copy */
 
 static char *join(const char *a, const char *b) {
@@ -58,36 +61,42 @@ static char *join(const char *a, const char *b) {
   return p;
 }
 
-/* "store" or "store.<digits>": nothing else may come out of a pointer file. */
-static int valid_name(const char *s) {
-  if (strcmp(s, "store") == 0) return 1;
-  if (strncmp(s, "store.", 6) != 0 || !s[6]) return 0;
-  for (const char *p = s + 6; *p; p++)
-    if (*p < '0' || *p > '9') return 0;
-  return strlen(s) < 32;
+/* N if name is "store.<N>" (N > 0), else 0. */
+static uint64_t env_epoch(const char *name) {
+  if (strncmp(name, "store.", 6) != 0 || name[6] < '1' || name[6] > '9') return 0;
+  char *end;
+  errno = 0;
+  unsigned long long n = strtoull(name + 6, &end, 10);
+  return errno || *end ? 0 : n;
+}
+
+static int is_ready(const char *dir, const char *name) {
+  char *env = join(dir, name), *r = join(env, READY);
+  struct stat st;
+  int ok = stat(r, &st) == 0;
+  weir_free(env);
+  weir_free(r);
+  return ok;
 }
 
 int weir__store_env_name(const char *dir, char *name, size_t cap) {
-  char *p = join(dir, POINTER);
-  int fd = open(p, O_RDONLY | O_CLOEXEC);
-  weir_free(p);
-  if (fd < 0) {
-    if (errno != ENOENT) return -errno;
+  DIR *d = opendir(dir);
+  if (d == NULL) {
+    if (errno != ENOENT && errno != ENOTDIR) return -errno;
     snprintf(name, cap, "store");
     return 0;
   }
-  char buf[64];
-  ssize_t n;
-  do {
-    n = read(fd, buf, sizeof buf - 1);
-  } while (n < 0 && errno == EINTR);
-  int e = errno;
-  close(fd);
-  if (n < 0) return -e;
-  buf[n] = '\0';
-  buf[strcspn(buf, "\r\n")] = '\0';
-  if (!valid_name(buf)) return WEIR_ECORRUPT;
-  snprintf(name, cap, "%s", buf);
+  uint64_t best = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    uint64_t n = env_epoch(e->d_name);
+    if (n > best && is_ready(dir, e->d_name)) best = n;
+  }
+  closedir(d);
+  if (best)
+    snprintf(name, cap, "store.%llu", (ull)best);
+  else
+    snprintf(name, cap, "store");
   return 0;
 }
 
@@ -100,13 +109,32 @@ static int fsync_path(const char *path) {
 }
 
 static void rm_env(const char *path) {
-  char *f = join(path, "data.mdb");
+  char *f = join(path, READY);
+  unlink(f);
+  weir_free(f);
+  f = join(path, "data.mdb");
   unlink(f);
   weir_free(f);
   f = join(path, "lock.mdb");
   unlink(f);
   weir_free(f);
   rmdir(path);
+}
+
+/* Deletes every environment older than epoch `keep` (and <dir>/store). */
+static void remove_older(const char *dir, uint64_t keep) {
+  DIR *d = opendir(dir);
+  if (d == NULL) return;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    uint64_t n = env_epoch(e->d_name);
+    if ((n > 0 && n < keep) || strcmp(e->d_name, "store") == 0) {
+      char *p = join(dir, e->d_name);
+      rm_env(p); /* `ready` first: a half-deleted environment is never chosen */
+      weir_free(p);
+    }
+  }
+  closedir(d);
 }
 
 static int fail(char *err, size_t len, int rc, const char *fmt, ...)
@@ -170,9 +198,7 @@ static int copy_db(MDB_txn *rtxn, MDB_env *dst, const char *name, uint64_t *entr
 int weir_store_handover(const char *dir, uint64_t epoch, char *err, size_t errlen) {
   char cur[64], next[64];
   int rc = weir__store_env_name(dir, cur, sizeof cur);
-  if (rc < 0)
-    return fail(err, errlen, rc, "state directory '%s': cannot read %s: %s", dir, POINTER,
-                rc == WEIR_ECORRUPT ? "it names no store" : weir_strerror(rc));
+  if (rc < 0) return fail(err, errlen, rc, "state directory '%s': %s", dir, weir_strerror(rc));
   snprintf(next, sizeof next, "store.%llu", (ull)epoch);
   if (strcmp(cur, next) == 0) return 0;
   char *src = join(dir, cur), *dst = join(dir, next), *src_data = join(src, "data.mdb");
@@ -180,7 +206,7 @@ int weir_store_handover(const char *dir, uint64_t epoch, char *err, size_t errle
   MDB_txn *rtxn = NULL;
   uint64_t entries = 0;
   const char *step = "";
-  rm_env(dst); /* a leftover of a crashed handover of this same epoch cannot exist, but */
+  rm_env(dst); /* epochs are never reused, so this is only ever an empty no-op */
   if (mkdir(dst, 0755) != 0 && errno != EEXIST) {
     rc = -errno;
     step = "creating the new environment";
@@ -215,21 +241,17 @@ int weir_store_handover(const char *dir, uint64_t epoch, char *err, size_t errle
   if (rc) goto out;
   rc = fsync_path(dst);
   if (rc < 0) goto out;
-  /* The pointer: temporary file, fsync, rename, fsync of the directory. */
-  step = "replacing the store pointer";
-  char *ptr = join(dir, POINTER), *tmp = join(dir, POINTER ".tmp");
-  char line[80];
-  int n = snprintf(line, sizeof line, "%s\n", next);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  /* Complete: the marker, durable, and the environment's directory entry. */
+  step = "marking the new environment complete";
+  char *ready = join(dst, READY);
+  int fd = open(ready, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   rc = fd < 0 ? -errno : 0;
-  if (rc == 0 && write(fd, line, (size_t)n) != n) rc = errno ? -errno : WEIR_EIO;
   if (rc == 0 && fsync(fd) != 0) rc = -errno;
   if (fd >= 0) close(fd);
-  if (rc == 0 && rename(tmp, ptr) != 0) rc = -errno;
+  if (rc == 0) rc = fsync_path(dst);
   if (rc == 0) rc = fsync_path(dir);
-  if (rc < 0) unlink(tmp);
-  weir_free(ptr);
-  weir_free(tmp);
+  if (rc < 0) unlink(ready);
+  weir_free(ready);
 out:
   if (rtxn) mdb_txn_abort(rtxn);
   if (senv) mdb_env_close(senv);
@@ -238,7 +260,7 @@ out:
     WEIR_LOG_I("state directory %s: epoch %llu continues in %s (copied %llu values from %s, "
                "which the previous owner may still hold)",
                dir, (ull)epoch, next, (ull)entries, cur);
-    rm_env(src);
+    remove_older(dir, epoch);
   } else {
     rm_env(dst);
     int code = rc > 0 ? weir__mdb_err(rc) : rc;

@@ -60,13 +60,22 @@
  *  I4 Wall-clock time decides nothing (it is written for humans only), so a
  *     wall-clock jump cannot make two owners live; a reboot changes the boot
  *     id, and every process of the old boot is gone.
- *  I5 A commit checks weir_lease_check inside its write transaction and
- *     again after it; a stale owner that was paused past its expiry fails
- *     one of them and reports the checkpoint as not completed. Where it may
- *     still be alive (EXPIRED), the successor also leaves it its own LMDB
- *     environment (snapshot/handover.c), so that what the stale owner's
- *     in-flight transaction writes lands nowhere anyone reads, and LMDB's
+ *  I5 Every write transaction checks weir_lease_check right after it
+ *     begins, and a commit checks again once durable; a stale owner that
+ *     was paused past its expiry fails one of them and reports the
+ *     checkpoint as not completed, so no effect follows it. Where the old
+ *     owner may still be alive (EXPIRED), the successor also leaves it its
+ *     LMDB environment (snapshot/handover.c): what the stale owner's one
+ *     in-flight transaction commits lands nowhere anyone reads, and LMDB's
  *     writer lock, which a stopped process keeps, is never needed again.
+ *     (A commit that passed its check before the takeover and lands before
+ *     the successor's copy is copied: it is a whole checkpoint, committed
+ *     by the owner of its epoch, and that owner reports it as not
+ *     completed. The successor may restore it; nothing was made visible
+ *     for it.)
+ *  I6 After GONE or RELEASED, nobody of the old epoch can write any more, so
+ *     the successor keeps the environment: no copy on the common paths
+ *     (restart after a crash, after a stop, after the end of the input).
  */
 #include "weir/lease.h"
 

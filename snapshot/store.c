@@ -4,8 +4,8 @@
  * (writer.c), and every read: list, info, load and the verification in a
  * child process.
  *
- * DESIGN: one LMDB environment at <dir>/store (or the one <dir>/store.current
- * names after a lease takeover: handover.c), mapped once, large and sparse
+ * DESIGN: one LMDB environment at <dir>/store (or, after a lease takeover
+ * from an owner that may be alive, <dir>/store.<epoch>: handover.c), mapped once, large and sparse
  * (64 GiB of address space by default), with LMDB's safe defaults (synchronous
  * commits, no writable map: a full disk is an error code, not a SIGBUS), and
  * MDB_NOTLS so that read transactions may run on any thread. Three named
@@ -714,8 +714,8 @@ int weir_store_open(weir_store **out, const char *dir, const weir_store_opts *op
   s->read_only = o.read_only != 0;
   s->lease = o.lease;
   if (prc < 0) {
-    weir__store_fail(s, prc, "store %s: its pointer file store.current %s", dir,
-                     prc == WEIR_ECORRUPT ? "names no store" : weir_strerror(prc));
+    weir__store_fail(s, prc, "store %s: cannot list the state directory: %s", dir,
+                     weir_strerror(prc));
     return open_fail(s, prc);
   }
   s->retain = o.retain ? o.retain : 3;

@@ -112,9 +112,8 @@ uint32_t weir__be32(const uint8_t *p);
  * set). */
 int weir__txn_job(weir_store *s, MDB_txn *txn, MDB_dbi dbi, weir__job_rec *out);
 
-/* handover.c: the environment of dir named by its pointer file ("store"
- * without one) into name; 0, or WEIR_ECORRUPT for a pointer naming no store,
- * or -errno. */
+/* handover.c: the name of dir's current environment ("store.<N>" of the
+ * highest complete handover, else "store") into name; 0 or -errno. */
 int weir__store_env_name(const char *dir, char *name, size_t cap);
 
 /* writer.c */

@@ -1,6 +1,7 @@
 /* weir/store.h: the checkpoint store of a job's state directory.
  *
- * One LMDB environment per state directory (<dir>/store), holding the job
+ * One LMDB environment per state directory (<dir>/store; <dir>/store.<epoch>
+ * after a handover, see weir_store_handover), holding the job
  * record (job id, instance, checkpoint id high-water mark, finished flag),
  * the metadata of every retained completed checkpoint, and the state chunks
  * they refer to. Every stored value is wrapped in an envelope (magic,
@@ -52,7 +53,8 @@ typedef struct weir_store_opts {
 } weir_store_opts;
 
 /* Opens (creating if needed, unless read_only) the store under `dir`: the
- * LMDB environment named by <dir>/store.current, or <dir>/store without one.
+ * LMDB environment <dir>/store.<N> of the highest N that a handover
+ * completed, or <dir>/store if there is none.
  * Runs mdb_reader_check, checks the store's structure in a forked child (so
  * that damaged LMDB pages give WEIR_ECORRUPT, not a crash), and (unless
  * read_only) collects chunks of checkpoints that never completed and starts
@@ -61,7 +63,7 @@ typedef struct weir_store_opts {
  * message is logged (WEIR_LOG_E). Blocks (fsync, fork). */
 int weir_store_open(weir_store **out, const char *dir, const weir_store_opts *opts);
 /* Moves the store of `dir` into a fresh LMDB environment for lease epoch
- * `epoch` (<dir>/store.<epoch>) and points <dir>/store.current at it,
+ * `epoch` (<dir>/store.<epoch>, chosen from then on as the highest),
  * copying the current environment without taking any of its locks: for a
  * successor that took the lease over from an owner that may still be alive,
  * perhaps stopped inside a write transaction (snapshot/handover.c explains
