@@ -700,8 +700,13 @@ static int claim(weir_lease *l, uint64_t n) {
   snprintf(tmpname, sizeof tmpname, ".hb.%llu.tmp", (ull)n);
   l->hb_tmp = join(l->dir, tmpname);
   atomic_store(&l->valid_until, t + (uint64_t)l->lease_ms * NS_PER_MS);
+  /* The claim was fsynced, which may have taken a good part of the lease:
+   * renew at once, under the rules of a renewal (I2). If the heartbeat
+   * cannot be written, the claim is the first heartbeat. */
+  uint64_t t0 = now_ns(l);
   l->seq = 1;
-  write_hb(l, t, 0); /* if it fails, the claim is the first heartbeat */
+  if (write_hb(l, t0, 0) == 0 && now_ns(l) - t0 < l->margin_ns)
+    atomic_store(&l->valid_until, t0 + (uint64_t)l->lease_ms * NS_PER_MS);
   cleanup(l->dir, n);
   return 0;
 }
@@ -850,11 +855,12 @@ static void *heartbeat_main(void *arg) {
   uint64_t beat = (uint64_t)l->lease_ms * NS_PER_MS / 3;
   for (;;) {
     uint64_t t = now_ns(l), until = atomic_load(&l->valid_until);
-    /* Wake for the next beat, and at the latest when the lease would need
-     * self-fencing, so that a failing renewal is noticed in time. */
+    /* Wake for the next beat; when the self-fencing point is nearer (the
+     * last renewals failed or did not count), try again halfway to it, so
+     * that the lease is renewed before it and a loss is noticed at it. */
     uint64_t fence_at = until > l->margin_ns ? until - l->margin_ns : 0;
     uint64_t wait = beat;
-    if (fence_at > t && fence_at - t < wait) wait = fence_at - t;
+    if (fence_at > t && fence_at - t < 2 * wait) wait = (fence_at - t) / 2;
     if (fence_at <= t) wait = 0;
     struct pollfd p = {.fd = l->wake[0], .events = POLLIN};
     int ms = (int)((wait + NS_PER_MS - 1) / NS_PER_MS);
