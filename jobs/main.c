@@ -8,8 +8,9 @@
  * argv. Only this file decides exit codes (DESIGN §7a): 0 success (a job
  * stopped by SIGINT/SIGTERM that drained and ended cleanly is a success), 1
  * runtime error (a drain abandoned by a second signal is one), 2 usage
- * error, 3 store refused, 4 state directory owned by another run (or lost). Human output (progress,
- * summary) goes to stderr; stdout belongs to the job's `print` sink.
+ * error, 3 store refused, 4 state directory held by another run (or this
+ * run lost it). Human output (progress, summary) goes to stderr; stdout
+ * belongs to the job's `print` sink.
  */
 #include "cli.h"
 #include "receiver.h"

@@ -5,10 +5,11 @@
  * child process.
  *
  * DESIGN: one LMDB environment at <dir>/store (or, after a lease takeover
- * from an owner that may be alive, <dir>/store.<epoch>: handover.c), mapped once, large and sparse
- * (64 GiB of address space by default), with LMDB's safe defaults (synchronous
- * commits, no writable map: a full disk is an error code, not a SIGBUS), and
- * MDB_NOTLS so that read transactions may run on any thread. Three named
+ * from an owner that may be alive, <dir>/store.<epoch>: handover.c), mapped
+ * once, large and sparse (64 GiB of address space by default), with LMDB's
+ * safe defaults (synchronous commits, no writable map: a full disk is an
+ * error code, not a SIGBUS), and MDB_NOTLS so that read transactions may run
+ * on any thread. Three named
  * databases: "job", "meta", "chunks" (layout and commit protocol in
  * writer.c). All writes after open belong to the writer thread; reads are
  * short read transactions on the caller's thread, which never block the

@@ -161,9 +161,9 @@ static void ck_abort(coord *c, uint64_t id, int status, const char *why) {
   weir_store_abort(job->store, id);
   job->info.checkpoints_failed++;
   if (status == WEIR_EFENCED) { /* not ours to commit any more: stop */
-    char why[512];
+    char lost[512];
     weir__job_failed(job, status, "checkpoint %llu not committed: %s", (unsigned long long)id,
-                     weir_lease_error(job->lease, why, sizeof why));
+                     weir_lease_error(job->lease, lost, sizeof lost));
     return;
   }
   WEIR_LOG_W("checkpoint %llu aborted: %s%s%s", (unsigned long long)id, why, status < 0 ? ": " : "",
