@@ -781,6 +781,19 @@ static char *log_of(pjob *j, int n) {
   return t ? t : strdup("");
 }
 
+/* Waits until log n of j holds `what`. */
+static void wait_log(pjob *j, int n, const char *what, int timeout_ms) {
+  int64_t end = mono_ms() + timeout_ms;
+  for (;;) {
+    char *t = log_of(j, n);
+    int found = strstr(t, what) != NULL;
+    free(t);
+    if (found) return;
+    cr_assert_lt(mono_ms(), end, "log %d never said '%s'", n, what);
+    sleep_ms(2);
+  }
+}
+
 /* Waits for pid to exit (or, with stopped, to stop): its exit code, 128 +
  * signal, 1000 for "stopped", or -1 after timeout_ms (then it is killed). */
 static int wait_for(pid_t pid, int timeout_ms, int stopped) {
@@ -980,7 +993,7 @@ Test(owners, released_lease_is_taken_over_at_once) {
   pid_t p = spawn(j, NULL, &log, NULL);
   for (int round = 0; round < 5; round++) {
     wait_claim(j, epoch, RUN_TIMEOUT_MS);
-    sleep_ms(150);
+    wait_log(j, log, " completed in ", RUN_TIMEOUT_MS); /* running: SIGTERM drains it */
     kill(p, SIGTERM);
     int rc = wait_for(p, RUN_TIMEOUT_MS, 0);
     cr_assert_eq(rc, 0, "a run stopped by SIGTERM: exit %d", rc);
