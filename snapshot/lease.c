@@ -76,6 +76,14 @@
  *  I6 After GONE or RELEASED, nobody of the old epoch can write any more, so
  *     the successor keeps the environment: no copy on the common paths
  *     (restart after a crash, after a stop, after the end of the input).
+ *
+ * Assumptions: the file system has hard links (every local POSIX one does);
+ * processes that share a state directory and a host name also share a pid
+ * namespace (otherwise a live owner in another container looks gone);
+ * lease_ms is longer than the longest stall of the heartbeat thread (a
+ * starved or swapped-out process self-fences, which is safe but stops it).
+ * Effects outside the store are fenced by their sinks: weir_ctx_epoch and
+ * weir_ctx_owner_check (weir/job.h) expose this lease to them.
  */
 #include "weir/lease.h"
 
