@@ -15,6 +15,7 @@
 
 #include "weir/alloc.h"
 #include "weir/json.h"
+#include "weir/lease.h"
 #include "weir/store.h"
 
 static void help_checkpoints(FILE *out) {
@@ -105,6 +106,8 @@ int cli_cmd_checkpoints(int argc, char **argv) {
   int exists = 0;
   weir_store_ckpt *list = NULL;
   size_t n = 0;
+  weir_lease_state ls;
+  int have_lease = weir_lease_read(r.state_dir, &ls) > 0;
   if (o == 0) {
     exists = weir_store_job_get(s, &job);
     if (exists < 0) return store_error(s, exists, "cannot read the job record");
@@ -120,29 +123,45 @@ int cli_cmd_checkpoints(int argc, char **argv) {
     printf(", \"finished\": %s, \"checkpoints\": [", exists && job.finished ? "true" : "false");
     for (size_t i = 0; i < n; i++)
       printf("%s{\"id\": %llu, \"time\": %lld, \"bytes\": %llu, \"duration_ms\": %llu, "
-             "\"alignment_ms\": %llu}",
+             "\"alignment_ms\": %llu, \"epoch\": %llu}",
              i ? ", " : "", (unsigned long long)list[i].id, (long long)list[i].time_ms,
              (unsigned long long)list[i].bytes, (unsigned long long)list[i].duration_ms,
-             (unsigned long long)list[i].alignment_ms);
-    printf("]}\n");
+             (unsigned long long)list[i].alignment_ms, (unsigned long long)list[i].epoch);
+    printf("]");
+    if (have_lease) { /* who holds the state directory (lease.c) */
+      printf(", \"lease\": {\"epoch\": %llu, \"pid\": %lld, \"host\": ",
+             (unsigned long long)ls.epoch, (long long)ls.owner.pid);
+      weir_json_string(stdout, ls.owner.host);
+      printf(", \"lease_ms\": %u, \"released\": %s, \"age_ms\": %lld}", ls.lease_ms,
+             ls.released ? "true" : "false", (long long)ls.age_ms);
+    }
+    printf("}\n");
   } else if (!exists) {
     printf("no job in '%s'\n", r.state_dir);
   } else {
     printf("job %s, instance %llu, %s\n", job.job_id, (unsigned long long)job.instance,
            job.finished ? "finished" : "not finished");
+    if (have_lease) {
+      char age[48] = "";
+      if (ls.age_ms >= 0) snprintf(age, sizeof age, ", renewed %lld ms ago", (long long)ls.age_ms);
+      printf("lease: epoch %llu, pid %lld on %s, %u ms%s%s\n", (unsigned long long)ls.epoch,
+             (long long)ls.owner.pid, ls.owner.host, ls.lease_ms, ls.released ? ", released" : "",
+             ls.released ? "" : age);
+    }
     if (!n)
       printf("no completed checkpoint\n");
     else
-      printf("%10s  %-24s %14s %12s %13s\n", "id", "completed (UTC)", "bytes", "duration ms",
-             "alignment ms");
+      printf("%10s %6s  %-24s %14s %12s %13s\n", "id", "epoch", "completed (UTC)", "bytes",
+             "duration ms", "alignment ms");
     for (size_t i = 0; i < n; i++) {
       char when[32] = "?";
       time_t t = (time_t)(list[i].time_ms / 1000);
       struct tm tm;
       if (gmtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
-      printf("%10llu  %-24s %14llu %12llu %13llu%s\n", (unsigned long long)list[i].id, when,
-             (unsigned long long)list[i].bytes, (unsigned long long)list[i].duration_ms,
-             (unsigned long long)list[i].alignment_ms, list[i].final ? "  final" : "");
+      printf("%10llu %6llu  %-24s %14llu %12llu %13llu%s\n", (unsigned long long)list[i].id,
+             (unsigned long long)list[i].epoch, when, (unsigned long long)list[i].bytes,
+             (unsigned long long)list[i].duration_ms, (unsigned long long)list[i].alignment_ms,
+             list[i].final ? "  final" : "");
     }
   }
   weir_free(list);
@@ -175,9 +194,11 @@ int cli_cmd_inspect(int argc, char **argv) {
   if (r.json) {
     printf("{\"id\": %llu, \"job\": ", (unsigned long long)info->ckpt.id);
     weir_json_string(stdout, info->job_id);
-    printf(", \"format\": %u, \"time\": %lld, \"bytes\": %llu, \"duration_ms\": %llu, "
+    printf(", \"format\": %u, \"epoch\": %llu, \"instance\": %llu, \"time\": %lld, "
+           "\"bytes\": %llu, \"duration_ms\": %llu, "
            "\"alignment_ms\": %llu, \"final\": %s, \"subtasks\": [",
-           info->format_version, (long long)info->ckpt.time_ms,
+           info->format_version, (unsigned long long)info->ckpt.epoch,
+           (unsigned long long)info->ckpt.instance, (long long)info->ckpt.time_ms,
            (unsigned long long)info->ckpt.bytes, (unsigned long long)info->ckpt.duration_ms,
            (unsigned long long)info->ckpt.alignment_ms, info->ckpt.final ? "true" : "false");
     for (uint32_t i = 0; i < info->nsubtasks; i++) {
@@ -199,6 +220,8 @@ int cli_cmd_inspect(int argc, char **argv) {
   } else {
     printf("checkpoint %llu of job %s (format %u)%s\n", (unsigned long long)info->ckpt.id,
            info->job_id, info->format_version, info->ckpt.final ? ", final" : "");
+    printf("  instance %llu, committed by lease epoch %llu\n",
+           (unsigned long long)info->ckpt.instance, (unsigned long long)info->ckpt.epoch);
     printf("  %llu bytes, duration %llu ms, alignment %llu ms\n",
            (unsigned long long)info->ckpt.bytes, (unsigned long long)info->ckpt.duration_ms,
            (unsigned long long)info->ckpt.alignment_ms);

@@ -150,6 +150,8 @@ int cli_take_engine(cli_args *a, cli_engine *eng) {
   if ((r = cli_take_str(a, "--restore", &eng->restore)) != 0) return r;
   if ((r = cli_take_bool(a, "--fresh", &eng->fresh)) != 0) return r;
   if ((r = cli_take_str(a, "--checkpoint-mode", &eng->checkpoint_mode)) != 0) return r;
+  if ((r = cli_take_u64(a, "--lease-ms", 3600000, &eng->lease_ms)) != 0) return r;
+  if ((r = cli_take_bool(a, "--wait", &eng->lease_wait)) != 0) return r;
   return 0;
 }
 
@@ -177,8 +179,13 @@ void cli_engine_init(cli_engine *eng) {
 int cli_checkpoint_opts(const cli_engine *eng, weir_run_opts *o) {
   if (strcmp(eng->state_dir, "none") == 0) {
     if (eng->restore || eng->fresh) return cli_usage("--restore and --fresh need a --state-dir");
+    if (eng->lease_ms || eng->lease_wait)
+      return cli_usage("--lease-ms and --wait need a --state-dir");
     return 0;
   }
+  if (eng->lease_ms && eng->lease_ms < 30) return cli_usage("--lease-ms: at least 30");
+  o->lease_ms = (uint32_t)eng->lease_ms;
+  o->lease_wait = eng->lease_wait;
   o->state_dir = eng->state_dir;
   o->checkpoint_interval_ms = (uint32_t)eng->checkpoint_interval;
   o->checkpoint_timeout_ms = (uint32_t)eng->checkpoint_timeout;
@@ -217,6 +224,9 @@ int cli_exit_for(int rc) {
   case WEIR_EUNFINISHED:
   case WEIR_ENOCKPT:
     return CLI_EXIT_USAGE;
+  case WEIR_EOWNED:
+  case WEIR_EFENCED:
+    return CLI_EXIT_OWNED;
   default:
     return CLI_EXIT_RUNTIME;
   }

@@ -21,7 +21,8 @@ enum {
   CLI_EXIT_OK = 0,      /* success, or stopped cleanly */
   CLI_EXIT_RUNTIME = 1, /* the job failed, or a file could not be used */
   CLI_EXIT_USAGE = 2,   /* bad command line (or one that does not fit the state dir) */
-  CLI_EXIT_STORE = 3    /* store or checkpoint refused: corrupt, truncated, unknown format */
+  CLI_EXIT_STORE = 3,   /* store or checkpoint refused: corrupt, truncated, unknown format */
+  CLI_EXIT_OWNED = 4    /* the state directory is held by a live owner, or this run lost it */
 };
 
 /* The exit code for an error returned by the engine. */
@@ -51,6 +52,8 @@ typedef struct cli_engine {
   const char *restore;          /* NULL, "latest" or an id */
   int fresh;
   const char *checkpoint_mode; /* "aligned" (default) or "at-least-once" */
+  uint64_t lease_ms;           /* ms; 0 = engine default (6000) */
+  int lease_wait;              /* --wait: take over when a live owner's lease expires */
 } cli_engine;
 
 /* Checks a job's --sink value (printing a usage message naming the

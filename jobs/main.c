@@ -8,8 +8,9 @@
  * argv. Only this file decides exit codes (DESIGN §7a): 0 success (a job
  * stopped by SIGINT/SIGTERM that drained and ended cleanly is a success), 1
  * runtime error (a drain abandoned by a second signal is one), 2 usage
- * error. Human output (progress, summary) goes to stderr;
- * stdout belongs to the job's `print` sink.
+ * error, 3 store refused, 4 state directory held by another run (or this
+ * run lost it). Human output (progress, summary) goes to stderr; stdout
+ * belongs to the job's `print` sink.
  */
 #include "cli.h"
 #include "receiver.h"
@@ -89,6 +90,18 @@ static void help_run(FILE *out) {
         "A run without --restore on a state directory whose job did not finish is\n"
         "refused (exit 2), naming --restore latest and --fresh.\n"
         "\n"
+        "Ownership (engine options too): a run holds the lease of its state\n"
+        "directory, renewed every third of its duration; a second run on the same\n"
+        "directory is refused (exit 4, naming the owner and its epoch) while the\n"
+        "owner lives, and takes over at once after the owner released the lease\n"
+        "(end of the job, SIGTERM) or, on the same host, after its process is gone.\n"
+        "  --lease-ms MS        lease duration (default 6000): a stopped or\n"
+        "                       unreachable owner is taken over after it\n"
+        "  --wait               when a live owner holds the lease, wait for it to\n"
+        "                       expire and take over, instead of exit 4\n"
+        "An owner that lost its lease (taken over while it was paused, or unable to\n"
+        "renew it in time) commits nothing more and exits with 4.\n"
+        "\n"
         "Built-in jobs:\n",
         out);
   for (size_t i = 0; i < N_BUILTINS; i++) {
@@ -110,7 +123,8 @@ static void help_run(FILE *out) {
         "Exit codes: 0 success (also after a clean stop by SIGINT/SIGTERM, and\n"
         "--restore of a finished job), 1 runtime error (also a drain abandoned by a\n"
         "second signal), 2 usage error, 3 store or checkpoint refused (corrupt,\n"
-        "truncated, unknown format, another job's).\n"
+        "truncated, unknown format, another job's), 4 the state directory is held\n"
+        "by a live owner, or this run lost its ownership (fenced).\n"
         "\n"
         "See 'weir help run counter' and 'weir help run wordcount'.\n",
         out);
@@ -176,6 +190,19 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Fail-stop on a lost lease: another run owns the state directory now, so
+ * this process ends at once, before any operator's close() can flush what
+ * it buffered into a destination the new owner writes to. */
+static void on_lease_lost(void *user, const char *msg) {
+  (void)user;
+  char line[1200];
+  int n = snprintf(line, sizeof line, "weir: %s\n", msg);
+  if (n > (int)sizeof line - 1) n = (int)sizeof line - 1;
+  if (n > 0 && write(STDERR_FILENO, line, (size_t)n) < 0) {
+  }
+  _exit(CLI_EXIT_OWNED);
+}
+
 /* Runs a built job and reports; kind is NULL for a job .so. Returns the exit
  * code. */
 static int execute(weir_job *job, const cli_engine *eng, const cli_builtin *kind, void *cfg) {
@@ -187,6 +214,7 @@ static int execute(weir_job *job, const cli_engine *eng, const cli_builtin *kind
   o.batch_records = (uint32_t)eng->batch_records;
   o.channel_batches = (uint32_t)eng->channel_batches;
   o.handle_signals = 1;
+  o.lease_lost = on_lease_lost;
   if (cli_checkpoint_opts(eng, &o) < 0) return CLI_EXIT_USAGE;
   if (o.state_dir) {
     int m = cli_mkdir_p(o.state_dir);

@@ -4,10 +4,12 @@
  * (writer.c), and every read: list, info, load and the verification in a
  * child process.
  *
- * DESIGN: one LMDB environment at <dir>/store, mapped once, large and sparse
- * (64 GiB of address space by default), with LMDB's safe defaults (synchronous
- * commits, no writable map: a full disk is an error code, not a SIGBUS), and
- * MDB_NOTLS so that read transactions may run on any thread. Three named
+ * DESIGN: one LMDB environment at <dir>/store (or, after a lease takeover
+ * from an owner that may be alive, <dir>/store.<epoch>: handover.c), mapped
+ * once, large and sparse (64 GiB of address space by default), with LMDB's
+ * safe defaults (synchronous commits, no writable map: a full disk is an
+ * error code, not a SIGBUS), and MDB_NOTLS so that read transactions may run
+ * on any thread. Three named
  * databases: "job", "meta", "chunks" (layout and commit protocol in
  * writer.c). All writes after open belong to the writer thread; reads are
  * short read transactions on the caller's thread, which never block the
@@ -104,6 +106,8 @@ int weir__mdb_err(int rc) {
   case MDB_TXN_FULL:
   case MDB_TLS_FULL:
     return WEIR_ENOMEM;
+  case WEIR_EFENCED: /* from writer.c's begin_write, passed through */
+    return WEIR_EFENCED;
   case MDB_KEYEXIST:
   case MDB_DBS_FULL:
   case MDB_BAD_RSLOT:
@@ -116,6 +120,7 @@ int weir__mdb_err(int rc) {
 
 const char *weir__mdb_text(int rc) {
   if (rc == MDB_MAP_FULL) return "the store's map is full";
+  if (rc == WEIR_EFENCED) return weir_strerror(rc);
   return mdb_strerror(rc);
 }
 
@@ -740,9 +745,17 @@ int weir_store_open(weir_store **out, const char *dir, const weir_store_opts *op
   pthread_mutex_init(&s->id_mu, NULL);
   pthread_cond_init(&s->id_cv, NULL);
   s->dir = weir_strdup(dir);
-  s->path = join(dir, "store");
+  char env_name[64];
+  int prc = weir__store_env_name(dir, env_name, sizeof env_name);
+  s->path = join(dir, prc == 0 ? env_name : "store");
   s->data_path = join(s->path, "data.mdb");
   s->read_only = o.read_only != 0;
+  s->lease = o.lease;
+  if (prc < 0) {
+    weir__store_fail(s, prc, "store %s: cannot list the state directory: %s", dir,
+                     weir_strerror(prc));
+    return open_fail(s, prc);
+  }
   s->retain = o.retain ? o.retain : 3;
   s->verify_timeout_s = o.verify_timeout_s ? o.verify_timeout_s : 600;
   int rc;
@@ -1090,6 +1103,7 @@ int weir_store_list(weir_store *s, weir_store_ckpt **out, size_t *n) {
     c->duration_ms = m.duration_ms;
     c->alignment_ms = m.alignment_ms;
     c->instance = m.instance;
+    c->epoch = m.epoch;
     c->final = m.final;
     weir__meta_free(&m);
   }
@@ -1145,6 +1159,7 @@ int weir_store_info(weir_store *s, uint64_t id, weir_store_ckpt_info **out) {
   info->ckpt.duration_ms = m.duration_ms;
   info->ckpt.alignment_ms = m.alignment_ms;
   info->ckpt.instance = m.instance;
+  info->ckpt.epoch = m.epoch;
   info->ckpt.final = m.final;
   memcpy(info->job_id, m.job_id, sizeof info->job_id);
   info->format_version = m.format_version;

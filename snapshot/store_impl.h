@@ -62,6 +62,7 @@ struct weir_store {
   int read_only;
   uint32_t retain, verify_timeout_s;
   uint64_t map_size;
+  struct weir_lease *lease; /* fencing; NULL: none */
   MDB_env *env;
   MDB_dbi dbi_job, dbi_meta, dbi_chunks;
 
@@ -110,6 +111,10 @@ uint32_t weir__be32(const uint8_t *p);
 /* Reads the job record in txn: 1 (and *out), 0 (none) or an error (message
  * set). */
 int weir__txn_job(weir_store *s, MDB_txn *txn, MDB_dbi dbi, weir__job_rec *out);
+
+/* handover.c: the name of dir's current environment ("store.<N>" of the
+ * highest complete handover, else "store") into name; 0 or -errno. */
+int weir__store_env_name(const char *dir, char *name, size_t cap);
 
 /* writer.c */
 int weir__writer_start(weir_store *s);

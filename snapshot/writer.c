@@ -34,6 +34,10 @@
  * deletes. Checkpoint ids are reserved durably in blocks of WEIR__ID_BLOCK in
  * the job record before they are handed out: a crash skips ids, never
  * repeats them.
+ *
+ * Fencing (lease.c): with a lease, every write transaction checks it right
+ * after it begins (begin_write), and a commit checks it again once durable;
+ * the metadata records the committing owner's epoch.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -44,9 +48,11 @@
 #include <unistd.h>
 
 #include "store_impl.h"
+#include "weir/lease.h"
 #include "weir/alloc.h"
 #include "weir/assert.h"
 #include "weir/clock.h"
+#include "weir/failpoint.h"
 #include "weir/log.h"
 
 typedef unsigned long long ull;
@@ -182,12 +188,28 @@ static int committed_now(weir_store *s, uint64_t id) {
   return rc;
 }
 
+/* Begins a write transaction and then checks the lease (lease.c, I5): the
+ * check runs while this process holds LMDB's writer lock, so after a takeover
+ * at most the one transaction that had already passed it can still commit,
+ * and a fenced owner begins no other. Returns an LMDB code or WEIR_EFENCED
+ * (nothing begun). */
+static int begin_write(weir_store *s, MDB_txn **txn) {
+  int rc = mdb_txn_begin(s->env, NULL, 0, txn);
+  if (rc != 0) return rc;
+  if (s->lease != NULL && weir_lease_check(s->lease) < 0) {
+    mdb_txn_abort(*txn);
+    *txn = NULL;
+    return WEIR_EFENCED;
+  }
+  return 0;
+}
+
 /* Deletes every chunk of checkpoint id, WEIR__TXN_DELETES per transaction. */
 static int delete_chunks(weir_store *s, uint64_t id, uint64_t *deleted) {
   for (;;) {
     MDB_txn *txn;
     MDB_cursor *cur;
-    int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+    int rc = begin_write(s, &txn);
     if (rc == 0) {
       rc = mdb_cursor_open(txn, s->dbi_chunks, &cur);
       if (rc != 0) mdb_txn_abort(txn);
@@ -501,7 +523,7 @@ static int write_chunks(weir_store *s, uint64_t id, uint32_t record,
       uint8_t kb[WEIR__CHUNK_KEY];
       weir__key_chunk(kb, id, record, seq);
       if (txn == NULL) {
-        rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+        rc = begin_write(s, &txn);
         if (rc != 0) {
           txn = NULL;
           break;
@@ -511,6 +533,7 @@ static int write_chunks(weir_store *s, uint64_t id, uint32_t record,
       MDB_val key = {sizeof kb, kb}, val = {len, s->chunk_buf};
       failing = len;
       rc = mdb_put(txn, s->dbi_chunks, &key, &val, append ? MDB_APPEND : MDB_NOOVERWRITE);
+      if (rc == 0 && weir_failpoint("store.in_chunk_txn")) rc = EIO; /* tests */
       if (rc != 0) break;
       in_txn++;
       txn_bytes += len;
@@ -677,7 +700,7 @@ static void retention(weir_store *s) {
     uint8_t k[8];
     weir__key_meta(k, ids[i]);
     MDB_val key = {8, k};
-    rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+    rc = begin_write(s, &txn);
     if (rc == 0) {
       rc = mdb_del(txn, s->dbi_meta, &key, NULL);
       if (rc == 0 || rc == MDB_NOTFOUND) {
@@ -745,7 +768,7 @@ static void exec_commit(weir_store *s, weir__req *r) {
   uint8_t *mval = NULL, *jval = NULL;
   size_t mlen = 0, jlen = 0;
   weir__sub_entry *subs = NULL;
-  rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+  rc = begin_write(s, &txn);
   if (rc != 0) {
     txn = NULL;
     rc = weir__store_fail(s, weir__mdb_err(rc), "store %s: committing checkpoint %llu: %s", s->path,
@@ -808,9 +831,21 @@ static void exec_commit(weir_store *s, weir__req *r) {
     MDB_val jkey = {3, "job"}, jv = {jlen, jval};
     rc = mdb_put(txn, s->dbi_job, &jkey, &jv, 0);
   }
+  /* Tests: pause (SIGSTOP) here holds LMDB's writer lock (lease.c, I5). */
+  if (rc == 0 && weir_failpoint("store.in_commit_txn")) rc = EIO;
   if (rc == 0) {
     rc = mdb_txn_commit(txn);
     txn = NULL;
+    /* Still the owner now that it is durable? If not, this process was
+     * paused past its lease: the checkpoint is not reported as completed
+     * (no effects may follow it), though it stays in this environment. */
+    if (rc == 0 && s->lease != NULL && weir_lease_check(s->lease) < 0) {
+      discard_on_fail = 0;
+      char why[512];
+      rc = weir__store_fail(s, WEIR_EFENCED, "store %s: checkpoint %llu: %s", s->path, (ull)id,
+                            weir_lease_error(s->lease, why, sizeof why));
+      goto out;
+    }
   }
   if (rc != 0) {
     char map[96];
@@ -887,7 +922,7 @@ static int make_uuid(weir_store *s, char out[40]) {
  * writes it back (when change returns 1). */
 static int update_job(weir_store *s, weir__req *r) {
   MDB_txn *txn;
-  int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+  int rc = begin_write(s, &txn);
   if (rc != 0)
     return weir__store_fail(s, weir__mdb_err(rc), "store %s: updating the job record: %s", s->path,
                             weir__mdb_text(rc));

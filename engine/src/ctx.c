@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "weir/alloc.h"
+#include "weir/lease.h"
 #include "weir/store.h"
 #include "hash.h"
 #include "task.h"
@@ -71,6 +72,12 @@ int weir_ctx_restoring(const weir_ctx *c) {
 }
 int weir_ctx_stopping(const weir_ctx *c) {
   return atomic_load_explicit(&c->job->stopping, memory_order_relaxed);
+}
+uint64_t weir_ctx_epoch(const weir_ctx *c) {
+  return weir_lease_epoch(c->job->lease);
+}
+int weir_ctx_owner_check(weir_ctx *c) {
+  return c->job->lease ? weir_lease_check(c->job->lease) : 0;
 }
 void weir_ctx_wake_after(weir_ctx *c, uint64_t us) {
   c->wake_after_us = us ? us : 1;

@@ -142,6 +142,7 @@ struct weir_job {
    * coordinator and read by tasks; `ck` is shared with the store-writer
    * thread's callbacks under ck_mu. */
   struct weir_store *store;
+  struct weir_lease *lease;     /* ownership of state_dir (lease.c) */
   _Atomic uint64_t trigger_id;  /* latest checkpoint triggered */
   _Atomic uint64_t complete_id; /* latest checkpoint completed */
   _Atomic uint64_t aborted_id;  /* latest checkpoint aborted */

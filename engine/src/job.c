@@ -23,6 +23,12 @@
  *   committing --durable--> completed: complete_id = n, tasks told
  *   triggered/committing --write failed, timeout--> aborted: aborted_id = n
  *
+ * Ownership: before anything else touches the state directory the run
+ * acquires its lease (snapshot/lease.c) and holds it to the end; every
+ * commit carries the lease epoch and is fenced by it. Losing the lease (a
+ * commit or the heartbeat finds it taken over or not renewed in time) fails
+ * the run with WEIR_EFENCED.
+ *
  * When every task has finished, the coordinator takes the final checkpoint
  * (marking the job finished in the store, unless the run was stopped on
  * request), waits until every task has been told it completed, and only
@@ -36,6 +42,7 @@
 #include "weir/alloc.h"
 #include "weir/clock.h"
 #include "weir/failpoint.h"
+#include "weir/lease.h"
 #include "weir/log.h"
 #include "weir/store.h"
 #include "task.h"
@@ -153,6 +160,12 @@ static void ck_abort(coord *c, uint64_t id, int status, const char *why) {
   pthread_mutex_unlock(&job->ck_mu);
   weir_store_abort(job->store, id);
   job->info.checkpoints_failed++;
+  if (status == WEIR_EFENCED) { /* not ours to commit any more: stop */
+    char lost[512];
+    weir__job_failed(job, status, "checkpoint %llu not committed: %s", (unsigned long long)id,
+                     weir_lease_error(job->lease, lost, sizeof lost));
+    return;
+  }
   WEIR_LOG_W("checkpoint %llu aborted: %s%s%s", (unsigned long long)id, why, status < 0 ? ": " : "",
              status < 0 ? weir_store_error(job->store, msg, sizeof msg) : "");
   atomic_store(&job->aborted_id, id);
@@ -207,6 +220,7 @@ static void ck_progress(coord *c) {
     uint64_t now = weir_clock_mono_ns();
     weir_store_commit_info info = {
         .id = ck.id,
+        .epoch = weir_lease_epoch(job->lease),
         .trigger_ms = ck.trigger_ms,
         .duration_ms = (now - ck.trigger_ns) / 1000000u,
         .alignment_ms = ck.align_ns / 1000000u,
@@ -433,7 +447,7 @@ static int load_checkpoint(weir_job *job, uint64_t id, int notified_only) {
  * run, 1 if there is nothing to do (restore of a finished job), or an error. */
 static int prepare_store(weir_job *job) {
   const weir_run_opts *o = &job->opts;
-  weir_store_opts so = {.retain = o->retain};
+  weir_store_opts so = {.retain = o->retain, .lease = job->lease};
   int rc = weir_store_open(&job->store, o->state_dir, &so);
   if (rc) {
     char msg[512];
@@ -517,6 +531,51 @@ static int prepare_store(weir_job *job) {
   return 0;
 }
 
+/* ---- ownership ---------------------------------------------------------------- */
+
+static void on_lease_lost(void *user, int err, const char *msg) {
+  weir_job *job = user;
+  weir__job_failed(job, err, "%s", msg);
+  if (job->opts.lease_lost) job->opts.lease_lost(job->opts.lease_lost_user, msg);
+}
+
+/* Acquires the lease of the state directory, starts its heartbeat, and, if
+ * the previous owner may still be alive, moves the store to a fresh
+ * environment that it cannot block (snapshot/handover.c). */
+static int acquire_lease(weir_job *job) {
+  const weir_run_opts *o = &job->opts;
+  static const char *const how[] = {"", "it released the lease", "its process is gone",
+                                    "its lease expired"};
+  char err[1024];
+  weir_lease_opts lo = {
+      .lease_ms = o->lease_ms, .wait = o->lease_wait, .lost = on_lease_lost, .lost_user = job};
+  int rc = weir_lease_acquire(&job->lease, o->state_dir, &lo, err, sizeof err);
+  if (rc) {
+    weir__job_failed(job, rc, "%s", err);
+    return rc;
+  }
+  weir_lease_takeover t = weir_lease_how(job->lease);
+  if (t != WEIR_LEASE_FIRST) {
+    const weir_lease_owner *p = weir_lease_previous(job->lease);
+    WEIR_LOG_I("state directory %s: epoch %llu took over from pid %lld on %s: %s", o->state_dir,
+               (unsigned long long)weir_lease_epoch(job->lease), (long long)p->pid, p->host,
+               how[t]);
+  }
+  rc = weir_lease_start(job->lease);
+  if (rc) {
+    weir__job_failed(job, rc, "%s", weir_lease_error(job->lease, err, sizeof err));
+    return rc;
+  }
+  if (t == WEIR_LEASE_EXPIRED) {
+    rc = weir_store_handover(o->state_dir, weir_lease_epoch(job->lease), err, sizeof err);
+    if (rc) {
+      weir__job_failed(job, rc, "%s", err);
+      return rc;
+    }
+  }
+  return 0;
+}
+
 /* ---- running ------------------------------------------------------------------ */
 
 static void apply_defaults(weir_run_opts *o) {
@@ -554,10 +613,13 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
   c.job = job;
   for (uint32_t i = 0; i < job->ntasks; i++) c.expected += job->tasks[i]->nops;
   if (job->opts.state_dir) {
-    rc = prepare_store(job);
+    rc = acquire_lease(job);
+    if (rc == 0) rc = prepare_store(job);
     if (rc) {
       weir_store_close(job->store);
       job->store = NULL;
+      weir_lease_close(job->lease, 1);
+      job->lease = NULL;
       return rc > 0 ? 0 : atomic_load(&job->failed) ? atomic_load(&job->failed) : rc;
     }
   }
@@ -598,5 +660,9 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
     weir_store_close(job->store); /* waits for queued writes */
     job->store = NULL;
   }
+  /* Every commit has stopped: a successor may start at once (unless one
+   * already took over: then this does nothing). */
+  weir_lease_close(job->lease, 1);
+  job->lease = NULL;
   return atomic_load(&job->failed);
 }

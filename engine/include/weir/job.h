@@ -181,6 +181,14 @@ int weir_ctx_stopping(const weir_ctx *ctx);
 /* Sources: when run() returns WEIR_SOURCE_IDLE, call run() again after `us`
  * microseconds. */
 void weir_ctx_wake_after(weir_ctx *ctx, uint64_t us);
+/* Ownership, for sinks that fence their effects (DESIGN.md §7): the lease
+ * epoch of this run (0 without a state directory); constant during a run. */
+uint64_t weir_ctx_epoch(const weir_ctx *ctx);
+/* 0 if this run still owns its state directory, with a margin before its
+ * lease could expire; WEIR_EFENCED if not: nothing more may be made visible.
+ * Call it right before an effect. Cheap (a clock read and two stat calls),
+ * thread-safe, never blocks on another process; 0 without a state dir. */
+int weir_ctx_owner_check(weir_ctx *ctx);
 
 /* Records a failure message (printf-style) for this operator and returns
  * `err`, so `return weir_ctx_fail(ctx, WEIR_EBADREC, "line %d", n);` works.
@@ -344,6 +352,18 @@ typedef struct weir_run_opts {
    * (NULL = state_dir, or $TMPDIR or /tmp without one). */
   uint64_t loop_memory_bytes;
   const char *spill_dir;
+  /* Ownership of state_dir (DESIGN.md §7): the run holds its lease. */
+  uint32_t lease_ms; /* lease duration, renewed every third of it; 0 = 6000 */
+  int lease_wait;    /* a live owner holds it: wait for its lease to expire and take
+                        over, instead of failing with WEIR_EOWNED */
+  /* Called once, on whichever thread notices first, when the run loses its
+   * lease (taken over while it was paused, or not renewed in time); the run
+   * then fails with WEIR_EFENCED and commits nothing more. A program may end
+   * the process right here (fail-stop, as the weir command does), so that
+   * nothing the run still buffers reaches a destination after it lost
+   * ownership. NULL: the run just fails. */
+  void (*lease_lost)(void *user, const char *msg);
+  void *lease_lost_user;
 } weir_run_opts;
 
 enum {
@@ -356,7 +376,10 @@ enum {
 /* Freezes the graph into a physical plan, validates it, runs it to the end
  * of input (or until stopped) on worker threads, and returns 0, a build or
  * plan error (WEIR_EPLAN, ...), or the first runtime error (message in
- * weir_job_error()). Blocks the calling thread. A job runs at most once. */
+ * weir_job_error()). With a state_dir, the run first acquires its lease:
+ * WEIR_EOWNED if a live owner holds it; WEIR_EFENCED if the run lost it
+ * while running (it then stopped without committing). Blocks the calling
+ * thread. A job runs at most once. */
 int weir_job_run(weir_job *job, const weir_run_opts *opts);
 
 /* What weir_job_run did about an existing job (after the run): */

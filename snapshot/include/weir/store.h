@@ -1,6 +1,7 @@
 /* weir/store.h: the checkpoint store of a job's state directory.
  *
- * One LMDB environment per state directory (<dir>/store), holding the job
+ * One LMDB environment per state directory (<dir>/store; <dir>/store.<epoch>
+ * after a handover, see weir_store_handover), holding the job
  * record (job id, instance, checkpoint id high-water mark, finished flag),
  * the metadata of every retained completed checkpoint, and the state chunks
  * they refer to. Every stored value is wrapped in an envelope (magic,
@@ -35,6 +36,7 @@ extern "C" {
 #define WEIR_STORE_MIN_READER 1u
 
 typedef struct weir_store weir_store;
+struct weir_lease;
 
 typedef struct weir_store_opts {
   uint32_t retain;           /* completed checkpoints kept; 0 = 3 */
@@ -44,9 +46,15 @@ typedef struct weir_store_opts {
                                 32-bit hosts) */
   uint32_t verify_timeout_s; /* limit for a verifying child process (a damaged
                                 store can make a reader loop); 0 = 600 */
+  struct weir_lease *lease;  /* fencing (borrowed, outlives the store): every write
+                                transaction checks weir_lease_check() after it begins,
+                                and a commit again after it is durable; a failed check
+                                fails the write with WEIR_EFENCED. NULL: no fencing */
 } weir_store_opts;
 
-/* Opens (creating if needed, unless read_only) the store under `dir`.
+/* Opens (creating if needed, unless read_only) the store under `dir`: the
+ * LMDB environment <dir>/store.<N> of the highest N that a handover
+ * completed, or <dir>/store if there is none.
  * Runs mdb_reader_check, checks the store's structure in a forked child (so
  * that damaged LMDB pages give WEIR_ECORRUPT, not a crash), and (unless
  * read_only) collects chunks of checkpoints that never completed and starts
@@ -54,6 +62,14 @@ typedef struct weir_store_opts {
  * WEIR_ENOENT. On failure *out is NULL and, as no store exists to ask, the
  * message is logged (WEIR_LOG_E). Blocks (fsync, fork). */
 int weir_store_open(weir_store **out, const char *dir, const weir_store_opts *opts);
+/* Moves the store of `dir` into a fresh LMDB environment for lease epoch
+ * `epoch` (<dir>/store.<epoch>, chosen from then on as the highest),
+ * copying the current environment without taking any of its locks: for a
+ * successor that took the lease over from an owner that may still be alive,
+ * perhaps stopped inside a write transaction (snapshot/handover.c explains
+ * why this is safe). Call it holding the lease, before weir_store_open.
+ * Returns 0 or an error with the message in `err`. Blocks (copy, fsync). */
+int weir_store_handover(const char *dir, uint64_t epoch, char *err, size_t errlen);
 /* Waits for queued writes, stops the writer thread, closes. NULL: no-op.
  * Not from a done() callback (it joins the writer thread). */
 void weir_store_close(weir_store *s);
@@ -165,7 +181,7 @@ int weir_store_write_subtask(weir_store *s, uint64_t id, weir_subtask_snapshot *
 
 typedef struct weir_store_commit_info {
   uint64_t id;
-  uint64_t epoch;        /* owner epoch (fencing; 0 until leases exist) */
+  uint64_t epoch;        /* the committing owner's lease epoch (0: no lease) */
   int64_t trigger_ms;    /* wall clock when triggered */
   uint64_t duration_ms;  /* trigger to all subtasks acknowledged */
   uint64_t alignment_ms; /* longest alignment of any subtask */
@@ -209,6 +225,7 @@ typedef struct weir_store_ckpt {
   uint64_t bytes;
   uint64_t duration_ms, alignment_ms;
   uint64_t instance;
+  uint64_t epoch; /* lease epoch of the owner that committed it (0: none) */
   int final;
 } weir_store_ckpt;
 

@@ -36,7 +36,9 @@ extern "C" {
   X(EFORMAT, -30012, "checkpoint written in an unknown format")                                    \
   X(EUNFINISHED, -30013, "the state directory holds an unfinished job")                            \
   X(ENOCKPT, -30014, "no such checkpoint")                                                         \
-  X(ECKPT, -30015, "checkpoint failed")
+  X(ECKPT, -30015, "checkpoint failed")                                                            \
+  X(EOWNED, -30016, "the state directory is held by a live owner")                                 \
+  X(EFENCED, -30017, "this process lost ownership of the state directory (fenced)")
 
 typedef enum {
 #define WEIR__ERR_ENUM(name, value, msg) WEIR_##name = (value),
