@@ -213,6 +213,9 @@ int cli_exit_for(int rc) {
   case WEIR_EUNFINISHED:
   case WEIR_ENOCKPT:
     return CLI_EXIT_USAGE;
+  case WEIR_EREFUSED:
+  case WEIR_ERETENTION:
+    return CLI_EXIT_REFUSED;
   default:
     return CLI_EXIT_RUNTIME;
   }

@@ -36,7 +36,9 @@ extern "C" {
   X(EFORMAT, -30012, "checkpoint written in an unknown format")                                    \
   X(EUNFINISHED, -30013, "the state directory holds an unfinished job")                            \
   X(ENOCKPT, -30014, "no such checkpoint")                                                         \
-  X(ECKPT, -30015, "checkpoint failed")
+  X(ECKPT, -30015, "checkpoint failed")                                                            \
+  X(EREFUSED, -30016, "a destination refused an effect permanently")                               \
+  X(ERETENTION, -30017, "replay beyond the destination's idempotency key retention")
 
 typedef enum {
 #define WEIR__ERR_ENUM(name, value, msg) WEIR_##name = (value),
