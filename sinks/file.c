@@ -236,7 +236,8 @@ static int file_open(weir_ctx *ctx, void **out) {
   f->fmt = a->fmt;
   f->fd = -1;
   f->ctx = ctx;
-  f->open_path = f->checkpointing ? part_path(f, 0, ".inprogress") : part_path(f, 0, ".txt.pending");
+  f->open_path =
+      f->checkpointing ? part_path(f, 0, ".inprogress") : part_path(f, 0, ".txt.pending");
   weir__linebuf_init(&f->lb, FILE_BUF, FILE_BUF, lb_write, f);
   /* A fresh start replaces what an earlier run of this subtask left. */
   if (!weir_ctx_restoring(ctx) && (rc = remove_parts(ctx, f, 0, 1)) < 0) {
@@ -318,8 +319,8 @@ static int file_commit(void *dest, weir_sink_commit *c) {
   } else if (stat(pending, &st) == 0) {
     if ((uint64_t)st.st_size != want) {
       rc = WEIR_EIO;
-      snprintf(c->err, c->errlen, "part '%s' holds %lld bytes, not the %llu pre-committed",
-               pending, (long long)st.st_size, (unsigned long long)want);
+      snprintf(c->err, c->errlen, "part '%s' holds %lld bytes, not the %llu pre-committed", pending,
+               (long long)st.st_size, (unsigned long long)want);
     } else if (rename(pending, final) != 0) {
       rc = -errno;
       snprintf(c->err, c->errlen, "cannot rename '%s' to '%s': %s", pending, final,

@@ -74,8 +74,7 @@ static int http_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_
 static int http_commit(void *dest, weir_sink_commit *c) {
   return WEIR_ESINK;
 }
-static void http_close(weir_ctx *ctx, void *dest) {
-}
+static void http_close(weir_ctx *ctx, void *dest) {}
 
 #else
 

@@ -10,12 +10,12 @@
  * read-only at run time, shared by the node's subtasks (and their commit
  * threads). */
 typedef struct weir__sink_arg {
-  weir_format_fn fmt;  /* never NULL */
-  weir_opid_fn opid;   /* content operation ids; NULL: write-ahead ids */
-  char *dir;           /* file: the output directory; NULL otherwise */
-  char *url;           /* http: the URL without weir's parameters */
+  weir_format_fn fmt;    /* never NULL */
+  weir_opid_fn opid;     /* content operation ids; NULL: write-ahead ids */
+  char *dir;             /* file: the output directory; NULL otherwise */
+  char *url;             /* http: the URL without weir's parameters */
   uint64_t retention_ms; /* http: the destination's key retention, 0 = unknown */
-  int idempotent;      /* http: send Idempotency-Key (idempotency=off: 0) */
+  int idempotent;        /* http: send Idempotency-Key (idempotency=off: 0) */
 } weir__sink_arg;
 
 extern const weir_operator_vt weir__null_sink_vt;  /* null.c */

@@ -44,8 +44,8 @@
 #define BACKOFF_MAX_MS 1000u
 
 const char *const weir_sink_counter_names[WEIR_SINK_NCOUNTERS] = {
-    "attempts", "requests", "responses", "duplicates",
-    "rejections", "commits", "aborts", "recovered"};
+    "attempts",   "requests", "responses", "duplicates",
+    "rejections", "commits",  "aborts",    "recovered"};
 
 void weir_sink_buf_put(weir_sink_buf *b, const void *p, size_t n) {
   if (b->len + n > b->cap) {
@@ -103,7 +103,7 @@ typedef struct tp {
   uint32_t subtask;
   char *name;
   char *job_id;
-  txn *head, *tail; /* pending, epoch order (task thread) */
+  txn *head, *tail;  /* pending, epoch order (task thread) */
   uint32_t inflight; /* queued, not yet taken back (task thread) */
   /* The mailbox between the task and the commit thread. */
   pthread_mutex_t mu;
@@ -297,9 +297,8 @@ static int tp_poll(weir_ctx *ctx) {
       txn *n = d->wnext;
       t->inflight--;
       if (d->rc < 0 && !rc) {
-        rc = weir_ctx_fail(ctx, d->rc, "sink '%s' subtask %u: epoch %llu: %s", t->name,
-                           t->subtask, (unsigned long long)d->epoch,
-                           d->err[0] ? d->err : weir_strerror(d->rc));
+        rc = weir_ctx_fail(ctx, d->rc, "sink '%s' subtask %u: epoch %llu: %s", t->name, t->subtask,
+                           (unsigned long long)d->epoch, d->err[0] ? d->err : weir_strerror(d->rc));
       }
       if (d->rc == 0) {
         count(t, WEIR_SINK_COMMITS, 1);
