@@ -54,6 +54,22 @@ Test(http_tx, no_failure) {
   cr_assert_eq(req[0] + req[1], j->records, "%s", text);
   cr_assert_eq(resp[0] + resp[1], j->records, "%s", text);
   free(text);
+  /* And as totals in the checkpointed state (weir inspect of the last). */
+  const char *la[] = {WEIR_BINARY, "checkpoints", "--state-dir", j->state, NULL};
+  char *out = NULL;
+  cr_assert_eq(th_run(la, NULL, &out, NULL, RUN_TIMEOUT_S), 0);
+  char *fin = strstr(out, "final");
+  cr_assert_not_null(fin, "%s", out);
+  while (fin > out && fin[-1] != '\n') fin--;
+  char idbuf[32];
+  cr_assert_eq(sscanf(fin, " %31s", idbuf), 1);
+  const char *ia[] = {WEIR_BINARY, "inspect", idbuf, "--state-dir", j->state, "--json", NULL};
+  char *ins = NULL;
+  cr_assert_eq(th_run(ia, NULL, &ins, NULL, RUN_TIMEOUT_S), 0);
+  cr_assert(strstr(ins, "\"sink\": {\"checkpoint\": ") != NULL, "%s", ins);
+  cr_assert(strstr(ins, "\"rejections\": 0, \"commits\": ") != NULL, "%s", ins);
+  free(ins);
+  free(out);
   recv_stop(&r);
   job_free(j);
   cr_assert_eq(th_leak_check(), 0);
