@@ -47,6 +47,7 @@
 #include "weir/alloc.h"
 #include "weir/clock.h"
 #include "weir/failpoint.h"
+#include "weir/log.h"
 
 #ifdef WEIR_HAVE_CURL
 #include <curl/curl.h>
@@ -281,7 +282,17 @@ static int send_op(hdest *h, weir_sink_commit *c, const char *id, const uint8_t 
       rc = WEIR_EIO;
       break;
     }
-    /* Lost answer, 5xx, 408, 429, 409 (in flight): again, same key. */
+    /* Lost answer, 5xx, 408, 429, 409 (in flight): again, same key. Said
+     * once per operation, so a destination that is down does not look like
+     * a hang. */
+    if (tries == 3) {
+      if (cc != CURLE_OK)
+        WEIR_LOG_W("sink '%s' subtask %u: %s: %s; retrying operation %s", c->sink,
+                   (unsigned)c->subtask, h->a->url, curl_easy_strerror(cc), id);
+      else
+        WEIR_LOG_W("sink '%s' subtask %u: %s answered %ld; retrying operation %s", c->sink,
+                   (unsigned)c->subtask, h->a->url, status, id);
+    }
     if (weir_sink_io_sleep(io, backoff)) {
       rc = WEIR_ECANCELED;
       break;
