@@ -121,9 +121,25 @@ static void write_state(weir_job *job, uint64_t id, weir_subtask_snapshot *s) {
 
 /* ---- the synchronous part --------------------------------------------------- */
 
+/* Runs on the store's writer thread: the view's entries into the
+ * snapshot. */
+static void fill_from_view(void *arg, weir_subtask_snapshot *s, int run) {
+  weir__cow *v = arg;
+  if (run) weir__cow_extract(v, &s->u64_keys, &s->u64_values, &s->n_u64);
+  weir__cow_release(v);
+}
+
 static void copy_state(weir_ctx *c, weir_subtask_snapshot *s) {
   weir__u64map *m = &c->state.u;
   uint64_t n = m->n + (m->has_empty_key ? 1 : 0), k = 0;
+  /* The u64 map: a copy-on-write view read on the writer thread, unless
+   * the previous one is still being read. */
+  weir__cow *v = n ? weir__u64_cow_begin(m) : NULL;
+  if (v) {
+    s->fill = fill_from_view;
+    s->fill_arg = v;
+    n = 0;
+  }
   s->n_u64 = n;
   if (n) {
     s->u64_keys = weir_malloc(n * sizeof(uint64_t));
@@ -214,12 +230,25 @@ int weir__task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns) {
 int weir__head_write_log(weir__task *t) {
   weir_job *job = t->job;
   uint64_t id = t->backlog->id, len, records = t->backlog->records;
-  uint8_t *log = weir__backlog_take(t->backlog, &len);
+  void (*release)(uint8_t *, uint64_t);
+  int err;
+  weir_ctx *c = t->ops[0];
+  uint8_t *log = weir__backlog_take(t->backlog, &len, &release, &err);
+  if (!log && len) {
+    weir__job_failed(job, WEIR_EIO,
+                     "checkpoint %llu: the back-edge log of '%s' subtask %u (%llu bytes) cannot "
+                     "be read back from its spill file: %s",
+                     (unsigned long long)id, c->node->name, c->subtask, (unsigned long long)len,
+                     strerror(-err));
+    return WEIR_EIO;
+  }
   if (!job->store) {
-    weir_free(log);
+    if (release)
+      release(log, len);
+    else
+      weir_free(log);
     return 0;
   }
-  weir_ctx *c = t->ops[0];
   weir_subtask_snapshot s;
   memset(&s, 0, sizeof s);
   s.op = weir_strdup(c->node->name);
@@ -227,6 +256,7 @@ int weir__head_write_log(weir__task *t) {
   s.parallelism = c->parallelism;
   s.blob = log;
   s.blob_len = len;
+  s.blob_release = release;
   WEIR_LOG_D("checkpoint %llu: back-edge log of '%s' subtask %u: %llu records, %llu bytes",
              (unsigned long long)id, c->node->name, c->subtask, (unsigned long long)records,
              (unsigned long long)len);

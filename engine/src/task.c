@@ -204,13 +204,33 @@ static void maybe_timeout_flush(weir__task *t) {
   if (now - t->last_flush_ns >= (uint64_t)t->job->opts.buffer_timeout_us * 1000u) flush_outputs(t);
 }
 
+static void task_failed(weir__task *t, int rc);
+
 static int outputs_writable(weir__task *t) {
   for (uint32_t k = 0; k < t->nrouters; k++) {
     weir__router *r = &t->routers[k];
-    for (uint32_t j = 0; j < r->n; j++)
-      if (!weir__chan_writable(r->chans[j])) return 0;
+    for (uint32_t j = 0; j < r->n; j++) {
+      int ok = weir__chan_writable(r->chans[j]);
+      if (r->chans[j]->spill_err) {
+        task_failed(t, WEIR_EIO); /* the channel logged what and where */
+        return 0;
+      }
+      if (!ok) return 0;
+    }
   }
   return 1;
+}
+
+/* Before a step ends to wait for input or a timer: a flush or a control
+ * event may have left batches pending behind a full ring, and nothing else
+ * would move them on; ask their consumers to wake this task when room
+ * appears. */
+static void settle_pending(weir__task *t) {
+  for (uint32_t k = 0; k < t->nrouters; k++) {
+    weir__router *r = &t->routers[k];
+    for (uint32_t j = 0; j < r->n; j++)
+      if (!weir__chan_drained(r->chans[j])) (void)weir__chan_writable(r->chans[j]);
+  }
 }
 
 static void publish_stats(weir__task *t) {
@@ -372,6 +392,7 @@ static int source_step(weir__task *t) {
     }
     if (rc == WEIR_SOURCE_IDLE) {
       flush_outputs(t);
+      settle_pending(t);
       publish_stats(t);
       if (c->wake_after_us) weir__task_wake_after(t, c->wake_after_us);
       return 0;
@@ -472,7 +493,11 @@ static int input_barrier(weir__task *t, uint32_t idx, uint64_t id) {
 
 static int input_step(weir__task *t) {
   uint32_t processed = 0;
-  if (t->head_loop && head_duties(t)) return 0;
+  if (t->head_loop) {
+    if (head_duties(t)) return 0;
+    /* A replayed log or an injected barrier may be waiting for room. */
+    if (!outputs_writable(t)) return 0;
+  }
   while (processed < t->budget_batches) {
     weir__batch *b = NULL;
     uint32_t idx = 0;
@@ -511,8 +536,8 @@ static int input_step(weir__task *t) {
           again = 1;
       if (again) continue;
       flush_outputs(t);
+      if (!t->head_loop || !head_duties(t)) settle_pending(t);
       publish_stats(t);
-      if (t->head_loop) head_duties(t);
       return 0;
     }
     t->rr = idx + 1 == t->nin ? 0 : idx + 1;
@@ -590,7 +615,9 @@ int weir__task_open(weir__task *t) {
     if (t->in_back[i]) weir__align_exclude(&t->align, i);
   if (t->head_loop && !t->backlog) {
     t->backlog = weir_calloc(1, sizeof *t->backlog);
-    weir__backlog_init(t->backlog, t->nin, t->in_back);
+    uint64_t bound = t->job->opts.loop_memory_bytes;
+    weir__backlog_init(t->backlog, t->nin, t->in_back, bound == UINT64_MAX ? 0 : bound,
+                       t->job->opts.spill_dir);
   }
   for (uint32_t i = 0; i < t->nops; i++) {
     weir_ctx *c = t->ops[i];
