@@ -22,9 +22,9 @@
 TestSuite(http_tx, .timeout = 170, .fini = fini);
 
 /* The HTTP job: one request per record, so fewer records. */
-#define H_RECORDS 3000u
-#define H_KEYS 50u
-#define H_RATE "6000"
+#define H_RECORDS 800u
+#define H_KEYS 20u
+#define H_RATE "2000"
 #define H_INTERVAL "50"
 
 Test(http_tx, no_failure) {
@@ -97,7 +97,7 @@ static void http_kill(const char *name, unsigned hit) {
  * before the sink's commit: the receiver has each effect exactly once. */
 Test(http_tx, kill_after_send) {
   http_kill("sink.after_send", 10);
-  http_kill("sink.after_send", 700);
+  http_kill("sink.after_send", 600);
 }
 Test(http_tx, kill_after_write_and_pre_commit) {
   http_kill("sink.after_write", 3);
@@ -139,7 +139,7 @@ Test(http_tx, random_kills) {
     http_sink(j, &r, NULL);
     int want = 1 + (int)(rnd() % 2);
     for (int a = 0; a < want; a++) {
-      int delay = 20 + (int)(rnd() % 900);
+      int delay = 20 + (int)(rnd() % 600);
       int rc = a ? run_kill_after(j, delay, "--restore", "latest", NULL)
                  : run_kill_after(j, delay, NULL);
       cr_assert(rc == 0 || rc == KILLED, "exit %d\nhistory: %s", rc, j->history);
@@ -259,7 +259,7 @@ Test(http_tx, replay_beyond_retention_is_refused) {
  * idempotency=off, about p/(1-p) = 0.25 extra effects per operation. */
 Test(http_tx, dropped_acks) {
   const char *const extra[] = {"--drop-acks", "0.2", "--seed", "7", NULL};
-  job *j = job_new(2000, 40, "0", "100");
+  job *j = job_new(1500, 30, "0", "100");
   receiver r;
   recv_start(&r, j, extra);
   http_sink(j, &r, NULL);
@@ -273,7 +273,7 @@ Test(http_tx, dropped_acks) {
   recv_stop(&r);
   job_free(j);
 
-  j = job_new(2000, 40, "0", "100");
+  j = job_new(1500, 30, "0", "100");
   recv_start(&r, j, extra);
   http_sink(j, &r, "?idempotency=off");
   rc = run_job(j, NULL, &err, NULL);
