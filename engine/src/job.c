@@ -28,10 +28,10 @@
  * request), waits until every task has been told it completed, and only
  * then stops the workers.
  */
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
+#include <sys/types.h> /* before sys/random.h (macOS) */
+#include <sys/random.h>
 #include <uv.h>
 
 #include "rescale.h"
@@ -519,15 +519,15 @@ static int prepare_store(weir_job *job) {
 /* ---- running ------------------------------------------------------------------ */
 
 /* A job without a state directory still needs an id for its operation ids
- * (weir_ctx_job_id): a random version-4 UUID, from /dev/urandom, else from
- * the clocks and the address of `out` (unique enough for one run). */
+ * (weir_ctx_job_id): a random version-4 UUID, from getentropy() (no file
+ * descriptor: two jobs starting at once in one process share nothing),
+ * else from the clocks and the address of `out` (unique enough for one
+ * run). */
 static void random_job_id(char out[40]) {
   uint8_t b[16] = {0};
-  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  ssize_t n = fd >= 0 ? read(fd, b, sizeof b) : -1;
-  if (fd >= 0) close(fd);
-  if (n != (ssize_t)sizeof b) {
-    uint64_t x = weir_clock_mono_ns() ^ (weir_clock_wall_ms() << 20) ^ (uint64_t)(uintptr_t)out;
+  if (getentropy(b, sizeof b) != 0) {
+    uint64_t x =
+        weir_clock_mono_ns() ^ ((uint64_t)weir_clock_wall_ms() << 20) ^ (uint64_t)(uintptr_t)out;
     for (int i = 0; i < 16; i++) {
       x ^= x >> 33;
       x *= 0xff51afd7ed558ccdULL;
