@@ -8,7 +8,8 @@
  * argv. Only this file decides exit codes (DESIGN §7a): 0 success (a job
  * stopped by SIGINT/SIGTERM that drained and ended cleanly is a success), 1
  * runtime error (a drain abandoned by a second signal is one), 2 usage
- * error. Human output (progress, summary) goes to stderr;
+ * error, 3 a refused store, 5 a destination's permanent refusal (cli.c,
+ * cli_exit_for). Human output (progress, summary) goes to stderr;
  * stdout belongs to the job's `print` sink.
  */
 #include "cli.h"
@@ -107,7 +108,9 @@ static void help_run(FILE *out) {
         "Exit codes: 0 success (also after a clean stop by SIGINT/SIGTERM, and\n"
         "--restore of a finished job), 1 runtime error (also a drain abandoned by a\n"
         "second signal), 2 usage error, 3 store or checkpoint refused (corrupt,\n"
-        "truncated, unknown format, another job's).\n"
+        "truncated, unknown format, another job's), 5 a destination refused an\n"
+        "effect permanently (an idempotency key reused with another payload), or a\n"
+        "replay would go beyond the destination's key retention (retention=).\n"
         "\n"
         "See 'weir help run counter' and 'weir help run wordcount'.\n",
         out);
