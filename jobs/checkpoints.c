@@ -16,6 +16,7 @@
 #include "weir/alloc.h"
 #include "weir/json.h"
 #include "weir/lease.h"
+#include "weir/sink.h"
 #include "weir/store.h"
 
 static void help_checkpoints(FILE *out) {
@@ -34,6 +35,10 @@ static void help_inspect(FILE *out) {
         "\n"
         "Shows checkpoint ID: per operator and subtask, the stored bytes and chunks,\n"
         "keyed-state entries, operator state size and source positions (split:offset).\n"
+        "For a two-phase sink subtask (file:, http://), its counters kept apart, as\n"
+        "totals over every run of the job up to this checkpoint (attempts, requests,\n"
+        "responses, duplicates, rejections, commits, aborts, recovered), and the\n"
+        "epochs it had pre-committed and not yet seen committed (JSON: \"sink\").\n"
         "Read-only; safe while the job runs.\n",
         out);
 }
@@ -169,6 +174,43 @@ int cli_cmd_checkpoints(int argc, char **argv) {
   return CLI_EXIT_OK;
 }
 
+/* A two-phase sink subtask's state (weir/sink.h): 1 and *out if st is
+ * one (only subtasks without keyed state and with operator state are
+ * loaded), else 0. */
+static int sink_state(weir_store *s, uint64_t id, const weir_store_subtask_info *st,
+                      weir_sink_state_info *out) {
+  if (st->u64_entries || st->bytes_entries || st->blob_len < 4) return 0;
+  weir_subtask_snapshot snap;
+  memset(&snap, 0, sizeof snap);
+  int rc = weir_store_load(s, id, st->op, st->subtask, &snap);
+  int ok = rc == 0 && weir_sink_state_decode(snap.blob, (size_t)snap.blob_len, out) == 0;
+  weir_subtask_snapshot_free(&snap);
+  return ok;
+}
+
+static void print_sink_json(const weir_sink_state_info *si) {
+  printf(", \"sink\": {\"checkpoint\": %llu", (unsigned long long)si->checkpoint);
+  for (int k = 0; k < WEIR_SINK_NCOUNTERS; k++)
+    printf(", \"%s\": %llu", weir_sink_counter_names[k], (unsigned long long)si->counters[k]);
+  printf(", \"pending\": %u, \"pending_epochs\": [", si->npending);
+  for (uint32_t k = 0; k < si->npending && k < 16; k++)
+    printf("%s%llu", k ? ", " : "", (unsigned long long)si->pending_epochs[k]);
+  printf("], \"pending_bytes\": %llu}", (unsigned long long)si->pending_bytes);
+}
+
+static void print_sink_text(const weir_sink_state_info *si) {
+  printf("    sink:");
+  for (int k = 0; k < WEIR_SINK_NCOUNTERS; k++)
+    printf("%s %s %llu", k ? "," : "", weir_sink_counter_names[k],
+           (unsigned long long)si->counters[k]);
+  printf("; pending epochs:");
+  for (uint32_t k = 0; k < si->npending && k < 16; k++)
+    printf(" %llu", (unsigned long long)si->pending_epochs[k]);
+  if (si->npending > 16) printf(" ... (%u)", si->npending);
+  if (!si->npending) printf(" none");
+  printf("\n");
+}
+
 int cli_cmd_inspect(int argc, char **argv) {
   ro_args r = {0};
   int p = parse(argc, argv, &r, 1, help_inspect);
@@ -214,7 +256,10 @@ int cli_cmd_inspect(int argc, char **argv) {
       for (uint32_t k = 0; k < st->npos; k++)
         printf("%s{\"split\": %u, \"offset\": %llu}", k ? ", " : "", st->pos[k].split,
                (unsigned long long)st->pos[k].offset);
-      printf("]}");
+      printf("]");
+      weir_sink_state_info si;
+      if (sink_state(s, id, st, &si)) print_sink_json(&si);
+      printf("}");
     }
     printf("]}\n");
   } else {
@@ -237,6 +282,8 @@ int cli_cmd_inspect(int argc, char **argv) {
         printf(" %u:%llu", st->pos[k].split, (unsigned long long)st->pos[k].offset);
       if (st->npos > 8) printf(" ... (%u splits)", st->npos);
       printf("\n");
+      weir_sink_state_info si;
+      if (sink_state(s, id, st, &si)) print_sink_text(&si);
     }
   }
   weir_store_ckpt_info_free(info);

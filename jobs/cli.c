@@ -227,6 +227,9 @@ int cli_exit_for(int rc) {
   case WEIR_EOWNED:
   case WEIR_EFENCED:
     return CLI_EXIT_OWNED;
+  case WEIR_EREFUSED:
+  case WEIR_ERETENTION:
+    return CLI_EXIT_REFUSED;
   default:
     return CLI_EXIT_RUNTIME;
   }

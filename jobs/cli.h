@@ -22,7 +22,9 @@ enum {
   CLI_EXIT_RUNTIME = 1, /* the job failed, or a file could not be used */
   CLI_EXIT_USAGE = 2,   /* bad command line (or one that does not fit the state dir) */
   CLI_EXIT_STORE = 3,   /* store or checkpoint refused: corrupt, truncated, unknown format */
-  CLI_EXIT_OWNED = 4    /* the state directory is held by a live owner, or this run lost it */
+  CLI_EXIT_OWNED = 4,   /* the state directory is held by a live owner, or this run lost it */
+  CLI_EXIT_REFUSED = 5  /* a destination refused an effect permanently, or a replay
+                           would go beyond its idempotency key retention */
 };
 
 /* The exit code for an error returned by the engine. */

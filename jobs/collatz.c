@@ -26,7 +26,7 @@ typedef struct loop_rec {
 
 static void collatz_help(FILE *out) {
   fputs("usage: weir run collatz [--records N] [--parallelism P] [--workers W]\n"
-        "                        [--sink null|print|file:DIR] [CHECKPOINT OPTIONS]\n"
+        "                        [--sink null|print|file:DIR|http://...] [CHECKPOINT OPTIONS]\n"
         "\n"
         "For every n in 1..N, counts the Collatz steps to reach 1 (n -> n/2 if even,\n"
         "3n + 1 if odd) in a loop: each step is one trip round an iteration with a\n"
@@ -34,7 +34,7 @@ static void collatz_help(FILE *out) {
         "summary gives the total of the steps.\n"
         "\n"
         "  --records N   numbers 1..N (default 100000)\n"
-        "  --sink SPEC   null (default), print, or file:DIR\n",
+        "  --sink SPEC   null (default), print, file:DIR or http://HOST:PORT/PATH\n",
         out);
 }
 

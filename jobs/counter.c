@@ -22,7 +22,7 @@ typedef struct counter_cfg {
 
 static void counter_help(FILE *out) {
   fputs("usage: weir run counter [--records N] [--keys K] [--rate R] [--parallelism P]\n"
-        "                        [--workers W] [--sink null|print|file:DIR]\n"
+        "                        [--workers W] [--sink null|print|file:DIR|http://...]\n"
         "                        [--summary-json FILE] [CHECKPOINT OPTIONS] [--quiet]\n"
         "\n"
         "Counts records per key: a generator emits records i = 0 .. N-1 with key\n"
@@ -34,7 +34,9 @@ static void counter_help(FILE *out) {
         "  --keys K         distinct keys (default 1M)\n"
         "  --rate R         records per second over all generators, 0 = as fast as\n"
         "                   possible (default 0)\n"
-        "  --sink SPEC      null (default), print, or file:DIR\n"
+        "  --sink SPEC      null (default), print, file:DIR or http://HOST:PORT/PATH\n"
+        "                   (see README.md, Sinks); the http sink's operation ids\n"
+        "                   are <job id>/sink/c/<key>.<count>\n"
         "Checkpoint options: see 'weir help run' (state under ./state by default).\n"
         "Numbers take a k, M or G suffix (x1000): --records 20M.\n",
         out);
@@ -77,7 +79,10 @@ static int counter_build(weir_job *job, const cli_engine *eng, void *cfg) {
   weir_gen_opts g = {.records = c->records, .keys = c->keys, .rate = c->rate};
   weir_stream *s = weir_gen(job, "gen", &g, p);
   s = weir_count(weir_key_by(s), "count", p);
-  return weir_sink_to(s, "sink", c->sink, NULL, p);
+  /* "key k reached count c" is one logical effect in every replay: its
+   * operation id is "<job>/sink/c/<k>.<c>" (DESIGN.md §6). */
+  weir_sink_conf sc = {.opid = weir_opid_key_count};
+  return weir_sink_to_conf(s, "sink", c->sink, &sc, p);
 }
 
 static void counter_report(const weir_job *job, void *cfg, cli_outcome *o, FILE *out) {

@@ -9,8 +9,9 @@
  * stopped by SIGINT/SIGTERM that drained and ended cleanly is a success), 1
  * runtime error (a drain abandoned by a second signal is one), 2 usage
  * error, 3 store refused, 4 state directory held by another run (or this
- * run lost it). Human output (progress, summary) goes to stderr; stdout
- * belongs to the job's `print` sink.
+ * run lost it), 5 a destination's permanent refusal (cli.c, cli_exit_for).
+ * Human output (progress, summary) goes to stderr; stdout belongs to the
+ * job's `print` sink.
  */
 #include "cli.h"
 #include "receiver.h"
@@ -124,7 +125,10 @@ static void help_run(FILE *out) {
         "--restore of a finished job), 1 runtime error (also a drain abandoned by a\n"
         "second signal), 2 usage error, 3 store or checkpoint refused (corrupt,\n"
         "truncated, unknown format, another job's), 4 the state directory is held\n"
-        "by a live owner, or this run lost its ownership (fenced).\n"
+        "by a live owner, or this run lost its ownership (fenced), 5 a destination\n"
+        "refused an effect permanently (an idempotency key reused with another\n"
+        "payload), or a replay would go beyond the destination's key retention\n"
+        "(retention=).\n"
         "\n"
         "See 'weir help run counter' and 'weir help run wordcount'.\n",
         out);

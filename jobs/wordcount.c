@@ -41,7 +41,7 @@ static void wordcount_help(FILE *out) {
         "written for it, and there are as many lines as words in the input.\n"
         "\n"
         "  --input FILE           the text file to read (required)\n"
-        "  --sink SPEC            print (default), null, or file:DIR\n"
+        "  --sink SPEC            print (default), null, file:DIR or http://HOST:PORT/PATH\n"
         "  --on-bad-record MODE   fail (default): stop at a line that is too long or\n"
         "                         contains a NUL byte; skip: count it and go on\n"
         "  --dead-letter FILE     with skip: write the bad lines and their offsets here\n",

@@ -1,51 +1,74 @@
-/* file.c: owns the file sink: one text file per sink subtask in a directory.
+/* file.c: owns the transactional file destination (file:DIR): one part file
+ * per sink subtask and epoch, made visible by renaming it into place when
+ * the epoch's checkpoint completes (a destination of twophase.c).
  *
- * DESIGN. Subtask s of sink `name` writes <DIR>/<name>-<s>.txt.pending
- * (created or truncated at open) through a 1 MiB line buffer and plain
- * write() calls. Publishing the file fsyncs it, closes it, renames it to
- * <DIR>/<name>-<s>.txt and fsyncs the directory, so a reader sees either no
- * .txt file or the whole of it (the temp file, fsync, rename, fsync-directory
- * sequence). Without checkpoints the file is published at end of input
- * (finish). With checkpoints it is published only when a checkpoint taken
- * after finish completes: until then a crash must be able to resume the
- * .pending file from the last cut.
+ * DESIGN. What a reader of DIR sees, for sink `name`, subtask s:
  *
- * If the job stops with an error, finish is not called and close() only
- * writes out the buffer and closes the file: the .pending file is left
- * behind, marking the output as incomplete. Every subtask creates DIR (and
- * its parents) if missing and tolerates a concurrent creator (EEXIST).
+ *   <name>-<s>-<n>.txt          committed: the records of epoch n (those
+ *                               between barriers n' and n, n' the previous
+ *                               checkpoint), whole and final. Reading every
+ *                               committed part gives every record once.
+ *   <name>-<s>-<n>.txt.pending  pre-committed at barrier n, fsynced, waiting
+ *                               for checkpoint n to complete (or, after a
+ *                               crash, for recovery to commit or remove it).
+ *   <name>-<s>.inprogress       the epoch being written (no barrier yet).
+ *   <name>-<s>.txt              a job without checkpoints: its one epoch (0),
+ *                               committed at the end of input; while being
+ *                               written it is <name>-<s>.txt.pending, which
+ *                               a failed run leaves behind.
  *
- * Checkpoints: at a barrier the sink writes out its buffer, fsyncs the
- * file and stores the file's length in the checkpoint. A restore into the
- * same directory truncates the .pending file back to that length (dropping
- * what was written after the cut) and appends from there, so the file ends
- * up holding every record once. Restored into a directory without the file,
- * the sink starts a new one (what came before the cut is wherever it was
- * written). Until the sink takes part in two-phase commit, a reader of the
- * .pending file may see records that a restore later drops.
+ * Only *.txt files are output; a reader that lists them in numeric epoch
+ * order per subtask reads each subtask's records in order.
+ *
+ * Steps: write appends lines to the in-progress file through a 1 MiB line
+ * buffer (created by the first record of an epoch: an epoch without records
+ * has no part). pre_commit(n) writes the buffer out, fsyncs the file, closes
+ * it, renames it to its .pending name and fsyncs the directory, so the part
+ * survives a crash of the machine before checkpoint n can complete (the one
+ * blocking step on the task's thread: the checkpoint must not complete
+ * before it). commit (on the sink's commit thread) renames .pending to .txt
+ * and fsyncs the directory; if the .pending file is gone and the .txt is
+ * there, the part was committed before (a crash between rename and the
+ * report, or a recovery committing again): success. If neither is there,
+ * the part is lost: a permanent error.
+ *
+ * Recovery from checkpoint r removes the in-progress file and every part of
+ * an epoch after r, pending or committed (committed ones exist only after a
+ * --restore of an older checkpoint: rewinding the job rewinds its output).
+ * A fresh start (no checkpoint restored) removes every part of the subtask:
+ * a new run replaces the output of the previous one, and nothing of an
+ * unfinished run was ever committed before its first checkpoint completed.
+ * Every subtask creates DIR (and its parents) if missing and tolerates a
+ * concurrent creator (EEXIST).
  */
 #include "sink_impl.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "weir/alloc.h"
+#include "weir/log.h"
 
 #define FILE_BUF (1024u * 1024u)
 
-/* One subtask's output file; owned by the subtask's thread. */
-typedef struct file_sink {
-  int fd;        /* -1 once closed */
-  char *pending; /* <DIR>/<name>-<s>.txt.pending */
-  char *final;   /* <DIR>/<name>-<s>.txt */
-  weir__linebuf lb;
-  int finished;           /* input ended; waiting for a checkpoint to publish */
-  uint64_t after_ckpt;    /* first checkpoint snapshotted after finish, 0 if none */
-  uint64_t published_len; /* the file's length when it was published */
-} file_sink;
+/* One subtask's parts. The commit thread reads only the immutable dir,
+ * name and subtask (to name parts); everything else is the task thread's. */
+typedef struct fdest {
+  char *dir;
+  char *name;
+  uint32_t subtask;
+  int checkpointing;
+  weir_format_fn fmt;
+  int fd;           /* the open part, -1 if none */
+  char *open_path;  /* its name: .inprogress, or .txt.pending without checkpoints */
+  weir__linebuf lb; /* owned by the task thread */
+  weir_ctx *ctx;    /* for the line buffer's errors (task thread) */
+} fdest;
 
 /* mkdir -p: creates dir and its missing parents. Returns 0 or -errno
  * (-ENOTDIR if a component exists and is not a directory). */
@@ -80,13 +103,6 @@ static int write_all(int fd, const char *p, size_t n) {
   return 0;
 }
 
-static int file_write(weir_ctx *ctx, void *sink, const char *p, size_t n) {
-  file_sink *f = sink;
-  int rc = write_all(f->fd, p, n);
-  if (rc < 0) return weir_ctx_fail(ctx, rc, "cannot write '%s': %s", f->pending, weir_strerror(rc));
-  return 0;
-}
-
 /* fsync, or F_FULLFSYNC where fsync does not reach the disk (macOS). */
 static int sync_fd(int fd) {
 #ifdef F_FULLFSYNC
@@ -95,188 +111,250 @@ static int sync_fd(int fd) {
   return fsync(fd) == 0 ? 0 : -errno;
 }
 
-static char *path_of(const char *dir, const char *name, uint32_t subtask, const char *suffix) {
-  size_t n = strlen(dir) + strlen(name) + strlen(suffix) + 16;
+/* Makes renames in dir durable. Some file systems refuse fsync on a
+ * directory (EINVAL): nothing to do there. */
+static int sync_dir(const char *dir) {
+  int dfd = open(dir, O_RDONLY | O_CLOEXEC);
+  if (dfd < 0) return -errno;
+  int rc = sync_fd(dfd);
+  close(dfd);
+  return rc == -EINVAL ? 0 : rc;
+}
+
+/* <dir>/<name>-<s>-<epoch><suffix>, or <dir>/<name>-<s><suffix> for
+ * epoch 0 (a job without checkpoints). */
+static char *part_path(const fdest *f, uint64_t epoch, const char *suffix) {
+  size_t n = strlen(f->dir) + strlen(f->name) + strlen(suffix) + 48;
   char *p = weir_malloc(n);
-  snprintf(p, n, "%s/%s-%u%s", dir, name, (unsigned)subtask, suffix);
+  if (epoch)
+    snprintf(p, n, "%s/%s-%u-%llu%s", f->dir, f->name, (unsigned)f->subtask,
+             (unsigned long long)epoch, suffix);
+  else
+    snprintf(p, n, "%s/%s-%u%s", f->dir, f->name, (unsigned)f->subtask, suffix);
   return p;
 }
 
-static void sink_free(file_sink *f) {
+static int lb_write(weir_ctx *ctx, void *sink, const char *p, size_t n) {
+  fdest *f = sink;
+  int rc = write_all(f->fd, p, n);
+  if (rc < 0)
+    return weir_ctx_fail(ctx, rc, "cannot write '%s': %s", f->open_path, weir_strerror(rc));
+  return 0;
+}
+
+/* What a directory entry is to this subtask: 1 and *epoch for one of its
+ * parts (<name>-<s>-<n>.txt[.pending], or epoch 0 for <name>-<s>.txt[.pending]
+ * and <name>-<s>.inprogress, with *committed), else 0. */
+static int parse_part(const fdest *f, const char *e, uint64_t *epoch, int *committed) {
+  char pre[300];
+  int n = snprintf(pre, sizeof pre, "%s-%u", f->name, (unsigned)f->subtask);
+  if (n <= 0 || (size_t)n >= sizeof pre || strncmp(e, pre, (size_t)n) != 0) return 0;
+  const char *p = e + n;
+  *epoch = 0;
+  if (*p == '-') {
+    char *end;
+    if (p[1] < '0' || p[1] > '9') return 0;
+    *epoch = strtoull(p + 1, &end, 10);
+    p = end;
+  } else if (strcmp(p, ".inprogress") == 0) {
+    *committed = 0;
+    return 1;
+  }
+  if (strcmp(p, ".txt") == 0) {
+    *committed = 1;
+    return 1;
+  }
+  if (strcmp(p, ".txt.pending") == 0) {
+    *committed = 0;
+    return 1;
+  }
+  return 0;
+}
+
+/* Removes this subtask's parts with epoch > after (every part, epoch 0
+ * included, when all is set). Returns the number of transactions removed
+ * (pending or committed parts; the in-progress file is not one) or -errno. */
+static int remove_parts(weir_ctx *ctx, fdest *f, uint64_t after, int all) {
+  DIR *d = opendir(f->dir);
+  if (!d) {
+    int rc = -errno;
+    return weir_ctx_fail(ctx, rc, "cannot list '%s': %s", f->dir, weir_strerror(rc));
+  }
+  int removed = 0, rc = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    uint64_t epoch;
+    int committed = 0;
+    if (!parse_part(f, e->d_name, &epoch, &committed)) continue;
+    int inprogress = strstr(e->d_name, ".inprogress") != NULL;
+    if (!all && !inprogress && epoch <= after) continue;
+    size_t n = strlen(f->dir) + strlen(e->d_name) + 2;
+    char *p = weir_malloc(n);
+    snprintf(p, n, "%s/%s", f->dir, e->d_name);
+    if (unlink(p) != 0 && errno != ENOENT) {
+      rc = -errno;
+      rc = weir_ctx_fail(ctx, rc, "cannot remove '%s': %s", p, weir_strerror(rc));
+    } else if (!inprogress) {
+      removed++;
+      if (!all)
+        WEIR_LOG_I("sink '%s' subtask %u: removed %s part of epoch %llu (after checkpoint %llu)",
+                   f->name, f->subtask, committed ? "committed" : "pending",
+                   (unsigned long long)epoch, (unsigned long long)after);
+    }
+    weir_free(p);
+    if (rc < 0) break;
+  }
+  closedir(d);
+  if (rc < 0) return rc;
+  if (removed) {
+    rc = sync_dir(f->dir);
+    if (rc < 0)
+      return weir_ctx_fail(ctx, rc, "cannot fsync directory '%s': %s", f->dir, weir_strerror(rc));
+  }
+  return removed;
+}
+
+static void fdest_free(fdest *f) {
   if (f->fd >= 0) close(f->fd);
   weir__linebuf_close(&f->lb);
-  weir_free(f->pending);
-  weir_free(f->final);
+  weir_free(f->open_path);
+  weir_free(f->dir);
+  weir_free(f->name);
   weir_free(f);
 }
 
-static int file_open(weir_ctx *ctx) {
-  const weir__sink_arg *a = weir_ctx_arg(ctx);
+static int file_open(weir_ctx *ctx, void **out) {
+  const weir__sink_arg *a = weir_sink_dest_arg(ctx);
   int rc = mkdir_p(a->dir);
   if (rc < 0)
     return weir_ctx_fail(ctx, rc, "cannot create directory '%s': %s", a->dir, weir_strerror(rc));
-  file_sink *f = weir_calloc(1, sizeof *f);
-  uint32_t s = weir_ctx_subtask(ctx);
-  f->pending = path_of(a->dir, weir_ctx_name(ctx), s, ".txt.pending");
-  f->final = path_of(a->dir, weir_ctx_name(ctx), s, ".txt");
-  weir__linebuf_init(&f->lb, FILE_BUF, FILE_BUF, file_write, f);
-  /* Restoring: keep the file; restore() truncates it to the cut. A file
-   * published before (a stop on request) becomes the .pending file again. */
-  struct stat pst;
-  if (weir_ctx_restoring(ctx) && stat(f->pending, &pst) != 0 && errno == ENOENT &&
-      rename(f->final, f->pending) != 0 && errno != ENOENT) {
-    rc = -errno;
-    rc = weir_ctx_fail(ctx, rc, "cannot take back '%s': %s", f->final, weir_strerror(rc));
-    sink_free(f);
+  fdest *f = weir_calloc(1, sizeof *f);
+  f->dir = weir_strdup(a->dir);
+  f->name = weir_strdup(weir_ctx_name(ctx));
+  f->subtask = weir_ctx_subtask(ctx);
+  f->checkpointing = weir_ctx_checkpointing(ctx);
+  f->fmt = a->fmt;
+  f->fd = -1;
+  f->ctx = ctx;
+  f->open_path =
+      f->checkpointing ? part_path(f, 0, ".inprogress") : part_path(f, 0, ".txt.pending");
+  weir__linebuf_init(&f->lb, FILE_BUF, FILE_BUF, lb_write, f);
+  /* A fresh start replaces what an earlier run of this subtask left. */
+  if (!weir_ctx_restoring(ctx) && (rc = remove_parts(ctx, f, 0, 1)) < 0) {
+    fdest_free(f);
     return rc;
   }
-  f->fd = open(f->pending, O_WRONLY | O_CREAT | O_CLOEXEC | (weir_ctx_restoring(ctx) ? 0 : O_TRUNC),
-               0644);
+  *out = f;
+  /* Without checkpoints the one part exists from the start, so a failed
+   * run always leaves its .pending file as the mark of incomplete output. */
+  if (!f->checkpointing) {
+    f->fd = open(f->open_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (f->fd < 0) {
+      rc = -errno;
+      rc = weir_ctx_fail(ctx, rc, "cannot create '%s': %s", f->open_path, weir_strerror(rc));
+      fdest_free(f);
+      *out = NULL;
+      return rc;
+    }
+  }
+  return 0;
+}
+
+static int file_write(weir_ctx *ctx, void *dest, const weir_record *r) {
+  fdest *f = dest;
   if (f->fd < 0) {
-    rc = -errno;
-    rc = weir_ctx_fail(ctx, rc, "cannot create '%s': %s", f->pending, weir_strerror(rc));
-    sink_free(f);
-    return rc;
+    f->fd = open(f->open_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (f->fd < 0) {
+      int rc = -errno;
+      return weir_ctx_fail(ctx, rc, "cannot create '%s': %s", f->open_path, weir_strerror(rc));
+    }
   }
-  weir_ctx_set_user(ctx, f);
-  return 0;
+  return weir__linebuf_put(ctx, &f->lb, f->fmt, r);
 }
 
-static int file_process(weir_ctx *ctx, const weir_record *r) {
-  const weir__sink_arg *a = weir_ctx_arg(ctx);
-  file_sink *f = weir_ctx_user(ctx);
-  return weir__linebuf_put(ctx, &f->lb, a->fmt, r);
-}
-
-static int file_process_batch(weir_ctx *ctx, const weir_batch *b) {
-  const weir__sink_arg *a = weir_ctx_arg(ctx);
-  file_sink *f = weir_ctx_user(ctx);
-  for (uint32_t i = 0; i < b->len; i++) {
-    weir_record r = weir_batch_record(b, i);
-    int rc = weir__linebuf_put(ctx, &f->lb, a->fmt, &r);
-    if (rc < 0) return rc;
-  }
-  return 0;
-}
-
-/* Makes the file durable and visible under its final name. */
-static int publish(weir_ctx *ctx, file_sink *f) {
-  const weir__sink_arg *a = weir_ctx_arg(ctx);
+static int file_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *h) {
+  fdest *f = dest;
+  if (f->fd < 0) return 1;
   int rc = weir__linebuf_flush(ctx, &f->lb);
   if (rc < 0) return rc;
-  if ((rc = sync_fd(f->fd)) < 0)
-    return weir_ctx_fail(ctx, rc, "cannot fsync '%s': %s", f->pending, weir_strerror(rc));
-  off_t end = lseek(f->fd, 0, SEEK_END);
-  if (end < 0) return -errno;
-  f->published_len = (uint64_t)end;
+  off_t len = lseek(f->fd, 0, SEEK_END);
+  if (len < 0 || (rc = sync_fd(f->fd)) < 0) {
+    rc = len < 0 ? -errno : rc;
+    return weir_ctx_fail(ctx, rc, "cannot fsync '%s': %s", f->open_path, weir_strerror(rc));
+  }
   rc = close(f->fd) == 0 ? 0 : -errno;
   f->fd = -1;
-  if (rc < 0) return weir_ctx_fail(ctx, rc, "cannot close '%s': %s", f->pending, weir_strerror(rc));
-  if (rename(f->pending, f->final) != 0) {
+  if (rc < 0)
+    return weir_ctx_fail(ctx, rc, "cannot close '%s': %s", f->open_path, weir_strerror(rc));
+  char *pending = part_path(f, epoch, ".txt.pending");
+  if (strcmp(pending, f->open_path) != 0 && rename(f->open_path, pending) != 0) {
     rc = -errno;
-    return weir_ctx_fail(ctx, rc, "cannot rename '%s' to '%s': %s", f->pending, f->final,
-                         weir_strerror(rc));
+    rc = weir_ctx_fail(ctx, rc, "cannot rename '%s' to '%s': %s", f->open_path, pending,
+                       weir_strerror(rc));
   }
-  int dfd = open(a->dir, O_RDONLY | O_CLOEXEC);
-  if (dfd < 0) {
-    rc = -errno;
-    return weir_ctx_fail(ctx, rc, "cannot open directory '%s': %s", a->dir, weir_strerror(rc));
-  }
-  rc = sync_fd(dfd);
-  close(dfd);
-  /* Some file systems refuse fsync on a directory (EINVAL): nothing to do. */
-  if (rc < 0 && rc != -EINVAL)
-    return weir_ctx_fail(ctx, rc, "cannot fsync directory '%s': %s", a->dir, weir_strerror(rc));
-  return 0;
-}
-
-static int file_finish(weir_ctx *ctx) {
-  file_sink *f = weir_ctx_user(ctx);
-  if (!weir_ctx_checkpointing(ctx)) return publish(ctx, f);
-  f->finished = 1;
-  return weir__linebuf_flush(ctx, &f->lb);
-}
-
-/* A checkpoint that includes the whole file completed: publish it. */
-static int file_checkpoint_complete(weir_ctx *ctx, uint64_t id) {
-  file_sink *f = weir_ctx_user(ctx);
-  if (f->fd < 0 || !f->after_ckpt || id < f->after_ckpt) return 0;
-  return publish(ctx, f);
-}
-
-/* The state: the file's length and whether it is whole (9 bytes). */
-static int write_state(weir_snapshot_writer *w, uint64_t len, int whole) {
-  uint8_t b[9];
-  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(len >> (8 * i));
-  b[8] = (uint8_t)whole; /* complete: publish when this checkpoint is known complete */
-  return weir_snapshot_write(w, b, sizeof b);
-}
-
-/* The cut: everything before the barrier durable, and the length noted. */
-static int file_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
-  file_sink *f = weir_ctx_user(ctx);
-  /* Published (a checkpoint after finish completed before this one, e.g.
-   * while a loop of the job was still draining): the file is whole. A
-   * restore of this checkpoint takes it back and must publish it again, so
-   * it needs the state as much as before. */
-  if (f->fd < 0) return write_state(w, f->published_len, 1);
-  if (f->finished && !f->after_ckpt) f->after_ckpt = id;
-  int rc = weir__linebuf_flush(ctx, &f->lb);
+  weir_free(pending);
   if (rc < 0) return rc;
-  if ((rc = sync_fd(f->fd)) < 0)
-    return weir_ctx_fail(ctx, rc, "cannot fsync '%s': %s", f->pending, weir_strerror(rc));
-  off_t len = lseek(f->fd, 0, SEEK_CUR);
-  if (len < 0) return -errno;
-  return write_state(w, (uint64_t)len, f->finished);
-}
-
-static int file_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
-  file_sink *f = weir_ctx_user(ctx);
-  size_t n;
-  const uint8_t *b = weir_snapshot_data(r, &n);
-  if (n != 9 || b[8] > 1)
-    return weir_ctx_fail(ctx, WEIR_ECORRUPT, "file sink: bad checkpointed length");
-  if (b[8]) {
-    /* The file was whole at this checkpoint: publish it once the engine says
-     * the checkpoint completed (it may already have, before a crash). */
-    f->finished = 1;
-    f->after_ckpt = 1;
-  }
-  uint64_t want = 0;
-  for (int i = 7; i >= 0; i--) want = (want << 8) | b[i];
-  struct stat st;
-  if (fstat(f->fd, &st) != 0) return -errno;
-  if (st.st_size == 0) return 0; /* a new file: the output before the cut is elsewhere */
-  if ((uint64_t)st.st_size < want)
-    return weir_ctx_fail(ctx, WEIR_EIO,
-                         "cannot resume '%s': it holds %lld bytes, fewer than the %llu it had "
-                         "at the checkpoint",
-                         f->pending, (long long)st.st_size, (unsigned long long)want);
-  if (ftruncate(f->fd, (off_t)want) != 0 || lseek(f->fd, 0, SEEK_END) < 0) {
-    int rc = -errno;
-    return weir_ctx_fail(ctx, rc, "cannot truncate '%s': %s", f->pending, weir_strerror(rc));
-  }
+  if ((rc = sync_dir(f->dir)) < 0)
+    return weir_ctx_fail(ctx, rc, "cannot fsync directory '%s': %s", f->dir, weir_strerror(rc));
+  weir_sink_buf_u64(h, (uint64_t)len);
   return 0;
 }
 
-/* After finish: frees. After an error: writes out the buffer (best effort)
- * and closes the file under its .pending name, which stays. */
-static void file_close(weir_ctx *ctx) {
-  file_sink *f = weir_ctx_user(ctx);
-  if (!f) return;
-  if (f->fd >= 0 && f->lb.len) (void)write_all(f->fd, f->lb.buf, f->lb.len);
-  sink_free(f);
-  weir_ctx_set_user(ctx, NULL);
+static int file_abort_after(weir_ctx *ctx, void *dest, uint64_t id) {
+  return remove_parts(ctx, dest, id, 0);
 }
 
-const weir_operator_vt weir__file_sink_vt = {
+/* On the commit thread: .pending -> .txt, idempotently. */
+static int file_commit(void *dest, weir_sink_commit *c) {
+  fdest *f = dest;
+  char *pending = part_path(f, c->epoch, ".txt.pending");
+  char *final = part_path(f, c->epoch, ".txt");
+  int rc = 0;
+  uint64_t want = 0;
+  for (int i = 7; i >= 0 && c->len == 8; i--) want = (want << 8) | c->handle[i];
+  struct stat st;
+  if (c->len != 8) {
+    rc = WEIR_ECORRUPT;
+    snprintf(c->err, c->errlen, "bad handle for part '%s'", final);
+  } else if (stat(pending, &st) == 0) {
+    if ((uint64_t)st.st_size != want) {
+      rc = WEIR_EIO;
+      snprintf(c->err, c->errlen, "part '%s' holds %lld bytes, not the %llu pre-committed", pending,
+               (long long)st.st_size, (unsigned long long)want);
+    } else if (rename(pending, final) != 0) {
+      rc = -errno;
+      snprintf(c->err, c->errlen, "cannot rename '%s' to '%s': %s", pending, final,
+               weir_strerror(rc));
+    } else if ((rc = sync_dir(f->dir)) < 0) {
+      snprintf(c->err, c->errlen, "cannot fsync directory '%s': %s", f->dir, weir_strerror(rc));
+    }
+  } else if (errno != ENOENT) {
+    rc = -errno;
+    snprintf(c->err, c->errlen, "cannot stat '%s': %s", pending, weir_strerror(rc));
+  } else if (stat(final, &st) != 0) {
+    /* Neither name: the part is gone (removed by hand, or another run). */
+    rc = WEIR_EIO;
+    snprintf(c->err, c->errlen, "part '%s' is missing: neither pending nor committed", final);
+  }
+  /* else: committed before (a crash after the rename): done. */
+  weir_free(pending);
+  weir_free(final);
+  return rc;
+}
+
+static void file_close(weir_ctx *ctx, void *dest) {
+  fdest *f = dest;
+  /* After an error: what was written stays as the in-progress file. */
+  if (f->fd >= 0 && f->lb.len) (void)write_all(f->fd, f->lb.buf, f->lb.len);
+  fdest_free(f);
+}
+
+const weir_sink_dest_vt weir__file_dest_vt = {
     .name = "file",
     .open = file_open,
-    .process = file_process,
-    .process_batch = file_process_batch,
-    .finish = file_finish,
+    .write = file_write,
+    .pre_commit = file_pre_commit,
+    .abort_after = file_abort_after,
+    .commit = file_commit,
     .close = file_close,
-    .snapshot = file_snapshot,
-    .restore = file_restore,
-    .checkpoint_complete = file_checkpoint_complete,
 };

@@ -3,18 +3,32 @@
 #ifndef WEIR_SINK_IMPL_H
 #define WEIR_SINK_IMPL_H
 
+#include "weir/sink.h"
 #include "weir/sinks.h"
 
 /* The arg of a built-in sink node: owned by the job (weir_job_adopt),
- * read-only at run time, shared by the node's subtasks. */
+ * read-only at run time, shared by the node's subtasks (and their commit
+ * threads). */
 typedef struct weir__sink_arg {
-  weir_format_fn fmt; /* never NULL */
-  char *dir;          /* file sink: the output directory; NULL otherwise */
+  weir_format_fn fmt;    /* never NULL */
+  weir_opid_fn opid;     /* content operation ids; NULL: write-ahead ids */
+  char *dir;             /* file: the output directory; NULL otherwise */
+  char *url;             /* http: the URL without weir's parameters */
+  uint64_t retention_ms; /* http: the destination's key retention, 0 = unknown */
+  int idempotent;        /* http: send Idempotency-Key (idempotency=off: 0) */
 } weir__sink_arg;
 
 extern const weir_operator_vt weir__null_sink_vt;  /* null.c */
 extern const weir_operator_vt weir__print_sink_vt; /* print.c */
-extern const weir_operator_vt weir__file_sink_vt;  /* file.c */
+extern const weir_sink_dest_vt weir__file_dest_vt; /* file.c */
+extern const weir_sink_dest_vt weir__http_dest_vt; /* http.c */
+
+/* http.c: nonzero if weir was built with libcurl; initialises it once
+ * (call on the thread building the job, before any sink thread starts). */
+int weir__http_available(void);
+
+/* spec.c: parses a duration "10s" (ms, s, m, h, d). Returns 0 or -1. */
+int weir__parse_duration_ms(const char *s, size_t n, uint64_t *ms);
 
 /* A per-subtask buffer of formatted lines, written out through `write`
  * (which returns 0 or a negative error, having called weir_ctx_fail). Owned

@@ -16,8 +16,9 @@
  * generator split once at a valid position) with ids strictly increasing and
  * never reused across attempts. After the job ends, the sink directory must
  * hold, for every key k, the counts 1..n_k EXACTLY once and nothing else:
- * the file sink truncates its file to the checkpoint's length on a restore
- * into the same directory, so this is exactly-once output (TESTING.md
+ * the file sink commits one part per epoch when its checkpoint completed
+ * and recovery commits or removes what a crash left pending (sinks/file.c),
+ * so this is exactly-once output (TESTING.md
  * invariants 1, 3, 4, 5, 6, 11). Every run's log ("checkpoint N completed")
  * must show ids above every id seen before. Refusals (damaged or newer
  * stores, unknown ids, unfinished jobs) must exit with their code, never by
@@ -766,16 +767,13 @@ Test(recovery, kill_during_restore) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
-/* Killed during the job's FINAL checkpoint, after the file sink finished
- * (renamed sink-N.txt.pending to sink-N.txt) but before the checkpoint
- * committed; the restore resumes an earlier checkpoint.
- *
- * BUG (sinks/file.c, file_open/file_restore): the restore opens a new, empty
- * sink-N.txt.pending (the old one was renamed), file_restore sees an empty
- * file and "starts a new one", the job re-emits only what came after the
- * cut, and file_finish renames that over the complete sink-N.txt: every
- * line before the cut is lost. This test fails until the file sink handles
- * a finished file on restore. */
+/* Killed during the job's FINAL checkpoint (before its metadata commit),
+ * after the sink subtasks had pre-committed their last epoch; the restore
+ * resumes an earlier checkpoint. A regression test: when the file sink
+ * wrote one file per subtask, the restore started an empty file and renamed
+ * it over the complete one, losing every line before the cut. With a part
+ * per epoch, the restore removes the uncommitted parts after the restored
+ * checkpoint and the output is exact. */
 Test(recovery, kill_during_final_checkpoint) {
   job *j = job_new(RECORDS, KEYS);
   char *err = NULL;

@@ -104,6 +104,39 @@ Test(spec, invalid_specs_name_the_problem) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
+/* http://: weir's own parameters (retention=, idempotency=) are checked;
+ * others stay in the URL. */
+Test(spec, http_specs) {
+  char err[256] = "";
+  cr_assert_eq(weir_sink_spec_check("http://127.0.0.1:8080/effects", err, sizeof err), 0, "%s",
+               err);
+  cr_assert_eq(
+      weir_sink_spec_check("http://h:1/p?a=b&retention=24h&idempotency=off", err, sizeof err), 0,
+      "%s", err);
+  cr_assert_eq(weir_sink_spec_check("http://h:1/p?retention=250ms", err, sizeof err), 0);
+  cr_assert_eq(weir_sink_spec_check("http://h:1/p?retention=5", err, sizeof err), WEIR_ESINK);
+  cr_assert(strstr(err, "retention"), "%s", err);
+  cr_assert_eq(weir_sink_spec_check("http://h:1/p?retention=0s", err, sizeof err), WEIR_ESINK);
+  cr_assert_eq(weir_sink_spec_check("http://h:1/p?idempotency=maybe", err, sizeof err), WEIR_ESINK);
+  cr_assert(strstr(err, "idempotency"), "%s", err);
+  cr_assert_eq(weir_sink_spec_check("http://", err, sizeof err), WEIR_ESINK);
+  cr_assert(strstr(err, "host"), "%s", err);
+  cr_assert_eq(weir_sink_spec_check("https://h/p", err, sizeof err), WEIR_ESINK);
+  cr_assert(strstr(err, "https"), "%s", err);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* The counter job's operation id content: "<key>.<count>". */
+Test(spec, opid_key_count) {
+  uint8_t b[8];
+  weir_record r = u64_rec(42, 7, b);
+  char buf[32];
+  cr_assert_eq(weir_opid_key_count(&r, buf, sizeof buf), 4);
+  cr_assert_str_eq(buf, "42.7");
+  cr_assert_eq(weir_opid_key_count(&r, NULL, 0), 4);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
 Test(spec, sink_to_with_a_bad_spec_is_a_build_error) {
   weir_job *job = new_job();
   weir_gen_opts g = {.records = 3};

@@ -299,10 +299,8 @@ int weir__task_notify(weir__task *t) {
       if (rc < 0) rc = weir__ctx_report(c, rc, "checkpoint_complete");
     }
     t->notified = done;
-    if (fin && done == fin) {
-      atomic_fetch_add(&job->final_notified, 1);
-      weir__job_poke(job);
-    }
+    /* Counted once the operators' effects for it have landed (task.c). */
+    if (fin && done == fin) t->final_pending = 1;
   }
   return rc;
 }

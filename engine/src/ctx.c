@@ -82,6 +82,12 @@ int weir_ctx_owner_check(weir_ctx *c) {
 void weir_ctx_wake_after(weir_ctx *c, uint64_t us) {
   c->wake_after_us = us ? us : 1;
 }
+void weir_ctx_wake(weir_ctx *c) {
+  weir__task_wake(c->task);
+}
+const char *weir_ctx_job_id(const weir_ctx *c) {
+  return c->job->info.job_id;
+}
 
 int weir_ctx_fail(weir_ctx *c, int err, const char *fmt, ...) {
   if (!c->msg[0]) {

@@ -36,6 +36,8 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <sys/types.h> /* before sys/random.h (macOS) */
+#include <sys/random.h>
 #include <uv.h>
 
 #include "rescale.h"
@@ -578,6 +580,29 @@ static int acquire_lease(weir_job *job) {
 
 /* ---- running ------------------------------------------------------------------ */
 
+/* A job without a state directory still needs an id for its operation ids
+ * (weir_ctx_job_id): a random version-4 UUID, from getentropy() (no file
+ * descriptor: two jobs starting at once in one process share nothing),
+ * else from the clocks and the address of `out` (unique enough for one
+ * run). */
+static void random_job_id(char out[40]) {
+  uint8_t b[16] = {0};
+  if (getentropy(b, sizeof b) != 0) {
+    uint64_t x =
+        weir_clock_mono_ns() ^ ((uint64_t)weir_clock_wall_ms() << 20) ^ (uint64_t)(uintptr_t)out;
+    for (int i = 0; i < 16; i++) {
+      x ^= x >> 33;
+      x *= 0xff51afd7ed558ccdULL;
+      b[i] = (uint8_t)(x >> 56);
+    }
+  }
+  b[6] = (uint8_t)((b[6] & 0x0f) | 0x40);
+  b[8] = (uint8_t)((b[8] & 0x3f) | 0x80);
+  snprintf(out, 40, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+           b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+           b[15]);
+}
+
 static void apply_defaults(weir_run_opts *o) {
   if (o->workers <= 0) {
     int n = (int)uv_available_parallelism();
@@ -623,6 +648,8 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
       return rc > 0 ? 0 : atomic_load(&job->failed) ? atomic_load(&job->failed) : rc;
     }
   }
+
+  if (!job->info.job_id[0]) random_job_id(job->info.job_id);
 
   uv_loop_init(&c.loop);
   uv_async_init(&c.loop, &c.async, on_async);

@@ -49,7 +49,8 @@ void weir__state_close(weir__state *s) {
     cow_detach(&s->u); /* a snapshot may still read the table: it frees it */
   else
     table_free(s->u.slots, s->u.cap * 16);
-  table_free(s->u.spare, s->u.spare_cap * 16); /* after: a finished view leaves its arena */
+  /* After the detach: dropping a finished view hands its arena to spare. */
+  table_free(s->u.spare, s->u.spare_cap * 16);
   for (uint64_t i = 0; i < s->b.cap; i++) weir_free(s->b.slots[i]);
   weir_free(s->b.slots);
   memset(s, 0, sizeof *s);

@@ -248,6 +248,28 @@ static void task_done(weir__task *t) {
   if (done == t->job->ntasks) weir__job_poke(t->job);
 }
 
+int weir__task_poll(weir__task *t) {
+  int held = 0;
+  for (uint32_t i = 0; i < t->nops; i++) {
+    weir_ctx *c = t->ops[i];
+    if (!c->opened || !c->node->ovt || !c->node->ovt->poll) continue;
+    int rc = c->node->ovt->poll(c);
+    if (rc < 0) return weir__ctx_report(c, rc, "poll");
+    if (rc == WEIR_POLL_BUSY) held = 1;
+  }
+  t->held = held;
+  return 0;
+}
+
+/* The final checkpoint's completion counts as heard of once the effects it
+ * started have landed (DESIGN.md §5: the job ends after its sinks commit). */
+static void count_final(weir__task *t) {
+  if (!t->final_pending || t->held) return;
+  t->final_pending = 0;
+  atomic_fetch_add(&t->job->final_notified, 1);
+  weir__job_poke(t->job);
+}
+
 static void task_failed(weir__task *t, int rc) {
   publish_stats(t);
   /* The operator already reported its error with its name; this covers
@@ -325,7 +347,13 @@ static void task_finish(weir__task *t) {
     task_failed(t, WEIR_ECKPT);
     return;
   }
-  if (outputs_writable(t)) task_done(t);
+  /* finish may have started effects (a sink without checkpoints commits
+   * its only transaction at the end of input): wait for them. */
+  if (weir__task_poll(t)) {
+    task_failed(t, WEIR_EOPERATOR);
+    return;
+  }
+  if (outputs_writable(t) && !t->held) task_done(t);
 }
 
 static int source_step(weir__task *t) {
@@ -563,8 +591,13 @@ int weir__task_run(weir__task *t) {
     task_failed(t, WEIR_ECKPT);
     return 0;
   }
+  if (weir__task_poll(t)) {
+    task_failed(t, WEIR_EOPERATOR);
+    return 0;
+  }
+  count_final(t);
   if (t->job->recover_only) {
-    if (t->state != WEIR__TASK_DONE) task_done(t);
+    if (t->state != WEIR__TASK_DONE && !t->held) task_done(t);
     return 0;
   }
   if (t->state != WEIR__TASK_RUNNING && pending_trigger(t)) {
@@ -577,7 +610,7 @@ int weir__task_run(weir__task *t) {
   if (t->state == WEIR__TASK_DONE) return 0;
   if (!outputs_writable(t)) return 0; /* a consumer will wake us */
   if (t->state == WEIR__TASK_FINISHING) {
-    task_done(t);
+    if (!t->held) task_done(t);
     return 0;
   }
   return t->is_source ? source_step(t) : input_step(t);

@@ -17,7 +17,7 @@
 #include "graph.h"
 #include "state.h"
 
-#define WEIR__MAX_COUNTERS 8
+#define WEIR__MAX_COUNTERS 16
 
 typedef struct weir__counter {
   const char *name;
@@ -106,6 +106,11 @@ struct weir__task {
   weir__align align;
   uint64_t ckpt_done; /* latest checkpoint this task snapshotted */
   uint64_t notified;  /* latest completion/abort its operators were told */
+  /* Effects in flight on an operator's own thread (the last poll said
+   * WEIR_POLL_BUSY): the task neither finishes nor counts as told of the
+   * final checkpoint until they land. */
+  int held;
+  int final_pending; /* told of the final checkpoint, not yet counted */
 };
 
 /* Runs the task for one bounded step. Returns 1 if it should run again soon
@@ -142,6 +147,10 @@ int weir__ctx_restore(weir_ctx *ctx);
  * (release it with *release(p, len), or weir_free when that is NULL). */
 uint8_t *weir__snapshot_take_blob(weir_snapshot_reader *r, uint64_t *len,
                                   void (**release)(uint8_t *, uint64_t));
+
+/* task.c: calls every operator's poll; sets t->held. Returns 0 or the
+ * error (reported with the operator's name). */
+int weir__task_poll(weir__task *t);
 
 /* task.c: calls the operator's finish (emissions get their own lineage). */
 int weir__ctx_finish(weir_ctx *c);

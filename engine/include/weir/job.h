@@ -102,6 +102,13 @@ static inline uint64_t weir_payload_u64(const weir_record *r) {
  *             succeeded, whether the job succeeded or not. Cannot fail.
  *   snapshot / restore / checkpoint_complete / checkpoint_aborted: driven by
  *             checkpoints, for operators with state outside managed state.
+ *   poll      the operator's mailbox, for operators that hand work to a
+ *             thread of their own (a sink whose client library blocks): runs
+ *             on the subtask's thread at every step of its task, and soon
+ *             after weir_ctx_wake(). Returns WEIR_POLL_IDLE when nothing is
+ *             in flight, WEIR_POLL_BUSY while effects are (the task then does
+ *             not finish, and the final checkpoint does not count as heard
+ *             of, until a later poll says idle), or a negative error.
  */
 typedef struct weir_snapshot_writer weir_snapshot_writer;
 typedef struct weir_snapshot_reader weir_snapshot_reader;
@@ -128,7 +135,11 @@ typedef struct weir_operator_vt {
   int (*restore)(weir_ctx *ctx, weir_snapshot_reader *r);
   int (*checkpoint_complete)(weir_ctx *ctx, uint64_t checkpoint_id);
   int (*checkpoint_aborted)(weir_ctx *ctx, uint64_t checkpoint_id);
+  int (*poll)(weir_ctx *ctx);
 } weir_operator_vt;
+
+/* What poll returns (or a negative error). */
+enum { WEIR_POLL_IDLE = 0, WEIR_POLL_BUSY = 1 };
 
 /* What a source's run() returns (or a negative error). */
 enum {
@@ -189,6 +200,14 @@ uint64_t weir_ctx_epoch(const weir_ctx *ctx);
  * Call it right before an effect. Cheap (a clock read and two stat calls),
  * thread-safe, never blocks on another process; 0 without a state dir. */
 int weir_ctx_owner_check(weir_ctx *ctx);
+/* The one call that any thread may make on a context (while the job runs):
+ * asks for the subtask's task to run soon, which calls the operator's poll
+ * on the subtask's thread. Coalesces, like uv_async_send. Never blocks. */
+void weir_ctx_wake(weir_ctx *ctx);
+/* The job's id: the UUID of its state directory (DESIGN.md §5), or, for a
+ * job without one, a random UUID made for this run. Valid until the job is
+ * destroyed; "" before weir_job_run. Part of every operation id. */
+const char *weir_ctx_job_id(const weir_ctx *ctx);
 
 /* Records a failure message (printf-style) for this operator and returns
  * `err`, so `return weir_ctx_fail(ctx, WEIR_EBADREC, "line %d", n);` works.

@@ -38,7 +38,9 @@ extern "C" {
   X(ENOCKPT, -30014, "no such checkpoint")                                                         \
   X(ECKPT, -30015, "checkpoint failed")                                                            \
   X(EOWNED, -30016, "the state directory is held by a live owner")                                 \
-  X(EFENCED, -30017, "this process lost ownership of the state directory (fenced)")
+  X(EFENCED, -30017, "this process lost ownership of the state directory (fenced)")                \
+  X(EREFUSED, -30018, "a destination refused an effect permanently")                               \
+  X(ERETENTION, -30019, "replay beyond the destination's idempotency key retention")
 
 typedef enum {
 #define WEIR__ERR_ENUM(name, value, msg) WEIR_##name = (value),

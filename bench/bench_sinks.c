@@ -1,0 +1,202 @@
+/* bench_sinks.c: effects per second of the exactly-once sinks, against the
+ * null sink, in one invocation.
+ *
+ * The counter job (generator -> hash by key -> keyed count -> sink) through
+ * the public API, with a state directory and 1 s checkpoints, into:
+ *   null       nothing written (the engine's cost with checkpoints);
+ *   file       file:DIR, two-phase commit: a part per subtask and epoch,
+ *              fsynced at the barrier, renamed when the checkpoint completed;
+ *   http       http://127.0.0.1:PORT/effects on a `weir receiver` started
+ *              here: one POST per record with Idempotency-Key, sent after
+ *              the checkpoint completed (each a SQLite transaction there).
+ * Repetitions are interleaved (null, file, http, null, ...) so machine drift
+ * cancels; it prints each run and the medians, effects/s = records / wall
+ * time of weir_job_run (for http the receiver's effect count is checked to
+ * equal the records). HTTP runs far fewer records: it is bound by one
+ * request per effect.
+ *
+ *   bench_sinks [--records N] [--http-records N] [--keys K] [--reps R]
+ *               [--workers W] [--weir PATH] [--json FILE]
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "weir/clock.h"
+#include "weir/weir.h"
+
+#ifndef WEIR_BINARY
+#define WEIR_BINARY "weir"
+#endif
+
+static char tmpl[] = "/tmp/weir-bench-sinks-XXXXXX";
+
+static void rmrf(const char *p) {
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", p);
+  if (system(cmd) != 0) fprintf(stderr, "bench_sinks: could not remove %s\n", p);
+}
+
+/* One run; returns effects/s, or a negative number on failure. */
+static double run(const char *base, const char *spec, uint64_t records, uint64_t keys, int workers,
+                  int rep) {
+  char state[600];
+  snprintf(state, sizeof state, "%s/state-%d", base, rep);
+  weir_job *job = NULL;
+  if (weir_job_create(&job, "bench") != 0) return -1;
+  weir_gen_opts g = {.records = records, .keys = keys};
+  weir_stream *s = weir_gen(job, "gen", &g, workers);
+  s = weir_count(weir_key_by(s), "count", workers);
+  weir_sink_conf sc = {.opid = weir_opid_key_count};
+  int rc = weir_sink_to_conf(s, "sink", spec, &sc, workers);
+  weir_run_opts o = {.workers = workers, .state_dir = state, .checkpoint_interval_ms = 1000};
+  uint64_t t0 = weir_clock_mono_ns();
+  if (!rc) rc = weir_job_run(job, &o);
+  double secs = (double)(weir_clock_mono_ns() - t0) / 1e9;
+  if (rc) fprintf(stderr, "bench_sinks: %s: %s\n", spec, weir_job_error(job));
+  weir_job_destroy(job);
+  rmrf(state);
+  return rc ? -1 : (double)records / secs;
+}
+
+static pid_t recv_pid;
+
+/* Starts `weir receiver` on port 0; returns its port, or -1. */
+static int start_receiver(const char *weir, const char *db) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  fflush(NULL);
+  recv_pid = fork();
+  if (recv_pid < 0) return -1;
+  if (recv_pid == 0) {
+    dup2(fds[1], 2);
+    close(fds[0]);
+    close(fds[1]);
+    execl(weir, weir, "receiver", "--listen", "127.0.0.1:0", "--db", db, (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  char buf[512];
+  size_t len = 0;
+  const char *ready = "listening on 127.0.0.1:";
+  while (len < sizeof buf - 1) {
+    ssize_t n = read(fds[0], buf + len, sizeof buf - 1 - len);
+    if (n <= 0) break;
+    len += (size_t)n;
+    buf[len] = '\0';
+    char *p = strstr(buf, ready);
+    if (p && strchr(p, '\n')) {
+      close(fds[0]);
+      return atoi(p + strlen(ready));
+    }
+  }
+  close(fds[0]);
+  return -1;
+}
+
+static long long receiver_effects(const char *weir, const char *db) {
+  char cmd[800];
+  snprintf(cmd, sizeof cmd, "'%s' receiver stats --db '%s' --json", weir, db);
+  FILE *f = popen(cmd, "r");
+  if (!f) return -1;
+  char line[1024] = "";
+  long long e = -1;
+  if (fgets(line, sizeof line, f)) {
+    char *p = strstr(line, "\"effects\": ");
+    if (p) e = atoll(p + 11);
+  }
+  pclose(f);
+  return e;
+}
+
+static int cmp(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+int main(int argc, char **argv) {
+  uint64_t records = 20000000, http_records = 20000, keys = 1000000;
+  int reps = 3, workers = 2;
+  const char *weir = WEIR_BINARY, *json = NULL;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--records"))
+      records = strtoull(argv[i + 1], NULL, 10);
+    else if (!strcmp(argv[i], "--http-records"))
+      http_records = strtoull(argv[i + 1], NULL, 10);
+    else if (!strcmp(argv[i], "--keys"))
+      keys = strtoull(argv[i + 1], NULL, 10);
+    else if (!strcmp(argv[i], "--reps"))
+      reps = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--workers"))
+      workers = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--weir"))
+      weir = argv[i + 1];
+    else if (!strcmp(argv[i], "--json"))
+      json = argv[i + 1];
+    else {
+      fprintf(stderr, "bench_sinks: unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  if (reps < 1 || reps > 50 || workers < 1) return 2;
+  setenv("WEIR_LOG", "warn", 0);
+  char *base = mkdtemp(tmpl);
+  if (!base) return 1;
+  char db[600], out[600], file_spec[700], http_spec[700];
+  snprintf(db, sizeof db, "%s/recv.db", base);
+  int port = start_receiver(weir, db);
+  if (port <= 0) {
+    fprintf(stderr, "bench_sinks: cannot start '%s receiver'\n", weir);
+    rmrf(base);
+    return 1;
+  }
+  snprintf(http_spec, sizeof http_spec, "http://127.0.0.1:%d/effects", port);
+  double v[3][50];
+  long long want_effects = 0;
+  int bad = 0;
+  for (int r = 0; r < reps && !bad; r++) {
+    snprintf(out, sizeof out, "%s/out-%d", base, r);
+    snprintf(file_spec, sizeof file_spec, "file:%s", out);
+    v[0][r] = run(base, "null", records, keys, workers, r);
+    v[1][r] = run(base, file_spec, records, keys, workers, r);
+    v[2][r] = run(base, http_spec, http_records, keys, workers, r);
+    want_effects += (long long)http_records;
+    rmrf(out);
+    printf("rep %d: null %.0f effects/s, file %.0f effects/s, http %.0f effects/s\n", r + 1,
+           v[0][r], v[1][r], v[2][r]);
+    fflush(stdout);
+    bad = v[0][r] < 0 || v[1][r] < 0 || v[2][r] < 0;
+  }
+  long long effects = receiver_effects(weir, db);
+  kill(recv_pid, SIGTERM);
+  waitpid(recv_pid, NULL, 0);
+  rmrf(base);
+  if (bad) return 1;
+  double m[3] = {median(v[0], reps), median(v[1], reps), median(v[2], reps)};
+  printf("counter job, %d workers, 1 s checkpoints, medians of %d: null %.0f records/s; "
+         "file %.0f effects/s (%.2fx null); http %.0f effects/s (%.4fx null); receiver "
+         "effects %lld of %lld\n",
+         workers, reps, m[0], m[1], m[1] / m[0], m[2], m[2] / m[0], effects, want_effects);
+  if (json) {
+    FILE *f = fopen(json, "w");
+    if (f) {
+      fprintf(f,
+              "{\"workers\": %d, \"reps\": %d, \"records\": %llu, \"http_records\": %llu, "
+              "\"null_per_s\": %.1f, \"file_per_s\": %.1f, \"http_per_s\": %.1f, "
+              "\"receiver_effects\": %lld}\n",
+              workers, reps, (unsigned long long)records, (unsigned long long)http_records, m[0],
+              m[1], m[2], effects);
+      fclose(f);
+    }
+  }
+  return effects == want_effects ? 0 : 1;
+}

@@ -1,0 +1,358 @@
+/* http.c: owns the HTTP destination (http://HOST:PORT/PATH): write-ahead
+ * epochs POSTed after their checkpoint completed, one request per record,
+ * with Idempotency-Key = the record's operation id (a destination of
+ * twophase.c), through libcurl's blocking easy API on the sink subtask's
+ * commit thread.
+ *
+ * DESIGN. The transaction of an epoch is its records, formatted: write
+ * appends each record's body ("<key> <value>") and, with a job-defined id
+ * function, the content part of its operation id to a buffer; pre_commit
+ * hands the buffer over as the handle, so the records travel in the
+ * checkpoint and nothing reaches the destination before it completed.
+ * commit sends the epoch's records in order, each until the destination
+ * answered it:
+ *
+ *   2xx                 done (200 with Idempotent-Replayed: a duplicate the
+ *                       destination recognised: done, counted apart)
+ *   timeout, connection refused/reset, empty reply, 5xx, 408, 429
+ *                       sent again with the same key after a backoff (a lost
+ *                       acknowledgement must not fail the job)
+ *   409                 the key is in flight at the destination: later
+ *   422                 the key was used with another payload: permanent,
+ *                       WEIR_EREFUSED naming the operation id (exit code 5)
+ *   other 4xx           permanent, WEIR_EREFUSED
+ *
+ * The operation id is "<job id>/<sink>/c/<content>" with an id function,
+ * else "<job id>/<sink>/w/<subtask>/<epoch>/<index>"; both are stable over
+ * every replay of the epoch. With idempotency=off no key is sent: every
+ * retry after a lost answer is a new effect (at-least-once, on purpose).
+ *
+ * Retention (retention=DURATION): a destination forgets a key after its
+ * retention, and a replay after that is a new effect. A request that may be
+ * a replay (a retry, or any request of an epoch recovered from a
+ * checkpoint, which may have been sent before the crash) is refused with
+ * WEIR_ERETENTION when its first possible sending (its first attempt here,
+ * or, recovered, its epoch's pre-commit time) is older than the retention.
+ *
+ * Threads: write/pre_commit on the task thread, commit on the commit
+ * thread, which alone owns the CURL handle (made at its first commit).
+ */
+#include "sink_impl.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "weir/alloc.h"
+#include "weir/clock.h"
+#include "weir/failpoint.h"
+#include "weir/log.h"
+
+#ifdef WEIR_HAVE_CURL
+#include <curl/curl.h>
+#endif
+
+#define BACKOFF_MIN_MS 5u
+#define BACKOFF_MAX_MS 1000u
+
+#ifndef WEIR_HAVE_CURL
+
+int weir__http_available(void) {
+  return 0;
+}
+
+static int http_open(weir_ctx *ctx, void **dest) {
+  (void)dest;
+  return weir_ctx_fail(ctx, WEIR_ESINK, "this weir was built without libcurl");
+}
+static int http_write(weir_ctx *ctx, void *dest, const weir_record *r) {
+  return WEIR_ESINK;
+}
+static int http_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *h) {
+  return WEIR_ESINK;
+}
+static int http_commit(void *dest, weir_sink_commit *c) {
+  return WEIR_ESINK;
+}
+static void http_close(weir_ctx *ctx, void *dest) {}
+
+#else
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static int curl_ok;
+
+static void curl_init_once(void) {
+  curl_ok = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
+}
+
+int weir__http_available(void) {
+  pthread_once(&curl_once, curl_init_once);
+  return curl_ok;
+}
+
+/* One subtask's destination. `open`, `nopen` and `scratch` are the task
+ * thread's; `curl` and `hdrs` the commit thread's. */
+typedef struct hdest {
+  const weir__sink_arg *a;
+  weir_sink_buf open; /* the open transaction's entries */
+  uint32_t nopen;
+  char *scratch;
+  size_t scratch_cap;
+  CURL *curl;
+  int replayed; /* the last response had Idempotent-Replayed: true */
+  weir_sink_io *io;
+} hdest;
+
+static int http_open(weir_ctx *ctx, void **out) {
+  hdest *h = weir_calloc(1, sizeof *h);
+  h->a = weir_sink_dest_arg(ctx);
+  h->scratch_cap = 256;
+  h->scratch = weir_malloc(h->scratch_cap);
+  *out = h;
+  return 0;
+}
+
+/* Formats with fn into scratch (grown as asked) and appends it as u32 len +
+ * bytes to the open transaction. */
+static int put_text(weir_ctx *ctx, hdest *h, size_t (*fn)(const weir_record *, char *, size_t),
+                    const weir_record *r) {
+  size_t n = fn(r, h->scratch, h->scratch_cap);
+  if (n >= h->scratch_cap) {
+    h->scratch_cap = n + 1;
+    h->scratch = weir_realloc(h->scratch, h->scratch_cap);
+    if (fn(r, h->scratch, h->scratch_cap) != n)
+      return weir_ctx_fail(ctx, WEIR_EINVAL, "sink '%s': a formatter contradicted itself",
+                           weir_ctx_name(ctx));
+  }
+  if (n > UINT32_MAX) return WEIR_ETOOBIG;
+  weir_sink_buf_u32(&h->open, (uint32_t)n);
+  weir_sink_buf_put(&h->open, h->scratch, n);
+  return 0;
+}
+
+static int http_write(weir_ctx *ctx, void *dest, const weir_record *r) {
+  hdest *h = dest;
+  if (h->nopen == UINT32_MAX) return WEIR_ETOOBIG;
+  int rc = put_text(ctx, h, h->a->fmt, r);
+  if (rc < 0) return rc;
+  if (h->a->opid && h->a->idempotent) {
+    rc = put_text(ctx, h, h->a->opid, r);
+  } else {
+    weir_sink_buf_u32(&h->open, 0);
+  }
+  h->nopen++;
+  return rc;
+}
+
+static int http_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *out) {
+  hdest *h = dest;
+  (void)epoch;
+  if (!h->nopen) return 1;
+  weir_sink_buf_u32(out, h->nopen);
+  weir_sink_buf_put(out, h->open.data, h->open.len);
+  h->open.len = 0;
+  h->nopen = 0;
+  return 0;
+}
+
+static uint32_t get_u32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static size_t on_header(char *b, size_t size, size_t n, void *user) {
+  hdest *h = user;
+  size_t len = size * n;
+  static const char want[] = "Idempotent-Replayed:";
+  if (len >= sizeof want - 1 && strncasecmp(b, want, sizeof want - 1) == 0) {
+    const char *v = b + sizeof want - 1;
+    while (*v == ' ') v++;
+    if (strncasecmp(v, "true", 4) == 0) h->replayed = 1;
+  }
+  return len;
+}
+
+static size_t on_body(char *b, size_t size, size_t n, void *user) {
+  (void)b;
+  (void)user;
+  return size * n;
+}
+
+/* Aborts a transfer when the subtask closes. */
+static int on_progress(void *user, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d) {
+  hdest *h = user;
+  return h->io && weir_sink_io_stopping(h->io) ? 1 : 0;
+}
+
+static CURL *make_curl(hdest *h) {
+  CURL *c = curl_easy_init();
+  if (!c) return NULL;
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_URL, h->a->url);
+  curl_easy_setopt(c, CURLOPT_POST, 1L);
+  curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 15000L);
+  curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(c, CURLOPT_HEADERDATA, h);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, h);
+  curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+  curl_easy_setopt(c, CURLOPT_XFERINFODATA, h);
+  return c;
+}
+
+/* The operation id of record i of c into buf. */
+static void op_id(const weir_sink_commit *c, uint64_t i, const uint8_t *content, uint32_t clen,
+                  char *buf, size_t cap) {
+  if (clen)
+    snprintf(buf, cap, "%s/%s/c/%.*s", c->job_id, c->sink, (int)clen, (const char *)content);
+  else
+    snprintf(buf, cap, "%s/%s/w/%u/%llu/%llu", c->job_id, c->sink, (unsigned)c->subtask,
+             (unsigned long long)c->epoch, (unsigned long long)i);
+}
+
+/* Sends one operation until the destination answered it. */
+static int send_op(hdest *h, weir_sink_commit *c, const char *id, const uint8_t *body,
+                   uint32_t blen) {
+  weir_sink_io *io = c->io;
+  char hdr[600];
+  struct curl_slist *hl = curl_slist_append(NULL, "Content-Type: text/plain");
+  if (h->a->idempotent) {
+    snprintf(hdr, sizeof hdr, "Idempotency-Key: %s", id);
+    hl = curl_slist_append(hl, hdr);
+  }
+  hl = curl_slist_append(hl, "Expect:"); /* no 100-continue round trip */
+  curl_easy_setopt(h->curl, CURLOPT_HTTPHEADER, hl);
+  curl_easy_setopt(h->curl, CURLOPT_POSTFIELDS, (const char *)body);
+  curl_easy_setopt(h->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)blen);
+  uint32_t backoff = BACKOFF_MIN_MS;
+  int64_t first_ms = c->recovered ? (int64_t)c->precommit_ms : 0;
+  int rc = 0;
+  for (int tries = 0;; tries++) {
+    int64_t now = weir_clock_wall_ms();
+    if (!first_ms) first_ms = now;
+    if (h->a->idempotent && h->a->retention_ms && (tries || c->recovered) &&
+        now - first_ms > (int64_t)h->a->retention_ms) {
+      snprintf(c->err, c->errlen,
+               "operation %s may have reached the destination %lld ms ago, beyond its key "
+               "retention of %llu ms: a replay could apply it twice, so it is refused",
+               id, (long long)(now - first_ms), (unsigned long long)h->a->retention_ms);
+      rc = WEIR_ERETENTION;
+      break;
+    }
+    h->replayed = 0;
+    weir_sink_io_count(io, WEIR_SINK_REQUESTS, 1);
+    CURLcode cc = curl_easy_perform(h->curl);
+    if (cc == CURLE_ABORTED_BY_CALLBACK || weir_sink_io_stopping(io)) {
+      rc = WEIR_ECANCELED;
+      break;
+    }
+    long status = 0;
+    if (cc == CURLE_OK) {
+      curl_easy_getinfo(h->curl, CURLINFO_RESPONSE_CODE, &status);
+      weir_sink_io_count(io, WEIR_SINK_RESPONSES, 1);
+      /* The request was accepted: a crash now loses only the answer. */
+      (void)weir_failpoint("sink.after_send");
+    }
+    if (cc == CURLE_OK && status >= 200 && status < 300) {
+      if (h->replayed) weir_sink_io_count(io, WEIR_SINK_DUPLICATES, 1);
+      break;
+    }
+    if (cc == CURLE_OK && status == 422) {
+      weir_sink_io_count(io, WEIR_SINK_REJECTIONS, 1);
+      snprintf(c->err, c->errlen,
+               "operation %s refused by %s with 422: its key was used before with another "
+               "payload",
+               id, h->a->url);
+      rc = WEIR_EREFUSED;
+      break;
+    }
+    if (cc == CURLE_OK && status >= 400 && status < 500 && status != 408 && status != 409 &&
+        status != 429) {
+      weir_sink_io_count(io, WEIR_SINK_REJECTIONS, 1);
+      snprintf(c->err, c->errlen, "operation %s refused by %s with %ld", id, h->a->url, status);
+      rc = WEIR_EREFUSED;
+      break;
+    }
+    if (cc != CURLE_OK && cc != CURLE_OPERATION_TIMEDOUT && cc != CURLE_COULDNT_CONNECT &&
+        cc != CURLE_GOT_NOTHING && cc != CURLE_RECV_ERROR && cc != CURLE_SEND_ERROR &&
+        cc != CURLE_PARTIAL_FILE && cc != CURLE_COULDNT_RESOLVE_HOST) {
+      snprintf(c->err, c->errlen, "operation %s: %s: %s", id, h->a->url, curl_easy_strerror(cc));
+      rc = WEIR_EIO;
+      break;
+    }
+    /* Lost answer, 5xx, 408, 429, 409 (in flight): again, same key. Said
+     * once per operation, so a destination that is down does not look like
+     * a hang. */
+    if (tries == 3) {
+      if (cc != CURLE_OK)
+        WEIR_LOG_W("sink '%s' subtask %u: %s: %s; retrying operation %s", c->sink,
+                   (unsigned)c->subtask, h->a->url, curl_easy_strerror(cc), id);
+      else
+        WEIR_LOG_W("sink '%s' subtask %u: %s answered %ld; retrying operation %s", c->sink,
+                   (unsigned)c->subtask, h->a->url, status, id);
+    }
+    if (weir_sink_io_sleep(io, backoff)) {
+      rc = WEIR_ECANCELED;
+      break;
+    }
+    backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+  }
+  curl_easy_setopt(h->curl, CURLOPT_HTTPHEADER, NULL);
+  curl_slist_free_all(hl);
+  return rc;
+}
+
+static int http_commit(void *dest, weir_sink_commit *c) {
+  hdest *h = dest;
+  h->io = c->io;
+  if (!h->curl && !(h->curl = make_curl(h))) {
+    snprintf(c->err, c->errlen, "cannot create a libcurl handle");
+    return WEIR_ENOMEM;
+  }
+  if (c->len < 4) goto bad;
+  uint32_t n = get_u32(c->handle);
+  size_t off = 4;
+  char id[512];
+  for (uint64_t i = 0; i < n; i++) {
+    if (c->len - off < 4) goto bad;
+    uint32_t blen = get_u32(c->handle + off);
+    if (c->len - off - 4 < blen) goto bad;
+    const uint8_t *body = c->handle + off + 4;
+    off += 4 + (size_t)blen;
+    if (c->len - off < 4) goto bad;
+    uint32_t clen = get_u32(c->handle + off);
+    if (c->len - off - 4 < clen) goto bad;
+    const uint8_t *content = c->handle + off + 4;
+    off += 4 + (size_t)clen;
+    if (i < c->progress) continue; /* sent in an earlier attempt of this process */
+    op_id(c, i, content, clen, id, sizeof id);
+    int rc = send_op(h, c, id, body, blen);
+    if (rc < 0) return rc;
+    c->progress = i + 1;
+  }
+  return 0;
+bad:
+  snprintf(c->err, c->errlen, "epoch %llu: malformed handle", (unsigned long long)c->epoch);
+  return WEIR_ECORRUPT;
+}
+
+static void http_close(weir_ctx *ctx, void *dest) {
+  hdest *h = dest;
+  if (h->curl) curl_easy_cleanup(h->curl);
+  weir_sink_buf_free(&h->open);
+  weir_free(h->scratch);
+  weir_free(h);
+}
+
+#endif
+
+const weir_sink_dest_vt weir__http_dest_vt = {
+    .name = "http",
+    .open = http_open,
+    .write = http_write,
+    .pre_commit = http_pre_commit,
+    .commit = http_commit,
+    .close = http_close,
+};

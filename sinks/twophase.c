@@ -1,0 +1,595 @@
+/* twophase.c: owns the two-phase-commit sink driver (weir/sink.h): the
+ * operator that ties a destination's transactions to checkpoints, the sink
+ * subtask's commit thread and its mailbox, the sink counters, and the
+ * sink's checkpointed state.
+ *
+ * DESIGN. Per sink subtask, the task thread owns the list of *pending*
+ * transactions (pre-committed, not known to be committed), in epoch order.
+ * "n complete" hands every pending transaction with epoch <= n that is not
+ * yet handed over to the commit thread, in order, through a FIFO under
+ * `mu`; the thread commits them one by one (retrying with a backoff on
+ * WEIR_EAGAIN), puts each on the `done` list, and wakes the task
+ * (weir_ctx_wake). The task's poll takes the done list and drops those
+ * transactions from the pending list; a permanent error fails the job with
+ * the destination's message. A transaction stays in the pending list (and so
+ * in every snapshot) until its commit is known, so a crash at any point
+ * recovers it: recovery commits it again, which is why commit is idempotent.
+ *
+ * While the thread holds a transaction, both threads read its handle (never
+ * written after pre_commit); only the thread writes its `c` and result
+ * fields, and the task reads them only after taking it from `done` under
+ * `mu`. Counters are atomics written by either thread; the task publishes
+ * them as named counters (weir_ctx_count) at each poll.
+ *
+ * State (little-endian): "WSK1", u64 checkpoint id, 8 x u64 counter totals,
+ * u32 npending, then per pending transaction: u64 epoch, u64 precommit_ms,
+ * u64 handle length, handle bytes.
+ */
+#include "sink_impl.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "weir/alloc.h"
+#include "weir/clock.h"
+#include "weir/failpoint.h"
+#include "weir/log.h"
+#include "weir/sink.h"
+
+#define MAGIC "WSK1"
+#define BACKOFF_MIN_MS 5u
+#define BACKOFF_MAX_MS 1000u
+
+const char *const weir_sink_counter_names[WEIR_SINK_NCOUNTERS] = {
+    "attempts",   "requests", "responses", "duplicates",
+    "rejections", "commits",  "aborts",    "recovered"};
+
+void weir_sink_buf_put(weir_sink_buf *b, const void *p, size_t n) {
+  if (b->len + n > b->cap) {
+    size_t c = b->cap ? b->cap : 256;
+    while (c < b->len + n) c *= 2;
+    b->data = weir_realloc(b->data, c);
+    b->cap = c;
+  }
+  if (n) memcpy(b->data + b->len, p, n);
+  b->len += n;
+}
+
+void weir_sink_buf_u32(weir_sink_buf *b, uint32_t v) {
+  uint8_t x[4];
+  for (int i = 0; i < 4; i++) x[i] = (uint8_t)(v >> (8 * i));
+  weir_sink_buf_put(b, x, 4);
+}
+
+void weir_sink_buf_u64(weir_sink_buf *b, uint64_t v) {
+  uint8_t x[8];
+  for (int i = 0; i < 8; i++) x[i] = (uint8_t)(v >> (8 * i));
+  weir_sink_buf_put(b, x, 8);
+}
+
+void weir_sink_buf_free(weir_sink_buf *b) {
+  weir_free(b->data);
+  memset(b, 0, sizeof *b);
+}
+
+/* ---- per subtask ---------------------------------------------------------- */
+
+/* One pre-committed transaction. Owned by the task thread, except while
+ * handed to the commit thread (see DESIGN). */
+typedef struct txn {
+  struct txn *next;  /* pending list (task thread) */
+  struct txn *wnext; /* work or done list (under mu) */
+  uint64_t epoch, precommit_ms;
+  int recovered;
+  int queued; /* handed to the commit thread */
+  weir_sink_buf handle;
+  weir_sink_commit c; /* the commit thread's while queued */
+  int rc;
+  char err[512];
+} txn;
+
+struct weir_sink_io {
+  struct tp *tp;
+};
+
+/* A sink subtask's driver state. Threads: see DESIGN. */
+typedef struct tp {
+  const weir_sink_dest_vt *vt;
+  void *dest;
+  weir_ctx *ctx;
+  uint32_t subtask;
+  char *name;
+  char *job_id;
+  txn *head, *tail;  /* pending, epoch order (task thread) */
+  uint32_t inflight; /* queued, not yet taken back (task thread) */
+  /* The mailbox between the task and the commit thread. */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  txn *work_head, *work_tail; /* under mu */
+  txn *done_head, *done_tail; /* under mu */
+  int stop;                   /* under mu */
+  int broken;                 /* commit thread: a permanent error happened */
+  atomic_int mail;            /* done list not empty: poll has work */
+  atomic_int stopping;        /* mirror of stop for weir_sink_io_stopping */
+  pthread_t th;
+  int th_started;
+  weir_sink_io io;
+  _Atomic uint64_t count[WEIR_SINK_NCOUNTERS]; /* this run's */
+  uint64_t published[WEIR_SINK_NCOUNTERS];     /* given to weir_ctx_count (task) */
+  uint64_t base[WEIR_SINK_NCOUNTERS];          /* totals of earlier runs (restored) */
+} tp;
+
+/* The node's arg: the destination and its own arg. Owned by the job. */
+typedef struct tp_arg {
+  const weir_sink_dest_vt *vt;
+  void *arg;
+} tp_arg;
+
+void *weir_sink_dest_arg(const weir_ctx *ctx) {
+  const tp_arg *a = weir_ctx_arg(ctx);
+  return a->arg;
+}
+
+void weir_sink_io_count(weir_sink_io *io, weir_sink_counter k, uint64_t n) {
+  if ((unsigned)k < WEIR_SINK_NCOUNTERS)
+    atomic_fetch_add_explicit(&io->tp->count[k], n, memory_order_relaxed);
+}
+
+int weir_sink_io_stopping(weir_sink_io *io) {
+  return atomic_load(&io->tp->stopping);
+}
+
+int weir_sink_io_sleep(weir_sink_io *io, uint32_t ms) {
+  tp *t = io->tp;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&t->mu);
+  /* A spurious wake-up only shortens one backoff: no loop needed. */
+  if (!t->stop) pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+  int stop = t->stop;
+  pthread_mutex_unlock(&t->mu);
+  return stop;
+}
+
+static void count(tp *t, weir_sink_counter k, uint64_t n) {
+  atomic_fetch_add_explicit(&t->count[k], n, memory_order_relaxed);
+}
+
+/* ---- the commit thread ---------------------------------------------------- */
+
+/* Commits one transaction, retrying WEIR_EAGAIN with a growing backoff. */
+static int commit_one(tp *t, txn *x) {
+  uint32_t backoff = BACKOFF_MIN_MS;
+  int fp = weir_failpoint(x->recovered ? "sink.during_recover" : "sink.before_commit");
+  if (fp) {
+    snprintf(x->err, sizeof x->err, "failpoint %s",
+             x->recovered ? "sink.during_recover" : "sink.before_commit");
+    return fp;
+  }
+  for (;;) {
+    count(t, WEIR_SINK_ATTEMPTS, 1);
+    int rc = t->vt->commit(t->dest, &x->c);
+    if (rc != WEIR_EAGAIN) return rc;
+    if (weir_sink_io_sleep(&t->io, backoff)) return WEIR_ECANCELED;
+    backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+  }
+}
+
+static void *commit_thread(void *arg) {
+  tp *t = arg;
+  for (;;) {
+    pthread_mutex_lock(&t->mu);
+    while (!t->stop && !t->work_head) pthread_cond_wait(&t->cv, &t->mu);
+    if (t->stop) {
+      pthread_mutex_unlock(&t->mu);
+      return NULL;
+    }
+    txn *x = t->work_head;
+    t->work_head = x->wnext;
+    if (!t->work_head) t->work_tail = NULL;
+    pthread_mutex_unlock(&t->mu);
+
+    /* After a permanent error nothing later may be committed (order). */
+    x->rc = t->broken ? WEIR_ECANCELED : commit_one(t, x);
+    if (x->rc == 0) {
+      if (weir_failpoint("sink.after_commit")) x->rc = WEIR_EIO;
+    } else if (x->rc != WEIR_ECANCELED) {
+      t->broken = 1;
+    }
+    pthread_mutex_lock(&t->mu);
+    x->wnext = NULL;
+    if (t->done_tail)
+      t->done_tail->wnext = x;
+    else
+      t->done_head = x;
+    t->done_tail = x;
+    pthread_mutex_unlock(&t->mu);
+    atomic_store(&t->mail, 1);
+    weir_ctx_wake(t->ctx);
+  }
+}
+
+/* ---- the task side -------------------------------------------------------- */
+
+static void txn_free(txn *x) {
+  weir_sink_buf_free(&x->handle);
+  weir_free(x);
+}
+
+static void pending_append(tp *t, txn *x) {
+  x->next = NULL;
+  if (t->tail)
+    t->tail->next = x;
+  else
+    t->head = x;
+  t->tail = x;
+}
+
+static void pending_remove(tp *t, txn *x) {
+  txn *prev = NULL;
+  for (txn *p = t->head; p; prev = p, p = p->next) {
+    if (p != x) continue;
+    if (prev)
+      prev->next = p->next;
+    else
+      t->head = p->next;
+    if (t->tail == p) t->tail = prev;
+    return;
+  }
+}
+
+/* Hands x to the commit thread. */
+static void queue(tp *t, txn *x) {
+  x->queued = 1;
+  x->c = (weir_sink_commit){.epoch = x->epoch,
+                            .handle = x->handle.data,
+                            .len = x->handle.len,
+                            .precommit_ms = x->precommit_ms,
+                            .recovered = x->recovered,
+                            .job_id = t->job_id,
+                            .sink = t->name,
+                            .subtask = t->subtask,
+                            .io = &t->io,
+                            .err = x->err,
+                            .errlen = sizeof x->err};
+  x->err[0] = '\0';
+  t->inflight++;
+  pthread_mutex_lock(&t->mu);
+  x->wnext = NULL;
+  if (t->work_tail)
+    t->work_tail->wnext = x;
+  else
+    t->work_head = x;
+  t->work_tail = x;
+  pthread_cond_signal(&t->cv);
+  pthread_mutex_unlock(&t->mu);
+}
+
+static void publish(tp *t) {
+  for (int k = 0; k < WEIR_SINK_NCOUNTERS; k++) {
+    uint64_t v = atomic_load_explicit(&t->count[k], memory_order_relaxed);
+    if (v != t->published[k]) {
+      weir_ctx_count(t->ctx, weir_sink_counter_names[k], v - t->published[k]);
+      t->published[k] = v;
+    }
+  }
+}
+
+static int tp_poll(weir_ctx *ctx) {
+  tp *t = weir_ctx_user(ctx);
+  if (!t) return WEIR_POLL_IDLE;
+  int rc = 0;
+  if (atomic_exchange(&t->mail, 0)) {
+    pthread_mutex_lock(&t->mu);
+    txn *d = t->done_head;
+    t->done_head = t->done_tail = NULL;
+    pthread_mutex_unlock(&t->mu);
+    while (d) {
+      txn *n = d->wnext;
+      t->inflight--;
+      if (d->rc < 0 && !rc) {
+        rc = weir_ctx_fail(ctx, d->rc, "sink '%s' subtask %u: epoch %llu: %s", t->name, t->subtask,
+                           (unsigned long long)d->epoch, d->err[0] ? d->err : weir_strerror(d->rc));
+      }
+      if (d->rc == 0) {
+        count(t, WEIR_SINK_COMMITS, 1);
+        if (d->recovered) count(t, WEIR_SINK_RECOVERED, 1);
+        pending_remove(t, d);
+        txn_free(d);
+      }
+      d = n;
+    }
+  }
+  publish(t);
+  if (rc < 0) return rc;
+  return t->inflight ? WEIR_POLL_BUSY : WEIR_POLL_IDLE;
+}
+
+static void tp_free(tp *t) {
+  if (t->th_started) {
+    pthread_mutex_lock(&t->mu);
+    t->stop = 1;
+    atomic_store(&t->stopping, 1);
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    pthread_join(t->th, NULL);
+  }
+  /* Every transaction is on the pending list (queued or not). */
+  for (txn *x = t->head, *n; x; x = n) {
+    n = x->next;
+    txn_free(x);
+  }
+  if (t->dest && t->vt->close) t->vt->close(t->ctx, t->dest);
+  pthread_mutex_destroy(&t->mu);
+  pthread_cond_destroy(&t->cv);
+  weir_free(t->name);
+  weir_free(t->job_id);
+  weir_free(t);
+}
+
+static int tp_open(weir_ctx *ctx) {
+  const tp_arg *a = weir_ctx_arg(ctx);
+  tp *t = weir_calloc(1, sizeof *t);
+  t->vt = a->vt;
+  t->ctx = ctx;
+  t->subtask = weir_ctx_subtask(ctx);
+  t->name = weir_strdup(weir_ctx_name(ctx));
+  t->job_id = weir_strdup(weir_ctx_job_id(ctx));
+  t->io.tp = t;
+  pthread_mutex_init(&t->mu, NULL);
+  pthread_cond_init(&t->cv, NULL);
+  /* Every counter by name from the start, so a summary shows zeros too
+   * (and the commit thread never adds a name: weir_ctx_count is the task's). */
+  for (int k = 0; k < WEIR_SINK_NCOUNTERS; k++) weir_ctx_count(ctx, weir_sink_counter_names[k], 0);
+  int rc = t->vt->open(ctx, &t->dest);
+  if (rc < 0) {
+    t->dest = NULL;
+    tp_free(t);
+    return rc;
+  }
+  if (pthread_create(&t->th, NULL, commit_thread, t) != 0) {
+    tp_free(t);
+    return weir_ctx_fail(ctx, WEIR_ENOMEM, "cannot start the sink's commit thread");
+  }
+  t->th_started = 1;
+  weir_ctx_set_user(ctx, t);
+  return 0;
+}
+
+static void tp_close(weir_ctx *ctx) {
+  tp *t = weir_ctx_user(ctx);
+  if (!t) return;
+  publish(t);
+  tp_free(t);
+  weir_ctx_set_user(ctx, NULL);
+}
+
+static int tp_process(weir_ctx *ctx, const weir_record *r) {
+  tp *t = weir_ctx_user(ctx);
+  int rc = t->vt->write(ctx, t->dest, r);
+  if (rc < 0) return rc;
+  return weir_failpoint("sink.after_write");
+}
+
+static int tp_process_batch(weir_ctx *ctx, const weir_batch *b) {
+  tp *t = weir_ctx_user(ctx);
+  for (uint32_t i = 0; i < b->len; i++) {
+    weir_record r = weir_batch_record(b, i);
+    int rc = t->vt->write(ctx, t->dest, &r);
+    if (rc < 0) return rc;
+  }
+  return weir_failpoint("sink.after_write");
+}
+
+/* Closes the open transaction as `epoch`: onto the pending list. */
+static int pre_commit(tp *t, uint64_t epoch) {
+  txn *x = weir_calloc(1, sizeof *x);
+  int rc = t->vt->pre_commit(t->ctx, t->dest, epoch, &x->handle);
+  if (rc != 0) {
+    txn_free(x);
+    return rc < 0 ? rc : 0;
+  }
+  x->epoch = epoch;
+  x->precommit_ms = weir_clock_wall_ms();
+  pending_append(t, x);
+  return weir_failpoint("sink.after_pre_commit");
+}
+
+/* End of input. Without checkpoints the whole run is epoch 0, committed
+ * now (the task waits for it through poll); with checkpoints the open
+ * transaction is pre-committed by the final checkpoint's barrier. */
+static int tp_finish(weir_ctx *ctx) {
+  tp *t = weir_ctx_user(ctx);
+  if (weir_ctx_checkpointing(ctx)) return 0;
+  int rc = pre_commit(t, 0);
+  if (rc < 0) return rc;
+  for (txn *x = t->head; x; x = x->next)
+    if (!x->queued) queue(t, x);
+  return 0;
+}
+
+static int tp_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
+  tp *t = weir_ctx_user(ctx);
+  int rc = pre_commit(t, id);
+  if (rc < 0) return rc;
+  weir_sink_buf b = {0};
+  weir_sink_buf_put(&b, MAGIC, 4);
+  weir_sink_buf_u64(&b, id);
+  for (int k = 0; k < WEIR_SINK_NCOUNTERS; k++)
+    weir_sink_buf_u64(&b, t->base[k] + atomic_load_explicit(&t->count[k], memory_order_relaxed));
+  uint32_t n = 0;
+  for (txn *x = t->head; x; x = x->next) n++;
+  weir_sink_buf_u32(&b, n);
+  for (txn *x = t->head; x; x = x->next) {
+    weir_sink_buf_u64(&b, x->epoch);
+    weir_sink_buf_u64(&b, x->precommit_ms);
+    weir_sink_buf_u64(&b, x->handle.len);
+    weir_sink_buf_put(&b, x->handle.data, x->handle.len);
+  }
+  rc = weir_snapshot_write(w, b.data, b.len);
+  weir_sink_buf_free(&b);
+  return rc;
+}
+
+static int tp_complete(weir_ctx *ctx, uint64_t id) {
+  tp *t = weir_ctx_user(ctx);
+  for (txn *x = t->head; x && x->epoch <= id; x = x->next)
+    if (!x->queued) queue(t, x);
+  return 0;
+}
+
+/* "n aborted" is not "roll back n": epoch n stays pending (see above). */
+static int tp_aborted(weir_ctx *ctx, uint64_t id) {
+  tp *t = weir_ctx_user(ctx);
+  WEIR_LOG_D("sink '%s' subtask %u: checkpoint %llu aborted; its epoch stays pending", t->name,
+             t->subtask, (unsigned long long)id);
+  return 0;
+}
+
+/* ---- state ------------------------------------------------------------------- */
+
+typedef struct rd {
+  const uint8_t *p;
+  size_t left;
+} rd;
+
+static int rd_u64(rd *r, uint64_t *v) {
+  if (r->left < 8) return -1;
+  *v = 0;
+  for (int i = 7; i >= 0; i--) *v = (*v << 8) | r->p[i];
+  r->p += 8;
+  r->left -= 8;
+  return 0;
+}
+
+static int rd_u32(rd *r, uint32_t *v) {
+  if (r->left < 4) return -1;
+  *v = 0;
+  for (int i = 3; i >= 0; i--) *v = (*v << 8) | r->p[i];
+  r->p += 4;
+  r->left -= 4;
+  return 0;
+}
+
+/* Walks a state blob: calls each(user, epoch, ms, handle, len) per pending
+ * transaction. Returns 0, WEIR_ENOENT (not ours) or WEIR_ECORRUPT. */
+static int decode(const void *p, size_t len, uint64_t *id, uint64_t counters[WEIR_SINK_NCOUNTERS],
+                  uint32_t *npending,
+                  void (*each)(void *, uint64_t, uint64_t, const uint8_t *, size_t), void *user) {
+  if (len < 4 || memcmp(p, MAGIC, 4) != 0) return WEIR_ENOENT;
+  rd r = {(const uint8_t *)p + 4, len - 4};
+  if (rd_u64(&r, id)) return WEIR_ECORRUPT;
+  for (int k = 0; k < WEIR_SINK_NCOUNTERS; k++)
+    if (rd_u64(&r, &counters[k])) return WEIR_ECORRUPT;
+  if (rd_u32(&r, npending)) return WEIR_ECORRUPT;
+  for (uint32_t i = 0; i < *npending; i++) {
+    uint64_t epoch, ms, hl;
+    if (rd_u64(&r, &epoch) || rd_u64(&r, &ms) || rd_u64(&r, &hl) || hl > r.left)
+      return WEIR_ECORRUPT;
+    if (each) each(user, epoch, ms, r.p, (size_t)hl);
+    r.p += hl;
+    r.left -= (size_t)hl;
+  }
+  return r.left ? WEIR_ECORRUPT : 0;
+}
+
+static void restore_one(void *user, uint64_t epoch, uint64_t ms, const uint8_t *h, size_t len) {
+  tp *t = user;
+  txn *x = weir_calloc(1, sizeof *x);
+  x->epoch = epoch;
+  x->precommit_ms = ms;
+  x->recovered = 1;
+  weir_sink_buf_put(&x->handle, h, len);
+  pending_append(t, x);
+}
+
+/* recover: what the restored checkpoint pre-committed is committed (its
+ * checkpoint completed, it may or may not have been committed before the
+ * crash), what came after it is aborted. */
+static int tp_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
+  tp *t = weir_ctx_user(ctx);
+  size_t len;
+  const void *p = weir_snapshot_data(r, &len);
+  uint64_t id = 0;
+  uint32_t n = 0;
+  uint64_t counters[WEIR_SINK_NCOUNTERS];
+  int rc = decode(p, len, &id, counters, &n, NULL, NULL);
+  if (rc < 0)
+    return weir_ctx_fail(ctx, WEIR_ECORRUPT, "sink '%s' subtask %u: bad checkpointed state",
+                         t->name, t->subtask);
+  for (int k = 0; k < WEIR_SINK_NCOUNTERS; k++) t->base[k] = counters[k];
+  (void)decode(p, len, &id, counters, &n, restore_one, t);
+  if (t->vt->abort_after) {
+    rc = t->vt->abort_after(ctx, t->dest, id);
+    if (rc < 0) return rc;
+    count(t, WEIR_SINK_ABORTS, (uint64_t)rc);
+  }
+  if (n)
+    WEIR_LOG_I("sink '%s' subtask %u: recovering %u pending transaction%s of checkpoint %llu",
+               t->name, t->subtask, n, n == 1 ? "" : "s", (unsigned long long)id);
+  for (txn *x = t->head; x; x = x->next)
+    if (!x->queued) queue(t, x);
+  return 0;
+}
+
+int weir_sink_state_decode(const void *p, size_t len, weir_sink_state_info *out) {
+  memset(out, 0, sizeof *out);
+  uint32_t n = 0;
+  int rc = decode(p, len, &out->checkpoint, out->counters, &n, NULL, NULL);
+  if (rc < 0) return rc;
+  out->npending = n;
+  /* A second walk for the epochs and sizes. */
+  rd r = {(const uint8_t *)p + 4 + 8 + 8 * WEIR_SINK_NCOUNTERS + 4,
+          len - (4 + 8 + 8 * WEIR_SINK_NCOUNTERS + 4)};
+  for (uint32_t i = 0; i < n; i++) {
+    uint64_t epoch, ms, hl;
+    if (rd_u64(&r, &epoch) || rd_u64(&r, &ms) || rd_u64(&r, &hl) || hl > r.left)
+      return WEIR_ECORRUPT;
+    if (i < 16) out->pending_epochs[i] = epoch;
+    out->pending_bytes += hl;
+    r.p += hl;
+    r.left -= (size_t)hl;
+  }
+  return 0;
+}
+
+static const weir_operator_vt tp_vt = {
+    .name = "twophase",
+    .open = tp_open,
+    .process = tp_process,
+    .process_batch = tp_process_batch,
+    .finish = tp_finish,
+    .close = tp_close,
+    .snapshot = tp_snapshot,
+    .restore = tp_restore,
+    .checkpoint_complete = tp_complete,
+    .checkpoint_aborted = tp_aborted,
+    .poll = tp_poll,
+};
+
+static void tp_arg_free(void *p) {
+  weir_free(p);
+}
+
+int weir_sink_twophase(weir_stream *s, const char *name, const weir_sink_dest_vt *vt, void *arg,
+                       int parallelism) {
+  weir_job *job = weir_stream_job(s);
+  if (!job) return WEIR_EINVAL;
+  if (!vt || !vt->open || !vt->write || !vt->pre_commit || !vt->commit)
+    return weir_job_fail(job, WEIR_EINVAL, "sink '%s': incomplete destination", name ? name : "?");
+  tp_arg *a = weir_calloc(1, sizeof *a);
+  a->vt = vt;
+  a->arg = arg;
+  int rc = weir_job_adopt(job, a, tp_arg_free);
+  if (rc < 0) return rc;
+  return weir_sink(s, name, &tp_vt, a, parallelism);
+}

@@ -1,0 +1,294 @@
+/* tests/test_sinks_http.c: owns the exactly-once tests of the HTTP sink
+ * (http://...) against `weir receiver`, through the real `weir` binary:
+ * kills at failpoints around every sink step (after a request was accepted
+ * but before its answer was read, after write, after pre_commit, after the
+ * checkpoint's metadata commit but before the sink's commit, during
+ * recovery) and at seeded random times, then --restore latest until done:
+ * the receiver has effects == N, requests >= N, rejections == 0, and its
+ * effects are exactly the expected pairs. Also: a key reused with another
+ * payload (422: exit 5, one effect kept), a replay beyond retention=
+ * (refused, no new effect), and acknowledgements dropped with p = 0.2
+ * (with keys no extra effect; with idempotency=off about p/(1-p) = 0.25
+ * extra effects per operation). See test_sinks_tx.c and sinks_tx.h.
+ */
+#include "sinks_tx.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+/* ---- HTTP --------------------------------------------------------------- */
+
+TestSuite(http_tx, .timeout = 170, .fini = fini);
+
+/* The HTTP job: one request per record, so fewer records. */
+#define H_RECORDS 800u
+#define H_KEYS 20u
+#define H_RATE "2000"
+#define H_INTERVAL "50"
+
+Test(http_tx, no_failure) {
+  job *j = job_new(H_RECORDS, H_KEYS, H_RATE, H_INTERVAL);
+  receiver r;
+  recv_start(&r, j, NULL);
+  http_sink(j, &r, NULL);
+  char *err = NULL;
+  char sum[700];
+  snprintf(sum, sizeof sum, "%s/summary.json", j->dir);
+  int rc = run_job(j, NULL, &err, "--summary-json", sum, NULL);
+  cr_assert_eq(rc, 0, "%s", err);
+  free(err);
+  stats s = check_receiver(j, &r);
+  cr_assert_eq(s.requests, (long long)j->records);
+  /* The counters, kept apart, in the summary. */
+  char *text = th_read_file(sum, NULL);
+  cr_assert_not_null(text);
+  ull req[2] = {0}, resp[2] = {0};
+  const char *p = text;
+  for (int s2 = 0; s2 < 2; s2++) {
+    p = strstr(p, "\"requests\": ");
+    cr_assert_not_null(p, "%s", text);
+    cr_assert_eq(sscanf(p, "\"requests\": %llu, \"responses\": %llu", &req[s2], &resp[s2]), 2);
+    p++;
+  }
+  cr_assert_eq(req[0] + req[1], j->records, "%s", text);
+  cr_assert_eq(resp[0] + resp[1], j->records, "%s", text);
+  free(text);
+  /* And as totals in the checkpointed state (weir inspect of the last). */
+  const char *la[] = {WEIR_BINARY, "checkpoints", "--state-dir", j->state, NULL};
+  char *out = NULL;
+  cr_assert_eq(th_run(la, NULL, &out, NULL, RUN_TIMEOUT_S), 0);
+  char *fin = strstr(out, "final");
+  cr_assert_not_null(fin, "%s", out);
+  while (fin > out && fin[-1] != '\n') fin--;
+  char idbuf[32];
+  cr_assert_eq(sscanf(fin, " %31s", idbuf), 1);
+  const char *ia[] = {WEIR_BINARY, "inspect", idbuf, "--state-dir", j->state, "--json", NULL};
+  char *ins = NULL;
+  cr_assert_eq(th_run(ia, NULL, &ins, NULL, RUN_TIMEOUT_S), 0);
+  cr_assert(strstr(ins, "\"sink\": {\"checkpoint\": ") != NULL, "%s", ins);
+  cr_assert(strstr(ins, "\"rejections\": 0, \"commits\": ") != NULL, "%s", ins);
+  free(ins);
+  free(out);
+  recv_stop(&r);
+  job_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+static void http_kill(const char *name, unsigned hit) {
+  job *j = job_new(H_RECORDS, H_KEYS, H_RATE, H_INTERVAL);
+  receiver r;
+  recv_start(&r, j, NULL);
+  http_sink(j, &r, NULL);
+  char fp[128];
+  snprintf(fp, sizeof fp, "%s=kill@%u", name, hit);
+  char *err = NULL;
+  int rc = run_job(j, fp, &err, NULL);
+  expect_killed_at(j, rc, err, name);
+  free(err);
+  restore_until_done(j);
+  check_receiver(j, &r);
+  recv_stop(&r);
+  job_free(j);
+}
+
+/* After a request was accepted but before its answer was read, after
+ * write, after pre_commit, after the checkpoint's metadata commit but
+ * before the sink's commit: the receiver has each effect exactly once. */
+Test(http_tx, kill_after_send) {
+  http_kill("sink.after_send", 10);
+  http_kill("sink.after_send", 600);
+}
+Test(http_tx, kill_after_write_and_pre_commit) {
+  http_kill("sink.after_write", 3);
+  http_kill("sink.after_pre_commit", 3);
+}
+Test(http_tx, kill_after_meta_commit_before_commit) {
+  http_kill("ckpt.after_meta_commit", 2);
+  http_kill("sink.before_commit", 2);
+}
+
+Test(http_tx, kill_during_recover) {
+  job *j = job_new(H_RECORDS, H_KEYS, H_RATE, H_INTERVAL);
+  receiver r;
+  recv_start(&r, j, NULL);
+  http_sink(j, &r, NULL);
+  char *err = NULL;
+  int rc = run_job(j, "sink.after_send=kill@200", &err, NULL);
+  expect_killed_at(j, rc, err, "sink.after_send");
+  free(err);
+  rc = run_job(j, "sink.during_recover=kill@1", &err, "--restore", "latest", NULL);
+  expect_killed_at(j, rc, err, "sink.during_recover");
+  free(err);
+  restore_until_done(j);
+  stats s = check_receiver(j, &r);
+  cr_assert_gt(s.duplicates, 0, "a recovery resends what was sent: duplicates expected");
+  recv_stop(&r);
+  job_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+Test(http_tx, random_kills) {
+  uint64_t seed = seed_from_env("http_tx::random_kills");
+  int kills = 0;
+  for (int n = 0; n < 10; n++) {
+    job *j = job_new(H_RECORDS, H_KEYS, H_RATE, H_INTERVAL);
+    hist(j, "seed %llu, job %d: ", (ull)seed, n);
+    receiver r;
+    recv_start(&r, j, NULL);
+    http_sink(j, &r, NULL);
+    int want = 1 + (int)(rnd() % 2);
+    for (int a = 0; a < want; a++) {
+      int delay = 20 + (int)(rnd() % 600);
+      int rc = a ? run_kill_after(j, delay, "--restore", "latest", NULL)
+                 : run_kill_after(j, delay, NULL);
+      cr_assert(rc == 0 || rc == KILLED, "exit %d\nhistory: %s", rc, j->history);
+      if (rc == 0) break;
+      kills++;
+    }
+    restore_until_done(j);
+    check_receiver(j, &r);
+    recv_stop(&r);
+    job_free(j);
+  }
+  fprintf(stderr, "http_tx::random_kills: 10 jobs, %d kills\n", kills);
+  cr_assert_geq(kills, 5, "too few kills landed: %d", kills);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* Writes `body` with Idempotency-Key `key` through the receiver. Returns
+ * the HTTP status (0: no answer). A raw HTTP/1.1 request on a socket. */
+static int post(int port, const char *key, const char *body) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  cr_assert_geq(fd, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+  char req[2048];
+  int n = snprintf(req, sizeof req,
+                   "POST /effects HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: "
+                   "text/plain\r\nIdempotency-Key: %s\r\nContent-Length: %zu\r\n\r\n%s",
+                   key, strlen(body), body);
+  cr_assert_eq(write(fd, req, (size_t)n), n);
+  char buf[4096];
+  size_t len = 0;
+  ssize_t k;
+  while (len < sizeof buf - 1 && (k = read(fd, buf + len, sizeof buf - 1 - len)) > 0)
+    len += (size_t)k;
+  buf[len] = '\0';
+  close(fd);
+  int status = 0;
+  sscanf(buf, "HTTP/1.%*d %d", &status);
+  return status;
+}
+
+/* The job id of a state directory, from `weir checkpoints --json`. */
+static void job_id_of(job *j, char *id, size_t cap) {
+  const char *argv[] = {WEIR_BINARY, "checkpoints", "--state-dir", j->state, "--json", NULL};
+  char *out = NULL;
+  int rc = th_run(argv, NULL, &out, NULL, RUN_TIMEOUT_S);
+  cr_assert_eq(rc, 0);
+  const char *p = strstr(out, "{\"job\": \"");
+  cr_assert_not_null(p, "%s", out);
+  p += 9;
+  const char *e = strchr(p, '"');
+  cr_assert(e && (size_t)(e - p) < cap);
+  memcpy(id, p, (size_t)(e - p));
+  id[e - p] = '\0';
+  free(out);
+}
+
+/* Key <job>/sink/c/0.1 was used with another payload: 422, the job fails
+ * with exit code 5 naming the operation id, the first effect is kept. */
+Test(http_tx, reused_key_other_payload_is_exit_5) {
+  job *j = job_new(100, 1, "100", "20");
+  receiver r;
+  recv_start(&r, j, NULL);
+  http_sink(j, &r, NULL);
+  char *err = NULL;
+  int rc = run_job(j, "ckpt.barrier_injected=kill@1", &err, NULL); /* makes the job id */
+  expect_killed_at(j, rc, err, "ckpt.barrier_injected");
+  free(err);
+  char id[64], key[160];
+  job_id_of(j, id, sizeof id);
+  snprintf(key, sizeof key, "%s/sink/c/0.1", id);
+  cr_assert_eq(post(r.port, key, "0 999"), 201);
+  rc = run_job(j, NULL, &err, "--restore", "latest", NULL);
+  cr_assert_eq(rc, 5, "exit %d: %s", rc, err);
+  cr_assert(strstr(err, key) != NULL, "the operation id is not named: %s", err);
+  cr_assert(strstr(err, "422") != NULL, "stderr: %s", err);
+  free(err);
+  stats s = recv_stats(&r);
+  cr_assert_eq(s.rejections, 1);
+  cr_assert_eq(s.effects, 1, "effects %lld", s.effects);
+  const char *argv[] = {WEIR_BINARY, "receiver", "effects", "--db", r.db, NULL};
+  char *out = NULL;
+  cr_assert_eq(th_run(argv, NULL, &out, NULL, RUN_TIMEOUT_S), 0);
+  cr_assert_str_eq(out, "0 999\n", "the first effect must be kept: %s", out);
+  free(out);
+  recv_stop(&r);
+  job_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* A replay beyond retention=1s is refused (exit 5, naming the retention),
+ * and adds no effect. */
+Test(http_tx, replay_beyond_retention_is_refused) {
+  job *j = job_new(H_RECORDS, H_KEYS, H_RATE, H_INTERVAL);
+  receiver r;
+  recv_start(&r, j, NULL);
+  http_sink(j, &r, "?retention=1s");
+  char *err = NULL;
+  int rc = run_job(j, "sink.after_send=kill@50", &err, NULL);
+  expect_killed_at(j, rc, err, "sink.after_send");
+  free(err);
+  stats before = recv_stats(&r);
+  sleep_ms(1500); /* the subject of this test is time: beyond the retention */
+  rc = run_job(j, NULL, &err, "--restore", "latest", NULL);
+  cr_assert_eq(rc, 5, "exit %d: %s", rc, err);
+  cr_assert(strstr(err, "retention") != NULL, "stderr: %s", err);
+  free(err);
+  stats after = recv_stats(&r);
+  cr_assert_eq(after.effects, before.effects, "a refused replay added effects");
+  recv_stop(&r);
+  job_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* Acknowledgements dropped with p = 0.2: with keys, no extra effect; with
+ * idempotency=off, about p/(1-p) = 0.25 extra effects per operation. */
+Test(http_tx, dropped_acks) {
+  const char *const extra[] = {"--drop-acks", "0.2", "--seed", "7", NULL};
+  job *j = job_new(1500, 30, "0", "100");
+  receiver r;
+  recv_start(&r, j, extra);
+  http_sink(j, &r, NULL);
+  char *err = NULL;
+  int rc = run_job(j, NULL, &err, NULL);
+  cr_assert_eq(rc, 0, "%s", err);
+  free(err);
+  stats s = check_receiver(j, &r);
+  cr_assert_gt(s.duplicates, 0, "no acknowledgement was dropped?");
+  long long keyed_requests = s.requests;
+  recv_stop(&r);
+  job_free(j);
+
+  j = job_new(1500, 30, "0", "100");
+  recv_start(&r, j, extra);
+  http_sink(j, &r, "?idempotency=off");
+  rc = run_job(j, NULL, &err, NULL);
+  cr_assert_eq(rc, 0, "%s", err);
+  free(err);
+  s = recv_stats(&r);
+  double extra_per_op = (double)(s.effects - (long long)j->records) / (double)j->records;
+  fprintf(stderr,
+          "http_tx::dropped_acks: with keys %lld requests, %llu effects; without keys %lld "
+          "effects: %.3f extra per operation (p/(1-p) = 0.25)\n",
+          keyed_requests, (ull)j->records, s.effects, extra_per_op);
+  cr_assert(extra_per_op > 0.17 && extra_per_op < 0.33, "extra per op %.3f", extra_per_op);
+  recv_stop(&r);
+  job_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+TX_MAIN
