@@ -176,6 +176,15 @@ static int commit_one(tp *t, txn *x) {
     return fp;
   }
   for (;;) {
+    /* Fencing (DESIGN.md §7): a run that no longer owns the job (paused
+     * past its lease and taken over) makes nothing more visible. */
+    int own = weir_ctx_owner_check(t->ctx);
+    if (own) {
+      snprintf(x->err, sizeof x->err,
+               "epoch %llu not committed: this run no longer owns the job (fenced)",
+               (unsigned long long)x->epoch);
+      return own;
+    }
     count(t, WEIR_SINK_ATTEMPTS, 1);
     int rc = t->vt->commit(t->dest, &x->c);
     if (rc != WEIR_EAGAIN) return rc;
