@@ -21,7 +21,8 @@ enum {
   CLI_EXIT_OK = 0,      /* success, or stopped cleanly */
   CLI_EXIT_RUNTIME = 1, /* the job failed, or a file could not be used */
   CLI_EXIT_USAGE = 2,   /* bad command line (or one that does not fit the state dir) */
-  CLI_EXIT_STORE = 3    /* store or checkpoint refused: corrupt, truncated, unknown format */
+  CLI_EXIT_STORE = 3    /* store or checkpoint refused: corrupt, truncated, unknown format,
+                           or checkpoints failing (full disk) beyond the tolerance */
 };
 
 /* The exit code for an error returned by the engine. */
@@ -44,7 +45,9 @@ typedef struct cli_engine {
   int retain;                   /* 0 = engine default (3) */
   const char *restore;          /* NULL, "latest" or an id */
   int fresh;
-  const char *checkpoint_mode; /* "aligned" (default) or "at-least-once" */
+  const char *checkpoint_mode; /* "aligned" (default), "at-least-once" or "sync" */
+  const char *tolerable;       /* --tolerable-checkpoint-failures: N or "unlimited" */
+  uint64_t max_store_size;     /* bytes; 0 = engine default */
 } cli_engine;
 
 /* Checks a job's --sink value (printing a usage message naming the

@@ -86,7 +86,12 @@ static void count_ack(weir_job *job, uint64_t id, int status, const weir_store_w
     job->ck.acks++;
     if (status < 0) {
       job->ck.failed++;
-      if (!job->ck.status) job->ck.status = status;
+      if (!job->ck.status) {
+        job->ck.status = status;
+        /* The store's message for this failure (set just before done() ran
+         * on the writer thread, or by the refused request). */
+        weir_store_error(job->store, job->ck.why, sizeof job->ck.why);
+      }
     } else if (w) {
       job->ck.bytes += w->bytes;
     }

@@ -106,6 +106,11 @@ struct weir__task {
   weir__align align;
   uint64_t ckpt_done; /* latest checkpoint this task snapshotted */
   uint64_t notified;  /* latest completion/abort its operators were told */
+  /* Synchronous checkpoints: the latest drain marker this task forwarded
+   * (reported drained); for loop heads, the latest whose marker came on
+   * every regular input (read by the loop's other heads). */
+  uint64_t sync_drained;
+  _Atomic uint64_t sync_ready;
 };
 
 /* Runs the task for one bounded step. Returns 1 if it should run again soon

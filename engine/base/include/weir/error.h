@@ -36,7 +36,8 @@ extern "C" {
   X(EFORMAT, -30012, "checkpoint written in an unknown format")                                    \
   X(EUNFINISHED, -30013, "the state directory holds an unfinished job")                            \
   X(ENOCKPT, -30014, "no such checkpoint")                                                         \
-  X(ECKPT, -30015, "checkpoint failed")
+  X(ECKPT, -30015, "checkpoint failed")                                                            \
+  X(ECKPTLIMIT, -30016, "more checkpoints failed in a row than tolerated")
 
 typedef enum {
 #define WEIR__ERR_ENUM(name, value, msg) WEIR_##name = (value),
