@@ -36,6 +36,11 @@
  *   snapping --every state written--> committing(n) --durable--> completed
  *   completed/aborted: resume_id = n, the sources run again
  *
+ * While a synchronous checkpoint drains, the coordinator wakes every task
+ * each millisecond: a loop head waits for its loop's count of records in
+ * flight to reach zero, and nothing else would wake it then (the count has
+ * no waiters); the cost falls on the paused job only.
+ *
  * The pause covers the write and the commit: the job stands still from the
  * trigger until the checkpoint is durable, as in a halting (Naiad-style)
  * snapshot. The drain time is stored as the checkpoint's alignment time.
@@ -77,6 +82,7 @@ typedef struct coord {
   uint32_t expected; /* operator subtasks: acknowledgements per checkpoint */
   uint32_t failures; /* checkpoints failed in a row */
   uv_timer_t retry;  /* a failed final checkpoint is tried again */
+  uv_timer_t drain;  /* synchronous checkpoints: wakes every task while draining */
   int retry_wait;    /* ... when it fires */
 } coord;
 
@@ -138,6 +144,7 @@ static void coord_end(coord *c) {
   uv_close((uv_handle_t *)&c->interval, close_cb);
   uv_close((uv_handle_t *)&c->timeout, close_cb);
   uv_close((uv_handle_t *)&c->retry, close_cb);
+  uv_close((uv_handle_t *)&c->drain, close_cb);
   if (c->job->opts.progress_ms && c->job->opts.progress)
     uv_close((uv_handle_t *)&c->progress, close_cb);
   if (c->job->opts.handle_signals) {
@@ -149,6 +156,11 @@ static void coord_end(coord *c) {
 /* ---- checkpoints ---------------------------------------------------------- */
 
 static void on_timeout(uv_timer_t *h);
+
+static void on_drain(uv_timer_t *h) {
+  coord *c = h->data;
+  wake_all(c->job);
+}
 
 /* Starts a checkpoint. Returns 0 or the store's error (when no id can be
  * reserved, e.g. on a full disk), with the message in the store. */
@@ -172,6 +184,7 @@ static int ck_trigger(coord *c, int final) {
   atomic_store_explicit(&job->trigger_id, id, memory_order_release);
   WEIR_LOG_D("checkpoint %llu triggered%s", (unsigned long long)id, final ? " (final)" : "");
   uv_timer_start(&c->timeout, on_timeout, job->opts.checkpoint_timeout_ms, 0);
+  if (job->opts.sync_checkpoints) uv_timer_start(&c->drain, on_drain, 1, 1);
   wake_all(job);
   return 0;
 }
@@ -233,6 +246,7 @@ static void ck_abort(coord *c, uint64_t id, int status, const char *why) {
   weir_job *job = c->job;
   char detail[sizeof job->ck.why] = "";
   uv_timer_stop(&c->timeout);
+  uv_timer_stop(&c->drain);
   pthread_mutex_lock(&job->ck_mu);
   if (job->ck.id == id) {
     if (status < 0) snprintf(detail, sizeof detail, "%s", job->ck.why);
@@ -285,6 +299,7 @@ static void ck_progress(coord *c) {
   if (!ck.id) return;
   if (snap) {
     WEIR_LOG_D("checkpoint %llu: every task drained, snapshotting", (unsigned long long)ck.id);
+    uv_timer_stop(&c->drain);
     atomic_store(&job->sync_snap_id, ck.id);
     wake_all(job);
     return;
@@ -632,7 +647,8 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
   uv_timer_init(&c.loop, &c.interval);
   uv_timer_init(&c.loop, &c.timeout);
   uv_timer_init(&c.loop, &c.retry);
-  c.interval.data = c.timeout.data = c.retry.data = &c;
+  uv_timer_init(&c.loop, &c.drain);
+  c.interval.data = c.timeout.data = c.retry.data = c.drain.data = &c;
   if (job->store && job->opts.checkpoint_interval_ms)
     uv_timer_start(&c.interval, on_interval, job->opts.checkpoint_interval_ms,
                    job->opts.checkpoint_interval_ms);

@@ -26,10 +26,11 @@
  * snapshotting reports itself drained; every task snapshots only once all
  * of them drained (sync_snap_id), when no record is in flight anywhere. A
  * loop head holds the marker back until every head of its loop has it and
- * the loop's count of records in flight is zero (it polls the count, every
- * millisecond, only while it waits so), so records that circle in the
+ * the loop's count of records in flight is zero, so records that circle in the
  * loop are processed before anything snapshots; the back-edge log it then
- * opens stays empty.
+ * opens stays empty. Nothing wakes a task when a count reaches zero, so
+ * the coordinator wakes every task each millisecond while a synchronous
+ * checkpoint drains.
  */
 #include "task.h"
 
@@ -39,6 +40,7 @@
 #include "weir/assert.h"
 #include "weir/clock.h"
 #include "weir/failpoint.h"
+#include "weir/log.h"
 #include "hash.h"
 #include "iteration.h"
 
@@ -285,6 +287,7 @@ static void report_drained(weir__task *t, uint64_t id) {
  * later). Returns 0 or an error (the job has been failed). */
 static int take_checkpoint(weir__task *t, uint64_t id, uint64_t align_ns) {
   int rc = 0;
+  if (t->head_loop) t->log_id = id;
   if (!sync_mode(t) && (rc = weir__task_snapshot(t, id, align_ns)) != 0) return rc;
   push_control(t, WEIR__MSG_BARRIER, id);
   /* A loop head now logs its feedback edges until the barrier is back. */
@@ -333,11 +336,9 @@ static int head_sync(weir__task *t) {
   if (id > atomic_load(&t->job->resume_id)) {
     for (uint32_t i = 0; i < l->nheads; i++)
       if (atomic_load(&l->heads[i]->sync_ready) < id) return 0; /* it wakes us when ready */
-    if (atomic_load(&l->inflight) != 0) {
-      /* The count has no waiters to wake: look again soon. */
-      weir__task_wake_after(t, 1000);
-      return 0;
-    }
+    /* The count has no waiters to wake: the coordinator wakes every task
+     * each millisecond while a synchronous checkpoint drains (job.c). */
+    if (atomic_load(&l->inflight) != 0) return 0;
   }
   if (take_checkpoint(t, id, 0)) {
     task_failed(t, WEIR_ECKPT);

@@ -110,6 +110,9 @@ struct weir__task {
    * (reported drained); for loop heads, the latest whose marker came on
    * every regular input (read by the loop's other heads). */
   uint64_t sync_drained;
+  /* Loop heads: the latest checkpoint whose cut this head took while
+   * running, so that its state there is a back-edge log. */
+  uint64_t log_id;
   _Atomic uint64_t sync_ready;
 };
 
