@@ -479,8 +479,10 @@ static int write_err(weir_store *s, int rc, uint64_t want, char *note, size_t le
     struct statvfs v;
     if (statvfs(s->path, &v) == 0) {
       uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize;
-      snprintf(note, len, " (the file system has %llu bytes free)", (ull)avail);
-      if (avail < want + (1u << 20)) return WEIR_ENOSPC;
+      int full = avail < want + (1u << 20);
+      snprintf(note, len, " (%sthe file system has %llu bytes free)",
+               full && rc == EIO ? "a short write: No space left on device; " : "", (ull)avail);
+      if (full) return WEIR_ENOSPC;
     }
   }
   return weir__mdb_err(rc);
