@@ -10,13 +10,22 @@
  *            count -> null sink) with W workers and parallelism W.
  * Prints records/s (median over repetitions) and the engine/hand ratios.
  *
+ * With --checkpoints, instead: the engine's counter job on W = max-workers
+ * workers with checkpoints off, aligned (ABS) and synchronous
+ * (stop-the-world) checkpoints every 100 ms and every 1 s, into a store
+ * under $TMPDIR (removed after each run), interleaved per repetition (none,
+ * aligned, sync, ...); prints records/s, the checkpoints each run completed
+ * and, repetition by repetition, the ratio to the run without checkpoints.
+ *
  *   bench_counter [--records N] [--keys K] [--reps R] [--max-workers W] [--json FILE]
+ *                 [--checkpoints]
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "weir/alloc.h"
 #include "weir/clock.h"
@@ -106,16 +115,46 @@ static double run_hand(uint64_t records, uint64_t keys, int threads) {
   return (double)records / s;
 }
 
-static double run_engine(uint64_t records, uint64_t keys, int workers) {
+/* A checkpoint configuration of the engine's run. */
+typedef struct ckpt_mode {
+  const char *name;
+  uint32_t interval_ms; /* 0: checkpoints off */
+  int sync;
+} ckpt_mode;
+
+static const ckpt_mode no_checkpoints = {"none", 0, 0};
+
+/* The store of a run: <dir>/store/{data,lock}.mdb. */
+static void remove_store(const char *dir) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s/store/data.mdb", dir);
+  unlink(p);
+  snprintf(p, sizeof p, "%s/store/lock.mdb", dir);
+  unlink(p);
+  snprintf(p, sizeof p, "%s/store", dir);
+  rmdir(p);
+}
+
+static double run_engine_ckpt(uint64_t records, uint64_t keys, int workers, const ckpt_mode *m,
+                              const char *dir, uint64_t *checkpoints) {
   weir_job *job;
   weir_job_create(&job, "counter");
   weir_gen_opts g = {.records = records, .keys = keys};
   weir_stream *s = weir_gen(job, "gen", &g, workers);
   s = weir_count(weir_key_by(s), "count", workers);
   int rc = weir_sink_to(s, "sink", "null", NULL, workers);
+  weir_run_opts o = {.workers = workers};
+  if (m->interval_ms) {
+    remove_store(dir);
+    o.state_dir = dir;
+    o.checkpoint_interval_ms = m->interval_ms;
+    o.sync_checkpoints = m->sync;
+  }
   uint64_t t0 = weir_clock_mono_ns();
-  if (!rc) rc = weir_job_run(job, &(weir_run_opts){.workers = workers});
+  if (!rc) rc = weir_job_run(job, &o);
   double sec = (double)(weir_clock_mono_ns() - t0) / 1e9;
+  if (checkpoints) *checkpoints = weir_job_run_info(job)->checkpoints;
+  if (m->interval_ms) remove_store(dir);
   if (rc) {
     fprintf(stderr, "bench_counter: job failed: %s\n", weir_job_error(job));
     exit(1);
@@ -131,6 +170,10 @@ static double run_engine(uint64_t records, uint64_t keys, int workers) {
   return (double)records / sec;
 }
 
+static double run_engine(uint64_t records, uint64_t keys, int workers) {
+  return run_engine_ckpt(records, keys, workers, &no_checkpoints, NULL, NULL);
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -141,9 +184,69 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* --checkpoints: the engine without checkpoints, with aligned and with
+ * synchronous ones, interleaved per repetition. */
+static int bench_checkpoints(uint64_t records, uint64_t keys, int reps, int workers,
+                             const char *json) {
+  static const ckpt_mode modes[] = {{"none", 0, 0},
+                                    {"aligned-100ms", 100, 0},
+                                    {"sync-100ms", 100, 1},
+                                    {"aligned-1s", 1000, 0},
+                                    {"sync-1s", 1000, 1}};
+  enum { NM = sizeof modes / sizeof modes[0] };
+  const char *tmp = getenv("TMPDIR");
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/bench-ckpt-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(dir)) {
+    perror("bench_counter: mkdtemp");
+    return 1;
+  }
+  double *rate = weir_calloc((size_t)(NM * reps), sizeof(double));
+  double *ckpts = weir_calloc((size_t)(NM * reps), sizeof(double));
+  printf("counter with checkpoints: %llu records, %llu keys, %d workers, %d repetitions "
+         "(interleaved), store under %s\n",
+         (unsigned long long)records, (unsigned long long)keys, workers, reps, dir);
+  for (int r = 0; r < reps; r++) {
+    for (int k = 0; k < NM; k++) {
+      uint64_t n = 0;
+      rate[k * reps + r] = run_engine_ckpt(records, keys, workers, &modes[k], dir, &n);
+      ckpts[k * reps + r] = (double)n;
+      printf("  rep %d  %-14s %7.2fM/s  %3llu checkpoints\n", r + 1, modes[k].name,
+             rate[k * reps + r] / 1e6, (unsigned long long)n);
+      fflush(stdout);
+    }
+  }
+  rmdir(dir);
+  FILE *jf = json ? fopen(json, "w") : NULL;
+  if (jf)
+    fprintf(jf, "{\"records\": %llu, \"keys\": %llu, \"workers\": %d, \"reps\": %d, \"modes\": [",
+            (unsigned long long)records, (unsigned long long)keys, workers, reps);
+  printf("%-14s %14s %12s %14s\n", "mode", "weir rec/s", "checkpoints", "ratio to none");
+  for (int k = 0; k < NM; k++) {
+    double *ratio = weir_calloc((size_t)reps, sizeof(double));
+    for (int r = 0; r < reps; r++) ratio[r] = rate[k * reps + r] / rate[r];
+    double mr = median(ratio, reps), me = median(rate + k * reps, reps);
+    double mc = median(ckpts + k * reps, reps);
+    printf("%-14s %13.2fM %12.0f %14.3f\n", modes[k].name, me / 1e6, mc, mr);
+    if (jf)
+      fprintf(jf,
+              "%s{\"mode\": \"%s\", \"weir_median\": %.0f, \"checkpoints_median\": %.0f, "
+              "\"ratio_median\": %.4f}",
+              k ? ", " : "", modes[k].name, me, mc, mr);
+    weir_free(ratio);
+  }
+  if (jf) {
+    fprintf(jf, "]}\n");
+    fclose(jf);
+  }
+  weir_free(rate);
+  weir_free(ckpts);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   uint64_t records = 50000000, keys = 1000000;
-  int reps = 5, maxw = 2;
+  int reps = 5, maxw = 2, checkpoints = 0;
   const char *json = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--records") && i + 1 < argc)
@@ -156,9 +259,11 @@ int main(int argc, char **argv) {
       maxw = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--json") && i + 1 < argc)
       json = argv[++i];
+    else if (!strcmp(argv[i], "--checkpoints"))
+      checkpoints = 1;
     else {
       fprintf(stderr, "usage: bench_counter [--records N] [--keys K] [--reps R] [--max-workers W] "
-                      "[--json FILE]\n");
+                      "[--json FILE] [--checkpoints]\n");
       return 2;
     }
   }
@@ -167,6 +272,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   weir_log_set_level(WEIR_LOG_WARN);
+  if (checkpoints) return bench_checkpoints(records, keys, reps, maxw, json);
   double *hand = weir_calloc((size_t)(maxw * reps), sizeof(double));
   double *eng = weir_calloc((size_t)(maxw * reps), sizeof(double));
   printf("counter: %llu records, %llu keys, %d repetitions (interleaved)\n",
