@@ -2,7 +2,8 @@
  * binary: SIGKILL at every checkpoint failpoint and at random times, the job
  * lifecycle in a state directory (new instances, refusals, restores of
  * older checkpoints, --fresh), damaged and future-format stores, and the
- * at-least-once mode.
+ * at-least-once mode, synchronous (stop-the-world) checkpoints, and full
+ * disks and store errors.
  *
  * DESIGN. Every test runs the real binary (WEIR_BINARY) on the counter job
  * (gen -> key_by -> count -> file sink, parallelism 2 on 2 workers) in a
@@ -22,6 +23,17 @@
  * must show ids above every id seen before. Refusals (damaged or newer
  * stores, unknown ids, unfinished jobs) must exit with their code, never by
  * a signal, and leave the sink directory byte for byte as it was.
+ *
+ * Synchronous checkpoints are killed at the same failpoints and restored
+ * (also in aligned mode from a sync run's checkpoint): same exact output.
+ * Store failures come from the failpoints store.write_chunk / store.commit
+ * (enospc, error), from a store limited with --max-store-size (LMDB's map
+ * full) and from a real 2 MB tmpfs (skipped where mount(2) is not allowed):
+ * a declined checkpoint's message must name the store's path, the error and
+ * the room left; the job runs on (exact output, the declined id never
+ * listed), or stops with exit 3 after --tolerable-checkpoint-failures and
+ * names its restore point, the latest listed checkpoint, from which a
+ * restore gives the exact output.
  *
  * The program has its own main(): it forces Criterion's --jobs 1, so crash
  * runs never compete for the 2 cores (a slow run would shift every kill),
