@@ -40,7 +40,6 @@
 #include "weir/assert.h"
 #include "weir/clock.h"
 #include "weir/failpoint.h"
-#include "weir/log.h"
 #include "hash.h"
 #include "iteration.h"
 
