@@ -137,6 +137,8 @@ int cli_take_engine(cli_args *a, cli_engine *eng) {
   if ((r = cli_take_int(a, "--parallelism", CLI_MAX_THREADS, &eng->parallelism)) != 0) return r;
   if ((r = cli_take_str(a, "--summary-json", &eng->summary_json)) != 0) return r;
   if ((r = cli_take_bool(a, "--quiet", &eng->quiet)) != 0) return r;
+  if ((r = cli_take_u64(a, "--loop-memory", UINT64_MAX, &eng->loop_memory)) != 0) return r;
+  if ((r = cli_take_str(a, "--spill-dir", &eng->spill_dir)) != 0) return r;
   if ((r = cli_take_str(a, "--state-dir", &eng->state_dir)) != 0) return r;
   if ((r = cli_take_u64(a, "--checkpoint-interval", UINT32_MAX, &eng->checkpoint_interval)) != 0)
     return r;

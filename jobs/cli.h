@@ -35,6 +35,8 @@ typedef struct cli_engine {
   int parallelism;          /* 0 = number of workers */
   const char *summary_json; /* NULL = none */
   int quiet;                /* no progress, no summary line */
+  uint64_t loop_memory;     /* bytes per feedback queue / back-edge log; 0 = default */
+  const char *spill_dir;    /* NULL = the state directory */
   /* Set by a built-in job whose sink prints records on stdout: no live
    * progress line then, when stdout is a terminal too. */
   int prints_records;

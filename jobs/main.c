@@ -64,6 +64,10 @@ static void help_run(FILE *out) {
         "  --summary-json FILE  write the run's summary (per operator records in/out,\n"
         "                       counters, elapsed time) as JSON to FILE\n"
         "  --quiet              no progress line and no summary line on stderr\n"
+        "  --loop-memory BYTES  memory of each loop feedback queue and back-edge log\n"
+        "                       before it continues in a scratch file (default 64M)\n"
+        "  --spill-dir DIR      where scratch files go (default: the state directory,\n"
+        "                       or $TMPDIR); they are unlinked as soon as created\n"
         "\n"
         "Checkpoint options (engine options too):\n"
         "  --state-dir DIR      the job's checkpoint store, created if missing\n"
@@ -187,6 +191,8 @@ static int execute(weir_job *job, const cli_engine *eng, const cli_builtin *kind
   weir_run_opts o = {0};
   o.workers = eng->workers;
   o.default_parallelism = eng->parallelism;
+  o.loop_memory_bytes = eng->loop_memory;
+  o.spill_dir = eng->spill_dir;
   o.handle_signals = 1;
   if (cli_checkpoint_opts(eng, &o) < 0) return CLI_EXIT_USAGE;
   if (o.state_dir) {

@@ -197,6 +197,7 @@ void weir__meta_encode(const weir__ckpt_meta *mm, uint8_t **out, size_t *len) {
   m.epoch = mm->epoch;
   m.duration_ms = mm->duration_ms;
   m.alignment_ms = mm->alignment_ms;
+  m.key_groups = mm->key_groups;
   m.is_final = mm->final != 0;
   m.total_bytes = mm->total_bytes;
   m.total_chunks = mm->total_chunks;
@@ -422,6 +423,7 @@ int weir__meta_decode(const void *value, size_t len, uint64_t key_id, const char
   out->complete_ms = m->complete_ms;
   out->duration_ms = m->duration_ms;
   out->alignment_ms = m->alignment_ms;
+  out->key_groups = m->key_groups;
   out->final = m->is_final != 0;
   out->total_bytes = m->total_bytes;
   out->total_chunks = m->total_chunks;

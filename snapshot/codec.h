@@ -95,6 +95,7 @@ typedef struct weir__ckpt_meta {
   uint64_t instance, id, epoch;
   int64_t trigger_ms, complete_ms;
   uint64_t duration_ms, alignment_ms;
+  uint32_t key_groups; /* 0: not recorded (older checkpoints) */
   int final;
   uint64_t total_bytes, total_chunks;
   uint32_t nsub;

@@ -1118,6 +1118,7 @@ int weir_store_info(weir_store *s, uint64_t id, weir_store_ckpt_info **out) {
   info->ckpt.final = m.final;
   memcpy(info->job_id, m.job_id, sizeof info->job_id);
   info->format_version = m.format_version;
+  info->key_groups = m.key_groups;
   info->nsubtasks = m.nsub;
   if (m.nsub) info->subtasks = weir_calloc(m.nsub, sizeof *info->subtasks);
   for (uint32_t i = 0; i < m.nsub; i++) {
@@ -1187,8 +1188,16 @@ int weir_store_load(weir_store *s, uint64_t id, const char *op, uint32_t subtask
   return rc;
 }
 
+void weir_subtask_snapshot_fill(weir_subtask_snapshot *snap) {
+  if (!snap->fill) return;
+  void (*fill)(void *, weir_subtask_snapshot *, int) = snap->fill;
+  snap->fill = NULL;
+  fill(snap->fill_arg, snap, 1);
+}
+
 void weir_subtask_snapshot_free(weir_subtask_snapshot *snap) {
   if (snap == NULL) return;
+  if (snap->fill) snap->fill(snap->fill_arg, snap, 0);
   weir_free(snap->op);
   weir_free(snap->u64_keys);
   weir_free(snap->u64_values);
@@ -1197,7 +1206,10 @@ void weir_subtask_snapshot_free(weir_subtask_snapshot *snap) {
   weir_free(snap->b_vlen);
   weir_free(snap->b_data);
   weir_free(snap->pos);
-  weir_free(snap->blob);
+  if (snap->blob_release)
+    snap->blob_release(snap->blob, snap->blob_len);
+  else
+    weir_free(snap->blob);
   memset(snap, 0, sizeof *snap);
 }
 

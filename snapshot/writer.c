@@ -593,6 +593,7 @@ static int write_chunks(weir_store *s, uint64_t id, uint32_t record,
 static void exec_write(weir_store *s, weir__req *r) {
   weir_subtask_snapshot *sn = &r->snap;
   weir_store_written w = {0, 0};
+  weir_subtask_snapshot_fill(sn); /* a copy-on-write view: read it here */
   uint64_t id = r->id;
   int rc = check_open_id(s, id);
   weir__pending *pc = NULL;
@@ -825,6 +826,7 @@ static void exec_commit(weir_store *s, weir__req *r) {
   m.complete_ms = weir_clock_wall_ms();
   m.duration_ms = ci->duration_ms;
   m.alignment_ms = ci->alignment_ms;
+  m.key_groups = ci->key_groups;
   m.final = ci->final != 0;
   if (pc != NULL && pc->nsub > 0) {
     subs = weir_malloc(pc->nsub * sizeof *subs);

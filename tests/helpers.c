@@ -11,6 +11,8 @@
  */
 #include "helpers.h"
 
+#include "weir/failpoint.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -399,4 +401,22 @@ int th_leak_check(void) {
 #else
   return 0;
 #endif
+}
+
+int th_count_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));)
+    if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+  closedir(d);
+  return n;
+}
+
+void th_arm_failpoints(const char *spec) {
+  if (spec)
+    setenv("WEIR_FAILPOINTS", spec, 1);
+  else
+    unsetenv("WEIR_FAILPOINTS");
+  weir_failpoint_reload();
 }

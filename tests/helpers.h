@@ -61,6 +61,14 @@ int th_write_file(const char *path, const char *data, size_t len);
  * Criterion test otherwise passes. */
 int th_leak_check(void);
 
+/* Entries of directory `dir` other than "." and "..", or -1 if it cannot be
+ * read. */
+int th_count_entries(const char *dir);
+
+/* Arms failpoints in this process (WEIR_FAILPOINTS = spec, NULL disarms
+ * them all) and makes the engine read them again. */
+void th_arm_failpoints(const char *spec);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,6 +12,11 @@
  * with nothing logged; stale barriers are ignored; the serialized log
  * round-trips ([key u64][ts i64][id u64][len u32][payload]).
  *
+ * Spilling: every script and the model also run with a memory bound of a
+ * few hundred bytes, so the log continues in a spill file (and is handed
+ * over mapped from it), and with the spill file failing to open (the log
+ * stays in memory); the logs must be byte-for-byte the same.
+ *
  * DESIGN. Besides the scripts, a seeded model test simulates one head with
  * up to three back edges, each fed by its own producer (a loop operator)
  * through a FIFO queue: producers emit records and take their snapshots
@@ -34,6 +39,26 @@
 #include "helpers.h"
 #include "iteration.h"
 #include "weir/alloc.h"
+#include "weir/failpoint.h"
+
+/* Memory bound of the logs under test (0: never spill). */
+static uint64_t spill_bound;
+
+/* Takes the log; *rel says how to let go of it (give_back). */
+static uint8_t *take(weir__backlog *l, uint64_t *len, void (**rel)(uint8_t *, uint64_t)) {
+  int err = 0;
+  uint8_t *p = weir__backlog_take(l, len, rel, &err);
+  cr_assert(p || !*len, "a spilled log of %llu bytes could not be read back (%d)",
+            (unsigned long long)*len, err);
+  return p;
+}
+
+static void give_back(uint8_t *p, uint64_t len, void (*rel)(uint8_t *, uint64_t)) {
+  if (rel)
+    rel(p, len);
+  else
+    weir_free(p);
+}
 
 #define NONE WEIR__LOG_NONE
 #define COMPLETE WEIR__LOG_COMPLETE
@@ -83,7 +108,8 @@ static void take_expect(weir__backlog *l, const uint64_t *want, int n) {
   cr_assert_eq(l->records, (uint64_t)n, "the log counts %llu records, expected %d",
                (unsigned long long)l->records, n);
   uint64_t len = 0;
-  uint8_t *p = weir__backlog_take(l, &len);
+  void (*rel)(uint8_t *, uint64_t);
+  uint8_t *p = take(l, &len, &rel);
   logrec got[64];
   int k = decode(p, len, got, 64);
   cr_assert_eq(k, n, "the log holds %d records (%llu bytes), expected %d", k,
@@ -98,7 +124,7 @@ static void take_expect(weir__backlog *l, const uint64_t *want, int n) {
     cr_assert_eq(got[i].ts, (int64_t)want[i] * 10);
     cr_assert_eq(got[i].id, want[i] ^ 0xabcdef);
   }
-  weir_free(p);
+  give_back(p, len, rel);
   /* Idle after the hand-over. */
   cr_assert_eq(l->id, 0);
   cr_assert_eq(l->len, 0);
@@ -117,7 +143,7 @@ static void arrive(weir__backlog *l, uint32_t i, uint64_t v) {
 Test(backlog, no_back_edge_completes_at_once) {
   uint8_t back[1] = {0};
   weir__backlog l;
-  weir__backlog_init(&l, 1, back);
+  weir__backlog_init(&l, 1, back, spill_bound, NULL);
   cr_assert_eq(weir__backlog_start(&l, 1), COMPLETE);
   cr_assert_not(weir__backlog_logging(&l, 0), "a regular input never logs");
   take_expect(&l, NULL, 0);
@@ -130,7 +156,7 @@ Test(backlog, no_back_edge_completes_at_once) {
 Test(backlog, logs_only_between_start_and_barrier) {
   uint8_t back[2] = {0, 1};
   weir__backlog l;
-  weir__backlog_init(&l, 2, back);
+  weir__backlog_init(&l, 2, back, spill_bound, NULL);
   cr_assert_eq(l.nback, 1);
   cr_assert_not(weir__backlog_logging(&l, 1), "idle: nothing logged");
   arrive(&l, 1, 100); /* before the snapshot: in the head's state already */
@@ -162,7 +188,7 @@ Test(backlog, logs_only_between_start_and_barrier) {
 Test(backlog, barrier_first_gives_an_empty_log) {
   uint8_t back[1] = {1};
   weir__backlog l;
-  weir__backlog_init(&l, 1, back);
+  weir__backlog_init(&l, 1, back, spill_bound, NULL);
   cr_assert_eq(weir__backlog_start(&l, 7), NONE);
   cr_assert_eq(weir__backlog_barrier(&l, 0, 7), COMPLETE);
   arrive(&l, 0, 1);
@@ -176,7 +202,7 @@ Test(backlog, barrier_first_gives_an_empty_log) {
 Test(backlog, several_back_edges) {
   uint8_t back[3] = {1, 0, 1};
   weir__backlog l;
-  weir__backlog_init(&l, 3, back);
+  weir__backlog_init(&l, 3, back, spill_bound, NULL);
   cr_assert_eq(l.nback, 2);
   cr_assert_eq(weir__backlog_start(&l, 3), NONE);
   cr_assert(weir__backlog_logging(&l, 0));
@@ -203,7 +229,7 @@ Test(backlog, several_back_edges) {
 Test(backlog, newer_start_drops_older_log) {
   uint8_t back[2] = {1, 1};
   weir__backlog l;
-  weir__backlog_init(&l, 2, back);
+  weir__backlog_init(&l, 2, back, spill_bound, NULL);
   cr_assert_eq(weir__backlog_start(&l, 4), NONE);
   arrive(&l, 0, 1);
   arrive(&l, 1, 2);
@@ -235,7 +261,7 @@ Test(backlog, newer_start_drops_older_log) {
 Test(backlog, end_of_input_closes_an_edge) {
   uint8_t back[3] = {1, 1, 0};
   weir__backlog l;
-  weir__backlog_init(&l, 3, back);
+  weir__backlog_init(&l, 3, back, spill_bound, NULL);
   cr_assert_eq(weir__backlog_start(&l, 1), NONE);
   arrive(&l, 0, 1);
   arrive(&l, 1, 2);
@@ -249,7 +275,7 @@ Test(backlog, end_of_input_closes_an_edge) {
   weir__backlog_close(&l);
 
   /* Ended while idle: NONE, then closed from the next start on. */
-  weir__backlog_init(&l, 3, back);
+  weir__backlog_init(&l, 3, back, spill_bound, NULL);
   cr_assert_eq(weir__backlog_end(&l, 1), NONE);
   cr_assert_eq(weir__backlog_start(&l, 1), NONE);
   cr_assert_not(weir__backlog_logging(&l, 1));
@@ -274,7 +300,7 @@ Test(backlog, end_of_input_closes_an_edge) {
 Test(backlog, early_barrier_blocks_until_start) {
   uint8_t back[2] = {1, 1};
   weir__backlog l;
-  weir__backlog_init(&l, 2, back);
+  weir__backlog_init(&l, 2, back, spill_bound, NULL);
   arrive(&l, 0, 1);
   cr_assert_eq(weir__backlog_barrier(&l, 0, 1), BLOCK);
   cr_assert(weir__backlog_blocked(&l, 0));
@@ -310,7 +336,7 @@ Test(backlog, early_barrier_blocks_until_start) {
 Test(backlog, early_barrier_while_logging_older) {
   uint8_t back[2] = {1, 1};
   weir__backlog l;
-  weir__backlog_init(&l, 2, back);
+  weir__backlog_init(&l, 2, back, spill_bound, NULL);
   cr_assert_eq(weir__backlog_start(&l, 1), NONE);
   cr_assert_eq(weir__backlog_barrier(&l, 0, 1), NONE);
   arrive(&l, 0, 50);
@@ -338,7 +364,7 @@ Test(backlog, early_barrier_while_logging_older) {
 Test(backlog, early_barrier_of_abandoned_checkpoint) {
   uint8_t back[1] = {1};
   weir__backlog l;
-  weir__backlog_init(&l, 1, back);
+  weir__backlog_init(&l, 1, back, spill_bound, NULL);
   cr_assert_eq(weir__backlog_barrier(&l, 0, 3), BLOCK);
   cr_assert(weir__backlog_blocked(&l, 0));
   cr_assert_eq(weir__backlog_start(&l, 4), NONE);
@@ -357,7 +383,7 @@ Test(backlog, early_barrier_of_abandoned_checkpoint) {
 Test(backlog, stale_barriers_are_ignored) {
   uint8_t back[1] = {1};
   weir__backlog l;
-  weir__backlog_init(&l, 1, back);
+  weir__backlog_init(&l, 1, back, spill_bound, NULL);
   cr_assert_eq(weir__backlog_start(&l, 5), NONE);
   cr_assert_eq(weir__backlog_barrier(&l, 0, 5), COMPLETE);
   take_expect(&l, NULL, 0);
@@ -379,10 +405,11 @@ Test(backlog, stale_barriers_are_ignored) {
 /* The serialized log: many records of mixed sizes (empty payloads, large
  * ones, beyond the first 4 KiB buffer) decode to exactly what was
  * appended, in order, and the log's length is the sum of the records'. */
-Test(backlog, serialized_log_round_trips) {
+/* Returns 1 if the log was handed over mapped from a spill file. */
+static int round_trip(void) {
   uint8_t back[1] = {1};
   weir__backlog l;
-  weir__backlog_init(&l, 1, back);
+  weir__backlog_init(&l, 1, back, spill_bound, NULL);
   cr_assert_eq(weir__backlog_start(&l, 1), NONE);
   enum { N = 300 };
   static uint8_t pay[N][700];
@@ -398,7 +425,8 @@ Test(backlog, serialized_log_round_trips) {
   cr_assert_eq(l.records, N);
   cr_assert_eq(weir__backlog_barrier(&l, 0, 1), COMPLETE);
   uint64_t len = 0;
-  uint8_t *p = weir__backlog_take(&l, &len);
+  void (*rel)(uint8_t *, uint64_t);
+  uint8_t *p = take(&l, &len, &rel);
   cr_assert_eq(len, total);
   static logrec got[N + 1];
   cr_assert_eq(decode(p, len, got, N + 1), N);
@@ -409,17 +437,19 @@ Test(backlog, serialized_log_round_trips) {
     cr_assert_eq(got[i].len, lens[i]);
     if (lens[i]) cr_assert_eq(memcmp(got[i].payload, pay[i], lens[i]), 0, "record %u", i);
   }
-  weir_free(p);
+  int mapped = rel != NULL;
+  give_back(p, len, rel);
   /* After the hand-over: an empty log, and a new one starts from empty. */
-  p = weir__backlog_take(&l, &len);
+  p = take(&l, &len, &rel);
   cr_assert_eq(len, 0);
-  weir_free(p);
+  give_back(p, len, rel);
   cr_assert_eq(weir__backlog_start(&l, 2), NONE);
   append_v(&l, 42);
   cr_assert_eq(weir__backlog_barrier(&l, 0, 2), COMPLETE);
   take_expect(&l, (uint64_t[]){42}, 1);
   weir__backlog_close(&l);
   cr_assert_eq(th_leak_check(), 0);
+  return mapped;
 }
 
 /* ---- the model ---------------------------------------------------------------- */
@@ -482,7 +512,8 @@ static void push(model *m, uint32_t i, int kind, uint64_t v) {
  * emitted before their producer's snapshot n and read after start(n). */
 static void model_complete(model *m, weir__backlog *l, uint64_t n, const char *ctx) {
   uint64_t records = l->records, len = 0;
-  uint8_t *p = weir__backlog_take(l, &len);
+  void (*rel)(uint8_t *, uint64_t);
+  uint8_t *p = take(l, &len, &rel);
   static logrec got[MAXREC];
   int k = decode(p, len, got, MAXREC);
   cr_assert_eq(k, (int)records, "%s: log of %llu malformed", ctx, (unsigned long long)n);
@@ -503,7 +534,7 @@ static void model_complete(model *m, weir__backlog *l, uint64_t n, const char *c
                  (unsigned long long)m->read_at[v],
                  want ? "missing from the log" : "logged but not in flight across the cut");
   }
-  weir_free(p);
+  give_back(p, len, rel);
   m->logging = 0;
   m->completed++;
   m->logged += (uint64_t)k;
@@ -590,7 +621,7 @@ static void model_run(unsigned seed, uint32_t nback, int events, int with_aborts
   uint32_t reg = rnd(m->nin); /* the regular input's position */
   for (uint32_t i = 0; i < m->nin; i++) m->back[i] = i != reg;
   weir__backlog l;
-  weir__backlog_init(&l, m->nin, m->back);
+  weir__backlog_init(&l, m->nin, m->back, spill_bound, NULL);
   for (int e = 0; e < events; e++) {
     uint32_t i = rnd(m->nin);
     unsigned what = rnd(100);
@@ -651,20 +682,74 @@ static void model_run(unsigned seed, uint32_t nback, int events, int with_aborts
   weir__backlog_close(&l);
 }
 
-Test(backlog, model_random_interleavings) {
+Test(backlog, serialized_log_round_trips) {
+  cr_assert_not(round_trip());
+}
+
+static void model_runs(unsigned runs) {
   const char *env = getenv("WEIR_TEST_SEED");
   unsigned base = env && *env ? (unsigned)strtoul(env, NULL, 10) : 20240601u;
   memset(&mm, 0, sizeof mm);
-  for (unsigned r = 0; r < 600; r++)
+  for (unsigned r = 0; r < runs; r++)
     model_run(base + r, 1 + r % MAXE, 400 + (int)(r % 7) * 100, r % 3 == 1, r % 4 == 3);
   fprintf(stderr,
           "backlog::model: seeds %u..%u: %llu logs completed (%llu non-empty, %llu records), "
           "%llu early barriers\n",
-          base, base + 599, (unsigned long long)mm.completed, (unsigned long long)mm.nonempty,
+          base, base + runs - 1, (unsigned long long)mm.completed, (unsigned long long)mm.nonempty,
           (unsigned long long)mm.logged, (unsigned long long)mm.blocks);
   /* Not vacuous: the scripts reached every case many times. */
-  cr_assert_gt(mm.completed, 1000);
-  cr_assert_gt(mm.nonempty, 300);
-  cr_assert_gt(mm.blocks, 100);
+  cr_assert_gt(mm.completed, runs * 5 / 3);
+  cr_assert_gt(mm.nonempty, runs / 2);
+  cr_assert_gt(mm.blocks, runs / 6);
   cr_assert_eq(th_leak_check(), 0);
+}
+
+Test(backlog, model_random_interleavings) {
+  model_runs(600);
+}
+
+/* ---- spilling ---------------------------------------------------------------- */
+
+static char *spill_tmp;
+
+static void spill_setup(void) {
+  spill_tmp = th_tmpdir();
+  cr_assert_not_null(spill_tmp);
+  cr_assert_eq(setenv("TMPDIR", spill_tmp, 1), 0);
+}
+
+/* No spill file is left behind: each is unlinked as soon as it exists. */
+static void spill_teardown(void) {
+  th_arm_failpoints(NULL);
+  cr_assert_eq(th_count_entries(spill_tmp), 0, "files left in the spill directory");
+  th_rmrf(spill_tmp);
+  free(spill_tmp);
+}
+
+TestSuite(spill, .init = spill_setup, .fini = spill_teardown);
+
+Test(spill, round_trip_through_the_file) {
+  spill_bound = 300; /* a few records in memory, then the file */
+  cr_assert(round_trip(), "the log was not spilled");
+}
+
+Test(spill, model_random_interleavings) {
+  spill_bound = 200;
+  model_runs(200);
+}
+
+Test(spill, file_that_cannot_be_created_keeps_the_log_in_memory) {
+  th_arm_failpoints("spill.open=error+");
+  spill_bound = 300;
+  cr_assert_not(round_trip());
+  cr_assert_geq(weir_failpoint_hits("spill.open"), 1, "the log never tried to spill");
+}
+
+Test(spill, write_failing_part_way_keeps_the_rest_in_memory) {
+  /* The 5th write fails: the first ones are in the file, the rest joins
+   * them from memory at the hand-over. */
+  th_arm_failpoints("spill.write=error@5+");
+  spill_bound = 300;
+  cr_assert_not(round_trip());
+  cr_assert_geq(weir_failpoint_hits("spill.write"), 5);
 }

@@ -10,16 +10,24 @@
  * through the return ring (and freeing when it is full); destroying a
  * channel with batches in the ring, on the pending list and in the return
  * ring (leaks are caught by LeakSanitizer through th_leak_check()).
+ * Feedback (unbounded) channels: pending batches beyond the memory bound go
+ * to a spill file and come back in order, control events included; when
+ * the file cannot be created or fails part-way, batches wait in memory
+ * behind it, order kept; a spill file that lost data is reported, never
+ * read as batches; no spill file outlives its channel.
  *
  * The notify callback counts calls per side; `who` is the address of one of
  * the two counters, so a wake-up sent to the wrong side is noticed.
  */
 #include <criterion/criterion.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "channel.h"
 #include "helpers.h"
+#include "spill.h"
+#include "weir/failpoint.h"
 
 typedef struct sides {
   int producer, consumer; /* notify() calls received */
@@ -451,6 +459,109 @@ Test(channel, destroy_empty_and_fresh) {
   weir__chan *ch = new_chan(5, 1024);
   cr_assert_eq(ch->cap, 5);
   cr_assert_geq(ch->mask + 1, 5);
+  weir__chan_destroy(ch);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* ---- spilling feedback edges ------------------------------------------------ */
+
+static char *spill_tmp;
+
+static void spill_setup(void) {
+  spill_tmp = th_tmpdir();
+  cr_assert_not_null(spill_tmp);
+}
+
+static void spill_teardown(void) {
+  th_arm_failpoints(NULL);
+  cr_assert_eq(th_count_entries(spill_tmp), 0, "a spill file was left behind");
+  th_rmrf(spill_tmp);
+  free(spill_tmp);
+}
+
+/* An unbounded (feedback) channel of cap 2 whose pending list spills after
+ * about two batches; one step emits `n` batches of 3 records (payloads of
+ * growing size, a barrier every 5th batch) and an EOI, then the consumer
+ * drains, the producer flushing between releases. Returns how many batches
+ * were in the spill file at most. */
+static uint32_t spill_run(uint32_t n) {
+  weir__chan *ch = new_chan(2, 3);
+  ch->unbounded = 1;
+  ch->spill_after = 2 * (3 * 32 + 3 * 16);
+  ch->spill_dir = spill_tmp;
+  for (uint64_t i = 0; i < n; i++) {
+    weir__batch *b;
+    if (i % 5 == 4) {
+      b = weir__chan_batch(ch);
+      b->kind = WEIR__MSG_BARRIER;
+      b->barrier_id = i;
+    } else {
+      b = data_batch(ch, 3 * i, 3);
+    }
+    weir__chan_push(ch, b);
+  }
+  weir__chan_push(ch, eoi_batch(ch));
+  uint32_t most = ch->nspilled;
+  cr_assert_eq(ch->npend, n + 1 - 2);
+  cr_assert_eq(weir__chan_writable(ch), 1, "a feedback edge never refuses");
+  for (uint64_t i = 0; i < n; i++) {
+    if (i % 5 == 4) {
+      weir__batch *b = weir__chan_peek(ch);
+      cr_assert_not_null(b);
+      cr_assert_eq(b->kind, WEIR__MSG_BARRIER, "batch %llu", (unsigned long long)i);
+      cr_assert_eq(b->barrier_id, i);
+      weir__chan_release(ch);
+    } else {
+      expect_data(ch, 3 * i, 3);
+    }
+    weir__chan_flush_pending(ch);
+    cr_assert_eq(ch->spill_err, 0);
+  }
+  expect_eoi(ch);
+  cr_assert_null(weir__chan_peek(ch));
+  cr_assert(weir__chan_drained(ch));
+  /* The next overflow spills again into the same (emptied) file. */
+  for (uint64_t i = 0; i < 8; i++) weir__chan_push(ch, data_batch(ch, 100 * i, 3));
+  for (uint64_t i = 0; i < 8; i++) {
+    expect_data(ch, 100 * i, 3);
+    weir__chan_flush_pending(ch);
+  }
+  weir__chan_destroy(ch);
+  cr_assert_eq(th_leak_check(), 0);
+  return most;
+}
+
+TestSuite(spill, .init = spill_setup, .fini = spill_teardown);
+
+Test(spill, feedback_overflow_goes_to_a_file_in_order) {
+  uint32_t most = spill_run(40);
+  cr_assert_geq(most, 30, "only %u of 40 batches were spilled", most);
+}
+
+Test(spill, file_that_cannot_be_created_keeps_batches_in_memory) {
+  th_arm_failpoints("spill.open=error+");
+  cr_assert_eq(spill_run(40), 0);
+  cr_assert_geq(weir_failpoint_hits("spill.open"), 1);
+}
+
+Test(spill, write_failing_part_way_keeps_order) {
+  /* Batches 1-3 of the overflow go to the file, the rest wait behind it. */
+  th_arm_failpoints("spill.write=error@4+");
+  cr_assert_eq(spill_run(40), 3);
+}
+
+Test(spill, unreadable_file_is_reported) {
+  weir__chan *ch = new_chan(1, 3);
+  ch->unbounded = 1;
+  ch->spill_after = 1;
+  ch->spill_dir = spill_tmp;
+  for (uint64_t i = 0; i < 4; i++) weir__chan_push(ch, data_batch(ch, 3 * i, 3));
+  cr_assert_eq(ch->nspilled, 3);
+  th_arm_failpoints("spill.read=error+");
+  expect_data(ch, 0, 3);
+  weir__chan_flush_pending(ch);
+  cr_assert_neq(ch->spill_err, 0, "a short spill file went unnoticed");
+  cr_assert_null(weir__chan_peek(ch));
   weir__chan_destroy(ch);
   cr_assert_eq(th_leak_check(), 0);
 }

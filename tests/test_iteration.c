@@ -362,7 +362,8 @@ static const char *const fb_name[] = {"key_by", "rebalance", "forward"};
 typedef struct fan_run {
   int p, w;
   uint32_t batch, interval_ms;
-  int feedback; /* FB_* */
+  int feedback;         /* FB_* */
+  uint64_t loop_memory; /* 0 = default; small: feedback queues and logs spill */
 } fan_run;
 
 /* Checkpoints of the run in its store: how many, how many with a
@@ -427,7 +428,8 @@ static void fan_out(fan_run r) {
                      .channel_batches = 1,
                      .state_dir = state,
                      .checkpoint_interval_ms = r.interval_ms,
-                     .retain = 100000};
+                     .retain = 100000,
+                     .loop_memory_bytes = r.loop_memory};
   watchdog wd = {.job = job, .progress = &cfg.progress};
   cr_assert_eq(pthread_create(&wd.thread, NULL, watchdog_main, &wd), 0);
   struct timespec t0, t1;
@@ -438,8 +440,8 @@ static void fan_out(fan_run r) {
   pthread_join(wd.thread, NULL);
   double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
   char what[160];
-  snprintf(what, sizeof what, "P=%d W=%d batch=%u interval=%u ms feedback=%s", r.p, r.w, r.batch,
-           r.interval_ms, fb_name[r.feedback]);
+  snprintf(what, sizeof what, "P=%d W=%d batch=%u interval=%u ms feedback=%s%s", r.p, r.w, r.batch,
+           r.interval_ms, fb_name[r.feedback], r.loop_memory ? " spilled" : "");
   cr_assert_not(atomic_load(&wd.stalled),
                 "%s: the loop made no progress for %d s after %llu operator calls (%llu of %llu "
                 "exits): deadlock",
@@ -484,22 +486,29 @@ static void fan_out(fan_run r) {
 TestSuite(fan_out, .timeout = 120);
 
 Test(fan_out, p1_w1_batch4_keyed) {
-  fan_out((fan_run){1, 1, 4, 5, FB_KEY});
+  fan_out((fan_run){1, 1, 4, 5, FB_KEY, 0});
 }
 Test(fan_out, p1_w2_batch16_forward) {
-  fan_out((fan_run){1, 2, 16, 10, FB_FORWARD});
+  fan_out((fan_run){1, 2, 16, 10, FB_FORWARD, 0});
 }
 Test(fan_out, p2_w1_batch8_keyed) {
-  fan_out((fan_run){2, 1, 8, 7, FB_KEY});
+  fan_out((fan_run){2, 1, 8, 7, FB_KEY, 0});
 }
 Test(fan_out, p2_w2_batch5_rebalance) {
-  fan_out((fan_run){2, 2, 5, 5, FB_REBALANCE});
+  fan_out((fan_run){2, 2, 5, 5, FB_REBALANCE, 0});
 }
 Test(fan_out, p4_w1_batch16_forward) {
-  fan_out((fan_run){4, 1, 16, 10, FB_FORWARD});
+  fan_out((fan_run){4, 1, 16, 10, FB_FORWARD, 0});
 }
 Test(fan_out, p4_w2_batch4_keyed) {
-  fan_out((fan_run){4, 2, 4, 5, FB_KEY});
+  fan_out((fan_run){4, 2, 4, 5, FB_KEY, 0});
+}
+/* Every batch beyond the ring goes to a spill file and back. */
+Test(fan_out, p2_w2_batch8_keyed_spilled) {
+  fan_out((fan_run){2, 2, 8, 5, FB_KEY, 1});
+}
+Test(fan_out, p4_w1_batch16_forward_spilled) {
+  fan_out((fan_run){4, 1, 16, 10, FB_FORWARD, 1});
 }
 
 /* ------------------------------------------------------------------------ */
@@ -533,6 +542,7 @@ typedef struct cjob {
   int p;
   char p_s[8], records_s[24], sink_s[600];
   int runs;
+  int spill; /* a tiny --loop-memory: feedback queues and logs go to files */
   char history[4096];
 } cjob;
 
@@ -625,6 +635,10 @@ static int run_collatz(cjob *j, const char *failpoints, int kill_ms, char **err,
       "10",        "--sink",    j->sink_s,
   };
   for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) argv[n++] = fixed[i];
+  if (j->spill) {
+    argv[n++] = "--loop-memory";
+    argv[n++] = "2K";
+  }
   int first = n;
   va_list ap;
   va_start(ap, ms);
@@ -926,7 +940,8 @@ static uint64_t rnd(void) { /* splitmix64 */
   return z ^ (z >> 31);
 }
 
-/* At least 20 runs: jobs at P = 1, 2, 4 in turn, each killed 1 to 3 times
+/* At least 20 runs: jobs at P = 1, 2, 4 in turn (every other one with its
+ * feedback queues and back-edge logs spilling to files), each killed 1 to 3 times
  * by SIGKILL at random delays (a first run after the first quarter of an
  * uninterrupted run's duration: kills before any checkpoint completed are
  * the log_open hit 1 cases; a restore within the first half),
@@ -946,7 +961,8 @@ Test(collatz, random_kills) {
     cr_assert_lt(jn, 30, "only %d kills in %d runs of %d jobs", kills, runs, jn);
     int p = 1 << (jn % 3);
     cjob *j = cjob_new(p);
-    hist(j, "seed %llu, job %d: ", (ull)seed, jn);
+    j->spill = jn % 2; /* every other job spills its loop to files */
+    hist(j, "seed %llu, job %d%s: ", (ull)seed, jn, j->spill ? " (--loop-memory 2K)" : "");
     int want_kills = 1 + (int)(rnd() % 3);
     for (int attempt = 0;; attempt++) {
       cr_assert_lt(attempt, MAX_ATTEMPTS, "no end after %d attempts\nhistory: %s", attempt,

@@ -8,8 +8,12 @@
  */
 #include "channel.h"
 
+#include <errno.h>
+
+#include "spill.h"
 #include "weir/alloc.h"
 #include "weir/assert.h"
+#include "weir/log.h"
 
 static uint32_t pow2_at_least(uint32_t n) {
   uint32_t p = 1;
@@ -44,11 +48,18 @@ void weir__chan_destroy(weir__chan *ch) {
   for (; h != t; h++) weir__batch_destroy(ch->ring[h & ch->mask]);
   uint64_t fh = atomic_load(&ch->fhead), ft = atomic_load(&ch->ftail_pub);
   for (; fh != ft; fh++) weir__batch_destroy(ch->fring[fh & ch->fmask]);
-  while (ch->pend_head) {
-    weir__batch *b = ch->pend_head;
-    ch->pend_head = b->next;
-    weir__batch_destroy(b);
+  weir__batch *lists[2] = {ch->pend_head, ch->late_head};
+  for (int i = 0; i < 2; i++)
+    while (lists[i]) {
+      weir__batch *b = lists[i];
+      lists[i] = b->next;
+      weir__batch_destroy(b);
+    }
+  if (ch->spill) {
+    weir__spill_close(ch->spill);
+    weir_free(ch->spill);
   }
+  weir_free(ch->scratch);
   weir_free(ch->ring);
   weir_free(ch->fring);
   weir_free(ch);
@@ -89,25 +100,127 @@ int weir__chan_try_push(weir__chan *ch, weir__batch *b) {
   return 0;
 }
 
+/* Memory a pending batch holds. */
+static uint64_t batch_bytes(const weir__batch *b) {
+  return (uint64_t)b->cap * 32u + b->arena_cap;
+}
+
+static void list_append(weir__batch **head, weir__batch **tail, weir__batch *b) {
+  if (*tail)
+    (*tail)->next = b;
+  else
+    *head = b;
+  *tail = b;
+}
+
+/* Spilled form: kind, len, used, 0 (u32 each), barrier id (u64), then the
+ * len keys, timestamps, ids, offsets and lengths, then `used` payload
+ * bytes. */
+#define SPILL_HDR 24u
+
+static int spill_batch(weir__chan *ch, weir__batch *b) {
+  if (!ch->spill) {
+    ch->spill = weir_malloc(sizeof *ch->spill);
+    weir__spill_init(ch->spill, ch->spill_dir);
+  }
+  uint64_t n = SPILL_HDR + (uint64_t)b->len * 32u + b->used;
+  if (n > ch->scratch_cap) {
+    weir_free(ch->scratch);
+    ch->scratch_cap = n;
+    ch->scratch = weir_malloc((size_t)n);
+  }
+  uint8_t *p = ch->scratch;
+  uint32_t h[4] = {b->kind, b->len, b->used, 0};
+  memcpy(p, h, 16);
+  memcpy(p + 16, &b->barrier_id, 8);
+  p += SPILL_HDR;
+  size_t l = b->len;
+  memcpy(p, b->keys, l * 8);
+  memcpy(p + l * 8, b->ts, l * 8);
+  memcpy(p + l * 16, b->ids, l * 8);
+  memcpy(p + l * 24, b->off, l * 4);
+  memcpy(p + l * 28, b->lens, l * 4);
+  memcpy(p + l * 32, b->data, b->used);
+  return weir__spill_write2(ch->spill, ch->scratch, (size_t)n, NULL, 0);
+}
+
+/* Reads the oldest spilled batch into a recycled one. */
+static weir__batch *unspill_batch(weir__chan *ch) {
+  uint8_t hdr[SPILL_HDR];
+  uint32_t h[4];
+  weir__batch *b = NULL;
+  int rc = weir__spill_read(ch->spill, hdr, SPILL_HDR);
+  if (!rc) {
+    memcpy(h, hdr, 16);
+    if (h[1] > ch->batch_records) rc = -EIO;
+  }
+  if (!rc) {
+    b = weir__chan_batch(ch);
+    if (h[2] > b->arena_cap) weir__batch_grow(b, h[2]);
+    size_t l = h[1];
+    b->kind = h[0];
+    b->len = h[1];
+    b->used = h[2];
+    memcpy(&b->barrier_id, hdr + 16, 8);
+    if (!rc) rc = weir__spill_read(ch->spill, b->keys, l * 8);
+    if (!rc) rc = weir__spill_read(ch->spill, b->ts, l * 8);
+    if (!rc) rc = weir__spill_read(ch->spill, b->ids, l * 8);
+    if (!rc) rc = weir__spill_read(ch->spill, b->off, l * 4);
+    if (!rc) rc = weir__spill_read(ch->spill, b->lens, l * 4);
+    if (!rc) rc = weir__spill_read(ch->spill, b->data, b->used);
+  }
+  if (rc) {
+    WEIR_LOG_E("a spilled batch of a feedback edge cannot be read back from '%s': %s",
+               ch->spill->dir, strerror(-rc));
+    ch->spill_err = rc;
+    weir__batch_destroy(b);
+    return NULL;
+  }
+  return b;
+}
+
 void weir__chan_push(weir__chan *ch, weir__batch *b) {
   b->next = NULL;
   if (!ch->npend && !ring_full(ch)) {
     publish(ch, b);
     return;
   }
-  if (ch->pend_tail)
-    ch->pend_tail->next = b;
-  else
-    ch->pend_head = b;
-  ch->pend_tail = b;
   ch->npend++;
+  if (ch->late_head) {
+    list_append(&ch->late_head, &ch->late_tail, b);
+  } else if (ch->spill_after &&
+             (ch->nspilled || ch->pend_bytes + batch_bytes(b) > ch->spill_after)) {
+    if (spill_batch(ch, b) == 0) {
+      ch->nspilled++;
+      weir__batch_destroy(b);
+    } else {
+      list_append(&ch->late_head, &ch->late_tail, b);
+    }
+  } else {
+    ch->pend_bytes += batch_bytes(b);
+    list_append(&ch->pend_head, &ch->pend_tail, b);
+  }
 }
 
 uint32_t weir__chan_flush_pending(weir__chan *ch) {
-  while (ch->pend_head && !ring_full(ch)) {
+  while (ch->npend && !ring_full(ch) && !ch->spill_err) {
     weir__batch *b = ch->pend_head;
-    ch->pend_head = b->next;
-    if (!ch->pend_head) ch->pend_tail = NULL;
+    if (b) {
+      ch->pend_head = b->next;
+      if (!ch->pend_head) ch->pend_tail = NULL;
+      ch->pend_bytes -= batch_bytes(b);
+    } else if (ch->nspilled) {
+      if (!(b = unspill_batch(ch))) break;
+      if (--ch->nspilled == 0) (void)weir__spill_reset(ch->spill);
+    } else {
+      /* Only batches that waited behind the file are left: they are next. */
+      WEIR_ASSERT(ch->late_head);
+      for (weir__batch *l = ch->late_head; l; l = l->next) ch->pend_bytes += batch_bytes(l);
+      ch->pend_head = ch->late_head;
+      ch->pend_tail = ch->late_tail;
+      ch->late_head = ch->late_tail = NULL;
+      continue;
+    }
     ch->npend--;
     b->next = NULL;
     publish(ch, b);

@@ -15,6 +15,13 @@
  * user callback); the task takes no new input until the list has drained.
  * So a channel holds at most `cap` batches plus what one step emitted.
  *
+ * Spilling: a feedback edge's pending list is unbounded. Beyond
+ * `spill_after` bytes of pending batches, further batches are serialised to
+ * a spill file (spill.h) instead, and read back in order once the
+ * in-memory list has gone into the ring; if the file cannot be written,
+ * batches wait in memory behind it (the `late` list): slower to drain, never
+ * lost or reordered. All of it is producer-owned, like the pending list.
+ *
  * Wake-ups: each side announces that it is about to wait (consumer_waiting,
  * producer_waiting) and re-checks the ring afterwards; the other side reads
  * the flag after publishing (sequentially consistent on both sides: the
@@ -41,7 +48,17 @@ typedef struct weir__chan {
   _Atomic int producer_waiting;
   _Atomic uint64_t fhead; /* return ring: producer pops here */
   weir__batch *pend_head, *pend_tail;
-  uint32_t npend;
+  uint32_t npend; /* pending batches: in memory, spilled and late */
+  /* Feedback edges only (see "Spilling" above). */
+  uint64_t pend_bytes;  /* memory held by the in-memory pending list */
+  uint64_t spill_after; /* 0 = never spill */
+  const char *spill_dir;
+  struct weir__spill *spill;
+  uint32_t nspilled;                  /* batches in the spill file */
+  weir__batch *late_head, *late_tail; /* behind the file, if it failed */
+  uint8_t *scratch;                   /* serialising buffer */
+  uint64_t scratch_cap;
+  int spill_err; /* a spilled batch could not be read back */
   /* Shared, written by the consumer, read by the producer. */
   _Alignas(64) _Atomic uint64_t ftail_pub;
   /* Immutable after creation. */

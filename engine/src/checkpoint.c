@@ -32,7 +32,7 @@ struct weir_snapshot_writer {
 };
 
 struct weir_snapshot_reader {
-  const weir_subtask_snapshot *snap;
+  weir_subtask_snapshot *snap;
 };
 
 int weir_snapshot_write(weir_snapshot_writer *w, const void *data, size_t len) {
@@ -61,6 +61,17 @@ int weir_snapshot_position(weir_snapshot_writer *w, uint32_t split, uint64_t off
 const void *weir_snapshot_data(weir_snapshot_reader *r, size_t *len) {
   *len = (size_t)r->snap->blob_len;
   return r->snap->blob;
+}
+
+uint8_t *weir__snapshot_take_blob(weir_snapshot_reader *r, uint64_t *len,
+                                  void (**release)(uint8_t *, uint64_t)) {
+  uint8_t *p = r->snap->blob;
+  *len = r->snap->blob_len;
+  *release = r->snap->blob_release;
+  r->snap->blob = NULL;
+  r->snap->blob_len = 0;
+  r->snap->blob_release = NULL;
+  return p;
 }
 
 int weir_snapshot_get_position(weir_snapshot_reader *r, uint32_t split, uint64_t *offset) {
@@ -126,9 +137,25 @@ static void write_state(weir_job *job, uint64_t id, weir_subtask_snapshot *s) {
 
 /* ---- the synchronous part --------------------------------------------------- */
 
+/* Runs on the store's writer thread: the view's entries into the
+ * snapshot. */
+static void fill_from_view(void *arg, weir_subtask_snapshot *s, int run) {
+  weir__cow *v = arg;
+  if (run) weir__cow_extract(v, &s->u64_keys, &s->u64_values, &s->n_u64);
+  weir__cow_release(v);
+}
+
 static void copy_state(weir_ctx *c, weir_subtask_snapshot *s) {
   weir__u64map *m = &c->state.u;
   uint64_t n = m->n + (m->has_empty_key ? 1 : 0), k = 0;
+  /* The u64 map: a copy-on-write view read on the writer thread, unless
+   * the previous one is still being read. */
+  weir__cow *v = n ? weir__u64_cow_begin(m) : NULL;
+  if (v) {
+    s->fill = fill_from_view;
+    s->fill_arg = v;
+    n = 0;
+  }
   s->n_u64 = n;
   if (n) {
     s->u64_keys = weir_malloc(n * sizeof(uint64_t));
@@ -220,12 +247,25 @@ int weir__task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns) {
 int weir__head_write_log(weir__task *t) {
   weir_job *job = t->job;
   uint64_t id = t->backlog->id, len, records = t->backlog->records;
-  uint8_t *log = weir__backlog_take(t->backlog, &len);
+  void (*release)(uint8_t *, uint64_t);
+  int err;
+  weir_ctx *c = t->ops[0];
+  uint8_t *log = weir__backlog_take(t->backlog, &len, &release, &err);
+  if (!log && len) {
+    weir__job_failed(job, WEIR_EIO,
+                     "checkpoint %llu: the back-edge log of '%s' subtask %u (%llu bytes) cannot "
+                     "be read back from its spill file: %s",
+                     (unsigned long long)id, c->node->name, c->subtask, (unsigned long long)len,
+                     strerror(-err));
+    return WEIR_EIO;
+  }
   if (!job->store) {
-    weir_free(log);
+    if (release)
+      release(log, len);
+    else
+      weir_free(log);
     return 0;
   }
-  weir_ctx *c = t->ops[0];
   weir_subtask_snapshot s;
   memset(&s, 0, sizeof s);
   s.op = weir_strdup(c->node->name);
@@ -233,6 +273,7 @@ int weir__head_write_log(weir__task *t) {
   s.parallelism = c->parallelism;
   s.blob = log;
   s.blob_len = len;
+  s.blob_release = release;
   WEIR_LOG_D("checkpoint %llu: back-edge log of '%s' subtask %u: %llu records, %llu bytes",
              (unsigned long long)id, c->node->name, c->subtask, (unsigned long long)records,
              (unsigned long long)len);
@@ -281,8 +322,14 @@ int weir__ctx_restore(weir_ctx *c) {
   if ((s->n_u64 || s->n_bytes) && !c->keyed) {
     rc = weir_ctx_fail(c, WEIR_ECORRUPT, "checkpoint holds keyed state for a non-keyed operator");
   }
-  for (uint64_t i = 0; !rc && i < s->n_u64; i++)
+  /* One allocation for the whole state, and the slot of the entry 16
+   * ahead prefetched: the entries come in key order, the table is probed
+   * in hash order. */
+  if (!rc && s->n_u64) weir__u64_reserve(&c->state.u, s->n_u64);
+  for (uint64_t i = 0; !rc && i < s->n_u64; i++) {
+    if (i + 16 < s->n_u64) weir__u64_prefetch(&c->state.u, s->u64_keys[i + 16]);
     *weir__u64_upsert(&c->state.u, s->u64_keys[i]) = s->u64_values[i];
+  }
   uint64_t off = 0;
   for (uint64_t i = 0; !rc && i < s->n_bytes; i++) {
     weir__bytes_put(&c->state.b, s->b_route[i], s->b_data + off, s->b_klen[i],

@@ -31,7 +31,10 @@
  * A restore replays the log into the loop before H reads any new input.
  *
  * Feedback channels are unbounded (their producer never waits), because a
- * bounded one can close a cycle of waiting producers. And no single thread
+ * bounded one can close a cycle of waiting producers; their overflow and
+ * the back-edge logs continue in spill files beyond the job's loop memory
+ * bound (channel.h, spill.h), so "unbounded" costs disk, not memory. A
+ * spilled log is handed to the store mapped from its file. And no single thread
  * can see that a loop is empty, so the loop counts the records in flight on
  * its edges: +1 when a record is emitted onto an in-loop edge, published
  * before the batch holding it can be seen downstream; -1 when a task has
@@ -47,14 +50,26 @@
 #include "weir/alloc.h"
 #include "weir/assert.h"
 #include "weir/failpoint.h"
+#include "spill.h"
 #include "task.h"
 
 /* ---- the head operator ------------------------------------------------------ */
 
 typedef struct head_state {
-  uint8_t *replay; /* a restored back-edge log, emitted before new input */
-  uint64_t len;
+  uint8_t *replay;                      /* a restored back-edge log, emitted before new input */
+  uint64_t len, off;                    /* its length, and how much of it was emitted */
+  void (*release)(uint8_t *, uint64_t); /* how to let go of it (NULL: weir_free) */
 } head_state;
+
+static void drop_replay(head_state *h) {
+  if (h->release)
+    h->release(h->replay, h->len);
+  else
+    weir_free(h->replay);
+  h->replay = NULL;
+  h->len = h->off = 0;
+  h->release = NULL;
+}
 
 static int head_open(weir_ctx *ctx) {
   weir_ctx_set_user(ctx, weir_calloc(1, sizeof(head_state)));
@@ -70,11 +85,14 @@ static int head_process_batch(weir_ctx *ctx, const weir_batch *b) {
   return 0;
 }
 
-/* Walks a serialized log; returns the records or -1 if malformed. */
-static int64_t log_walk(const uint8_t *p, uint64_t len, weir_ctx *emit_to) {
-  uint64_t off = 0;
+/* Walks a serialized log from *offp, emitting at most max records into
+ * emit_to (if not NULL); returns the records walked, -1 if malformed, -2 if
+ * an emit failed. *offp ends after the last record walked. */
+static int64_t log_walk(const uint8_t *p, uint64_t len, uint64_t *offp, uint64_t max,
+                        weir_ctx *emit_to) {
+  uint64_t off = *offp;
   int64_t n = 0;
-  while (off < len) {
+  while (off < len && (uint64_t)n < max) {
     if (len - off < 28) return -1;
     weir_record r;
     memcpy(&r.key, p + off, 8);
@@ -87,26 +105,31 @@ static int64_t log_walk(const uint8_t *p, uint64_t len, weir_ctx *emit_to) {
     off += r.len;
     if (emit_to && weir_emit_record(emit_to, &r) < 0) return -2;
     n++;
+    *offp = off;
   }
   return n;
 }
 
 static int head_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
   head_state *h = weir_ctx_user(ctx);
-  size_t n;
-  const uint8_t *p = weir_snapshot_data(r, &n);
-  if (log_walk(p, n, NULL) < 0)
+  uint64_t n = 0, off = 0;
+  void (*release)(uint8_t *, uint64_t) = NULL;
+  uint8_t *p = weir__snapshot_take_blob(r, &n, &release);
+  drop_replay(h);
+  h->replay = p;
+  h->len = n;
+  h->release = release;
+  if (log_walk(p, n, &off, UINT64_MAX, NULL) < 0) {
+    drop_replay(h);
     return weir_ctx_fail(ctx, WEIR_ECORRUPT, "back-edge log of '%s' is malformed",
                          weir_ctx_name(ctx));
-  h->replay = weir_malloc(n ? n : 1);
-  memcpy(h->replay, p, n);
-  h->len = n;
+  }
   return 0;
 }
 
 static void head_close(weir_ctx *ctx) {
   head_state *h = weir_ctx_user(ctx);
-  if (h) weir_free(h->replay);
+  if (h) drop_replay(h);
   weir_free(h);
   weir_ctx_set_user(ctx, NULL);
 }
@@ -117,22 +140,34 @@ const weir_operator_vt weir__head_vt = {.name = "iteration-head",
                                         .restore = head_restore,
                                         .close = head_close};
 
-int weir__head_replay(weir_ctx *ctx) {
+int weir__head_replay(weir_ctx *ctx, uint64_t max) {
   head_state *h = weir_ctx_user(ctx);
   if (!h || !h->replay) return 0;
   /* For tests only: a negative control that drops the log must give a
    * wrong result (WEIR_FAILPOINTS=iter.skip_replay=error). */
-  int64_t n = weir_failpoint("iter.skip_replay") ? 0 : log_walk(h->replay, h->len, ctx);
-  weir_free(h->replay);
-  h->replay = NULL;
-  h->len = 0;
-  return n < 0 ? WEIR_EIO : 0;
+  if (h->off == 0 && weir_failpoint("iter.skip_replay")) h->off = h->len;
+  int64_t n = log_walk(h->replay, h->len, &h->off, max, ctx);
+  if (n < 0) return WEIR_EIO;
+  if (h->off < h->len) return 1;
+  drop_replay(h);
+  return 0;
 }
 
 /* ---- back-edge log ---------------------------------------------------------- */
 
-void weir__backlog_init(weir__backlog *l, uint32_t nin, const uint8_t *back) {
+static void drop_spill(weir__backlog *l) {
+  if (!l->spill) return;
+  weir__spill_close(l->spill);
+  weir_free(l->spill);
+  l->spill = NULL;
+  l->spilled = 0;
+}
+
+void weir__backlog_init(weir__backlog *l, uint32_t nin, const uint8_t *back, uint64_t spill_after,
+                        const char *spill_dir) {
   memset(l, 0, sizeof *l);
+  l->spill_after = spill_after;
+  l->spill_dir = spill_dir;
   l->nin = nin;
   l->back = weir_calloc(nin ? nin : 1, 1);
   l->state = weir_calloc(nin ? nin : 1, 1);
@@ -148,6 +183,7 @@ void weir__backlog_close(weir__backlog *l) {
   weir_free(l->state);
   weir_free(l->early);
   weir_free(l->log);
+  drop_spill(l);
   memset(l, 0, sizeof *l);
 }
 
@@ -158,7 +194,8 @@ static weir__log_result check_done(weir__backlog *l) {
 weir__log_result weir__backlog_start(weir__backlog *l, uint64_t id) {
   l->id = id;
   l->last = id;
-  l->len = l->records = 0;
+  l->len = l->mem = l->records = 0;
+  drop_spill(l); /* a log of a checkpoint given up */
   l->nclosed = 0;
   for (uint32_t i = 0; i < l->nin; i++) {
     if (!l->back[i]) continue;
@@ -180,23 +217,45 @@ weir__log_result weir__backlog_start(weir__backlog *l, uint64_t id) {
   return check_done(l);
 }
 
+/* Nonzero if the record went to the spill file. A log spills once its
+ * memory part would pass the bound: what is in memory goes first, then
+ * every record, until the file fails (then the rest stays in memory,
+ * behind the file's contents). */
+static int append_spilled(weir__backlog *l, const uint8_t *hdr, const void *payload, uint32_t len) {
+  if (!l->spill_after) return 0;
+  if (!l->spill) {
+    if (l->mem + 28 + len <= l->spill_after) return 0;
+    l->spill = weir_malloc(sizeof *l->spill);
+    weir__spill_init(l->spill, l->spill_dir);
+    if (weir__spill_write2(l->spill, l->log, (size_t)l->mem, NULL, 0)) return 0;
+    l->spilled = l->mem;
+    l->mem = 0;
+  }
+  if (l->mem || weir__spill_write2(l->spill, hdr, 28, payload, len)) return 0;
+  l->spilled += 28 + len;
+  return 1;
+}
+
 void weir__backlog_append(weir__backlog *l, uint64_t key, int64_t ts, uint64_t id,
                           const void *payload, uint32_t len) {
-  uint64_t need = l->len + 28 + len;
+  uint8_t hdr[28];
+  memcpy(hdr, &key, 8);
+  memcpy(hdr + 8, &ts, 8);
+  memcpy(hdr + 16, &id, 8);
+  memcpy(hdr + 24, &len, 4);
+  l->len += 28 + len;
+  l->records++;
+  if (append_spilled(l, hdr, payload, len)) return;
+  uint64_t need = l->mem + 28 + len;
   if (need > l->cap) {
     uint64_t c = l->cap ? l->cap : 4096;
     while (c < need) c *= 2;
     l->log = weir_realloc(l->log, (size_t)c);
     l->cap = c;
   }
-  uint8_t *p = l->log + l->len;
-  memcpy(p, &key, 8);
-  memcpy(p + 8, &ts, 8);
-  memcpy(p + 16, &id, 8);
-  memcpy(p + 24, &len, 4);
-  if (len) memcpy(p + 28, payload, len);
-  l->len = need;
-  l->records++;
+  memcpy(l->log + l->mem, hdr, 28);
+  if (len) memcpy(l->log + l->mem + 28, payload, len);
+  l->mem = need;
 }
 
 weir__log_result weir__backlog_barrier(weir__backlog *l, uint32_t i, uint64_t id) {
@@ -222,11 +281,39 @@ weir__log_result weir__backlog_end(weir__backlog *l, uint32_t i) {
   return check_done(l);
 }
 
-uint8_t *weir__backlog_take(weir__backlog *l, uint64_t *len) {
+static void unmap_log(uint8_t *p, uint64_t len) {
+  weir__spill_unmap(p, len);
+}
+
+uint8_t *weir__backlog_take(weir__backlog *l, uint64_t *len, void (**release)(uint8_t *, uint64_t),
+                            int *err) {
   uint8_t *p = l->log;
   *len = l->len;
+  *release = NULL;
+  *err = 0;
+  if (l->spilled) {
+    if (!l->mem) {
+      /* All of it in the file: the store reads it through a mapping. */
+      uint64_t n;
+      p = weir__spill_map(l->spill, &n, err);
+      WEIR_ASSERT(!p || n == l->len);
+      *release = unmap_log;
+    } else {
+      /* The file failed part-way: join its contents and the memory tail. */
+      p = weir_malloc((size_t)l->len);
+      *err = weir__spill_read(l->spill, p, (size_t)l->spilled);
+      if (*err) {
+        weir_free(p);
+        p = NULL;
+      } else {
+        memcpy(p + l->spilled, l->log, (size_t)l->mem);
+      }
+    }
+    weir_free(l->log);
+  }
+  drop_spill(l);
   l->log = NULL;
-  l->len = l->cap = l->records = 0;
+  l->len = l->mem = l->cap = l->records = 0;
   l->id = 0;
   return p;
 }

@@ -25,8 +25,15 @@ typedef struct weir__backlog {
   uint32_t nback, nclosed;
   uint64_t id;   /* checkpoint being logged, 0 if none */
   uint64_t last; /* latest checkpoint this head snapshotted */
-  uint8_t *log;  /* logged records: [key u64][ts i64][id u64][len u32][payload] */
-  uint64_t len, cap, records;
+  /* Logged records, [key u64][ts i64][id u64][len u32][payload] each:
+   * the first spilled bytes in the spill file, the rest in `log`. */
+  uint8_t *log;
+  uint64_t mem, cap;     /* bytes in `log`, allocated */
+  uint64_t len, records; /* the whole log */
+  uint64_t spill_after;  /* memory bound before spilling; 0 = never */
+  const char *spill_dir;
+  struct weir__spill *spill;
+  uint64_t spilled;
 } weir__backlog;
 
 typedef enum {
@@ -35,7 +42,10 @@ typedef enum {
   WEIR__LOG_BLOCK = 2     /* barrier before the head's snapshot: block the edge */
 } weir__log_result;
 
-void weir__backlog_init(weir__backlog *l, uint32_t nin, const uint8_t *back);
+/* spill_after: bytes kept in memory before the log continues in a spill
+ * file in spill_dir (0 = never). */
+void weir__backlog_init(weir__backlog *l, uint32_t nin, const uint8_t *back, uint64_t spill_after,
+                        const char *spill_dir);
 void weir__backlog_close(weir__backlog *l);
 /* The head took its snapshot for checkpoint id (its regular inputs
  * aligned): logging starts on every back input that has not ended. A log
@@ -61,9 +71,12 @@ void weir__backlog_append(weir__backlog *l, uint64_t key, int64_t ts, uint64_t i
 weir__log_result weir__backlog_barrier(weir__backlog *l, uint32_t i, uint64_t id);
 /* End of input on back input i. */
 weir__log_result weir__backlog_end(weir__backlog *l, uint32_t i);
-/* After COMPLETE: hands over the log (caller frees with weir_free) and
- * returns to idle. */
-uint8_t *weir__backlog_take(weir__backlog *l, uint64_t *len);
+/* After COMPLETE: hands over the log and returns to idle. The caller
+ * releases it with *release(log, len) (mapped from a spill file) or
+ * weir_free when *release is NULL. NULL with *len > 0 means a spilled log
+ * could not be read back (*err says why). */
+uint8_t *weir__backlog_take(weir__backlog *l, uint64_t *len, void (**release)(uint8_t *, uint64_t),
+                            int *err);
 
 /* ---- records in flight ------------------------------------------------------ */
 
@@ -80,8 +93,10 @@ int weir__loop_drained(weir__loop *l);
 
 /* ---- restore ------------------------------------------------------------------- */
 
-/* Emits the records of a restored back-edge log into the loop (head task,
- * before any new input). Returns 0 or an error. */
-int weir__head_replay(weir_ctx *head);
+/* Emits up to max records of a restored back-edge log into the loop (head
+ * task, before any new input; a step at a time, so a large log flows at the
+ * pace the loop takes it). Returns 1 if more remain, 0 when the log is
+ * done, or an error. */
+int weir__head_replay(weir_ctx *head, uint64_t max);
 
 #endif

@@ -61,6 +61,7 @@
 #include <string.h>
 #include <uv.h>
 
+#include "rescale.h"
 #include "weir/alloc.h"
 #include "weir/clock.h"
 #include "weir/failpoint.h"
@@ -323,6 +324,7 @@ static void ck_progress(coord *c) {
         .trigger_ms = ck.trigger_ms,
         .duration_ms = (now - ck.trigger_ns) / 1000000u,
         .alignment_ms = ck.align_ns / 1000000u,
+        .key_groups = (uint32_t)job->opts.max_parallelism,
         .final = ck.final && !atomic_load(&job->stopping),
         .subtasks = ck.expected,
     };
@@ -454,51 +456,111 @@ static int store_fail(weir_job *job, int rc, const char *what) {
   return rc;
 }
 
-/* Loads checkpoint id into the contexts (installed when tasks open). */
-static int load_checkpoint(weir_job *job, uint64_t id) {
+/* Loads every stored subtask state of node n in checkpoint id and
+ * redistributes them among n's current subtasks (rescale.c). */
+static int load_rescaled(weir_job *job, uint64_t id, weir__node *n, uint32_t p0,
+                         uint32_t key_groups) {
+  weir_subtask_snapshot **old = weir_calloc(p0, sizeof *old);
+  weir_subtask_snapshot **out = weir_calloc((size_t)n->parallelism, sizeof *out);
+  int rc = 0;
+  for (uint32_t k = 0; k < p0 && !rc; k++) {
+    old[k] = weir_calloc(1, sizeof *old[k]);
+    rc = weir_store_load(job->store, id, n->name, k, old[k]);
+    if (rc == WEIR_ENOENT) {
+      weir_free(old[k]);
+      old[k] = NULL;
+      rc = 0;
+    } else if (rc) {
+      store_fail(job, rc, "cannot restore");
+    }
+  }
+  if (!rc) {
+    weir__rescale_kind kind = {.keyed = n->keyed,
+                               .rescalable_source = n->svt && n->svt->rescalable,
+                               .loop_head = n->head_of != NULL};
+    char msg[400];
+    rc = weir__rescale(n->name, &kind, key_groups, old, p0, (uint32_t)n->parallelism, out, msg,
+                       sizeof msg);
+    if (rc)
+      weir__job_failed(job, rc, "cannot restore checkpoint %llu with parallelism %d: %s",
+                       (unsigned long long)id, n->parallelism, msg);
+  }
+  for (uint32_t k = 0; k < p0; k++) {
+    if (!old[k]) continue;
+    weir_subtask_snapshot_free(old[k]);
+    weir_free(old[k]);
+  }
+  for (int s = 0; s < n->parallelism; s++) n->ctx[s]->restore = rc ? NULL : out[s];
+  if (rc)
+    for (int s = 0; s < n->parallelism; s++)
+      if (out[s]) {
+        weir_subtask_snapshot_free(out[s]);
+        weir_free(out[s]);
+      }
+  weir_free(old);
+  weir_free(out);
+  return rc;
+}
+
+/* Loads checkpoint id into the contexts (installed when tasks open),
+ * redistributing the state of operators whose parallelism changed, or of
+ * every keyed operator if the number of key groups did. notified_only: only
+ * the operators that hear of completed checkpoints (a finished job's
+ * restore, which runs nothing but those notifications). */
+static int load_checkpoint(weir_job *job, uint64_t id, int notified_only) {
   int rc = weir_store_verify(job->store, id);
   if (rc) return store_fail(job, rc, "cannot restore");
   weir_store_ckpt_info *info = NULL;
   rc = weir_store_info(job->store, id, &info);
   if (rc) return store_fail(job, rc, "cannot restore");
+  uint32_t kg = (uint32_t)job->opts.max_parallelism;
+  /* Checkpoints that did not record it were taken with the default. */
+  uint32_t old_kg = info->key_groups ? info->key_groups : WEIR_DEFAULT_MAX_PARALLELISM;
+  uint32_t *p0 = weir_calloc(job->nnodes, sizeof *p0); /* 0: nothing stored */
   /* The checkpoint must belong to this job's graph. */
   for (uint32_t i = 0; i < info->nsubtasks && !rc; i++) {
     weir_store_subtask_info *st = &info->subtasks[i];
-    weir__node *n = NULL;
-    for (uint32_t k = 0; k < job->nnodes; k++)
-      if (!strcmp(job->nodes[k]->name, st->op)) n = job->nodes[k];
-    if (!n) {
+    uint32_t k = 0;
+    while (k < job->nnodes && strcmp(job->nodes[k]->name, st->op)) k++;
+    if (k == job->nnodes) {
       rc = WEIR_EPLAN;
       weir__job_failed(job, rc,
                        "checkpoint %llu holds state of operator '%s', which this job does not "
                        "have: is it the same job?",
                        (unsigned long long)id, st->op);
-    } else if ((uint32_t)n->parallelism != st->parallelism) {
-      rc = WEIR_EPLAN;
-      weir__job_failed(job, rc,
-                       "operator '%s' had parallelism %u in checkpoint %llu and has %d now: "
-                       "restoring with another parallelism is not supported yet",
-                       st->op, st->parallelism, (unsigned long long)id, n->parallelism);
+    } else {
+      p0[k] = st->parallelism;
     }
   }
   weir_store_ckpt_info_free(info);
-  if (rc) return rc;
-  for (uint32_t k = 0; k < job->nnodes; k++) {
+  for (uint32_t k = 0; k < job->nnodes && !rc; k++) {
     weir__node *n = job->nodes[k];
-    for (int s = 0; s < n->parallelism; s++) {
+    if (!p0[k]) continue;
+    if (notified_only && !(n->ovt && n->ovt->checkpoint_complete)) continue;
+    if (p0[k] != (uint32_t)n->parallelism || (n->keyed && old_kg != kg)) {
+      WEIR_LOG_I("checkpoint %llu: redistributing the state of '%s' from %u to %d subtasks",
+                 (unsigned long long)id, n->name, p0[k], n->parallelism);
+      rc = load_rescaled(job, id, n, p0[k], kg);
+      continue;
+    }
+    for (int s = 0; s < n->parallelism && !rc; s++) {
       weir_subtask_snapshot *snap = weir_calloc(1, sizeof *snap);
       rc = weir_store_load(job->store, id, n->name, (uint32_t)s, snap);
       if (rc == WEIR_ENOENT) {
         weir_free(snap);
+        rc = 0;
         continue;
       }
       if (rc) {
         weir_free(snap);
-        return store_fail(job, rc, "cannot restore");
+        store_fail(job, rc, "cannot restore");
+        break;
       }
       n->ctx[s]->restore = snap;
     }
   }
+  weir_free(p0);
+  if (rc) return rc;
   return weir_failpoint("ckpt.during_restore");
 }
 
@@ -546,7 +608,7 @@ static int prepare_store(weir_job *job) {
       /* Its final checkpoint may have completed without every operator
        * hearing of it (a crash right after the commit): restore it, tell
        * them, and run nothing. */
-      int lrc = load_checkpoint(job, rec.latest);
+      int lrc = load_checkpoint(job, rec.latest, 1);
       if (lrc) return lrc;
       job->recover_only = 1;
       atomic_store(&job->complete_id, rec.latest);
@@ -582,7 +644,7 @@ static int prepare_store(weir_job *job) {
   snprintf(job->info.job_id, sizeof job->info.job_id, "%s", rec.job_id);
   job->info.instance = rec.instance;
   if (from) {
-    rc = load_checkpoint(job, from);
+    rc = load_checkpoint(job, from, 0);
     if (rc) return rc;
     job->info.restored_from = from;
     WEIR_LOG_I("restored job %s from checkpoint %llu", rec.job_id, (unsigned long long)from);
@@ -605,6 +667,8 @@ static void apply_defaults(weir_run_opts *o) {
   if (!o->buffer_timeout_us) o->buffer_timeout_us = 1000;
   if (!o->checkpoint_timeout_ms) o->checkpoint_timeout_ms = 600000;
   if (!o->retain) o->retain = 3;
+  if (!o->loop_memory_bytes) o->loop_memory_bytes = 64ull << 20;
+  if (!o->spill_dir) o->spill_dir = o->state_dir;
 }
 
 int weir_job_run(weir_job *job, const weir_run_opts *opts) {

@@ -186,6 +186,10 @@ static weir__chan *chan_new(weir_job *job, weir__task *from, weir__task *to, con
   weir__chan *ch = weir__chan_create(job->opts.channel_batches, job->opts.batch_records,
                                      weir__task_wake, from, to);
   ch->unbounded = e->back;
+  if (e->back && job->opts.loop_memory_bytes != UINT64_MAX) {
+    ch->spill_after = job->opts.loop_memory_bytes;
+    ch->spill_dir = job->opts.spill_dir;
+  }
   job->chans = weir_realloc(job->chans, (job->nchans + 1) * sizeof *job->chans);
   job->chans[job->nchans++] = ch;
   to->in = weir_realloc(to->in, (to->nin + 1) * sizeof *to->in);

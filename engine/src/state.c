@@ -2,9 +2,11 @@
  * weir_state_* calls that reach them through a context live in ctx.c. */
 #include "state.h"
 
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
 
+#include "spin.h"
 #include "weir/alloc.h"
 #include "weir/assert.h"
 #include "hash.h"
@@ -40,11 +42,166 @@ static void table_free(uint64_t *p, uint64_t bytes) {
     munmap(p, bytes);
 }
 
+static void cow_detach(weir__u64map *m);
+
 void weir__state_close(weir__state *s) {
-  table_free(s->u.slots, s->u.cap * 16);
+  table_free(s->u.spare, s->u.spare_cap * 16);
+  if (s->u.cow)
+    cow_detach(&s->u); /* a snapshot still reads the table: it frees it */
+  else
+    table_free(s->u.slots, s->u.cap * 16);
   for (uint64_t i = 0; i < s->b.cap; i++) weir_free(s->b.slots[i]);
   weir_free(s->b.slots);
   memset(s, 0, sizeof *s);
+}
+
+/* ---- copy-on-write views (see state.h) ----------------------------------- */
+
+enum { PAGE_LIVE = 0, PAGE_READING = 1, PAGE_COPIED = WEIR__COW_FREE, PAGE_DONE = 3 };
+
+struct weir__cow {
+  _Atomic int refs;     /* the owner's and the reader's */
+  _Atomic int finished; /* the reader is done with it */
+  _Atomic int detached; /* the owner no longer uses `slots`: the last one frees it */
+  uint64_t *slots, cap, npages;
+  _Atomic uint8_t *state; /* per page */
+  uint64_t *arena;        /* page p's copy at arena + 2 * p * WEIR__COW_PAGE */
+  int has_empty_key;
+  uint64_t empty_key_value;
+};
+
+static uint64_t page_slots(const weir__cow *c, uint64_t p) {
+  uint64_t left = c->cap - p * WEIR__COW_PAGE;
+  return left < WEIR__COW_PAGE ? left : WEIR__COW_PAGE;
+}
+
+static void cow_free(weir__cow *c) {
+  table_free(c->arena, c->cap * 16);
+  if (atomic_load(&c->detached)) table_free(c->slots, c->cap * 16);
+  weir_free((void *)c->state);
+  weir_free(c);
+}
+
+static void cow_unref(weir__cow *c) {
+  if (atomic_fetch_sub(&c->refs, 1) == 1) cow_free(c);
+}
+
+/* The owner lets go of its view (the table is its own again). A view its
+ * reader is done with leaves its copy arena for the next one: a fresh
+ * arena per snapshot costs a page fault per page the owner copies. */
+static void cow_drop(weir__u64map *m) {
+  weir__cow *c = m->cow;
+  if (atomic_load_explicit(&c->finished, memory_order_acquire) && !m->spare) {
+    m->spare = c->arena;
+    m->spare_cap = c->cap;
+    c->arena = NULL;
+  }
+  m->cow = NULL;
+  m->cow_pages = NULL;
+  cow_unref(c);
+}
+
+/* The owner leaves the view's table to the view (it grows or closes). */
+static void cow_detach(weir__u64map *m) {
+  atomic_store(&m->cow->detached, 1);
+  cow_drop(m);
+}
+
+weir__cow *weir__u64_cow_begin(weir__u64map *m) {
+  if (m->cow) {
+    if (!atomic_load(&m->cow->finished)) return NULL;
+    cow_drop(m);
+  }
+  weir__cow *c = weir_calloc(1, sizeof *c);
+  atomic_init(&c->refs, 2);
+  c->slots = m->slots;
+  c->cap = m->slots ? m->cap : 0;
+  c->npages = (c->cap + WEIR__COW_PAGE - 1) / WEIR__COW_PAGE;
+  c->state = weir_calloc(c->npages ? c->npages : 1, 1);
+  if (m->spare && m->spare_cap != c->cap) {
+    table_free(m->spare, m->spare_cap * 16);
+    m->spare = NULL;
+  }
+  c->arena = m->spare ? m->spare : c->cap ? table_alloc(c->cap * 16) : NULL;
+  m->spare = NULL;
+  c->has_empty_key = m->has_empty_key;
+  c->empty_key_value = m->empty_key_value;
+  m->cow = c;
+  m->cow_pages = c->state;
+  return c;
+}
+
+/* Before the owner writes slot j: make sure the view keeps the page as it
+ * was. */
+static void cow_touch(weir__cow *c, uint64_t j) {
+  uint64_t p = j / WEIR__COW_PAGE;
+  uint8_t st = atomic_load_explicit(&c->state[p], memory_order_acquire);
+  if (st >= PAGE_COPIED) return;
+  if (st == PAGE_LIVE) {
+    uint64_t off = 2 * p * WEIR__COW_PAGE;
+    memcpy(c->arena + off, c->slots + off, page_slots(c, p) * 16);
+    uint8_t live = PAGE_LIVE;
+    if (atomic_compare_exchange_strong_explicit(&c->state[p], &live, PAGE_COPIED,
+                                                memory_order_acq_rel, memory_order_acquire))
+      return;
+    /* The reader got there first (the copy is simply not used). */
+  }
+  while (atomic_load_explicit(&c->state[p], memory_order_acquire) == PAGE_READING)
+    weir__cpu_relax();
+}
+
+/* The owner, before writing slot j of its table. */
+static inline void cow_write(weir__u64map *m, uint64_t j) {
+  if (!m->cow) return;
+  if (atomic_load_explicit(&m->cow->finished, memory_order_acquire))
+    cow_drop(m);
+  else
+    cow_touch(m->cow, j);
+}
+
+static void take_page(const uint64_t *sl, uint64_t n, uint64_t *keys, uint64_t *values,
+                      uint64_t *k) {
+  for (uint64_t i = 0; i < n; i++) {
+    if (sl[2 * i] == WEIR__U64_EMPTY) continue;
+    keys[*k] = sl[2 * i];
+    values[(*k)++] = sl[2 * i + 1];
+  }
+}
+
+void weir__cow_extract(weir__cow *c, uint64_t **keys, uint64_t **values, uint64_t *n) {
+  /* At most cap / 2 entries (load factor), plus the EMPTY key. */
+  uint64_t max = c->cap / 2 + 1, k = 0;
+  uint64_t *ks = weir_malloc(max * sizeof *ks), *vs = weir_malloc(max * sizeof *vs);
+  if (c->has_empty_key) {
+    ks[k] = WEIR__U64_EMPTY;
+    vs[k++] = c->empty_key_value;
+  }
+  for (uint64_t p = 0; p < c->npages; p++) {
+    uint64_t cnt = page_slots(c, p);
+    uint8_t live = PAGE_LIVE;
+    if (atomic_compare_exchange_strong_explicit(&c->state[p], &live, PAGE_READING,
+                                                memory_order_acq_rel, memory_order_acquire)) {
+      take_page(c->slots + 2 * p * WEIR__COW_PAGE, cnt, ks, vs, &k);
+      atomic_store_explicit(&c->state[p], PAGE_DONE, memory_order_release);
+    } else {
+      /* COPIED: the owner copied it (published by the acquire above). */
+      take_page(c->arena + 2 * p * WEIR__COW_PAGE, cnt, ks, vs, &k);
+    }
+    WEIR_ASSERT(k <= max);
+  }
+  if (!k) {
+    weir_free(ks);
+    weir_free(vs);
+    ks = vs = NULL;
+  }
+  *keys = ks;
+  *values = vs;
+  *n = k;
+}
+
+void weir__cow_release(weir__cow *c) {
+  atomic_store(&c->finished, 1);
+  cow_unref(c);
 }
 
 /* ---- u64 -> u64 ---------------------------------------------------------- */
@@ -62,9 +219,13 @@ static void u64_alloc(weir__u64map *m, uint64_t cap) {
   m->shift = 64 - lg;
 }
 
-static void u64_grow(weir__u64map *m) {
+static void u64_rehash(weir__u64map *m, uint64_t newcap) {
   uint64_t *old = m->slots, oldcap = m->cap;
-  u64_alloc(m, oldcap ? oldcap * 2 : MIN_CAP);
+  /* An open view keeps the old table: the owner only reads it from here. */
+  weir__cow *view = m->cow;
+  m->cow = NULL;
+  m->cow_pages = NULL;
+  u64_alloc(m, newcap);
   uint64_t mask = m->cap - 1;
   for (uint64_t i = 0; i < oldcap; i++) {
     uint64_t k = old[2 * i];
@@ -74,7 +235,22 @@ static void u64_grow(weir__u64map *m) {
     m->slots[2 * j] = k;
     m->slots[2 * j + 1] = old[2 * i + 1];
   }
-  table_free(old, oldcap * 16);
+  if (view) {
+    atomic_store(&view->detached, 1);
+    cow_unref(view); /* may free the old table, now that it is rehashed */
+  } else {
+    table_free(old, oldcap * 16);
+  }
+}
+
+static void u64_grow(weir__u64map *m) {
+  u64_rehash(m, m->cap ? m->cap * 2 : MIN_CAP);
+}
+
+void weir__u64_reserve(weir__u64map *m, uint64_t n) {
+  uint64_t cap = m->slots ? m->cap : MIN_CAP;
+  while ((m->n + n) * 2 > cap) cap *= 2;
+  if (!m->slots || cap > m->cap) u64_rehash(m, cap);
 }
 
 uint64_t *weir__u64_find(weir__u64map *m, uint64_t key) {
@@ -100,8 +276,12 @@ uint64_t *weir__u64_upsert_slow(weir__u64map *m, uint64_t key) {
   uint64_t mask = m->cap - 1;
   for (uint64_t j = u64_index(m, key);; j = (j + 1) & mask) {
     uint64_t k = m->slots[2 * j];
-    if (k == key) return &m->slots[2 * j + 1];
+    if (k == key) {
+      cow_write(m, j);
+      return &m->slots[2 * j + 1];
+    }
     if (k == WEIR__U64_EMPTY) {
+      cow_write(m, j);
       m->slots[2 * j] = key;
       m->slots[2 * j + 1] = 0;
       m->n++;
@@ -128,11 +308,13 @@ int weir__u64_del(weir__u64map *m, uint64_t key) {
     uint64_t home = u64_index(m, m->slots[2 * i]);
     /* Move i into the hole if its home is not in (hole, i]. */
     if (((i - home) & mask) >= ((i - hole) & mask)) {
+      cow_write(m, hole);
       m->slots[2 * hole] = m->slots[2 * i];
       m->slots[2 * hole + 1] = m->slots[2 * i + 1];
       hole = i;
     }
   }
+  cow_write(m, hole);
   m->slots[2 * hole] = WEIR__U64_EMPTY;
   m->n--;
   return 1;

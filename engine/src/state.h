@@ -6,20 +6,33 @@
  * value (entries on the heap, the table holding hash and pointer). Both keep
  * a load factor of at most 1/2 and grow by doubling.
  *
- * Owned by the subtask's thread; no locking. Checkpoints (a later layer)
- * read the tables through weir__state_each_* on that same thread.
+ * Owned by the subtask's thread; no locking, except that a checkpoint's
+ * copy-on-write view of the u64 map is read by the store-writer thread (see
+ * below). The byte-string map is copied by checkpoints on the owning
+ * thread.
  */
 #ifndef WEIR_STATE_H
 #define WEIR_STATE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
+typedef struct weir__cow weir__cow;
+
+/* Copy-on-write pages (see "copy-on-write snapshots" below): slots per
+ * page, and the first page state in which the owner writes freely. */
+#define WEIR__COW_PAGE 512u
+#define WEIR__COW_FREE 2u
+
 typedef struct weir__u64map {
-  uint64_t *slots; /* 2 words per slot: key, value; key == EMPTY is free */
-  uint64_t cap;    /* slots, a power of two */
-  uint64_t n;      /* entries, not counting the EMPTY key */
-  unsigned shift;  /* 64 - log2(cap) */
+  uint64_t *slots;            /* 2 words per slot: key, value; key == EMPTY is free */
+  weir__cow *cow;             /* a snapshot's copy-on-write view, or NULL */
+  _Atomic uint8_t *cow_pages; /* the view's page states (NULL without one) */
+  uint64_t *spare, spare_cap; /* a finished view's copy arena, for the next */
+  uint64_t cap;               /* slots, a power of two */
+  uint64_t n;                 /* entries, not counting the EMPTY key */
+  unsigned shift;             /* 64 - log2(cap) */
   int has_empty_key;
   uint64_t empty_key_value;
 } weir__u64map;
@@ -53,12 +66,18 @@ uint64_t *weir__u64_find(weir__u64map *m, uint64_t key);
  * insert. */
 uint64_t *weir__u64_upsert_slow(weir__u64map *m, uint64_t key);
 static inline uint64_t *weir__u64_upsert(weir__u64map *m, uint64_t key) {
-  /* Fast path: the key is present and no growth is due. */
+  /* Fast path: the key is present, no growth is due, and no open view
+   * still needs the slot's page as it was (see below). */
   if (m->slots && key != WEIR__U64_EMPTY) {
     uint64_t mask = m->cap - 1;
     for (uint64_t j = (key * 0x9e3779b97f4a7c15ULL) >> m->shift;; j = (j + 1) & mask) {
       uint64_t k = m->slots[2 * j];
-      if (k == key) return &m->slots[2 * j + 1];
+      if (k == key) {
+        if (m->cow_pages && atomic_load_explicit(&m->cow_pages[j / WEIR__COW_PAGE],
+                                                 memory_order_acquire) < WEIR__COW_FREE)
+          break;
+        return &m->slots[2 * j + 1];
+      }
       if (k == WEIR__U64_EMPTY) break;
     }
   }
@@ -66,6 +85,9 @@ static inline uint64_t *weir__u64_upsert(weir__u64map *m, uint64_t key) {
 }
 /* 1 if removed, 0 if absent. */
 int weir__u64_del(weir__u64map *m, uint64_t key);
+/* Grows the table once so that n more entries fit without growing again
+ * (a restore: one allocation instead of a doubling per power of two). */
+void weir__u64_reserve(weir__u64map *m, uint64_t n);
 
 static inline void weir__u64_prefetch(const weir__u64map *m, uint64_t key) {
   if (m->slots) {
@@ -73,6 +95,36 @@ static inline void weir__u64_prefetch(const weir__u64map *m, uint64_t key) {
     __builtin_prefetch(&m->slots[2 * i], 1, 3);
   }
 }
+
+/* ---- copy-on-write snapshots of the u64 map ---------------------------------
+ *
+ * A snapshot of the u64 map takes O(1) work on the owning thread
+ * (weir__u64_cow_begin), and the store-writer thread reads the entries
+ * later (weir__cow_extract), while the owner goes on writing. The table is
+ * split in pages of WEIR__COW_PAGE slots, each in one of four states:
+ *   LIVE   - neither side has touched it since the snapshot;
+ *   READING- the writer is reading it in place (the owner waits, briefly,
+ *            before writing to it);
+ *   COPIED - the owner copied it before its first write; the writer reads
+ *            the copy;
+ *   DONE   - the writer has read it: the owner writes freely.
+ * The owner moves a page LIVE -> COPIED (after copying, by compare-and-swap)
+ * and the writer LIVE -> READING -> DONE, so exactly one of them decides
+ * what the snapshot sees of each page, and it is the page as it was at
+ * weir__u64_cow_begin. A table that grows while a view is open is left to
+ * the view (the owner rehashes into a new one without touching it); the
+ * view, shared by two threads, is freed by whichever lets go of it last.
+ * One view at a time: while one is still being read, the next snapshot
+ * copies the entries synchronously instead. */
+
+/* Opens a view of m's u64 entries as they are now. NULL if a previous view
+ * is still being read (copy instead). The owner keeps writing m. */
+weir__cow *weir__u64_cow_begin(weir__u64map *m);
+/* Any thread, once: the view's entries in arrays of *n (allocated with
+ * weir_malloc, caller frees; NULL when empty), in no particular order. */
+void weir__cow_extract(weir__cow *c, uint64_t **keys, uint64_t **values, uint64_t *n);
+/* Lets go of the view for its reader (after extracting or instead of it). */
+void weir__cow_release(weir__cow *c);
 
 weir__bent *weir__bytes_find(weir__bmap *m, const void *k, size_t klen);
 /* Inserts or overwrites; returns the entry (valid until the next insert). */

@@ -216,13 +216,33 @@ static void maybe_timeout_flush(weir__task *t) {
   if (now - t->last_flush_ns >= (uint64_t)t->job->opts.buffer_timeout_us * 1000u) flush_outputs(t);
 }
 
+static void task_failed(weir__task *t, int rc);
+
 static int outputs_writable(weir__task *t) {
   for (uint32_t k = 0; k < t->nrouters; k++) {
     weir__router *r = &t->routers[k];
-    for (uint32_t j = 0; j < r->n; j++)
-      if (!weir__chan_writable(r->chans[j])) return 0;
+    for (uint32_t j = 0; j < r->n; j++) {
+      int ok = weir__chan_writable(r->chans[j]);
+      if (r->chans[j]->spill_err) {
+        task_failed(t, WEIR_EIO); /* the channel logged what and where */
+        return 0;
+      }
+      if (!ok) return 0;
+    }
   }
   return 1;
+}
+
+/* Before a step ends to wait for input or a timer: a flush or a control
+ * event may have left batches pending behind a full ring, and nothing else
+ * would move them on; ask their consumers to wake this task when room
+ * appears. */
+static void settle_pending(weir__task *t) {
+  for (uint32_t k = 0; k < t->nrouters; k++) {
+    weir__router *r = &t->routers[k];
+    for (uint32_t j = 0; j < r->n; j++)
+      if (!weir__chan_drained(r->chans[j])) (void)weir__chan_writable(r->chans[j]);
+  }
 }
 
 static void publish_stats(weir__task *t) {
@@ -421,6 +441,7 @@ static int source_step(weir__task *t) {
     }
     if (rc == WEIR_SOURCE_IDLE) {
       flush_outputs(t);
+      settle_pending(t);
       publish_stats(t);
       if (c->wake_after_us) weir__task_wake_after(t, c->wake_after_us);
       return 0;
@@ -452,16 +473,21 @@ static int complete_alignment(weir__task *t) {
 
 /* Loop heads: replay a restored back-edge log before any new input, act as
  * the loop's source of barriers once its external inputs ended, and finish
- * when the loop drained. Returns 1 if the step must end here. */
+ * when the loop drained. Returns 1 if the step must end here, 2 if part of
+ * the log is still to be replayed. */
 static int head_duties(weir__task *t) {
   if (!t->replayed) {
-    t->replayed = 1;
-    int rc = weir__head_replay(t->ops[0]);
-    if (!rc) rc = chain_flush(t, 0);
-    if (rc) {
+    int rc = weir__head_replay(t->ops[0], (uint64_t)t->budget_batches * t->batch_records);
+    if (rc >= 0) {
+      int frc = chain_flush(t, 0);
+      if (frc) rc = frc;
+    }
+    if (rc < 0) {
       task_failed(t, rc);
       return 1;
     }
+    if (rc > 0) return 2;
+    t->replayed = 1;
   }
   if (sync_mode(t)) {
     uint64_t tr = atomic_load(&t->job->trigger_id);
@@ -513,7 +539,7 @@ static int input_barrier(weir__task *t, uint32_t idx, uint64_t id) {
       task_failed(t, WEIR_ECKPT);
       return 1;
     }
-    if (lr == WEIR__LOG_BLOCK && t->nregular_ended == t->nregular && head_duties(t)) return 1;
+    if (lr == WEIR__LOG_BLOCK && t->nregular_ended == t->nregular && head_duties(t) == 1) return 1;
     return 0;
   }
   weir__align_result ar = weir__align_barrier(&t->align, idx, id, weir_clock_mono_ns());
@@ -532,7 +558,13 @@ static int input_barrier(weir__task *t, uint32_t idx, uint64_t id) {
 
 static int input_step(weir__task *t) {
   uint32_t processed = 0;
-  if (t->head_loop && head_duties(t)) return 0;
+  if (t->head_loop) {
+    int hd = head_duties(t);
+    if (hd == 1) return 0;
+    /* A replayed log or an injected barrier may be waiting for room. */
+    if (!outputs_writable(t)) return 0;
+    if (hd == 2) return 1; /* more of the log next step */
+  }
   while (processed < t->budget_batches) {
     weir__batch *b = NULL;
     uint32_t idx = 0;
@@ -571,8 +603,8 @@ static int input_step(weir__task *t) {
           again = 1;
       if (again) continue;
       flush_outputs(t);
+      if (!t->head_loop || head_duties(t) != 1) settle_pending(t);
       publish_stats(t);
-      if (t->head_loop) head_duties(t);
       return 0;
     }
     t->rr = idx + 1 == t->nin ? 0 : idx + 1;
@@ -657,7 +689,9 @@ int weir__task_open(weir__task *t) {
     if (t->in_back[i]) weir__align_exclude(&t->align, i);
   if (t->head_loop && !t->backlog) {
     t->backlog = weir_calloc(1, sizeof *t->backlog);
-    weir__backlog_init(t->backlog, t->nin, t->in_back);
+    uint64_t bound = t->job->opts.loop_memory_bytes;
+    weir__backlog_init(t->backlog, t->nin, t->in_back, bound == UINT64_MAX ? 0 : bound,
+                       t->job->opts.spill_dir);
   }
   for (uint32_t i = 0; i < t->nops; i++) {
     weir_ctx *c = t->ops[i];

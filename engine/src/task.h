@@ -146,6 +146,10 @@ int weir__task_notify(weir__task *t);
 /* checkpoint.c: install a loaded snapshot into ctx (keyed state, then the
  * operator's restore callback). Called on the task's thread after open. */
 int weir__ctx_restore(weir_ctx *ctx);
+/* In a restore callback: takes the restored blob over instead of copying it
+ * (release it with *release(p, len), or weir_free when that is NULL). */
+uint8_t *weir__snapshot_take_blob(weir_snapshot_reader *r, uint64_t *len,
+                                  void (**release)(uint8_t *, uint64_t));
 
 /* task.c: calls the operator's finish (emissions get their own lineage). */
 int weir__ctx_finish(weir_ctx *c);

@@ -21,6 +21,7 @@
 
 #include <string.h>
 
+#include "spin.h"
 #include "weir/alloc.h"
 #include "weir/assert.h"
 #include "weir/clock.h"
@@ -30,14 +31,6 @@
 #define STEPS_PER_POLL 64u
 
 static _Thread_local weir__worker *cur_worker;
-
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  __asm__ volatile("yield");
-#endif
-}
 
 static void rq_push(weir__worker *w, weir__task *t) {
   t->next_run = NULL;
@@ -130,7 +123,7 @@ static void worker_loop(weir__worker *w) {
     while (!atomic_load_explicit(&w->inbox_n, memory_order_relaxed) &&
            !atomic_load_explicit(&w->stop, memory_order_relaxed) &&
            weir_clock_mono_ns() - t0 < SPIN_NS)
-      cpu_relax();
+      weir__cpu_relax();
     if (atomic_load(&w->inbox_n) || atomic_load(&w->stop)) continue;
     atomic_store(&w->sleeping, 1);
     if (!atomic_load(&w->inbox_n) && !atomic_load(&w->stop)) uv_run(&w->loop, UV_RUN_ONCE);

@@ -30,7 +30,7 @@ extern "C" {
 
 /* Bumped whenever a job .so built against an older header would misbehave.
  * A job .so exports it with WEIR_JOB_EXPORT (below); the loader checks it. */
-#define WEIR_ABI_VERSION 1u
+#define WEIR_ABI_VERSION 2u
 
 /* Default number of key groups: the largest parallelism a keyed operator can
  * ever be rescaled to. Keys map to key groups, key groups to subtasks. */
@@ -148,6 +148,12 @@ typedef struct weir_source_vt {
   void (*close)(weir_ctx *ctx);
   int (*snapshot)(weir_ctx *ctx, uint64_t checkpoint_id, weir_snapshot_writer *w);
   int (*restore)(weir_ctx *ctx, weir_snapshot_reader *r);
+  /* Nonzero if the source's splits do not depend on its parallelism (a
+   * split's position means the same whichever subtask owns it): its
+   * checkpoints can then be restored with another parallelism, each
+   * subtask's restore being offered every split's position and taking the
+   * ones it owns. Sources with any other state are not rescalable. */
+  int rescalable;
 } weir_source_vt;
 
 /* ------------------------------------------------------------------------ */
@@ -332,6 +338,12 @@ typedef struct weir_run_opts {
   int at_least_once;               /* barriers never block inputs */
   int restore;                     /* WEIR_RESTORE_* */
   uint64_t restore_id;             /* for WEIR_RESTORE_ID */
+  /* Loops: a feedback edge's queue and a loop head's back-edge log keep up
+   * to loop_memory_bytes each in memory (0 = 64 MiB; UINT64_MAX = never
+   * spill), and continue beyond it in unlinked scratch files in spill_dir
+   * (NULL = state_dir, or $TMPDIR or /tmp without one). */
+  uint64_t loop_memory_bytes;
+  const char *spill_dir;
   /* Stop-the-world checkpoints, the baseline the ABS paper compares
    * against: sources pause, every record in flight (loops included) is
    * processed, every operator snapshots, and sources resume once the

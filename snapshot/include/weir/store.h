@@ -119,10 +119,22 @@ typedef struct weir_subtask_snapshot {
   /* Operator-managed state (the operator's snapshot callback). */
   uint8_t *blob;
   uint64_t blob_len;
+  /* How the blob is released: NULL = weir_free; otherwise called with
+   * (blob, blob_len), e.g. to unmap a blob mapped from a file. */
+  void (*blob_release)(uint8_t *blob, uint64_t len);
+  /* Deferred u64 state (a copy-on-write view, read off the owner's
+   * thread): if set, fill(fill_arg, snap, 1) sets n_u64, u64_keys and
+   * u64_values before anything reads them (the store does it on its writer
+   * thread), or fill(fill_arg, snap, 0) lets go of the view unread; exactly
+   * one of the two happens. */
+  void (*fill)(void *arg, struct weir_subtask_snapshot *snap, int run);
+  void *fill_arg;
 } weir_subtask_snapshot;
 
 /* Frees what the struct owns and zeroes it. */
 void weir_subtask_snapshot_free(weir_subtask_snapshot *snap);
+/* Runs a deferred fill now (no-op without one). */
+void weir_subtask_snapshot_fill(weir_subtask_snapshot *snap);
 
 typedef struct weir_store_written {
   uint64_t bytes;  /* stored bytes, envelopes included */
@@ -157,6 +169,7 @@ typedef struct weir_store_commit_info {
   int64_t trigger_ms;    /* wall clock when triggered */
   uint64_t duration_ms;  /* trigger to all subtasks acknowledged */
   uint64_t alignment_ms; /* longest alignment of any subtask */
+  uint32_t key_groups;   /* key groups (max parallelism) of keyed state */
   int final;             /* the job's final checkpoint: marks it finished */
   uint32_t subtasks;     /* if not 0: the number of subtask writes the
                             checkpoint must hold (the acknowledgements the
@@ -217,6 +230,7 @@ typedef struct weir_store_ckpt_info {
   weir_store_ckpt ckpt;
   char job_id[40];
   uint32_t format_version;
+  uint32_t key_groups; /* 0: not recorded */
   uint32_t nsubtasks;
   weir_store_subtask_info *subtasks; /* ordered by operator name, subtask */
 } weir_store_ckpt_info;
