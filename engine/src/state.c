@@ -45,11 +45,12 @@ static void table_free(uint64_t *p, uint64_t bytes) {
 static void cow_detach(weir__u64map *m);
 
 void weir__state_close(weir__state *s) {
-  table_free(s->u.spare, s->u.spare_cap * 16);
   if (s->u.cow)
     cow_detach(&s->u); /* a snapshot still reads the table: it frees it */
   else
     table_free(s->u.slots, s->u.cap * 16);
+  /* After the detach: dropping a finished view hands its arena to spare. */
+  table_free(s->u.spare, s->u.spare_cap * 16);
   for (uint64_t i = 0; i < s->b.cap; i++) weir_free(s->b.slots[i]);
   weir_free(s->b.slots);
   memset(s, 0, sizeof *s);
