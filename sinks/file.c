@@ -21,7 +21,10 @@
  * what was written after the cut) and appends from there, so the file ends
  * up holding every record once. Restored into a directory without the file,
  * the sink starts a new one (what came before the cut is wherever it was
- * written). Until the sink takes part in two-phase commit, a reader of the
+ * written). A checkpoint taken after the file was published still records
+ * it as whole, with its length: a restore of that checkpoint takes the file
+ * back as .pending at open and publishes it again once told the checkpoint
+ * completed. Until the sink takes part in two-phase commit, a reader of the
  * .pending file may see records that a restore later drops.
  */
 #include "sink_impl.h"
@@ -44,6 +47,7 @@ typedef struct file_sink {
   weir__linebuf lb;
   int finished;        /* input ended; waiting for a checkpoint to publish */
   uint64_t after_ckpt; /* first checkpoint snapshotted after finish, 0 if none */
+  uint64_t published;  /* the published file's length (fd < 0) */
 } file_sink;
 
 /* mkdir -p: creates dir and its missing parents. Returns 0 or -errno
@@ -165,6 +169,8 @@ static int publish(weir_ctx *ctx, file_sink *f) {
   if (rc < 0) return rc;
   if ((rc = sync_fd(f->fd)) < 0)
     return weir_ctx_fail(ctx, rc, "cannot fsync '%s': %s", f->pending, weir_strerror(rc));
+  off_t len = lseek(f->fd, 0, SEEK_CUR);
+  f->published = len > 0 ? (uint64_t)len : 0;
   rc = close(f->fd) == 0 ? 0 : -errno;
   f->fd = -1;
   if (rc < 0) return weir_ctx_fail(ctx, rc, "cannot close '%s': %s", f->pending, weir_strerror(rc));
@@ -203,17 +209,24 @@ static int file_checkpoint_complete(weir_ctx *ctx, uint64_t id) {
 /* The cut: everything before the barrier durable, and the length noted. */
 static int file_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
   file_sink *f = weir_ctx_user(ctx);
-  if (f->fd < 0) return 0; /* published: nothing can be rolled back any more */
-  if (f->finished && !f->after_ckpt) f->after_ckpt = id;
-  int rc = weir__linebuf_flush(ctx, &f->lb);
-  if (rc < 0) return rc;
-  if ((rc = sync_fd(f->fd)) < 0)
-    return weir_ctx_fail(ctx, rc, "cannot fsync '%s': %s", f->pending, weir_strerror(rc));
-  off_t len = lseek(f->fd, 0, SEEK_CUR);
-  if (len < 0) return -errno;
+  off_t len = (off_t)f->published;
+  if (f->fd >= 0) {
+    if (f->finished && !f->after_ckpt) f->after_ckpt = id;
+    int rc = weir__linebuf_flush(ctx, &f->lb);
+    if (rc < 0) return rc;
+    if ((rc = sync_fd(f->fd)) < 0)
+      return weir_ctx_fail(ctx, rc, "cannot fsync '%s': %s", f->pending, weir_strerror(rc));
+    len = lseek(f->fd, 0, SEEK_CUR);
+    if (len < 0) return -errno;
+  }
+  /* Published already (an earlier checkpoint held the whole file): the
+   * state still says "whole, this long", so that a restore of this
+   * checkpoint (which takes the file back as .pending at open) publishes it
+   * again. */
   uint8_t b[9];
   for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)len >> (8 * i));
-  b[8] = (uint8_t)f->finished; /* complete: publish when this checkpoint is known complete */
+  /* complete: publish when this checkpoint is known complete */
+  b[8] = (uint8_t)(f->finished || f->fd < 0);
   return weir_snapshot_write(w, b, sizeof b);
 }
 
