@@ -10,13 +10,26 @@
  *            count -> null sink) with W workers and parallelism W.
  * Prints records/s (median over repetitions) and the engine/hand ratios.
  *
+ * With --checkpoints, instead: the engine's counter job on W = max-workers
+ * workers (unbounded generator, stopped after --seconds S, default 12) with
+ * checkpoints off, aligned (ABS) and synchronous (stop-the-world)
+ * checkpoints every 100 ms and every 1 s, into a store under $TMPDIR
+ * (removed after each run). Each repetition runs none, M1, none, M2, none,
+ * M3, none, M4, none (A B A B), and a mode's ratio is its rate over the mean
+ * of the two runs without checkpoints around it, so drift cancels; then the
+ * median over repetitions. The rate is the generator's records at the stop
+ * over S (the drain and the last checkpoint after the stop are not timed).
+ *
  *   bench_counter [--records N] [--keys K] [--reps R] [--max-workers W] [--json FILE]
+ *                 [--checkpoints [--seconds S]]
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "weir/alloc.h"
 #include "weir/clock.h"
@@ -106,16 +119,70 @@ static double run_hand(uint64_t records, uint64_t keys, int threads) {
   return (double)records / s;
 }
 
-static double run_engine(uint64_t records, uint64_t keys, int workers) {
+/* A checkpoint configuration of the engine's run. */
+typedef struct ckpt_mode {
+  const char *name;
+  uint32_t interval_ms; /* 0: checkpoints off */
+  int sync;
+} ckpt_mode;
+
+static const ckpt_mode no_checkpoints = {"none", 0, 0};
+
+/* The store of a run: <dir>/store/{data,lock}.mdb. */
+static void remove_store(const char *dir) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s/store/data.mdb", dir);
+  unlink(p);
+  snprintf(p, sizeof p, "%s/store/lock.mdb", dir);
+  unlink(p);
+  snprintf(p, sizeof p, "%s/store", dir);
+  rmdir(p);
+}
+
+/* Stops a job after `seconds`, noting what its generator emitted by then. */
+typedef struct stopper {
+  weir_job *job;
+  double seconds;
+  uint64_t emitted;
+} stopper;
+
+static void *stopper_main(void *p) {
+  stopper *st = p;
+  struct timespec ts = {(time_t)st->seconds,
+                        (long)((st->seconds - (double)(time_t)st->seconds) * 1e9)};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+  weir_job_operator_counts(st->job, "gen", NULL, &st->emitted);
+  weir_job_stop(st->job);
+  return NULL;
+}
+
+/* records == 0: unbounded, stopped after `seconds`; the rate is then what
+ * the generator emitted until the stop over `seconds`. */
+static double run_engine_ckpt(uint64_t records, uint64_t keys, int workers, const ckpt_mode *m,
+                              const char *dir, uint64_t *checkpoints, double seconds) {
   weir_job *job;
   weir_job_create(&job, "counter");
   weir_gen_opts g = {.records = records, .keys = keys};
   weir_stream *s = weir_gen(job, "gen", &g, workers);
   s = weir_count(weir_key_by(s), "count", workers);
   int rc = weir_sink_to(s, "sink", "null", NULL, workers);
+  weir_run_opts o = {.workers = workers};
+  if (m->interval_ms) {
+    remove_store(dir);
+    o.state_dir = dir;
+    o.checkpoint_interval_ms = m->interval_ms;
+    o.sync_checkpoints = m->sync;
+  }
+  stopper st = {job, seconds, 0};
+  pthread_t th;
+  if (!records) pthread_create(&th, NULL, stopper_main, &st);
   uint64_t t0 = weir_clock_mono_ns();
-  if (!rc) rc = weir_job_run(job, &(weir_run_opts){.workers = workers});
+  if (!rc) rc = weir_job_run(job, &o);
   double sec = (double)(weir_clock_mono_ns() - t0) / 1e9;
+  if (!records) pthread_join(th, NULL);
+  if (checkpoints) *checkpoints = weir_job_run_info(job)->checkpoints;
+  if (m->interval_ms) remove_store(dir);
   if (rc) {
     fprintf(stderr, "bench_counter: job failed: %s\n", weir_job_error(job));
     exit(1);
@@ -123,12 +190,17 @@ static double run_engine(uint64_t records, uint64_t keys, int workers) {
   uint64_t in = 0;
   weir_job_operator_counts(job, "sink", &in, NULL);
   weir_job_destroy(job);
+  if (!records) return (double)st.emitted / seconds;
   if (in != records) {
     fprintf(stderr, "bench_counter: sink saw %llu records, expected %llu\n", (unsigned long long)in,
             (unsigned long long)records);
     exit(1);
   }
   return (double)records / sec;
+}
+
+static double run_engine(uint64_t records, uint64_t keys, int workers) {
+  return run_engine_ckpt(records, keys, workers, &no_checkpoints, NULL, NULL, 0);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -141,9 +213,80 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* --checkpoints: the engine without checkpoints, with aligned and with
+ * synchronous ones, A B A B within each repetition. */
+static int bench_checkpoints(uint64_t keys, int reps, int workers, double seconds,
+                             const char *json) {
+  static const ckpt_mode modes[] = {{"aligned-100ms", 100, 0},
+                                    {"sync-100ms", 100, 1},
+                                    {"aligned-1s", 1000, 0},
+                                    {"sync-1s", 1000, 1}};
+  enum { NM = sizeof modes / sizeof modes[0] };
+  const char *tmp = getenv("TMPDIR");
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/bench-ckpt-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(dir)) {
+    perror("bench_counter: mkdtemp");
+    return 1;
+  }
+  double *none = weir_calloc((size_t)((NM + 1) * reps), sizeof(double));
+  double *rate = weir_calloc((size_t)(NM * reps), sizeof(double));
+  double *ratio = weir_calloc((size_t)(NM * reps), sizeof(double));
+  double *ckpts = weir_calloc((size_t)(NM * reps), sizeof(double));
+  printf("counter with checkpoints: %.0f s runs, %llu keys, %d workers, %d repetitions "
+         "(none, mode, none, mode, ...), store under %s\n",
+         seconds, (unsigned long long)keys, workers, reps, dir);
+  for (int r = 0; r < reps; r++) {
+    for (int k = 0; k <= NM; k++) {
+      double *n = &none[r * (NM + 1) + k];
+      *n = run_engine_ckpt(0, keys, workers, &no_checkpoints, dir, NULL, seconds);
+      printf("  rep %d  %-14s %7.2fM/s\n", r + 1, "none", *n / 1e6);
+      fflush(stdout);
+      if (k == NM) break;
+      uint64_t c = 0;
+      rate[k * reps + r] = run_engine_ckpt(0, keys, workers, &modes[k], dir, &c, seconds);
+      ckpts[k * reps + r] = (double)c;
+      printf("  rep %d  %-14s %7.2fM/s  %3llu checkpoints\n", r + 1, modes[k].name,
+             rate[k * reps + r] / 1e6, (unsigned long long)c);
+      fflush(stdout);
+    }
+    for (int k = 0; k < NM; k++)
+      ratio[k * reps + r] =
+          rate[k * reps + r] / ((none[r * (NM + 1) + k] + none[r * (NM + 1) + k + 1]) / 2);
+  }
+  rmdir(dir);
+  FILE *jf = json ? fopen(json, "w") : NULL;
+  if (jf)
+    fprintf(jf, "{\"seconds\": %.1f, \"keys\": %llu, \"workers\": %d, \"reps\": %d, \"modes\": [",
+            seconds, (unsigned long long)keys, workers, reps);
+  double mn = median(none, (NM + 1) * reps);
+  printf("%-14s %14s %12s %14s\n", "mode", "weir rec/s", "checkpoints", "ratio to none");
+  printf("%-14s %13.2fM %12s %14s\n", "none", mn / 1e6, "-", "1");
+  for (int k = 0; k < NM; k++) {
+    double mr = median(ratio + k * reps, reps), me = median(rate + k * reps, reps);
+    double mc = median(ckpts + k * reps, reps);
+    printf("%-14s %13.2fM %12.0f %14.3f\n", modes[k].name, me / 1e6, mc, mr);
+    if (jf)
+      fprintf(jf,
+              "%s{\"mode\": \"%s\", \"weir_median\": %.0f, \"checkpoints_median\": %.0f, "
+              "\"ratio_median\": %.4f}",
+              k ? ", " : "", modes[k].name, me, mc, mr);
+  }
+  if (jf) {
+    fprintf(jf, "], \"none_median\": %.0f}\n", mn);
+    fclose(jf);
+  }
+  weir_free(none);
+  weir_free(rate);
+  weir_free(ratio);
+  weir_free(ckpts);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   uint64_t records = 50000000, keys = 1000000;
-  int reps = 5, maxw = 2;
+  int reps = 5, maxw = 2, checkpoints = 0;
+  double seconds = 12;
   const char *json = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--records") && i + 1 < argc)
@@ -156,9 +299,13 @@ int main(int argc, char **argv) {
       maxw = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--json") && i + 1 < argc)
       json = argv[++i];
+    else if (!strcmp(argv[i], "--checkpoints"))
+      checkpoints = 1;
+    else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+      seconds = atof(argv[++i]);
     else {
       fprintf(stderr, "usage: bench_counter [--records N] [--keys K] [--reps R] [--max-workers W] "
-                      "[--json FILE]\n");
+                      "[--json FILE] [--checkpoints [--seconds S]]\n");
       return 2;
     }
   }
@@ -167,6 +314,13 @@ int main(int argc, char **argv) {
     return 2;
   }
   weir_log_set_level(WEIR_LOG_WARN);
+  if (checkpoints) {
+    if (!(seconds >= 1 && seconds <= 3600)) {
+      fprintf(stderr, "bench_counter: --seconds: 1 to 3600\n");
+      return 2;
+    }
+    return bench_checkpoints(keys, reps, maxw, seconds, json);
+  }
   double *hand = weir_calloc((size_t)(maxw * reps), sizeof(double));
   double *eng = weir_calloc((size_t)(maxw * reps), sizeof(double));
   printf("counter: %llu records, %llu keys, %d repetitions (interleaved)\n",

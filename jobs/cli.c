@@ -152,6 +152,8 @@ int cli_take_engine(cli_args *a, cli_engine *eng) {
   if ((r = cli_take_str(a, "--checkpoint-mode", &eng->checkpoint_mode)) != 0) return r;
   if ((r = cli_take_u64(a, "--lease-ms", 3600000, &eng->lease_ms)) != 0) return r;
   if ((r = cli_take_bool(a, "--wait", &eng->lease_wait)) != 0) return r;
+  if ((r = cli_take_str(a, "--tolerable-checkpoint-failures", &eng->tolerable)) != 0) return r;
+  if ((r = cli_take_u64(a, "--max-store-size", UINT64_MAX, &eng->max_store_size)) != 0) return r;
   return 0;
 }
 
@@ -195,9 +197,28 @@ int cli_checkpoint_opts(const cli_engine *eng, weir_run_opts *o) {
     o->at_least_once = 0;
   else if (strcmp(eng->checkpoint_mode, "at-least-once") == 0)
     o->at_least_once = 1;
+  else if (strcmp(eng->checkpoint_mode, "sync") == 0)
+    o->sync_checkpoints = 1;
   else
-    return cli_usage("--checkpoint-mode: '%s' is not one of aligned, at-least-once",
+    return cli_usage("--checkpoint-mode: '%s' is not one of aligned, at-least-once, sync",
                      eng->checkpoint_mode);
+  if (eng->tolerable) {
+    uint64_t n;
+    if (strcmp(eng->tolerable, "unlimited") == 0)
+      o->tolerable_checkpoint_failures = WEIR_TOLERATE_ANY;
+    else if (cli_parse_u64("--tolerable-checkpoint-failures", eng->tolerable, 1000000, &n) < 0)
+      return -1;
+    else
+      o->tolerable_checkpoint_failures = n ? (int)n : WEIR_TOLERATE_NONE;
+  }
+  if (eng->max_store_size) {
+    /* LMDB maps whole pages; below 1 MB not even the job record and one
+     * small checkpoint fit. */
+    if (eng->max_store_size < 1000000)
+      return cli_usage("--max-store-size: %llu bytes is too small (at least 1M)",
+                       (unsigned long long)eng->max_store_size);
+    o->store_max_bytes = (eng->max_store_size + 65535) / 65536 * 65536;
+  }
   if (eng->restore && eng->fresh) return cli_usage("--restore and --fresh exclude each other");
   if (eng->fresh) o->restore = WEIR_RESTORE_FRESH;
   if (eng->restore) {
@@ -220,6 +241,7 @@ int cli_exit_for(int rc) {
     return CLI_EXIT_OK;
   case WEIR_ECORRUPT:
   case WEIR_EFORMAT:
+  case WEIR_ECKPTLIMIT:
     return CLI_EXIT_STORE;
   case WEIR_EUNFINISHED:
   case WEIR_ENOCKPT:

@@ -21,7 +21,8 @@ enum {
   CLI_EXIT_OK = 0,      /* success, or stopped cleanly */
   CLI_EXIT_RUNTIME = 1, /* the job failed, or a file could not be used */
   CLI_EXIT_USAGE = 2,   /* bad command line (or one that does not fit the state dir) */
-  CLI_EXIT_STORE = 3,   /* store or checkpoint refused: corrupt, truncated, unknown format */
+  CLI_EXIT_STORE = 3,   /* store or checkpoint refused: corrupt, truncated, unknown format,
+                           or checkpoints failing (full disk) beyond the tolerance */
   CLI_EXIT_OWNED = 4,   /* the state directory is held by a live owner, or this run lost it */
   CLI_EXIT_REFUSED = 5  /* a destination refused an effect permanently, or a replay
                            would go beyond its idempotency key retention */
@@ -53,9 +54,11 @@ typedef struct cli_engine {
   int retain;                   /* 0 = engine default (3) */
   const char *restore;          /* NULL, "latest" or an id */
   int fresh;
-  const char *checkpoint_mode; /* "aligned" (default) or "at-least-once" */
+  const char *checkpoint_mode; /* "aligned" (default), "at-least-once" or "sync" */
   uint64_t lease_ms;           /* ms; 0 = engine default (6000) */
   int lease_wait;              /* --wait: take over when a live owner's lease expires */
+  const char *tolerable;       /* --tolerable-checkpoint-failures: N or "unlimited" */
+  uint64_t max_store_size;     /* bytes; 0 = engine default */
 } cli_engine;
 
 /* Checks a job's --sink value (printing a usage message naming the

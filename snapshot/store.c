@@ -848,7 +848,14 @@ int weir_store_open(weir_store **out, const char *dir, const weir_store_opts *op
 
   if (!s->read_only) {
     uint64_t chunks = 0, ckpts = 0;
-    if ((rc = weir__collect_orphans(s, &chunks, &ckpts)) < 0) return open_fail(s, rc);
+    if ((rc = weir__collect_orphans(s, &chunks, &ckpts)) < 0) {
+      /* On a full disk even deleting needs room (copy-on-write pages): the
+       * leftovers wait for a later collection, and restoring (which only
+       * reads) must still work. */
+      if (rc != WEIR_ENOSPC) return open_fail(s, rc);
+      char msg[512];
+      WEIR_LOG_W("%s (collected later)", weir_store_error(s, msg, sizeof msg));
+    }
     if (ckpts > 0)
       WEIR_LOG_I("store %s: collected %llu chunks of %llu checkpoints that never completed",
                  s->path, (ull)chunks, (ull)ckpts);

@@ -38,6 +38,14 @@
  * Fencing (lease.c): with a lease, every write transaction checks it right
  * after it begins (begin_write), and a commit checks it again once durable;
  * the metadata records the committing owner's epoch.
+ * Full disks and I/O errors: a failed write transaction fails the subtask
+ * write (and so its checkpoint's commit) with a message that names the
+ * store's path, the LMDB error, the space the file system has left (or the
+ * map size and how much of it is used) and what the subtask needs; what
+ * the checkpoint wrote is discarded. Earlier checkpoints are untouched.
+ * Failpoints store.write_chunk (before each chunk put) and store.commit
+ * (before the commit's metadata put) simulate such failures for tests
+ * (WEIR_FAILPOINTS=store.write_chunk=enospc@3).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -480,13 +488,21 @@ static int chunker_next(chunker *c, uint8_t *buf, size_t *len) {
 static int write_err(weir_store *s, int rc, uint64_t want, char *note, size_t len) {
   note[0] = '\0';
   if (rc == MDB_MAP_FULL) {
-    snprintf(note, len, " (map size %llu bytes)", (ull)s->map_size);
+    MDB_envinfo info;
+    MDB_stat st;
+    if (mdb_env_info(s->env, &info) == 0 && mdb_env_stat(s->env, &st) == 0)
+      snprintf(note, len, " (map size %llu bytes, %llu of them in use)", (ull)info.me_mapsize,
+               (ull)(((uint64_t)info.me_last_pgno + 1) * st.ms_psize));
+    else
+      snprintf(note, len, " (map size %llu bytes)", (ull)s->map_size);
   } else if (rc == EIO || rc == ENOSPC) {
     struct statvfs v;
     if (statvfs(s->path, &v) == 0) {
       uint64_t avail = (uint64_t)v.f_bavail * v.f_frsize;
-      snprintf(note, len, " (the file system has %llu bytes free)", (ull)avail);
-      if (avail < want + (1u << 20)) return WEIR_ENOSPC;
+      int full = avail < want + (1u << 20);
+      snprintf(note, len, " (%sthe file system has %llu bytes free)",
+               full && rc == EIO ? "a short write: No space left on device; " : "", (ull)avail);
+      if (full) return WEIR_ENOSPC;
     }
   }
   return weir__mdb_err(rc);
@@ -504,6 +520,24 @@ static int can_append(weir_store *s, MDB_txn *txn, const uint8_t *first) {
   return ok;
 }
 
+/* A failpoint standing for a write: 0, or the errno it simulates (EIO,
+ * ENOSPC), as LMDB would return it. */
+static int simulated(const char *name) {
+  int rc = weir_failpoint(name);
+  return rc < 0 ? -rc : 0;
+}
+
+/* The bytes the chunks of a subtask take (values and keys, without LMDB's
+ * page overhead): encodes them all again, into buf, for a failure message. */
+static uint64_t subtask_bytes(uint64_t id, uint32_t record, const weir_subtask_snapshot *sn,
+                              uint8_t *buf) {
+  chunker c = {.snap = sn, .id = {id, record, 0}};
+  uint64_t total = 0;
+  size_t len = 0;
+  while (chunker_next(&c, buf, &len)) total += len + WEIR__CHUNK_KEY;
+  return total;
+}
+
 /* Writes the chunks of one subtask under [id][record]; fills the entry's
  * chunk counts and bytes. */
 static int write_chunks(weir_store *s, uint64_t id, uint32_t record,
@@ -515,6 +549,7 @@ static int write_chunks(weir_store *s, uint64_t id, uint32_t record,
   int append = 0, rc = 0;
   uint32_t in_txn = 0;
   uint64_t txn_bytes = 0, failing = 0;
+  const char *fp = "";
   for (;;) {
     size_t len = 0;
     uint32_t seq = c.id.seq;
@@ -532,6 +567,10 @@ static int write_chunks(weir_store *s, uint64_t id, uint32_t record,
       }
       MDB_val key = {sizeof kb, kb}, val = {len, s->chunk_buf};
       failing = len;
+      if ((rc = simulated("store.write_chunk")) != 0) {
+        fp = " [simulated by failpoint store.write_chunk]";
+        break;
+      }
       rc = mdb_put(txn, s->dbi_chunks, &key, &val, append ? MDB_APPEND : MDB_NOOVERWRITE);
       if (rc == 0 && weir_failpoint("store.in_chunk_txn")) rc = EIO; /* tests */
       if (rc != 0) break;
@@ -552,14 +591,16 @@ static int write_chunks(weir_store *s, uint64_t id, uint32_t record,
   }
   if (txn != NULL) mdb_txn_abort(txn);
   if (rc != 0) {
-    char map[96];
+    char map[128];
     int code = write_err(s, rc, txn_bytes + failing, map, sizeof map);
+    uint64_t need = subtask_bytes(id, record, sn, s->chunk_buf);
     return weir__store_fail(s, code,
-                            "store %s: writing checkpoint %llu, operator \"%s\" subtask %u: %s%s; "
+                            "store %s: writing checkpoint %llu, operator \"%s\" subtask %u: "
+                            "%s%s%s; the subtask needs %llu bytes (and LMDB's page overhead), "
                             "%llu bytes were being written in this transaction, %llu bytes of "
                             "this subtask were already durable",
-                            s->path, (ull)id, sn->op, sn->subtask, weir__mdb_text(rc), map,
-                            (ull)(txn_bytes + failing), (ull)w->bytes);
+                            s->path, (ull)id, sn->op, sn->subtask, weir__mdb_text(rc), map, fp,
+                            (ull)need, (ull)(txn_bytes + failing), (ull)w->bytes);
   }
   e->u64_chunks = c.chunks[0];
   e->bytes_chunks = c.chunks[1];
@@ -823,7 +864,11 @@ static void exec_commit(weir_store *s, weir__req *r) {
   uint8_t k[8];
   weir__key_meta(k, id);
   MDB_val key = {8, k}, val = {mlen, mval};
-  rc = mdb_put(txn, s->dbi_meta, &key, &val, MDB_NOOVERWRITE);
+  const char *fp = "";
+  if ((rc = simulated("store.commit")) != 0)
+    fp = " [simulated by failpoint store.commit]";
+  else
+    rc = mdb_put(txn, s->dbi_meta, &key, &val, MDB_NOOVERWRITE);
   if (rc == 0) {
     if (id > job.latest) job.latest = id;
     if (ci->final) job.finished = 1;
@@ -848,11 +893,11 @@ static void exec_commit(weir_store *s, weir__req *r) {
     }
   }
   if (rc != 0) {
-    char map[96];
+    char map[128];
     int code = write_err(s, rc, mlen + jlen, map, sizeof map);
     rc = weir__store_fail(s, code,
-                          "store %s: committing checkpoint %llu (%zu bytes of metadata): %s%s",
-                          s->path, (ull)id, mlen, weir__mdb_text(rc), map);
+                          "store %s: committing checkpoint %llu (%zu bytes of metadata): %s%s%s",
+                          s->path, (ull)id, mlen, weir__mdb_text(rc), map, fp);
     goto out;
   }
   w.bytes = m.total_bytes;
@@ -972,7 +1017,7 @@ static int update_job(weir_store *s, weir__req *r) {
       mdb_txn_abort(txn);
     }
     if (rc != 0) {
-      char note[96];
+      char note[128];
       int code = write_err(s, rc, len, note, sizeof note);
       return weir__store_fail(s, code, "store %s: writing the job record: %s%s", s->path,
                               weir__mdb_text(rc), note);

@@ -165,6 +165,21 @@ Test(cli, usage_errors) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
+Test(cli, checkpoint_option_errors) {
+  expect_usage((const char *const[]){"run", "counter", "--checkpoint-mode", "bogus", NULL},
+               "aligned, at-least-once, sync");
+  expect_usage(
+      (const char *const[]){"run", "counter", "--tolerable-checkpoint-failures", "-1", NULL}, "-1");
+  expect_usage(
+      (const char *const[]){"run", "counter", "--tolerable-checkpoint-failures", "lots", NULL},
+      "lots");
+  expect_usage((const char *const[]){"run", "counter", "--max-store-size", "10", NULL},
+               "too small");
+  expect_help((const char *const[]){"help", "run", NULL}, "--tolerable-checkpoint-failures");
+  expect_help((const char *const[]){"help", "run", NULL}, "sync: stop the");
+  cr_assert_eq(th_leak_check(), 0);
+}
+
 Test(cli, wordcount_unreadable_input) {
   char *dir = th_tmpdir();
   cr_assert_not_null(dir);

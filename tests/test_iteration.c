@@ -1049,6 +1049,36 @@ Test(collatz, negative_control_without_replay) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
+/* ---- synchronous checkpoints ----------------------------------------------- */
+
+/* --checkpoint-mode sync drains the loop before anything snapshots, so the
+ * heads' back-edge logs are empty; a sync run killed right after its second
+ * commit restores (in sync mode) to the reference. (test_recovery restores
+ * a sync run's checkpoint in aligned mode.) */
+Test(collatz, sync_kill_and_restore) {
+  cjob *j = cjob_new(2);
+  char *err = NULL;
+  int rc = run_collatz(j, "ckpt.after_meta_commit=kill@2", -1, &err, NULL, "--checkpoint-mode",
+                       "sync", NULL);
+  cr_assert_eq(rc, KILLED, "ckpt.after_meta_commit=kill@2 did not fire: exit %d, stderr: %s", rc,
+               err);
+  assert_contains(err, "failpoint ckpt.after_meta_commit: kill (hit 2)");
+  free(err);
+  ull id = 0, log = latest_loop_log(j, &id);
+  cr_assert_gt(id, 0, "no checkpoint listed\nhistory: %s", j->history);
+  cr_assert_eq(log, 0,
+               "sync checkpoint %llu holds %llu bytes of back-edge log: the loop was not "
+               "drained\nhistory: %s",
+               id, log, j->history);
+  rc = run_collatz(j, NULL, -1, &err, NULL, "--checkpoint-mode", "sync", "--restore", "latest",
+                   NULL);
+  cr_assert_eq(rc, 0, "restore: exit %d, stderr: %s\nhistory: %s", rc, err, j->history);
+  free(err);
+  check_exact(j);
+  cjob_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
 /* Crash tests run one at a time whatever --jobs says: a second test on the
  * cores would slow every run and move every kill. */
 int main(int argc, char *argv[]) {

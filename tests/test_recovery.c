@@ -2,7 +2,8 @@
  * binary: SIGKILL at every checkpoint failpoint and at random times, the job
  * lifecycle in a state directory (new instances, refusals, restores of
  * older checkpoints, --fresh), damaged and future-format stores, and the
- * at-least-once mode.
+ * at-least-once mode, synchronous (stop-the-world) checkpoints, and full
+ * disks and store errors.
  *
  * DESIGN. Every test runs the real binary (WEIR_BINARY) on the counter job
  * (gen -> key_by -> count -> file sink, parallelism 2 on 2 workers) in a
@@ -23,6 +24,17 @@
  * must show ids above every id seen before. Refusals (damaged or newer
  * stores, unknown ids, unfinished jobs) must exit with their code, never by
  * a signal, and leave the sink directory byte for byte as it was.
+ *
+ * Synchronous checkpoints are killed at the same failpoints and restored
+ * (also in aligned mode from a sync run's checkpoint): same exact output.
+ * Store failures come from the failpoints store.write_chunk / store.commit
+ * (enospc, error), from a store limited with --max-store-size (LMDB's map
+ * full) and from a real 2 MB tmpfs (skipped where mount(2) is not allowed):
+ * a declined checkpoint's message must name the store's path, the error and
+ * the room left; the job runs on (exact output, the declined id never
+ * listed), or stops with exit 3 after --tolerable-checkpoint-failures and
+ * names its restore point, the latest listed checkpoint, from which a
+ * restore gives the exact output.
  *
  * The program has its own main(): it forces Criterion's --jobs 1, so crash
  * runs never compete for the 2 cores (a slow run would shift every kill),
@@ -45,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -699,11 +712,12 @@ static void check_finished(job *j) {
   check_exact(j);
 }
 
-/* Kill at failpoint `name` hit 1, 2, 3 (each in a new directory), then
- * restore until done. */
-static void kill_at(const char *name) {
+/* Kill at failpoint `name` hit 1, 2, 3 (each in a new directory) in
+ * checkpoint mode `mode`, then restore until done. */
+static void kill_at_in(const char *name, const char *mode) {
   for (unsigned hit = 1; hit <= 3; hit++) {
     job *j = job_new(RECORDS, KEYS);
+    j->mode = mode;
     char fp[128];
     snprintf(fp, sizeof fp, "%s=kill@%u", name, hit);
     char *err = NULL;
@@ -715,6 +729,10 @@ static void kill_at(const char *name) {
     job_free(j);
   }
   cr_assert_eq(th_leak_check(), 0);
+}
+
+static void kill_at(const char *name) {
+  kill_at_in(name, "aligned");
 }
 
 TestSuite(recovery, .timeout = 150, .fini = cleanup);
@@ -1425,6 +1443,234 @@ Test(recovery, at_least_once_kill_and_restore) {
           "lines above a key's final count (records counted twice)\n",
           (ull)lines, (ull)j->records, (ull)dups, (ull)over);
   seen_free();
+  job_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* ---- synchronous checkpoints --------------------------------------------- */
+
+/* The stop-the-world mode writes ordinary checkpoints: a sync run killed
+ * at a failpoint restores (in sync mode, and in aligned mode from a sync
+ * run's checkpoint) to exactly the failure-free output. */
+TestSuite(sync_recovery, .timeout = 150, .fini = cleanup);
+
+Test(sync_recovery, kill_at_barrier_injected) {
+  kill_at_in("ckpt.barrier_injected", "sync");
+}
+Test(sync_recovery, kill_at_after_sync_snapshot) {
+  kill_at_in("ckpt.after_sync_snapshot", "sync");
+}
+Test(sync_recovery, kill_at_after_meta_commit) {
+  kill_at_in("ckpt.after_meta_commit", "sync");
+}
+Test(sync_recovery, restore_a_sync_checkpoint_aligned) {
+  job *j = job_new(RECORDS, KEYS);
+  j->mode = "sync";
+  char *err = NULL;
+  int rc = run_job(j, "ckpt.after_meta_commit=kill@3", &err, NULL);
+  expect_killed_at(j, rc, err, "ckpt.after_meta_commit", 3);
+  free(err);
+  j->mode = "aligned";
+  restore_to_end(j);
+  check_finished(j);
+  job_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* ---- full disks and store errors ------------------------------------------ */
+
+/* A declined checkpoint's message names the store, the error and the room
+ * there was; returns the id it names (0 when the message names none). */
+static ull check_declined(job *j, const char *err, const char *verb, const char *error) {
+  char want[700];
+  snprintf(want, sizeof want, "store %s/store: ", j->state);
+  cr_assert(strstr(err, want) != NULL, "the message does not name the store '%s': %s", want, err);
+  cr_assert(strstr(err, error) != NULL, "no '%s' in: %s", error, err);
+  cr_assert(strstr(err, "bytes free") != NULL || strstr(err, "in use") != NULL,
+            "the message says nothing of the room left: %s", err);
+  const char *p = strstr(err, verb);
+  cr_assert_not_null(p, "no '%s' in: %s", verb, err);
+  ull id = 0;
+  const char *c = p;
+  while (c > err && !(c[0] == 'c' && strncmp(c, "checkpoint ", 11) == 0)) c--;
+  if (sscanf(c, "checkpoint %llu", &id) != 1) id = 0;
+  return id;
+}
+
+/* A listing (with --retain 50) that holds every completed checkpoint of
+ * the run, and never `declined`. */
+static void check_not_listed(job *j, ull declined) {
+  listing l;
+  listing_now(j, &l);
+  cr_assert_gt(l.n, 1, "fewer checkpoints than expected\nhistory: %s", j->history);
+  for (size_t i = 0; i < l.n; i++)
+    cr_assert_neq(l.id[i], declined, "declined checkpoint %llu is listed\nhistory: %s", declined,
+                  j->history);
+}
+
+TestSuite(diskfull, .timeout = 150, .fini = cleanup);
+
+/* One chunk write fails with ENOSPC: that checkpoint is declined with a
+ * message naming the store, the job runs on, later checkpoints complete,
+ * the declined one is never listed, and the output is exact. */
+Test(diskfull, enospc_once_declines_one_checkpoint) {
+  job *j = job_new(RECORDS, KEYS);
+  char *err = NULL;
+  int rc = run_job(j, "store.write_chunk=enospc@6", &err, "--retain", "50", NULL);
+  cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
+  ull id = check_declined(j, err, " declined: ", "No space left on device");
+  cr_assert_gt(id, 0, "no declined checkpoint id in: %s", err);
+  cr_assert(strstr(err, "[simulated by failpoint store.write_chunk]") != NULL, "%s", err);
+  cr_assert(strstr(err, "the subtask needs ") != NULL, "%s", err);
+  cr_assert(strstr(err, "the restore point stays ") != NULL, "%s", err);
+  free(err);
+  check_not_listed(j, id);
+  check_finished(j);
+  job_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* The commit (metadata) fails once with EIO: declined, the job goes on. */
+Test(diskfull, eio_at_commit_declines_one_checkpoint) {
+  job *j = job_new(RECORDS, KEYS);
+  char *err = NULL;
+  int rc = run_job(j, "store.commit=error@3", &err, "--retain", "50", NULL);
+  cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
+  ull id = check_declined(j, err, " declined: ", "Input/output error");
+  cr_assert(strstr(err, "committing checkpoint") != NULL, "%s", err);
+  free(err);
+  check_not_listed(j, id);
+  check_finished(j);
+  job_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* Every write fails from the 9th chunk on: with 2 failures tolerated the
+ * third stops the job (exit 3) naming its restore point, the latest listed
+ * checkpoint; a restore from it gives the exact output. */
+Test(diskfull, persistent_enospc_stops_the_job) {
+  job *j = job_new(RECORDS, KEYS);
+  char *err = NULL;
+  int rc =
+      run_job(j, "store.write_chunk=enospc@9+", &err, "--tolerable-checkpoint-failures", "2", NULL);
+  cr_assert_eq(rc, 3, "exit %d, stderr: %s", rc, err);
+  check_declined(j, err, " failed: ", "No space left on device");
+  cr_assert(strstr(err, "3 checkpoints failed in a row, more than the 2 tolerated") != NULL, "%s",
+            err);
+  listing l;
+  listing_now(j, &l);
+  cr_assert_gt(l.n, 0, "no checkpoint completed before the failures\nhistory: %s", j->history);
+  cr_assert_not(l.finished);
+  char want[64];
+  snprintf(want, sizeof want, "its restore point is checkpoint %llu", l.id[l.n - 1]);
+  cr_assert(strstr(err, want) != NULL, "no '%s' in: %s", want, err);
+  free(err);
+  restore_to_end(j);
+  check_finished(j);
+  job_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* No failure tolerated: the first I/O error stops the job. */
+Test(diskfull, tolerate_none) {
+  job *j = job_new(RECORDS, KEYS);
+  char *err = NULL;
+  int rc =
+      run_job(j, "store.write_chunk=error@9", &err, "--tolerable-checkpoint-failures", "0", NULL);
+  cr_assert_eq(rc, 3, "exit %d, stderr: %s", rc, err);
+  check_declined(j, err, " failed: ", "Input/output error");
+  cr_assert(strstr(err, "1 checkpoints failed in a row, more than the 0 tolerated") != NULL, "%s",
+            err);
+  free(err);
+  restore_to_end(j);
+  check_finished(j);
+  job_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* Only the final checkpoint (interval 0), and its commit fails once: it is
+ * tried again after a second and the job ends finished and exact. */
+Test(diskfull, final_checkpoint_is_retried) {
+  job *j = job_new(RECORDS, KEYS);
+  j->interval = "0";
+  char *err = NULL;
+  int rc = run_job(j, "store.commit=enospc@1", &err, NULL);
+  cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
+  cr_assert(strstr(err, "the final checkpoint ") != NULL && strstr(err, " declined: ") != NULL,
+            "%s", err);
+  free(err);
+  check_finished(j);
+  job_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* Keys enough that the count's state outgrows a small store while the job
+ * runs: the early checkpoints fit, later ones do not. */
+#define BIG_KEYS 100000u
+
+/* The store's map is limited (--max-store-size 1M): MDB_MAP_FULL declines
+ * checkpoints, the job stops after the tolerated failures, and a restore
+ * with room gives the exact output. */
+Test(diskfull, map_full) {
+  job *j = job_new(RECORDS, BIG_KEYS);
+  char *err = NULL;
+  int rc = run_job(j, NULL, &err, "--max-store-size", "1M", "--tolerable-checkpoint-failures", "1",
+                   NULL);
+  cr_assert_eq(rc, 3, "exit %d, stderr: %s", rc, err);
+  check_declined(j, err, " failed: ", "the store's map is full (map size ");
+  free(err);
+  listing l;
+  listing_now(j, &l);
+  cr_assert_gt(l.n, 0, "no checkpoint fitted\nhistory: %s", j->history);
+  restore_to_end(j);
+  check_finished(j);
+  job_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* A real full file system: the state directory on a 2 MB tmpfs (needs
+ * mount(2): root with CAP_SYS_ADMIN; skipped otherwise). Checkpoints are
+ * declined with ENOSPC and the free space in the message, the job stops;
+ * after the file system grows, the restore is exact. */
+static char *mounted; /* unmounted by the test, or else by mnt_cleanup */
+
+static void mnt_cleanup(void) {
+  if (mounted) {
+    umount2(mounted, MNT_DETACH);
+    free(mounted);
+    mounted = NULL;
+  }
+  cleanup();
+}
+
+Test(diskfull, tiny_tmpfs, .fini = mnt_cleanup) {
+  job *j = job_new(RECORDS, BIG_KEYS);
+  char *small = path_join(j->dir, "small");
+  cr_assert_eq(mkdir(small, 0755), 0, "%s", strerror(errno));
+  if (mount("tmpfs", small, "tmpfs", 0, "size=2m") != 0) {
+    int e = errno;
+    free(small);
+    job_free(j);
+    cr_skip_test("cannot mount a 2 MB tmpfs here (%s): needs root with CAP_SYS_ADMIN", strerror(e));
+  }
+  mounted = small;
+  free(j->state);
+  j->state = path_join(small, "state");
+  char *err = NULL;
+  int rc = run_job(j, NULL, &err, "--tolerable-checkpoint-failures", "1", NULL);
+  cr_assert_eq(rc, 3, "exit %d, stderr: %s", rc, err);
+  check_declined(j, err, " failed: ", "No space left on device");
+  free(err);
+  listing l;
+  listing_now(j, &l);
+  cr_assert_gt(l.n, 0, "no checkpoint fitted\nhistory: %s", j->history);
+  cr_assert_eq(mount("tmpfs", small, NULL, MS_REMOUNT, "size=64m"), 0, "remount: %s",
+               strerror(errno));
+  restore_to_end(j);
+  check_finished(j);
+  cr_assert_eq(umount2(small, MNT_DETACH), 0, "umount: %s", strerror(errno));
+  free(mounted);
+  mounted = NULL;
   job_free(j);
   cr_assert_eq(th_leak_check(), 0);
 }

@@ -129,7 +129,7 @@ Test(file_tx, aborted_checkpoint_loses_nothing) {
   char *err = NULL;
   int rc = run_job(j, "ckpt.before_meta_commit=error@2", &err, NULL);
   cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
-  cr_assert(strstr(err, "checkpoint 2 aborted") != NULL, "no abort in: %s", err);
+  cr_assert(strstr(err, "checkpoint 2 declined") != NULL, "no abort in: %s", err);
   cr_assert(strstr(err, "checkpoint 1 completed") && strstr(err, "checkpoint 3 completed"),
             "stderr: %s", err);
   free(err);

@@ -15,7 +15,7 @@
 
 #define MAX_POINTS 16
 
-enum { ACT_KILL, ACT_ERROR, ACT_PAUSE };
+enum { ACT_KILL, ACT_ERROR, ACT_ENOSPC, ACT_PAUSE };
 
 typedef struct point {
   char name[64];
@@ -64,6 +64,8 @@ static void parse(void) {
       p->action = ACT_KILL;
     else if (!strcmp(act, "error"))
       p->action = ACT_ERROR;
+    else if (!strcmp(act, "enospc"))
+      p->action = ACT_ENOSPC;
     else if (!strcmp(act, "pause"))
       p->action = ACT_PAUSE;
     else {
@@ -100,6 +102,9 @@ int weir_failpoint(const char *name) {
     fflush(stderr);
     raise(SIGSTOP);
     return 0;
+  case ACT_ENOSPC:
+    WEIR_LOG_W("failpoint %s: enospc (hit %u)", name, hit);
+    return WEIR_ENOSPC;
   default:
     WEIR_LOG_W("failpoint %s: error (hit %u)", name, hit);
     return WEIR_EIO;

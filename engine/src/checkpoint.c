@@ -97,7 +97,12 @@ static void count_ack(weir_job *job, uint64_t id, int status, const weir_store_w
     job->ck.acks++;
     if (status < 0) {
       job->ck.failed++;
-      if (!job->ck.status) job->ck.status = status;
+      if (!job->ck.status) {
+        job->ck.status = status;
+        /* The store's message for this failure (set just before done() ran
+         * on the writer thread, or by the refused request). */
+        weir_store_error(job->store, job->ck.why, sizeof job->ck.why);
+      }
     } else if (w) {
       job->ck.bytes += w->bytes;
     }
@@ -217,9 +222,10 @@ int weir__task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns) {
   if (job->ck.id == id && align_ns > job->ck.align_ns) job->ck.align_ns = align_ns;
   pthread_mutex_unlock(&job->ck_mu);
   for (uint32_t i = 0; i < t->nops; i++) {
-    /* A running loop head's state is its back-edge log, written when the
-     * log completes (weir__head_write_log). */
-    if (i == 0 && t->head_loop && t->state == WEIR__TASK_RUNNING) continue;
+    /* A loop head that opened a back-edge log for this checkpoint (it was
+     * running at the cut) has that log as its state, written when the log
+     * completes (weir__head_write_log). */
+    if (i == 0 && t->head_loop && t->log_id == id) continue;
     weir_subtask_snapshot s;
     int rc = weir__ctx_snapshot(t->ops[i], id, &s);
     if (rc) {

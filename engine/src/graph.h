@@ -91,6 +91,12 @@ typedef struct weir__pending_ckpt {
   uint64_t align_ns;   /* longest alignment */
   int final;
   int committing, committed, commit_status;
+  char why[768]; /* the store's message for the first failure */
+  /* Synchronous checkpoints: tasks that drained (sources paused, every
+   * input delivered the drain marker), and whether the snapshot phase
+   * began. */
+  uint32_t drained;
+  int snapping;
 } weir__pending_ckpt;
 
 typedef struct weir__adopted {
@@ -147,7 +153,12 @@ struct weir_job {
   _Atomic uint64_t complete_id; /* latest checkpoint completed */
   _Atomic uint64_t aborted_id;  /* latest checkpoint aborted */
   _Atomic uint64_t final_id;    /* the final checkpoint's id, once triggered */
-  atomic_uint final_notified;   /* tasks told that the final one completed */
+  /* Synchronous checkpoints (see job.c): every task drained for sync_snap_id,
+   * so tasks snapshot it now; sources paused for a checkpoint above
+   * resume_id run again once it reaches that checkpoint. */
+  _Atomic uint64_t sync_snap_id;
+  _Atomic uint64_t resume_id;
+  atomic_uint final_notified; /* tasks told that the final one completed */
   pthread_mutex_t ck_mu;
   weir__pending_ckpt ck;
   weir_run_info info;
@@ -160,6 +171,9 @@ void weir__job_failed(weir_job *job, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* A worker finished its last task: wakes the coordinator. Thread-safe. */
 void weir__job_poke(weir_job *job);
+/* Synchronous checkpoints: a task drained for checkpoint id (everything
+ * before the drain marker processed, marker forwarded). Thread-safe. */
+void weir__job_sync_drained(weir_job *job, uint64_t id);
 
 /* plan.c: freezes the graph; returns 0 or WEIR_EPLAN with the job's error
  * message set. */

@@ -29,6 +29,35 @@
  * commit or the heartbeat finds it taken over or not renewed in time) fails
  * the run with WEIR_EFENCED.
  *
+ * Synchronous checkpoints (opts.sync_checkpoints), the stop-the-world
+ * baseline of the ABS paper:
+ *
+ *   idle --timer--> draining(n): trigger_id = n; each source pushes a drain
+ *        marker (barrier n) and pauses; a task aligns on the marker as on a
+ *        barrier, forwards it and reports drained (a loop head first waits
+ *        until every head of its loop has the marker and nothing is in
+ *        flight in the loop: see task.c)
+ *   draining --every task drained--> snapping(n): sync_snap_id = n; every
+ *        task snapshots while nothing moves anywhere
+ *   snapping --every state written--> committing(n) --durable--> completed
+ *   completed/aborted: resume_id = n, the sources run again
+ *
+ * While a synchronous checkpoint drains, the coordinator wakes every task
+ * each millisecond: a loop head waits for its loop's count of records in
+ * flight to reach zero, and nothing else would wake it then (the count has
+ * no waiters); the cost falls on the paused job only.
+ *
+ * The pause covers the write and the commit: the job stands still from the
+ * trigger until the checkpoint is durable, as in a halting (Naiad-style)
+ * snapshot. The drain time is stored as the checkpoint's alignment time.
+ *
+ * Failures: an aborted checkpoint (a state write or the commit failed, e.g.
+ * a full disk; it timed out; it could not start) is declined: the latest
+ * completed checkpoint stays the restore point, the job runs on and the
+ * next interval tries again (a failed final checkpoint is retried after one
+ * interval). More than tolerable_checkpoint_failures failures in a row fail
+ * the job with WEIR_ECKPTLIMIT; a completed checkpoint resets the count.
+ *
  * When every task has finished, the coordinator takes the final checkpoint
  * (marking the job finished in the store, unless the run was stopped on
  * request), waits until every task has been told it completed, and only
@@ -61,12 +90,23 @@ typedef struct coord {
   int ending;
   int final_triggered;
   uint32_t expected; /* operator subtasks: acknowledgements per checkpoint */
+  uint32_t failures; /* checkpoints failed in a row */
+  uv_timer_t retry;  /* a failed final checkpoint is tried again */
+  uv_timer_t drain;  /* synchronous checkpoints: wakes every task while draining */
+  int retry_wait;    /* ... when it fires */
 } coord;
 
 void weir__job_poke(weir_job *job) {
   atomic_fetch_add(&job->senders, 1);
   if (atomic_load(&job->coord_alive)) uv_async_send((uv_async_t *)job->coord_async);
   atomic_fetch_sub(&job->senders, 1);
+}
+
+void weir__job_sync_drained(weir_job *job, uint64_t id) {
+  pthread_mutex_lock(&job->ck_mu);
+  if (job->ck.id == id && !job->ck.snapping) job->ck.drained++;
+  pthread_mutex_unlock(&job->ck_mu);
+  weir__job_poke(job);
 }
 
 void weir_job_stop(weir_job *job) {
@@ -113,6 +153,8 @@ static void coord_end(coord *c) {
   uv_close((uv_handle_t *)&c->async, close_cb);
   uv_close((uv_handle_t *)&c->interval, close_cb);
   uv_close((uv_handle_t *)&c->timeout, close_cb);
+  uv_close((uv_handle_t *)&c->retry, close_cb);
+  uv_close((uv_handle_t *)&c->drain, close_cb);
   if (c->job->opts.progress_ms && c->job->opts.progress)
     uv_close((uv_handle_t *)&c->progress, close_cb);
   if (c->job->opts.handle_signals) {
@@ -125,15 +167,18 @@ static void coord_end(coord *c) {
 
 static void on_timeout(uv_timer_t *h);
 
+static void on_drain(uv_timer_t *h) {
+  coord *c = h->data;
+  wake_all(c->job);
+}
+
+/* Starts a checkpoint. Returns 0 or the store's error (when no id can be
+ * reserved, e.g. on a full disk), with the message in the store. */
 static int ck_trigger(coord *c, int final) {
   weir_job *job = c->job;
   uint64_t id;
   int rc = weir_store_next_id(job->store, &id);
-  if (rc) {
-    char msg[512];
-    WEIR_LOG_W("cannot start a checkpoint: %s", weir_store_error(job->store, msg, sizeof msg));
-    return rc;
-  }
+  if (rc) return rc;
   pthread_mutex_lock(&job->ck_mu);
   memset(&job->ck, 0, sizeof job->ck);
   job->ck.id = id;
@@ -149,17 +194,76 @@ static int ck_trigger(coord *c, int final) {
   atomic_store_explicit(&job->trigger_id, id, memory_order_release);
   WEIR_LOG_D("checkpoint %llu triggered%s", (unsigned long long)id, final ? " (final)" : "");
   uv_timer_start(&c->timeout, on_timeout, job->opts.checkpoint_timeout_ms, 0);
+  if (job->opts.sync_checkpoints) uv_timer_start(&c->drain, on_drain, 1, 1);
   wake_all(job);
   return 0;
 }
 
+static int tolerated(const weir_job *job) {
+  int t = job->opts.tolerable_checkpoint_failures;
+  return t == 0 ? WEIR_DEFAULT_TOLERABLE_FAILURES : t == WEIR_TOLERATE_NONE ? 0 : t;
+}
+
+static void on_retry(uv_timer_t *h);
+
+/* Checkpoint id (0: one that could not start) failed for `why` (the store's
+ * `detail`, if any). Counts it against the tolerance: within it, the job
+ * runs on and the restore point stays the latest completed checkpoint (a
+ * final checkpoint is tried again after one interval); beyond it, the job
+ * fails with WEIR_ECKPTLIMIT. */
+static void ck_declined(coord *c, uint64_t id, int final, const char *why, const char *detail) {
+  weir_job *job = c->job;
+  c->failures++;
+  char what[64], point[96];
+  if (id)
+    snprintf(what, sizeof what, "%scheckpoint %llu", final ? "the final " : "",
+             (unsigned long long)id);
+  else
+    snprintf(what, sizeof what, "%scheckpoint", final ? "the final " : "a ");
+  uint64_t keep = job->info.last_checkpoint ? job->info.last_checkpoint : job->info.restored_from;
+  if (keep)
+    snprintf(point, sizeof point, "checkpoint %llu", (unsigned long long)keep);
+  else
+    snprintf(point, sizeof point, "none (a restore starts from the beginning)");
+  if (!detail) detail = "";
+  const char *sep = detail[0] ? ": " : "";
+  int tol = tolerated(job);
+  if (tol != WEIR_TOLERATE_ANY && c->failures > (uint32_t)tol) {
+    weir__job_failed(job, WEIR_ECKPTLIMIT,
+                     "%s failed: %s%s%s; %u checkpoints failed in a row, more than the %d "
+                     "tolerated (--tolerable-checkpoint-failures): the job stops; its restore "
+                     "point is %s",
+                     what, why, sep, detail, c->failures, tol, point);
+    return;
+  }
+  if (tol == WEIR_TOLERATE_ANY)
+    WEIR_LOG_W("%s declined: %s%s%s; the restore point stays %s (%u failed in a row)", what, why,
+               sep, detail, point, c->failures);
+  else
+    WEIR_LOG_W("%s declined: %s%s%s; the restore point stays %s (%u failed in a row, %d "
+               "tolerated)",
+               what, why, sep, detail, point, c->failures, tol);
+  if (final) {
+    uint32_t ms = job->opts.checkpoint_interval_ms ? job->opts.checkpoint_interval_ms : 1000;
+    c->final_triggered = 0;
+    atomic_store(&job->final_id, 0);
+    c->retry_wait = 1;
+    uv_timer_start(&c->retry, on_retry, ms, 0);
+  }
+}
+
 static void ck_abort(coord *c, uint64_t id, int status, const char *why) {
   weir_job *job = c->job;
-  char msg[512];
+  char detail[sizeof job->ck.why] = "";
   uv_timer_stop(&c->timeout);
+  uv_timer_stop(&c->drain);
   pthread_mutex_lock(&job->ck_mu);
-  if (job->ck.id == id) job->ck.id = 0;
+  if (job->ck.id == id) {
+    if (status < 0) snprintf(detail, sizeof detail, "%s", job->ck.why);
+    job->ck.id = 0;
+  }
   pthread_mutex_unlock(&job->ck_mu);
+  if (status < 0 && !detail[0]) weir_store_error(job->store, detail, sizeof detail);
   weir_store_abort(job->store, id);
   job->info.checkpoints_failed++;
   if (status == WEIR_EFENCED) { /* not ours to commit any more: stop */
@@ -168,13 +272,9 @@ static void ck_abort(coord *c, uint64_t id, int status, const char *why) {
                      weir_lease_error(job->lease, lost, sizeof lost));
     return;
   }
-  WEIR_LOG_W("checkpoint %llu aborted: %s%s%s", (unsigned long long)id, why, status < 0 ? ": " : "",
-             status < 0 ? weir_store_error(job->store, msg, sizeof msg) : "");
   atomic_store(&job->aborted_id, id);
-  if (atomic_load(&job->final_id) == id) {
-    weir__job_failed(job, status < 0 ? status : WEIR_ECKPT, "the final checkpoint failed: %s", why);
-    return;
-  }
+  atomic_store(&job->resume_id, id); /* synchronous checkpoints: sources run again */
+  ck_declined(c, id, atomic_load(&job->final_id) == id, why, detail);
   wake_all(job);
 }
 
@@ -193,6 +293,7 @@ static void on_committed(void *user, int status, const weir_store_written *w) {
   pthread_mutex_lock(&job->ck_mu);
   job->ck.committed = 1;
   job->ck.commit_status = status;
+  if (status < 0) weir_store_error(job->store, job->ck.why, sizeof job->ck.why);
   pthread_mutex_unlock(&job->ck_mu);
   weir__job_poke(job);
 }
@@ -202,10 +303,23 @@ static void ck_progress(coord *c) {
   weir_job *job = c->job;
   pthread_mutex_lock(&job->ck_mu);
   weir__pending_ckpt ck = job->ck;
+  int snap = 0;
+  if (ck.id && job->opts.sync_checkpoints && !ck.snapping && ck.drained == job->ntasks) {
+    /* Nothing moves any more: every task snapshots now. */
+    job->ck.snapping = snap = 1;
+    job->ck.align_ns = weir_clock_mono_ns() - ck.trigger_ns;
+  }
   if (ck.id && !ck.committing && ck.acks == ck.expected && !ck.failed) job->ck.committing = 1;
   if (ck.id && ck.committed) job->ck.id = 0;
   pthread_mutex_unlock(&job->ck_mu);
   if (!ck.id) return;
+  if (snap) {
+    WEIR_LOG_D("checkpoint %llu: every task drained, snapshotting", (unsigned long long)ck.id);
+    uv_timer_stop(&c->drain);
+    atomic_store(&job->sync_snap_id, ck.id);
+    wake_all(job);
+    return;
+  }
   if (!ck.committing && ck.acks == ck.expected) {
     if (ck.failed) {
       ck_abort(c, ck.id, ck.status, "writing its state failed");
@@ -241,13 +355,16 @@ static void ck_progress(coord *c) {
       return;
     }
     uint64_t ms = (weir_clock_mono_ns() - ck.trigger_ns) / 1000000u;
-    WEIR_LOG_I("checkpoint %llu completed in %llu ms (%llu bytes, alignment %llu ms)%s",
+    WEIR_LOG_I("checkpoint %llu completed in %llu ms (%llu bytes, %s %llu ms)%s",
                (unsigned long long)ck.id, (unsigned long long)ms, (unsigned long long)ck.bytes,
+               job->opts.sync_checkpoints ? "drain" : "alignment",
                (unsigned long long)(ck.align_ns / 1000000u), ck.final ? ", final" : "");
     job->info.last_checkpoint = ck.id;
     job->info.checkpoints++;
+    c->failures = 0;
     (void)weir_failpoint("ckpt.after_meta_commit");
     atomic_store(&job->complete_id, ck.id);
+    atomic_store(&job->resume_id, ck.id); /* synchronous checkpoints: sources run again */
     wake_all(job);
   }
 }
@@ -259,7 +376,22 @@ static void on_interval(uv_timer_t *h) {
   pthread_mutex_lock(&job->ck_mu);
   int busy = job->ck.id != 0;
   pthread_mutex_unlock(&job->ck_mu);
-  if (!busy) ck_trigger(c, 0);
+  if (busy) return;
+  int rc = ck_trigger(c, 0);
+  if (rc) {
+    char msg[512];
+    job->info.checkpoints_failed++;
+    ck_declined(c, 0, 0, "it could not start", weir_store_error(job->store, msg, sizeof msg));
+  }
+}
+
+static void on_async(uv_async_t *h);
+
+/* A failed final checkpoint's retry is due. */
+static void on_retry(uv_timer_t *h) {
+  coord *c = h->data;
+  c->retry_wait = 0;
+  on_async(&c->async);
 }
 
 /* ---- the coordinator's wake-ups ------------------------------------------- */
@@ -286,10 +418,13 @@ static void on_async(uv_async_t *h) {
     int busy = job->ck.id != 0;
     pthread_mutex_unlock(&job->ck_mu);
     uint64_t fin = atomic_load(&job->final_id);
-    if (!c->final_triggered && !busy) {
-      if (ck_trigger(c, 1)) {
-        weir__job_failed(job, WEIR_ECKPT, "the final checkpoint could not start");
-        coord_end(c);
+    if (!c->final_triggered && !busy && !c->retry_wait) {
+      int rc = ck_trigger(c, 1);
+      if (rc) {
+        char msg[512];
+        job->info.checkpoints_failed++;
+        ck_declined(c, 0, 1, "it could not start", weir_store_error(job->store, msg, sizeof msg));
+        if (atomic_load(&job->failed)) coord_end(c);
       }
     } else if (fin && atomic_load(&job->complete_id) == fin &&
                atomic_load(&job->final_notified) == job->ntasks) {
@@ -449,7 +584,7 @@ static int load_checkpoint(weir_job *job, uint64_t id, int notified_only) {
  * run, 1 if there is nothing to do (restore of a finished job), or an error. */
 static int prepare_store(weir_job *job) {
   const weir_run_opts *o = &job->opts;
-  weir_store_opts so = {.retain = o->retain, .lease = job->lease};
+  weir_store_opts so = {.retain = o->retain, .lease = job->lease, .map_size = o->store_max_bytes};
   int rc = weir_store_open(&job->store, o->state_dir, &so);
   if (rc) {
     char msg[512];
@@ -629,6 +764,13 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
   apply_defaults(&job->opts);
   if (job->opts.workers > 1024 || job->opts.batch_records > (1u << 20))
     return weir_job_fail(job, WEIR_EINVAL, "workers or batch size out of range");
+  if (job->opts.sync_checkpoints && job->opts.at_least_once)
+    return weir_job_fail(job, WEIR_EINVAL,
+                         "synchronous checkpoints drain every channel: they do not combine with "
+                         "at-least-once barriers");
+  if (job->opts.tolerable_checkpoint_failures < WEIR_TOLERATE_ANY)
+    return weir_job_fail(job, WEIR_EINVAL, "tolerable checkpoint failures: %d is not a count",
+                         job->opts.tolerable_checkpoint_failures);
   job->nworkers = (uint32_t)job->opts.workers;
   int rc = weir__plan_freeze(job);
   if (rc) return rc;
@@ -657,7 +799,9 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
   job->coord_async = &c.async;
   uv_timer_init(&c.loop, &c.interval);
   uv_timer_init(&c.loop, &c.timeout);
-  c.interval.data = c.timeout.data = &c;
+  uv_timer_init(&c.loop, &c.retry);
+  uv_timer_init(&c.loop, &c.drain);
+  c.interval.data = c.timeout.data = c.retry.data = c.drain.data = &c;
   if (job->store && job->opts.checkpoint_interval_ms)
     uv_timer_start(&c.interval, on_interval, job->opts.checkpoint_interval_ms,
                    job->opts.checkpoint_interval_ms);

@@ -19,6 +19,18 @@
  *
  *   RUNNING --(all inputs ended / source done: finish, push EOI)--> FINISHING
  *   FINISHING --(every output's pending list drained)--> DONE
+ *
+ * Synchronous checkpoints (see job.c) reuse the barrier as a drain marker:
+ * a source pushes it and pauses until the checkpoint completed or failed;
+ * a task aligns on it as on a barrier and forwards it, but instead of
+ * snapshotting reports itself drained; every task snapshots only once all
+ * of them drained (sync_snap_id), when no record is in flight anywhere. A
+ * loop head holds the marker back until every head of its loop has it and
+ * the loop's count of records in flight is zero, so records that circle in the
+ * loop are processed before anything snapshots; the back-edge log it then
+ * opens stays empty. Nothing wakes a task when a count reaches zero, so
+ * the coordinator wakes every task each millisecond while a synchronous
+ * checkpoint drains.
  */
 #include "task.h"
 
@@ -301,25 +313,79 @@ static void push_control(weir__task *t, uint32_t kind, uint64_t id) {
   }
 }
 
+static inline int sync_mode(const weir__task *t) {
+  return t->job->opts.sync_checkpoints;
+}
+
+/* Synchronous checkpoints: this task forwarded drain marker id. */
+static void report_drained(weir__task *t, uint64_t id) {
+  t->sync_drained = id;
+  weir__job_sync_drained(t->job, id);
+}
+
 /* The cut of checkpoint id at this task: snapshot, then forward the
- * barrier. Returns 0 or an error (the job has been failed). */
+ * barrier (synchronous checkpoints: forward the drain marker, and snapshot
+ * later). Returns 0 or an error (the job has been failed). */
 static int take_checkpoint(weir__task *t, uint64_t id, uint64_t align_ns) {
-  int rc = weir__task_snapshot(t, id, align_ns);
-  if (rc) return rc;
+  int rc = 0;
+  if (t->head_loop) t->log_id = id;
+  if (!sync_mode(t) && (rc = weir__task_snapshot(t, id, align_ns)) != 0) return rc;
   push_control(t, WEIR__MSG_BARRIER, id);
   /* A loop head now logs its feedback edges until the barrier is back. */
   if (t->head_loop) {
-    if (weir__backlog_start(t->backlog, id) == WEIR__LOG_COMPLETE) return weir__head_write_log(t);
-    if (weir_failpoint("iter.log_open")) return WEIR_ECKPT; /* a back-edge log is open */
+    if (weir__backlog_start(t->backlog, id) == WEIR__LOG_COMPLETE)
+      rc = weir__head_write_log(t);
+    else if (weir_failpoint("iter.log_open"))
+      rc = WEIR_ECKPT; /* a back-edge log is open */
   }
-  return 0;
+  if (!rc && sync_mode(t)) report_drained(t, id);
+  return rc;
 }
 
 /* Sources (which have no barrier to wait for) and finished tasks answer a
- * triggered checkpoint at once. */
+ * triggered checkpoint at once (synchronous checkpoints: once, by
+ * forwarding the drain marker or reporting drained). */
 static int pending_trigger(weir__task *t) {
   uint64_t tr = atomic_load_explicit(&t->job->trigger_id, memory_order_acquire);
-  return tr > t->ckpt_done;
+  return tr > t->ckpt_done && (!sync_mode(t) || tr > t->sync_drained);
+}
+
+/* Synchronous checkpoints: a source that forwarded a drain marker waits
+ * until its checkpoint completed or failed. */
+static int sync_paused(weir__task *t) {
+  return sync_mode(t) && t->sync_drained > atomic_load(&t->job->resume_id);
+}
+
+/* Synchronous checkpoints, loop heads: drain marker id came on every
+ * regular input (or they ended). Tells the loop's other heads. */
+static void head_ready(weir__task *t, uint64_t id) {
+  atomic_store(&t->sync_ready, id);
+  weir__loop *l = t->head_loop;
+  for (uint32_t i = 0; i < l->nheads; i++)
+    if (l->heads[i] != t) weir__task_wake(l->heads[i]);
+}
+
+/* Synchronous checkpoints, loop heads: forwards the drain marker into the
+ * loop once every head of the loop has it and nothing is in flight inside
+ * (nothing can enter any more, so the loop stays empty); a marker of a
+ * checkpoint that already ended goes on at once. Returns 1 if the task
+ * failed. */
+static int head_sync(weir__task *t) {
+  uint64_t id = atomic_load_explicit(&t->sync_ready, memory_order_relaxed);
+  if (!id || id <= t->sync_drained || t->state != WEIR__TASK_RUNNING) return 0;
+  weir__loop *l = t->head_loop;
+  if (id > atomic_load(&t->job->resume_id)) {
+    for (uint32_t i = 0; i < l->nheads; i++)
+      if (atomic_load(&l->heads[i]->sync_ready) < id) return 0; /* it wakes us when ready */
+    /* The count has no waiters to wake: the coordinator wakes every task
+     * each millisecond while a synchronous checkpoint drains (job.c). */
+    if (atomic_load(&l->inflight) != 0) return 0;
+  }
+  if (take_checkpoint(t, id, 0)) {
+    task_failed(t, WEIR_ECKPT);
+    return 1;
+  }
+  return 0;
 }
 
 /* End of all input: finish each operator in chain order, then send end of
@@ -343,9 +409,15 @@ static void task_finish(weir__task *t) {
   }
   /* A checkpoint triggered while this task drained its last input: no
    * barrier will reach it any more, so its final state answers it. */
-  if (pending_trigger(t) && weir__task_snapshot(t, atomic_load(&t->job->trigger_id), 0)) {
-    task_failed(t, WEIR_ECKPT);
-    return;
+  if (pending_trigger(t)) {
+    uint64_t tr = atomic_load(&t->job->trigger_id);
+    if (sync_mode(t)) {
+      if (t->head_loop) head_ready(t, tr);
+      report_drained(t, tr); /* snapshots with the others */
+    } else if (weir__task_snapshot(t, tr, 0)) {
+      task_failed(t, WEIR_ECKPT);
+      return;
+    }
   }
   /* finish may have started effects (a sink without checkpoints commits
    * its only transaction at the end of input): wait for them. */
@@ -358,6 +430,7 @@ static void task_finish(weir__task *t) {
 
 static int source_step(weir__task *t) {
   weir_ctx *c = t->ops[0];
+  if (sync_paused(t)) return 0; /* the coordinator wakes it */
   for (uint32_t n = 0; n < t->budget_batches; n++) {
     if (atomic_load_explicit(&t->job->stopping, memory_order_relaxed)) {
       task_finish(t);
@@ -367,6 +440,10 @@ static int source_step(weir__task *t) {
       uint64_t id = atomic_load(&t->job->trigger_id);
       if (weir_failpoint("ckpt.barrier_injected") || take_checkpoint(t, id, 0)) {
         task_failed(t, WEIR_ECKPT);
+        return 0;
+      }
+      if (sync_paused(t)) {
+        publish_stats(t);
         return 0;
       }
       if (!outputs_writable(t)) {
@@ -411,6 +488,10 @@ static int source_step(weir__task *t) {
 static int complete_alignment(weir__task *t) {
   uint64_t align_ns = weir_clock_mono_ns() - t->align.started_ns;
   uint64_t id = weir__align_done(&t->align);
+  if (sync_mode(t) && t->head_loop) {
+    head_ready(t, id);
+    return head_sync(t);
+  }
   if (take_checkpoint(t, id, align_ns)) {
     task_failed(t, WEIR_ECKPT);
     return 1;
@@ -436,8 +517,15 @@ static int head_duties(weir__task *t) {
     if (rc > 0) return 2;
     t->replayed = 1;
   }
+  if (sync_mode(t)) {
+    uint64_t tr = atomic_load(&t->job->trigger_id);
+    if (t->nregular_ended == t->nregular && pending_trigger(t) &&
+        atomic_load_explicit(&t->sync_ready, memory_order_relaxed) < tr)
+      head_ready(t, tr); /* no marker will come on an external input */
+    if (head_sync(t)) return 1;
+  }
   if (t->nregular_ended < t->nregular) return 0;
-  if (pending_trigger(t) && !t->backlog->id) {
+  if (!sync_mode(t) && pending_trigger(t) && !t->backlog->id) {
     /* No barrier will come on an external input: inject it, as a source. */
     if (take_checkpoint(t, atomic_load(&t->job->trigger_id), 0)) {
       task_failed(t, WEIR_ECKPT);
@@ -600,9 +688,21 @@ int weir__task_run(weir__task *t) {
     if (t->state != WEIR__TASK_DONE && !t->held) task_done(t);
     return 0;
   }
+  if (sync_mode(t)) {
+    /* Every task drained: snapshot while nothing moves. */
+    uint64_t snap = atomic_load(&t->job->sync_snap_id);
+    if (snap > t->ckpt_done && snap == t->sync_drained && weir__task_snapshot(t, snap, 0)) {
+      task_failed(t, WEIR_ECKPT);
+      return 0;
+    }
+  }
   if (t->state != WEIR__TASK_RUNNING && pending_trigger(t)) {
     /* Finished: everything it will ever emit is before any later cut. */
-    if (weir__task_snapshot(t, atomic_load(&t->job->trigger_id), 0)) {
+    uint64_t tr = atomic_load(&t->job->trigger_id);
+    if (sync_mode(t)) {
+      if (t->head_loop) head_ready(t, tr);
+      report_drained(t, tr);
+    } else if (weir__task_snapshot(t, tr, 0)) {
       task_failed(t, WEIR_ECKPT);
       return 0;
     }

@@ -111,6 +111,14 @@ struct weir__task {
    * final checkpoint until they land. */
   int held;
   int final_pending; /* told of the final checkpoint, not yet counted */
+  /* Synchronous checkpoints: the latest drain marker this task forwarded
+   * (reported drained); for loop heads, the latest whose marker came on
+   * every regular input (read by the loop's other heads). */
+  uint64_t sync_drained;
+  /* Loop heads: the latest checkpoint whose cut this head took while
+   * running, so that its state there is a back-edge log. */
+  uint64_t log_id;
+  _Atomic uint64_t sync_ready;
 };
 
 /* Runs the task for one bounded step. Returns 1 if it should run again soon

@@ -383,7 +383,25 @@ typedef struct weir_run_opts {
    * ownership. NULL: the run just fails. */
   void (*lease_lost)(void *user, const char *msg);
   void *lease_lost_user;
+  /* Stop-the-world checkpoints, the baseline the ABS paper compares
+   * against: sources pause, every record in flight (loops included) is
+   * processed, every operator snapshots, and sources resume once the
+   * checkpoint is durable (or failed). Same store format as aligned
+   * checkpoints. Not with at_least_once. */
+  int sync_checkpoints;
+  /* Consecutive failed checkpoints tolerated (declined by the store: full
+   * disk, I/O error; timed out; refused by an operator) before the job
+   * fails with WEIR_ECKPTLIMIT: 0 = the default (3), WEIR_TOLERATE_NONE = the
+   * first failure stops the job, WEIR_TOLERATE_ANY = never stop. The count
+   * restarts at every completed checkpoint. */
+  int tolerable_checkpoint_failures;
+  /* Largest size of the checkpoint store (LMDB map) in bytes; 0 = 64 GiB.
+   * A checkpoint that does not fit is declined (WEIR_ENOSPC). */
+  uint64_t store_max_bytes;
 } weir_run_opts;
+
+#define WEIR_DEFAULT_TOLERABLE_FAILURES 3
+enum { WEIR_TOLERATE_NONE = -1, WEIR_TOLERATE_ANY = -2 };
 
 enum {
   WEIR_RESTORE_NONE = 0,   /* new job, or new instance of a finished one */

@@ -3,8 +3,9 @@
  *   WEIR_FAILPOINTS="ckpt.before_meta_commit=kill@3,sink.after_send=error"
  *
  * Each entry is NAME=ACTION[@N][+]: ACTION is kill (SIGKILL the process),
- * error (the call returns WEIR_EIO), or pause (SIGSTOP the process, to be
- * continued by SIGCONT); @N fires on the N-th time the point is reached
+ * error (the call returns WEIR_EIO), enospc (the call returns WEIR_ENOSPC:
+ * a full disk, where the point stands for a write), or pause (SIGSTOP the
+ * process, to be continued by SIGCONT); @N fires on the N-th time the point is reached
  * (default 1); a trailing + keeps firing on every later hit. Unarmed points
  * cost one relaxed load. The table is process-wide by nature (one
  * environment per process) and read once, at the first call.
@@ -12,7 +13,7 @@
 #ifndef WEIR_FAILPOINT_H
 #define WEIR_FAILPOINT_H
 
-/* 0, or WEIR_EIO when an `error` action fires (kill and pause do not
+/* 0, or WEIR_EIO (WEIR_ENOSPC) when an `error` (`enospc`) action fires (kill and pause do not
  * return until continued). */
 int weir_failpoint(const char *name);
 /* Times `name` was reached so far (armed or not: 0 if unarmed). */
