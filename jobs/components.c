@@ -108,7 +108,7 @@ static void cc_help(FILE *out) {
         "  --edges M     random edges (default 100000): edge e joins\n"
         "                h(S, 2e) mod N and h(S, 2e+1) mod N, h = splitmix64\n"
         "  --seed S      the graph's seed (default 1)\n"
-        "  --sink SPEC   null (default), print, or file:DIR\n",
+        "  --sink SPEC   null (default), print, file:DIR or http://HOST:PORT/PATH\n",
         out);
 }
 
