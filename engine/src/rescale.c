@@ -27,58 +27,9 @@
 #include "hash.h"
 #include "weir/alloc.h"
 
-/* Appends n bytes to a growing array. */
-static void *grow(void *p, uint64_t *cap, uint64_t need, size_t elem) {
-  if (need <= *cap) return p;
-  uint64_t c = *cap ? *cap : 16;
-  while (c < need) c *= 2;
-  *cap = c;
-  return weir_realloc(p, (size_t)(c * elem));
-}
-
-typedef struct build {
-  weir_subtask_snapshot *s;
-  uint64_t cap_u, cap_b, cap_d, cap_blob;
-  uint32_t cap_pos;
-} build;
-
-static void add_u64(build *b, uint64_t key, uint64_t value) {
-  weir_subtask_snapshot *s = b->s;
-  uint64_t cu = b->cap_u;
-  s->u64_keys = grow(s->u64_keys, &cu, s->n_u64 + 1, sizeof *s->u64_keys);
-  s->u64_values = grow(s->u64_values, &b->cap_u, s->n_u64 + 1, sizeof *s->u64_values);
-  s->u64_keys[s->n_u64] = key;
-  s->u64_values[s->n_u64++] = value;
-}
-
-static void add_bytes(build *b, uint64_t route, const uint8_t *kv, uint32_t klen, uint32_t vlen) {
-  weir_subtask_snapshot *s = b->s;
-  uint64_t c1 = b->cap_b, c2 = b->cap_b;
-  s->b_route = grow(s->b_route, &c1, s->n_bytes + 1, sizeof *s->b_route);
-  s->b_klen = grow(s->b_klen, &c2, s->n_bytes + 1, sizeof *s->b_klen);
-  s->b_vlen = grow(s->b_vlen, &b->cap_b, s->n_bytes + 1, sizeof *s->b_vlen);
-  s->b_route[s->n_bytes] = route;
-  s->b_klen[s->n_bytes] = klen;
-  s->b_vlen[s->n_bytes++] = vlen;
-  uint64_t n = (uint64_t)klen + vlen;
-  s->b_data = grow(s->b_data, &b->cap_d, s->b_data_len + n, 1);
-  if (n) memcpy(s->b_data + s->b_data_len, kv, (size_t)n);
-  s->b_data_len += n;
-}
-
-static void add_blob(build *b, const uint8_t *p, uint64_t n) {
-  weir_subtask_snapshot *s = b->s;
-  s->blob = grow(s->blob, &b->cap_blob, s->blob_len + n, 1);
-  if (n) memcpy(s->blob + s->blob_len, p, (size_t)n);
-  s->blob_len += n;
-}
-
-static void add_pos(build *b, weir_snap_position pos) {
-  weir_subtask_snapshot *s = b->s;
-  uint64_t c = b->cap_pos;
-  s->pos = grow(s->pos, &c, (uint64_t)s->npos + 1, sizeof *s->pos);
-  b->cap_pos = (uint32_t)c;
-  s->pos[s->npos++] = pos;
+/* The new subtask (of p) that owns a routing key. */
+static uint32_t owner(uint64_t key, uint32_t key_groups, uint32_t p) {
+  return weir__kg_subtask(weir__key_group(key, key_groups), key_groups, p);
 }
 
 int weir__rescale(const char *op, const weir__rescale_kind *kind, uint32_t key_groups,
@@ -106,39 +57,79 @@ int weir__rescale(const char *op, const weir__rescale_kind *kind, uint32_t key_g
       return WEIR_ECORRUPT;
     }
   }
-  build *b = weir_calloc(p, sizeof *b);
+  /* Two passes over the old states: count what each new subtask gets,
+   * then fill arrays of exactly that size. */
+  weir_subtask_snapshot **n = out;
+  uint32_t npos = 0;
+  for (uint32_t s = 0; s < p; s++) n[s] = weir_calloc(1, sizeof *n[s]);
+  for (uint32_t k = 0; k < p0; k++) {
+    weir_subtask_snapshot *o = old[k];
+    if (!o) continue;
+    for (uint64_t i = 0; i < o->n_u64; i++) n[owner(o->u64_keys[i], key_groups, p)]->n_u64++;
+    for (uint64_t i = 0; i < o->n_bytes; i++) {
+      weir_subtask_snapshot *t = n[owner(o->b_route[i], key_groups, p)];
+      t->n_bytes++;
+      t->b_data_len += (uint64_t)o->b_klen[i] + o->b_vlen[i];
+    }
+    npos += o->npos;
+    n[k % p]->blob_len += o->blob_len;
+  }
   for (uint32_t s = 0; s < p; s++) {
-    b[s].s = weir_calloc(1, sizeof *b[s].s);
-    b[s].s->op = weir_strdup(op);
-    b[s].s->subtask = s;
-    b[s].s->parallelism = p;
+    weir_subtask_snapshot *t = n[s];
+    t->npos = npos;
+    if (!t->n_u64 && !t->n_bytes && !t->npos && !t->blob_len) {
+      weir_free(t); /* nothing for this subtask */
+      n[s] = NULL;
+      continue;
+    }
+    t->op = weir_strdup(op);
+    t->subtask = s;
+    t->parallelism = p;
+    if (t->n_u64) {
+      t->u64_keys = weir_malloc(t->n_u64 * sizeof *t->u64_keys);
+      t->u64_values = weir_malloc(t->n_u64 * sizeof *t->u64_values);
+    }
+    if (t->n_bytes) {
+      t->b_route = weir_malloc(t->n_bytes * sizeof *t->b_route);
+      t->b_klen = weir_malloc(t->n_bytes * sizeof *t->b_klen);
+      t->b_vlen = weir_malloc(t->n_bytes * sizeof *t->b_vlen);
+    }
+    if (t->b_data_len) t->b_data = weir_malloc(t->b_data_len);
+    if (t->npos) t->pos = weir_malloc(t->npos * sizeof *t->pos);
+    if (t->blob_len) t->blob = weir_malloc(t->blob_len);
+    /* Filled again from zero below. */
+    t->n_u64 = t->n_bytes = t->b_data_len = t->blob_len = 0;
+    t->npos = 0;
   }
   for (uint32_t k = 0; k < p0; k++) {
     weir_subtask_snapshot *o = old[k];
     if (!o) continue;
     for (uint64_t i = 0; i < o->n_u64; i++) {
-      uint32_t s = weir__kg_subtask(weir__key_group(o->u64_keys[i], key_groups), key_groups, p);
-      add_u64(&b[s], o->u64_keys[i], o->u64_values[i]);
+      weir_subtask_snapshot *t = n[owner(o->u64_keys[i], key_groups, p)];
+      t->u64_keys[t->n_u64] = o->u64_keys[i];
+      t->u64_values[t->n_u64++] = o->u64_values[i];
     }
     uint64_t off = 0;
     for (uint64_t i = 0; i < o->n_bytes; i++) {
-      uint32_t s = weir__kg_subtask(weir__key_group(o->b_route[i], key_groups), key_groups, p);
-      add_bytes(&b[s], o->b_route[i], o->b_data + off, o->b_klen[i], o->b_vlen[i]);
-      off += (uint64_t)o->b_klen[i] + o->b_vlen[i];
+      weir_subtask_snapshot *t = n[owner(o->b_route[i], key_groups, p)];
+      uint64_t len = (uint64_t)o->b_klen[i] + o->b_vlen[i];
+      t->b_route[t->n_bytes] = o->b_route[i];
+      t->b_klen[t->n_bytes] = o->b_klen[i];
+      t->b_vlen[t->n_bytes++] = o->b_vlen[i];
+      if (len) memcpy(t->b_data + t->b_data_len, o->b_data + off, (size_t)len);
+      t->b_data_len += len;
+      off += len;
     }
-    for (uint32_t i = 0; i < o->npos; i++)
-      for (uint32_t s = 0; s < p; s++) add_pos(&b[s], o->pos[i]);
-    if (o->blob_len) add_blob(&b[k % p], o->blob, o->blob_len);
-  }
-  for (uint32_t s = 0; s < p; s++) {
-    weir_subtask_snapshot *n = b[s].s;
-    if (!n->n_u64 && !n->n_bytes && !n->npos && !n->blob_len) {
-      weir_subtask_snapshot_free(n); /* nothing for this subtask */
-      weir_free(n);
-      n = NULL;
+    for (uint32_t s = 0; s < p; s++) {
+      if (!n[s] || !o->npos) continue;
+      memcpy(n[s]->pos + n[s]->npos, o->pos, o->npos * sizeof *o->pos);
+      n[s]->npos += o->npos;
     }
-    out[s] = n;
+    weir_subtask_snapshot *t = n[k % p];
+    if (o->blob_len) {
+      memcpy(t->blob + t->blob_len, o->blob, (size_t)o->blob_len);
+      t->blob_len += o->blob_len;
+    }
   }
-  weir_free(b);
   return 0;
 }

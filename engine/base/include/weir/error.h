@@ -40,7 +40,7 @@ extern "C" {
   X(EOWNED, -30016, "the state directory is held by a live owner")                                 \
   X(EFENCED, -30017, "this process lost ownership of the state directory (fenced)")                \
   X(EREFUSED, -30018, "a destination refused an effect permanently")                               \
-  X(ERETENTION, -30019, "replay beyond the destination's idempotency key retention")                \
+  X(ERETENTION, -30019, "replay beyond the destination's idempotency key retention")               \
   X(ECKPTLIMIT, -30020, "more checkpoints failed in a row than tolerated")
 
 typedef enum {
