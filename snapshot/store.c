@@ -1247,6 +1247,13 @@ void weir_subtask_snapshot_fill(weir_subtask_snapshot *snap) {
   fill(snap->fill_arg, snap, 1);
 }
 
+void weir_blob_free(uint8_t *blob, uint64_t len, void (*release)(uint8_t *, uint64_t)) {
+  if (release)
+    release(blob, len);
+  else
+    weir_free(blob);
+}
+
 void weir_subtask_snapshot_free(weir_subtask_snapshot *snap) {
   if (snap == NULL) return;
   if (snap->fill) snap->fill(snap->fill_arg, snap, 0);
@@ -1258,10 +1265,7 @@ void weir_subtask_snapshot_free(weir_subtask_snapshot *snap) {
   weir_free(snap->b_vlen);
   weir_free(snap->b_data);
   weir_free(snap->pos);
-  if (snap->blob_release)
-    snap->blob_release(snap->blob, snap->blob_len);
-  else
-    weir_free(snap->blob);
+  weir_blob_free(snap->blob, snap->blob_len, snap->blob_release);
   memset(snap, 0, sizeof *snap);
 }
 

@@ -260,10 +260,7 @@ int weir__head_write_log(weir__task *t) {
     return WEIR_EIO;
   }
   if (!job->store) {
-    if (release)
-      release(log, len);
-    else
-      weir_free(log);
+    weir_blob_free(log, len, release);
     return 0;
   }
   weir_subtask_snapshot s;

@@ -50,6 +50,7 @@
 #include "weir/alloc.h"
 #include "weir/assert.h"
 #include "weir/failpoint.h"
+#include "weir/store.h"
 #include "spill.h"
 #include "task.h"
 
@@ -62,10 +63,7 @@ typedef struct head_state {
 } head_state;
 
 static void drop_replay(head_state *h) {
-  if (h->release)
-    h->release(h->replay, h->len);
-  else
-    weir_free(h->replay);
+  weir_blob_free(h->replay, h->len, h->release);
   h->replay = NULL;
   h->len = h->off = 0;
   h->release = NULL;

@@ -149,6 +149,8 @@ typedef struct weir_subtask_snapshot {
 
 /* Frees what the struct owns and zeroes it. */
 void weir_subtask_snapshot_free(weir_subtask_snapshot *snap);
+/* Lets go of a blob as its blob_release says (NULL: weir_free). */
+void weir_blob_free(uint8_t *blob, uint64_t len, void (*release)(uint8_t *, uint64_t));
 /* Runs a deferred fill now (no-op without one). */
 void weir_subtask_snapshot_fill(weir_subtask_snapshot *snap);
 
