@@ -318,8 +318,8 @@ int weir__ctx_restore(weir_ctx *c) {
     rc = weir_ctx_fail(c, WEIR_ECORRUPT, "checkpoint holds keyed state for a non-keyed operator");
   }
   /* One allocation for the whole state, and the slot of the entry 16
-   * ahead prefetched: the entries come in key order, the table is probed
-   * in hash order. */
+   * ahead prefetched: entries come in hash order (the table's own, so
+   * slots fill front to back), but in key order from a format 1 store. */
   if (!rc && s->n_u64) weir__u64_reserve(&c->state.u, s->n_u64);
   for (uint64_t i = 0; !rc && i < s->n_u64; i++) {
     if (i + 16 < s->n_u64) weir__u64_prefetch(&c->state.u, s->u64_keys[i + 16]);
