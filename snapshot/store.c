@@ -234,15 +234,15 @@ static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
     out->subtask = e->subtask;
     out->parallelism = e->parallelism;
     if (e->u64_entries) {
-      out->u64_keys = weir_malloc(e->u64_entries * sizeof(uint64_t));
-      out->u64_values = weir_malloc(e->u64_entries * sizeof(uint64_t));
+      out->u64_keys = weir_malloc_big(e->u64_entries * sizeof(uint64_t));
+      out->u64_values = weir_malloc_big(e->u64_entries * sizeof(uint64_t));
     }
     if (e->bytes_entries) {
       out->b_route = weir_malloc(e->bytes_entries * sizeof(uint64_t));
       out->b_klen = weir_malloc(e->bytes_entries * sizeof(uint32_t));
       out->b_vlen = weir_malloc(e->bytes_entries * sizeof(uint32_t));
     }
-    if (e->bytes_data_len) out->b_data = weir_malloc(e->bytes_data_len);
+    if (e->bytes_data_len) out->b_data = weir_malloc_big(e->bytes_data_len);
     if (e->blob_len) out->blob = blob_alloc(e->blob_len, &out->blob_release);
     if (e->npos) {
       out->pos = weir_malloc(e->npos * sizeof *out->pos);

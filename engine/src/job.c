@@ -116,6 +116,8 @@ void weir_job_stop(weir_job *job) {
 }
 
 const weir_run_info *weir_job_run_info(const weir_job *job) {
+  weir_job *j = (weir_job *)job; /* the build time is gathered from the subtasks */
+  j->info.restore_build_ms = (double)atomic_load(&j->restore_build_ns) / 1e6;
   return &job->info;
 }
 
@@ -524,6 +526,7 @@ static int load_rescaled(weir_job *job, uint64_t id, weir__node *n, uint32_t p0,
  * the operators that hear of completed checkpoints (a finished job's
  * restore, which runs nothing but those notifications). */
 static int load_checkpoint(weir_job *job, uint64_t id, int notified_only) {
+  uint64_t t0 = uv_hrtime();
   int rc = weir_store_verify(job->store, id);
   if (rc) return store_fail(job, rc, "cannot restore");
   weir_store_ckpt_info *info = NULL;
@@ -532,6 +535,7 @@ static int load_checkpoint(weir_job *job, uint64_t id, int notified_only) {
   uint32_t kg = (uint32_t)job->opts.max_parallelism;
   /* Checkpoints that did not record it were taken with the default. */
   uint32_t old_kg = info->key_groups ? info->key_groups : WEIR_DEFAULT_MAX_PARALLELISM;
+  job->info.restored_bytes = info->ckpt.bytes;
   uint32_t *p0 = weir_calloc(job->nnodes, sizeof *p0); /* 0: nothing stored */
   /* The checkpoint must belong to this job's graph. */
   for (uint32_t i = 0; i < info->nsubtasks && !rc; i++) {
@@ -577,6 +581,7 @@ static int load_checkpoint(weir_job *job, uint64_t id, int notified_only) {
   }
   weir_free(p0);
   if (rc) return rc;
+  job->info.restore_read_ms = (double)(uv_hrtime() - t0) / 1e6;
   return weir_failpoint("ckpt.during_restore");
 }
 
@@ -663,7 +668,9 @@ static int prepare_store(weir_job *job) {
     rc = load_checkpoint(job, from, 0);
     if (rc) return rc;
     job->info.restored_from = from;
-    WEIR_LOG_I("restored job %s from checkpoint %llu", rec.job_id, (unsigned long long)from);
+    WEIR_LOG_I("restored job %s from checkpoint %llu (%.1f MB read and checked in %.0f ms)",
+               rec.job_id, (unsigned long long)from, (double)job->info.restored_bytes / 1e6,
+               job->info.restore_read_ms);
   }
   return 0;
 }

@@ -293,6 +293,35 @@ void weir__u64_reserve(weir__u64map *m, uint64_t n) {
   if (!m->slots || cap > m->cap) u64_rehash(m, cap);
 }
 
+int weir__u64_load(weir__u64map *m, const uint64_t *keys, const uint64_t *values, uint64_t n) {
+  if (m->slots || m->cow || n == 0) return 0;
+  for (uint64_t i = 1; i < n; i++)
+    if (keys[i] * WEIR__U64_HASH_MUL <= keys[i - 1] * WEIR__U64_HASH_MUL) return 0;
+  uint64_t cap = MIN_CAP;
+  while (n * 2 > cap) cap *= 2;
+  m->slots = table_alloc(cap * 16); /* not filled with EMPTY: the pass below does it */
+  m->cap = cap;
+  m->shift = 64 - (unsigned)__builtin_ctzll(cap);
+  uint64_t pos = 0, i = 0;
+  for (; i < n && pos < cap; i++) {
+    uint64_t k = keys[i];
+    if (k == WEIR__U64_EMPTY) {
+      m->has_empty_key = 1;
+      m->empty_key_value = values[i];
+      continue;
+    }
+    for (uint64_t home = u64_index(m, k); pos < home; pos++) m->slots[2 * pos] = WEIR__U64_EMPTY;
+    m->slots[2 * pos] = k;
+    m->slots[2 * pos++ + 1] = values[i];
+    m->n++;
+  }
+  for (; pos < cap; pos++) m->slots[2 * pos] = WEIR__U64_EMPTY;
+  /* The last cluster ran past the table's end: the rest wraps around to the
+   * free slots at its start, as inserts would put them. */
+  for (; i < n; i++) *weir__u64_upsert_slow(m, keys[i]) = values[i];
+  return 1;
+}
+
 uint64_t *weir__u64_find(weir__u64map *m, uint64_t key) {
   if (key == WEIR__U64_EMPTY) return m->has_empty_key ? &m->empty_key_value : NULL;
   if (!m->slots) return NULL;

@@ -92,6 +92,12 @@ int weir__u64_del(weir__u64map *m, uint64_t key);
 /* Grows the table once so that n more entries fit without growing again
  * (a restore: one allocation instead of a doubling per power of two). */
 void weir__u64_reserve(weir__u64map *m, uint64_t n);
+/* Builds a table that has none yet from n distinct entries in hash order
+ * (ascending key * WEIR__U64_HASH_MUL, as a format 2 checkpoint stores
+ * them), in one pass over fresh memory: each entry lands at its home slot
+ * or right after the entry before it. Returns 1 if done, 0 (nothing
+ * changed) if the table exists or the entries are not in hash order. */
+int weir__u64_load(weir__u64map *m, const uint64_t *keys, const uint64_t *values, uint64_t n);
 
 static inline void weir__u64_prefetch(const weir__u64map *m, uint64_t key) {
   if (m->slots) {
