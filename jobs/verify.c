@@ -199,6 +199,7 @@ static pid_t spawn(const vctx *v, char **argv, const char *failpoints, const cha
     return -e;
   }
   if (pid == 0) {
+    setenv("WEIR_LOG", "info", 1); /* release waits for a checkpoint line */
     if (failpoints)
       setenv("WEIR_FAILPOINTS", failpoints, 1);
     else
@@ -597,25 +598,44 @@ static void run_pause(rep *rp, run_res *r) {
   worker_end(a, 'a', &r->code[2], r);
 }
 
+/* Polls the log file `path` until it holds `needle` (0), pid ends (1, *code
+ * set) or ms pass (V_ETIMEDOUT). */
+static int wait_log(const char *path, const char *needle, pid_t pid, uint32_t ms, int *code) {
+  double until = now_ms() + ms;
+  for (;;) {
+    char *t = slurp(path);
+    int found = t && strstr(t, needle);
+    weir_free(t);
+    if (found) return 0;
+    int s = 0;
+    if (waitpid(pid, &s, WNOHANG) == pid && (WIFEXITED(s) || WIFSIGNALED(s))) {
+      *code = code_of(s);
+      return 1;
+    }
+    if (now_ms() > until) return V_ETIMEDOUT;
+    weir_sleep_us(2000);
+  }
+}
+
 static void run_release(rep *rp, run_res *r) {
   pid_t a = worker(rp, r, 'a', 0, 0, NULL);
   if (a < 0) return;
-  /* Let it run a third of the job (its rate bounds it) after taking the
-   * lease, then stop it in order. */
-  char *path = pathf("%s/lease/epoch.1", rp->state);
-  double t = 0;
+  /* Stop it in order once it runs: its first checkpoint completed (before
+   * that, `weir run` may not have its SIGTERM handler yet, and the signal
+   * would kill it: no release), and a quarter of the job later. */
+  char *log = pathf("%s/a.log", rp->dir);
   int code = -1;
-  int w = wait_file(path, a, WAIT_MS, &t, &code);
-  weir_free(path);
+  int w = wait_log(log, "checkpoint 1 completed", a, WAIT_MS, &code);
+  weir_free(log);
   if (w != 0) {
     if (w == 1) r->code[0] = code;
-    note(r, "the owner did not take the lease");
+    note(r, "the owner did not complete its first checkpoint");
     if (w != 1) reap(a);
     return;
   }
   const vopts *o = rp->v->o;
   uint64_t run_ms = o->rate ? o->records * 1000 / o->rate : 0;
-  weir_sleep_us(run_ms / 3 * 1000);
+  weir_sleep_us(run_ms / 4 * 1000);
   double t0 = now_ms();
   kill(a, SIGTERM);
   if (worker_end(a, 'a', &r->code[0], r) < 0) return;
@@ -888,7 +908,7 @@ static void exits(char *buf, size_t cap, const run_res *r) {
 static void print_table(FILE *f, const vctx *v, const scenario *sc, const run_res *rs, unsigned n) {
   int dest = v->o->url == NULL;
   fprintf(f, "\n%s: %s\n  expected: %s\n", sc->name, sc->title, expectation(sc, dest));
-  fprintf(f, "  %3s %4s %6s %8s %7s %5s %7s %6s %8s %9s %-16s %5s %3s\n", "rep", "runs", "owners",
+  fprintf(f, "  %3s %4s %8s %8s %7s %5s %7s %6s %8s %9s %-16s %5s %3s\n", "rep", "runs", "attempts",
           "requests", "effects", "dups", "rejects", "resent", "applied2", "takeover", "exits",
           "exact", "ok");
   unsigned met = 0;
@@ -901,7 +921,7 @@ static void print_table(FILE *f, const vctx *v, const scenario *sc, const run_re
     else
       snprintf(to, sizeof to, "-");
     fprintf(f, "  %3u %4d", i + 1, r->runs);
-    cell(f, r->owners, 6);
+    cell(f, r->owners, 8);
     cell(f, dest ? r->requests : r->weir_requests, 8);
     cell(f, r->effects, 7);
     cell(f, r->duplicates, 5);
@@ -963,7 +983,7 @@ static void print_json(FILE *f, const vctx *v, const unsigned *which, unsigned n
       const run_res *r = &rs[i];
       fprintf(f, "%s\n    {\"rep\": %u, \"ok\": %s, \"met\": %s, \"processes\": %d", i ? "," : "",
               i + 1, r->ok ? "true" : "false", r->met ? "true" : "false", r->runs);
-      json_i(f, "owners", r->owners);
+      json_i(f, "attempts", r->owners);
       json_i(f, "requests", r->requests);
       json_i(f, "effects", r->effects);
       json_i(f, "duplicates", r->duplicates);
@@ -979,6 +999,7 @@ static void print_json(FILE *f, const vctx *v, const unsigned *which, unsigned n
       else
         fputs(", \"takeover_ms\": null", f);
       fprintf(f, ", \"exact\": %s", r->exact < 0 ? "null" : r->exact ? "true" : "false");
+      fprintf(f, ", \"owner_stopped\": %s", r->stopped ? "true" : "false");
       fputs(", \"exit\": {", f);
       static const char *const who[3] = {"owner", "successor", "owner_resumed"};
       int first = 1;
@@ -1026,8 +1047,9 @@ void cli_help_verify(FILE *out) {
         "                  undo the effect sent before the pause (N+1 effects)\n"
         "  release         SIGTERM (orderly release); the successor takes over at once\n"
         "\n"
-        "Columns: runs = worker processes started; owners = lease epochs taken\n"
-        "(processes that ran the job); requests, effects, dups (replayed with the same\n"
+        "Columns: runs = worker processes started; attempts = task attempts: the\n"
+        "processes that took the lease and ran the job (its epoch); requests, effects, dups "
+        "(replayed with the same\n"
         "key), rejects (422, plus 409 to a stale Weir-Epoch), resent (operations\n"
         "requested more than once), applied2 (operations applied more than once): the\n"
         "destination's own counts; takeover = from the interruption the harness saw\n"
