@@ -27,7 +27,7 @@
 #define N 20   /* records */
 #define K 4    /* keys */
 #define REPS 2 /* repetitions */
-#define LEASE 1500
+#define LEASE 2000
 
 static int64_t jint(const char *text, const char *key) {
   char pat[64];
