@@ -908,6 +908,10 @@ static void exits(char *buf, size_t cap, const run_res *r) {
 static void print_table(FILE *f, const vctx *v, const scenario *sc, const run_res *rs, unsigned n) {
   int dest = v->o->url == NULL;
   fprintf(f, "\n%s: %s\n  expected: %s\n", sc->name, sc->title, expectation(sc, dest));
+  if (!dest)
+    fputs("  (your destination: requests as weir's sink counted them, in the runs that ended\n"
+          "  normally; its effects are not visible to verify)\n",
+          f);
   fprintf(f, "  %3s %4s %8s %8s %7s %5s %7s %6s %8s %9s %-16s %5s %3s\n", "rep", "runs", "attempts",
           "requests", "effects", "dups", "rejects", "resent", "applied2", "takeover", "exits",
           "exact", "ok");
