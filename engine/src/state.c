@@ -196,7 +196,7 @@ static void take_first_page(const uint64_t *sl, uint64_t n, unsigned shift, uint
 void weir__cow_extract(weir__cow *c, uint64_t **keys, uint64_t **values, uint64_t *n) {
   /* At most cap / 2 entries (load factor), plus the EMPTY key. */
   uint64_t max = c->cap / 2 + 1, k = 0, nw = 0;
-  uint64_t *ks = weir_malloc(max * sizeof *ks), *vs = weir_malloc(max * sizeof *vs);
+  uint64_t *ks = weir_malloc_big(max * sizeof *ks), *vs = weir_malloc_big(max * sizeof *vs);
   uint64_t *wrapped = c->cap ? weir_malloc(WEIR__COW_PAGE * 16) : NULL;
   unsigned shift = c->cap ? 64 - (unsigned)__builtin_ctzll(c->cap) : 0;
   /* The EMPTY key's rank: with the keys whose slots come before it. */
