@@ -1263,8 +1263,9 @@ void weir_subtask_snapshot_free(weir_subtask_snapshot *snap) {
   if (snap == NULL) return;
   if (snap->fill) snap->fill(snap->fill_arg, snap, 0);
   weir_free(snap->op);
-  weir_free(snap->u64_keys);
-  weir_free(snap->u64_values);
+  void (*rel)(void *) = snap->u64_release ? snap->u64_release : weir_free;
+  rel(snap->u64_keys);
+  rel(snap->u64_values);
   weir_free(snap->b_route);
   weir_free(snap->b_klen);
   weir_free(snap->b_vlen);

@@ -142,7 +142,10 @@ static void write_state(weir_job *job, uint64_t id, weir_subtask_snapshot *s) {
  * snapshot. */
 static void fill_from_view(void *arg, weir_subtask_snapshot *s, int run) {
   weir__cow *v = arg;
-  if (run) weir__cow_extract(v, &s->u64_keys, &s->u64_values, &s->n_u64);
+  if (run) {
+    weir__cow_extract(v, &s->u64_keys, &s->u64_values, &s->n_u64);
+    s->u64_release = weir_pool_free;
+  }
   weir__cow_release(v);
 }
 

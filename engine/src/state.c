@@ -196,7 +196,9 @@ static void take_first_page(const uint64_t *sl, uint64_t n, unsigned shift, uint
 void weir__cow_extract(weir__cow *c, uint64_t **keys, uint64_t **values, uint64_t *n) {
   /* At most cap / 2 entries (load factor), plus the EMPTY key. */
   uint64_t max = c->cap / 2 + 1, k = 0, nw = 0;
-  uint64_t *ks = weir_malloc_big(max * sizeof *ks), *vs = weir_malloc_big(max * sizeof *vs);
+  /* From the pool: the arrays of the previous checkpoint, already touched
+   * (the caller releases them with weir_pool_free). */
+  uint64_t *ks = weir_pool_alloc(max * sizeof *ks), *vs = weir_pool_alloc(max * sizeof *vs);
   uint64_t *wrapped = c->cap ? weir_malloc(WEIR__COW_PAGE * 16) : NULL;
   unsigned shift = c->cap ? 64 - (unsigned)__builtin_ctzll(c->cap) : 0;
   /* The EMPTY key's rank: with the keys whose slots come before it. */
@@ -230,8 +232,8 @@ void weir__cow_extract(weir__cow *c, uint64_t **keys, uint64_t **values, uint64_
   }
   weir_free(wrapped);
   if (!k) {
-    weir_free(ks);
-    weir_free(vs);
+    weir_pool_free(ks);
+    weir_pool_free(vs);
     ks = vs = NULL;
   }
   *keys = ks;

@@ -132,6 +132,9 @@ typedef struct weir_subtask_snapshot {
    * or nearly). */
   uint64_t n_u64;
   uint64_t *u64_keys, *u64_values;
+  /* How u64_keys and u64_values are released: NULL = weir_free; otherwise
+   * called with each (e.g. weir_pool_free). */
+  void (*u64_release)(void *array);
   /* Byte-string keyed state: entry i has routing key b_route[i], key of
    * b_klen[i] bytes then value of b_vlen[i] bytes, entries back to back in
    * b_data. */
