@@ -266,6 +266,9 @@ static PGconn *connect_to(pgdest *d, const char *conninfo, char *err, size_t err
     return NULL;
   }
   PQsetNoticeProcessor(c, quiet, NULL);
+  /* A server process whose client died (SIGKILL) while it waits must not
+   * keep its locks: it checks the socket (PostgreSQL >= 14; else ignored). */
+  PQclear(PQexec(c, "SET client_connection_check_interval = '1s'"));
   return c;
 }
 
@@ -297,25 +300,49 @@ static int fail(weir_ctx *ctx, pgdest *d, int code, const char *what, const char
 
 /* ---- start: tables, resolution, fence ----------------------------------------- */
 
+/* Creates what is missing. Only what is missing: CREATE INDEX IF NOT
+ * EXISTS would wait for a ShareLock on weir_markers, which a prepared
+ * transaction left by a crash holds against it until it is resolved
+ * (after this). lock_timeout bounds every wait. */
 static int setup_tables(weir_ctx *ctx, pgdest *d) {
-  char m[600], st[6] = "", sql[1024];
+  char m[600], st[6] = "", sql[1024], junk[200];
+  char *lit = PQescapeLiteral(d->conn, d->qtable, strlen(d->qtable));
+  snprintf(sql, sizeof sql,
+           "SELECT to_regclass(%s) IS NULL, to_regclass('weir_markers') IS NULL, "
+           "to_regclass('weir_fence') IS NULL",
+           lit ? lit : "''");
+  PQfreemem(lit);
+  PGresult *r = exec(d->conn, sql, 0, NULL, m, sizeof m, st);
+  if (!r || PQntuples(r) != 1) {
+    PQclear(r);
+    return fail(ctx, d, WEIR_EIO, "cannot look for the sink's tables", m);
+  }
+  int need_t = PQgetvalue(r, 0, 0)[0] == 't', need_m = PQgetvalue(r, 0, 1)[0] == 't',
+      need_f = PQgetvalue(r, 0, 2)[0] == 't';
+  PQclear(r);
+  if (!need_t && !need_m && !need_f) goto created;
   /* Concurrent CREATE ... IF NOT EXISTS can collide: one at a time. */
   snprintf(sql, sizeof sql,
-           "BEGIN; SELECT pg_advisory_xact_lock(7765426813); "
-           "CREATE TABLE IF NOT EXISTS %s (key numeric(20,0) NOT NULL, value text, opid text); "
-           "CREATE TABLE IF NOT EXISTS weir_markers (gid text PRIMARY KEY, job text NOT NULL, "
-           "sink text NOT NULL, subtask integer NOT NULL, checkpoint bigint NOT NULL, "
-           "epoch bigint NOT NULL, at timestamptz NOT NULL DEFAULT now()); "
-           "CREATE INDEX IF NOT EXISTS weir_markers_job ON weir_markers (job, sink, subtask, "
-           "checkpoint); "
-           "CREATE TABLE IF NOT EXISTS weir_fence (job text PRIMARY KEY, epoch bigint NOT NULL); "
-           "COMMIT",
-           d->qtable);
+           "BEGIN; SET LOCAL lock_timeout = '30s'; SELECT pg_advisory_xact_lock(7765426813); "
+           "%s%s%s%s%s%s COMMIT",
+           need_t ? "CREATE TABLE IF NOT EXISTS " : "", need_t ? d->qtable : "",
+           need_t ? " (key numeric(20,0) NOT NULL, value text, opid text);" : "",
+           need_m ? "CREATE TABLE IF NOT EXISTS weir_markers (gid text PRIMARY KEY, job text NOT "
+                    "NULL, sink text NOT NULL, subtask integer NOT NULL, checkpoint bigint NOT "
+                    "NULL, epoch bigint NOT NULL, at timestamptz NOT NULL DEFAULT now());"
+                  : "",
+           need_m ? "CREATE INDEX IF NOT EXISTS weir_markers_job ON weir_markers (job, sink, "
+                    "subtask, checkpoint);"
+                  : "",
+           need_f ? "CREATE TABLE IF NOT EXISTS weir_fence (job text PRIMARY KEY, epoch bigint NOT "
+                    "NULL);"
+                  : "");
   if (run(d->conn, sql, 0, NULL, m, sizeof m, st) < 0) {
-    (void)run(d->conn, "ROLLBACK", 0, NULL, sql, sizeof sql, NULL);
+    (void)run(d->conn, "ROLLBACK", 0, NULL, junk, sizeof junk, NULL);
     return fail(ctx, d, WEIR_EIO, "cannot create the sink's tables", m);
   }
-  PGresult *r = exec(d->conn, "SHOW max_prepared_transactions", 0, NULL, m, sizeof m, st);
+created:
+  r = exec(d->conn, "SHOW max_prepared_transactions", 0, NULL, m, sizeof m, st);
   if (!r) return fail(ctx, d, WEIR_EIO, "cannot read max_prepared_transactions", m);
   long mpt = PQntuples(r) == 1 ? strtol(PQgetvalue(r, 0, 0), NULL, 10) : 0;
   PQclear(r);
