@@ -39,6 +39,12 @@
  * failures are retried (WEIR_EAGAIN) for up to COMMIT_GIVE_UP_MS, so a
  * restarted server is waited for: a prepared transaction survives it.
  *
+ * A fresh start (no checkpoint restored) also removes the rows and markers
+ * that earlier runs of this job's sink committed (found by the operation id
+ * prefix "<job>/<sink>/"): a new run replaces the output of the previous
+ * one, as with the file sink (a --fresh run, or a new instance of a
+ * finished job, would otherwise write its rows a second time).
+ *
  * Start: every subtask resolves the prepared transactions of this job's
  * sink (all subtasks, in pg_prepared_xacts): on restore from checkpoint r
  * those of checkpoints <= r are committed and the rest rolled back; a fresh
@@ -434,6 +440,37 @@ static int check_rewind(weir_ctx *ctx, pgdest *d, uint64_t r) {
   return rc;
 }
 
+/* A fresh start replaces what earlier runs of this job's sink committed
+ * (as the file sink does): its rows (by operation id prefix) and markers.
+ * Costs one index probe when there is nothing to replace. Safe from every
+ * subtask at once: all of them open before any checkpoint can complete, so
+ * before any commit of this run. */
+static int replace_earlier(weir_ctx *ctx, pgdest *d) {
+  char m[600], st[6] = "", sql[600], pre[300];
+  const char *p[] = {d->job, d->sink};
+  PGresult *res = exec(d->conn, "SELECT 1 FROM weir_markers WHERE job = $1 AND sink = $2 LIMIT 1",
+                       2, p, m, sizeof m, st);
+  if (!res) return fail(ctx, d, WEIR_EIO, "cannot read weir_markers", m);
+  int any = PQntuples(res) > 0;
+  PQclear(res);
+  if (!any) return 0;
+  snprintf(pre, sizeof pre, "%s/%s/", d->job, d->sink);
+  const char *q[] = {d->job, d->sink, pre};
+  snprintf(sql, sizeof sql,
+           "WITH r AS (DELETE FROM %s WHERE left(opid, length($3)) = $3 RETURNING 1), "
+           "k AS (DELETE FROM weir_markers WHERE job = $1 AND sink = $2 RETURNING 1) "
+           "SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM k)",
+           d->qtable);
+  res = exec(d->conn, sql, 3, q, m, sizeof m, st);
+  if (!res) return fail(ctx, d, WEIR_EIO, "cannot remove the rows of an earlier run", m);
+  if (PQntuples(res) == 1 && atoll(PQgetvalue(res, 0, 0)) > 0)
+    WEIR_LOG_I("sink '%s' subtask %u: fresh start: removed %s rows of an earlier run of job %s "
+               "from %s",
+               d->sink, d->subtask, PQgetvalue(res, 0, 0), d->job, d->qtable);
+  PQclear(res);
+  return 0;
+}
+
 /* Bumps the job's fence row to this run's owner epoch (resolving again
  * after each lock timeout: a stale prepared transaction holds it). */
 static int bump_fence(weir_ctx *ctx, pgdest *d, uint64_t r, int restored) {
@@ -525,6 +562,7 @@ static int pg_open(weir_ctx *ctx, void **out) {
   } else if ((rc = setup_tables(ctx, d)) == 0 && !weir_ctx_restoring(ctx)) {
     /* A fresh start: nothing of an earlier unfinished run completed. */
     rc = resolve(ctx, d, 0, 0);
+    if (rc >= 0 && d->owner) rc = replace_earlier(ctx, d);
     if (rc >= 0) rc = bump_fence(ctx, d, 0, 0);
   }
   if (rc < 0) {

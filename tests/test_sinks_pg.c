@@ -340,6 +340,12 @@ Test(pg_tx, no_failure_prepare_commit_markers) {
                       "SELECT count(*) FROM %s WHERE opid <> '%s/sink/c/' || key || '.' || value",
                       g_table, id),
                0, "operation ids are not <job>/sink/c/<key>.<count>");
+  /* A new instance of the finished job replaces its rows: still exact. */
+  rc = run_job(j, NULL, &err, NULL);
+  cr_assert_eq(rc, 0, "%s", err);
+  cr_assert(strstr(err, "fresh start: removed") != NULL, "%s", err);
+  free(err);
+  check_pg(j, c);
   PQfinish(c);
   pg_job_free(j);
   cr_assert_eq(th_leak_check(), 0);
