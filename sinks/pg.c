@@ -54,9 +54,11 @@
  * their rows), and bumps the fence row to its owner epoch with
  * lock_timeout: a stale owner's prepared transaction holds the row FOR
  * SHARE, so on a lock timeout it resolves again and retries, never hanging
- * behind it. A fence already above its epoch means this run is the stale
- * one: WEIR_EFENCED. Without a state directory (owner epoch 0, a random job
- * id) there is no fence.
+ * behind it. Resolution never touches this run's own transactions (owner
+ * epoch >= its own: another subtask may be ahead), and a fence already at
+ * this run's epoch is left alone (its update would wait for them). A fence already above its epoch
+ * means this run is the stale one: WEIR_EFENCED. Without a state directory (owner epoch 0, a random
+ * job id) there is no fence.
  *
  * max_prepared_transactions: 0 (PostgreSQL's default) is refused at open
  * with a message saying what to set; fewer than 2 per subtask likewise (one
@@ -386,6 +388,8 @@ static int resolve(weir_ctx *ctx, pgdest *d, uint64_t r, int restored) {
     unsigned long long ep, ck;
     unsigned sub;
     if (sscanf(gid + plen, "%llu:%llu:%u", &ep, &ck, &sub) != 3) continue;
+    /* This run's own (another subtask may already have prepared one). */
+    if (d->owner && ep >= d->owner) continue;
     int commit = restored && ck <= r;
     char *lit = PQescapeLiteral(d->conn, gid, strlen(gid));
     if (!lit) {
@@ -482,6 +486,17 @@ static int bump_fence(weir_ctx *ctx, pgdest *d, uint64_t r, int restored) {
   snprintf(es, sizeof es, "%llu", (unsigned long long)d->owner);
   const char *p[] = {d->job, es};
   for (int attempt = 0; attempt < FENCE_ATTEMPTS; attempt++) {
+    /* Already there (another subtask bumped it): no update, which would
+     * wait for this run's own prepared transactions. */
+    PGresult *cur =
+        exec(d->conn, "SELECT epoch FROM weir_fence WHERE job = $1", 1, p, m, sizeof m, st);
+    if (!cur) return fail(ctx, d, WEIR_EIO, "cannot read the fence row", m);
+    unsigned long long at = PQntuples(cur) == 1 ? strtoull(PQgetvalue(cur, 0, 0), NULL, 10) : 0;
+    PQclear(cur);
+    if (at == d->owner) {
+      d->fenced_ok = 1;
+      return 0;
+    }
     if (run(d->conn, "BEGIN; SET LOCAL lock_timeout = '" FENCE_LOCK_TIMEOUT "'", 0, NULL, m,
             sizeof m, st) < 0)
       return fail(ctx, d, WEIR_EIO, "cannot begin the fence bump", m);
