@@ -219,8 +219,9 @@ typedef struct pgdest {
   char *job, *sink, *qtable;
   char prefix[160]; /* "weir:<job>:<sink>:" */
   uint32_t subtask, parallelism;
-  uint64_t owner;  /* owner epoch; 0: no state directory, no fence */
-  char where[160]; /* "host:port" for messages (never the password) */
+  uint64_t owner;   /* owner epoch; 0: no state directory, no fence */
+  char where[160];  /* "host:port" for messages (never the password) */
+  char cwhere[160]; /* the same, the commit thread's */
   PGconn *conn;
   int open; /* a transaction and its COPY are open */
   int fenced_ok;
@@ -246,11 +247,10 @@ static void msg_of(PGconn *c, const PGresult *r, char *out, size_t cap) {
     if (*p == '\n') *p = *(p + 1) ? ' ' : '\0';
 }
 
-static void set_where(pgdest *d, PGconn *c) {
+static void set_where(char *where, size_t n, PGconn *c) {
   const char *h = c ? PQhost(c) : NULL;
   const char *p = c ? PQport(c) : NULL;
-  snprintf(d->where, sizeof d->where, "%s:%s", h && *h ? h : "(default host)",
-           p && *p ? p : "5432");
+  snprintf(where, n, "%s:%s", h && *h ? h : "(default host)", p && *p ? p : "5432");
 }
 
 /* Server notices ("relation ... already exists, skipping") are not news. */
@@ -259,17 +259,18 @@ static void quiet(void *arg, const char *message) {
   (void)message;
 }
 
-/* Connects to the URI. Returns the connection, or NULL with a message. */
-static PGconn *connect_to(pgdest *d, const char *conninfo, char *err, size_t errlen) {
+/* Connects to the URI, naming the server in where (160 bytes). Returns the
+ * connection, or NULL with a message. */
+static PGconn *connect_to(char *where, const char *conninfo, char *err, size_t errlen) {
   const char *keys[] = {"dbname", "connect_timeout", "application_name", NULL};
   const char *vals[] = {conninfo, "5", "weir", NULL};
   if (strstr(conninfo, "connect_timeout=")) keys[1] = NULL;
   PGconn *c = PQconnectdbParams(keys, vals, 1);
-  set_where(d, c);
+  set_where(where, 160, c);
   if (!c || PQstatus(c) != CONNECTION_OK) {
     char m[400];
     msg_of(c, NULL, m, sizeof m);
-    snprintf(err, errlen, "cannot connect to PostgreSQL at %s: %s", d->where, m);
+    snprintf(err, errlen, "cannot connect to PostgreSQL at %s: %s", where, m);
     PQfinish(c);
     return NULL;
   }
@@ -570,7 +571,7 @@ static int pg_open(weir_ctx *ctx, void **out) {
   d->scap = 256;
   d->scratch = weir_malloc(d->scap);
   char err[700];
-  d->conn = connect_to(d, d->a->conninfo, err, sizeof err);
+  d->conn = connect_to(d->where, d->a->conninfo, err, sizeof err);
   int rc;
   if (!d->conn) {
     rc = weir_ctx_fail(ctx, WEIR_EIO, "sink '%s' subtask %u: %s", d->sink, d->subtask, err);
@@ -653,7 +654,7 @@ static int begin(weir_ctx *ctx, pgdest *d) {
   for (int attempt = 0;; attempt++) {
     if (!d->conn || PQstatus(d->conn) != CONNECTION_OK) {
       PQfinish(d->conn);
-      d->conn = connect_to(d, d->a->conninfo, m, sizeof m);
+      d->conn = connect_to(d->where, d->a->conninfo, m, sizeof m);
       if (!d->conn)
         return weir_ctx_fail(ctx, WEIR_EIO, "sink '%s' subtask %u: %s", d->sink, d->subtask, m);
     }
@@ -694,7 +695,7 @@ static int pg_write(weir_ctx *ctx, void *dest, const weir_record *r) {
     vn -= vn == (size_t)kn ? (size_t)kn : (size_t)kn + 1;
   }
   /* Worst case: every byte escaped (value and id), plus key and framing. */
-  size_t need = 2 * vn + 2 * 300 + 64;
+  size_t need = 2 * vn + 2 * 400 + 64;
   if (d->len + need > COPY_BUF && (rc = flush(ctx, d)) < 0) return rc;
   if (need > COPY_BUF)
     return weir_ctx_fail(ctx, WEIR_ETOOBIG, "sink '%s': record too large", d->sink);
@@ -705,12 +706,12 @@ static int pg_write(weir_ctx *ctx, void *dest, const weir_record *r) {
   else
     put_escaped(d, v, vn);
   put(d, "\t", 1);
-  char id[300];
+  char id[400];
   int in;
   if (d->a->opid) {
     size_t cn;
     if ((rc = format(ctx, d, d->a->opid, r, &cn)) < 0) return rc;
-    in = snprintf(id, sizeof id, "%s/%s/c/%.*s", d->job, d->sink, (int)(cn > 200 ? 200 : cn),
+    in = snprintf(id, sizeof id, "%s/%s/c/%.*s", d->job, d->sink, (int)(cn > 250 ? 250 : cn),
                   d->scratch);
   } else {
     in = snprintf(id, sizeof id, "%s/%s/t/%u/%llu/%llu", d->job, d->sink, (unsigned)d->subtask,
@@ -819,7 +820,7 @@ static int retry_later(pgdest *d, weir_sink_commit *c, const char *m) {
   snprintf(c->err, c->errlen,
            "PostgreSQL at %s unreachable for %u s; epoch %llu stays prepared there and is "
            "committed by the next --restore latest: %s",
-           d->where, COMMIT_GIVE_UP_MS / 1000, (unsigned long long)c->epoch, m);
+           d->cwhere, COMMIT_GIVE_UP_MS / 1000, (unsigned long long)c->epoch, m);
   return WEIR_EIO;
 }
 
@@ -834,7 +835,7 @@ static int pg_commit(void *dest, weir_sink_commit *c) {
   gid[c->len] = '\0';
   if (!d->cconn || PQstatus(d->cconn) != CONNECTION_OK) {
     PQfinish(d->cconn);
-    d->cconn = connect_to(d, d->a->conninfo, m, sizeof m);
+    d->cconn = connect_to(d->cwhere, d->a->conninfo, m, sizeof m);
     if (!d->cconn) return retry_later(d, c, m);
   }
   char *lit = PQescapeLiteral(d->cconn, gid, strlen(gid));
@@ -848,7 +849,7 @@ static int pg_commit(void *dest, weir_sink_commit *c) {
     weir_sink_io_count(c->io, WEIR_SINK_RESPONSES, 1);
     if (!strcmp(st, "55006")) return WEIR_EAGAIN; /* being resolved elsewhere */
     if (strcmp(st, "42704") != 0) {
-      snprintf(c->err, c->errlen, "PostgreSQL at %s: cannot commit %s: %s", d->where, gid, m);
+      snprintf(c->err, c->errlen, "PostgreSQL at %s: cannot commit %s: %s", d->cwhere, gid, m);
       return WEIR_EIO;
     }
     /* No such prepared transaction: committed before, or lost. */
@@ -858,7 +859,7 @@ static int pg_commit(void *dest, weir_sink_commit *c) {
       snprintf(c->err, c->errlen,
                "PostgreSQL at %s: prepared transaction %s is gone and its marker row is not in "
                "weir_markers: it was rolled back, its rows are lost",
-               d->where, gid);
+               d->cwhere, gid);
       return WEIR_EIO;
     }
     weir_sink_io_count(c->io, WEIR_SINK_DUPLICATES, 1);
