@@ -34,8 +34,9 @@
  * lands), then PREPARE TRANSACTION gid; the gid is the handle. commit runs
  * on the commit thread's own connection (made at its first commit, made
  * again after a failure): COMMIT PREPARED gid, then the marker rows of this
- * subtask older than MARKER_KEEP checkpoints are pruned (weir keeps the last
- * few checkpoints: no retained checkpoint can still need them). Connection
+ * subtask older than `markers` checkpoints (a URI parameter, default 100,
+ * taken out like `table`) are pruned: weir keeps the last few checkpoints
+ * (--retain, default 3), so no retained checkpoint can still need them. Connection
  * failures are retried (WEIR_EAGAIN) for up to COMMIT_GIVE_UP_MS, so a
  * restarted server is waited for: a prepared transaction survives it.
  *
@@ -89,6 +90,7 @@
 #endif
 
 #define DEFAULT_TABLE "weir_output"
+#define DEFAULT_MARKER_KEEP 100u /* checkpoints of markers kept per subtask */
 
 /* ---- specification (no libpq needed) --------------------------------------- */
 
@@ -102,8 +104,10 @@ static int ident_ok(const char *s, size_t n) {
   return 1;
 }
 
-int weir__pg_parse(const char *spec, char **conninfo, char **table, char *err, size_t errlen) {
+int weir__pg_parse(const char *spec, char **conninfo, char **table, uint64_t *keep, char *err,
+                   size_t errlen) {
   *conninfo = *table = NULL;
+  *keep = DEFAULT_MARKER_KEEP;
   const char *q = strchr(spec, '?');
   size_t base = q ? (size_t)(q - spec) : strlen(spec);
   char *url = weir_malloc(strlen(spec) + 1);
@@ -135,6 +139,21 @@ int weir__pg_parse(const char *spec, char **conninfo, char **table, char *err, s
       t = weir_malloc(vn + 1);
       memcpy(t, v, vn);
       t[vn] = '\0';
+    } else if (n >= 8 && !strncmp(p, "markers=", 8)) {
+      uint64_t v = 0;
+      size_t i = 8;
+      for (; i < n && p[i] >= '0' && p[i] <= '9' && v < 1000000000; i++)
+        v = v * 10 + (uint64_t)(p[i] - '0');
+      if (i != n || i == 8 || v < 1 || v >= 1000000000) {
+        if (err && errlen)
+          snprintf(err, errlen,
+                   "sink '%s': markers must be a number of checkpoints >= 1 (at least --retain)",
+                   spec);
+        weir_free(url);
+        weir_free(t);
+        return WEIR_ESINK;
+      }
+      *keep = v;
     } else if (n) {
       url[ulen++] = kept++ ? '&' : '?';
       memcpy(url + ulen, p, n);
@@ -203,7 +222,6 @@ const weir_sink_dest_vt weir__pg_dest_vt = {
 #else
 
 #define COPY_BUF (256u * 1024u)
-#define MARKER_KEEP 100u         /* checkpoints of markers kept per subtask */
 #define COMMIT_GIVE_UP_MS 60000u /* a commit's connection failures, at most */
 #define FENCE_ATTEMPTS 10        /* lock timeouts of the fence bump, at most */
 #define FENCE_LOCK_TIMEOUT "2s"
@@ -866,10 +884,10 @@ static int pg_commit(void *dest, weir_sink_commit *c) {
   } else {
     weir_sink_io_count(c->io, WEIR_SINK_RESPONSES, 1);
   }
-  if (c->epoch > MARKER_KEEP) {
+  if (c->epoch > d->a->marker_keep) {
     char sub[16], ck[24];
     snprintf(sub, sizeof sub, "%u", (unsigned)d->subtask);
-    snprintf(ck, sizeof ck, "%llu", (unsigned long long)(c->epoch - MARKER_KEEP));
+    snprintf(ck, sizeof ck, "%llu", (unsigned long long)(c->epoch - d->a->marker_keep));
     const char *p[] = {d->job, d->sink, sub, ck};
     /* Best effort: a failed prune is retried by the next commit. */
     (void)run(d->cconn,

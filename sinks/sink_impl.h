@@ -18,6 +18,7 @@ typedef struct weir__sink_arg {
   int idempotent;        /* http: send Idempotency-Key (idempotency=off: 0) */
   char *conninfo;        /* postgresql: the URI without weir's parameters */
   char *table;           /* postgresql: the output table (NAME or SCHEMA.NAME) */
+  uint64_t marker_keep;  /* postgresql: checkpoints of marker rows kept (markers=) */
 } weir__sink_arg;
 
 extern const weir_operator_vt weir__null_sink_vt;  /* null.c */
@@ -29,9 +30,11 @@ extern const weir_sink_dest_vt weir__pg_dest_vt;   /* pg.c */
 /* pg.c: nonzero if weir was built with libpq. */
 int weir__pg_available(void);
 /* pg.c: splits a postgresql:// spec into the URI for libpq (without
- * `table`) and the table (default weir_output), both malloc'd. Returns 0 or
- * WEIR_ESINK with a message in err. */
-int weir__pg_parse(const char *spec, char **conninfo, char **table, char *err, size_t errlen);
+ * weir's `table` and `markers`), the table (default weir_output), both
+ * malloc'd, and the checkpoints of marker rows to keep (default 100).
+ * Returns 0 or WEIR_ESINK with a message in err. */
+int weir__pg_parse(const char *spec, char **conninfo, char **table, uint64_t *keep, char *err,
+                   size_t errlen);
 /* pg.c: the global transaction id
  * "weir:<job>:<sink>:<owner epoch>:<checkpoint>:<subtask>" (a hash for a
  * sink name over 64 bytes or with ':'). Returns 0, or WEIR_EINVAL if it

@@ -119,10 +119,12 @@ static int check(const char *spec, weir__sink_arg *a, char *err, size_t errlen) 
                         "is not available (install libpq's development files and rebuild)",
                         spec);
     char *ci = NULL, *t = NULL;
-    int rc = weir__pg_parse(spec, &ci, &t, err, errlen);
+    uint64_t keep = 0;
+    int rc = weir__pg_parse(spec, &ci, &t, &keep, err, errlen);
     if (rc == 0 && a) {
       a->conninfo = ci;
       a->table = t;
+      a->marker_keep = keep;
     } else {
       weir_free(ci);
       weir_free(t);

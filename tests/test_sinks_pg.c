@@ -278,28 +278,39 @@ Test(pg_spec, gid_format) {
 
 Test(pg_spec, table_parameter_is_taken_out) {
   char *ci = NULL, *t = NULL, err[300];
+  uint64_t keep = 0;
   cr_assert_eq(weir__pg_parse("postgresql://u@h:5/db?sslmode=disable&table=s.out&connect_timeout=3",
-                              &ci, &t, err, sizeof err),
+                              &ci, &t, &keep, err, sizeof err),
                0);
   cr_assert_str_eq(ci, "postgresql://u@h:5/db?sslmode=disable&connect_timeout=3");
   cr_assert_str_eq(t, "s.out");
+  cr_assert_eq(keep, 100);
   free(ci);
   free(t);
-  cr_assert_eq(weir__pg_parse("postgresql://u@h/db?table=rows", &ci, &t, err, sizeof err), 0);
+  cr_assert_eq(weir__pg_parse("postgresql://u@h/db?table=rows", &ci, &t, &keep, err, sizeof err),
+               0);
   cr_assert_str_eq(ci, "postgresql://u@h/db");
   cr_assert_str_eq(t, "rows");
   free(ci);
   free(t);
-  cr_assert_eq(weir__pg_parse("postgres://h/db", &ci, &t, err, sizeof err), 0);
+  cr_assert_eq(weir__pg_parse("postgres://h/db", &ci, &t, &keep, err, sizeof err), 0);
   cr_assert_str_eq(ci, "postgres://h/db");
   cr_assert_str_eq(t, "weir_output");
   free(ci);
   free(t);
-  cr_assert_eq(weir__pg_parse("postgresql://h/db?table=a;drop", &ci, &t, err, sizeof err),
+  cr_assert_eq(weir__pg_parse("postgresql://h/db?table=a;drop", &ci, &t, &keep, err, sizeof err),
                WEIR_ESINK);
   cr_assert(strstr(err, "table must be") != NULL, "%s", err);
   cr_assert_eq(weir_sink_spec_check("postgresql://h/db?table=9x", err, sizeof err), WEIR_ESINK);
   cr_assert_eq(weir_sink_spec_check("postgresql://h/db?table=x", err, sizeof err), 0);
+  cr_assert_eq(
+      weir__pg_parse("postgresql://h/db?markers=7&table=x", &ci, &t, &keep, err, sizeof err), 0);
+  cr_assert_str_eq(ci, "postgresql://h/db");
+  cr_assert_eq(keep, 7);
+  free(ci);
+  free(t);
+  cr_assert_eq(weir_sink_spec_check("postgresql://h/db?markers=0", err, sizeof err), WEIR_ESINK);
+  cr_assert_eq(weir_sink_spec_check("postgresql://h/db?markers=x", err, sizeof err), WEIR_ESINK);
   cr_assert_eq(th_leak_check(), 0);
 }
 
@@ -351,11 +362,12 @@ Test(pg_tx, no_failure_prepare_commit_markers) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
-/* Marker rows are pruned: with hundreds of checkpoints, a subtask keeps
- * those of about its last 100 (sinks/pg.c MARKER_KEEP), not one per commit. */
+/* Marker rows are pruned: with markers=10, a subtask keeps those of about
+ * its last 10 checkpoints, not one per commit. */
 Test(pg_tx, markers_pruned) {
   need_pg();
-  job *j = pg_job(60000, 100, "20000", "4");
+  job *j = pg_job(30000, 100, "20000", "10");
+  strncat(j->sink, "&markers=10", sizeof j->sink - strlen(j->sink) - 1);
   char *err = NULL;
   int rc = run_job(j, NULL, &err, NULL);
   cr_assert_eq(rc, 0, "%s", err);
@@ -367,9 +379,9 @@ Test(pg_tx, markers_pruned) {
   long long first = pg_num(c, "SELECT min(checkpoint) FROM weir_markers WHERE job = '%s'", id);
   long long n = pg_num(c, "SELECT count(*) FROM weir_markers WHERE job = '%s'", id);
   fprintf(stderr, "pg_tx::markers_pruned: %lld markers, checkpoints %lld..%lld\n", n, first, last);
-  cr_assert_gt(last, 120, "too few checkpoints to prune: %lld", last);
-  cr_assert_gt(first, 1, "nothing pruned");
-  cr_assert_leq(n, 2 * 105, "%lld markers kept", n);
+  cr_assert_gt(last, 20, "too few checkpoints to prune: %lld", last);
+  cr_assert_geq(first, last - 12, "not pruned: checkpoints %lld..%lld", first, last);
+  cr_assert_leq(n, 2 * 12, "%lld markers kept", n);
   PQfinish(c);
   pg_job_free(j);
 }

@@ -35,7 +35,9 @@
  *              marker row in weir_markers and the job's fence row in
  *              weir_fence checked) and COMMIT PREPAREd when the checkpoint
  *              completed. table=T (default weir_output, created if missing)
- *              is taken out of the URI; the rest goes to libpq. Needs
+ *              and markers=N (checkpoints of marker rows kept per subtask,
+ *              default 100) are taken out of the URI; the rest goes to
+ *              libpq. Needs
  *              max_prepared_transactions >= 2 per subtask.
  * Text lines are "<key> <value>\n" in decimal by default (see
  * weir_format_default); a job can give its own formatter.
