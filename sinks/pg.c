@@ -262,7 +262,7 @@ static void msg_of(PGconn *c, const PGresult *r, char *out, size_t cap) {
   if (!m || !*m) m = c ? PQerrorMessage(c) : "no connection";
   snprintf(out, cap, "%s", m);
   for (char *p = out; *p; p++)
-    if (*p == '\n') *p = *(p + 1) ? ' ' : '\0';
+    if (*p == '\n' || *p == '\t') *p = *(p + 1) ? ' ' : '\0';
 }
 
 static void set_where(char *where, size_t n, PGconn *c) {
