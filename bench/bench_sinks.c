@@ -9,13 +9,19 @@
  *   http       http://127.0.0.1:PORT/effects on a `weir receiver` started
  *              here: one POST per record with Idempotency-Key, sent after
  *              the checkpoint completed (each a SQLite transaction there).
+ *   pg         postgresql://?table=weir_bench_<pid>_<rep> (libpq takes the server
+ *              from PGHOST...; only when PGHOST is set): rows COPYed in a
+ *              transaction per subtask and epoch, PREPARE TRANSACTION at the
+ *              barrier, COMMIT PREPARED when the checkpoint completed; the
+ *              table's row count is checked to equal the records, then it is
+ *              dropped.
  * Repetitions are interleaved (null, file, http, null, ...) so machine drift
  * cancels; it prints each run and the medians, effects/s = records / wall
  * time of weir_job_run (for http the receiver's effect count is checked to
  * equal the records). HTTP runs far fewer records: it is bound by one
  * request per effect.
  *
- *   bench_sinks [--records N] [--http-records N] [--keys K] [--reps R]
+ *   bench_sinks [--records N] [--http-records N] [--pg-records N] [--keys K] [--reps R]
  *               [--workers W] [--weir PATH] [--json FILE]
  */
 #include <errno.h>
@@ -28,6 +34,30 @@
 
 #include "weir/clock.h"
 #include "weir/weir.h"
+
+#ifdef WEIR_HAVE_PQ
+#include <libpq-fe.h>
+
+/* Rows in table (-1 on error); the table and the job's marker and fence
+ * rows are dropped. */
+static long long pg_rows_and_drop(const char *table) {
+  PGconn *c = PQconnectdb("");
+  long long n = -1;
+  char sql[600];
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", table);
+  PGresult *r = PQstatus(c) == CONNECTION_OK ? PQexec(c, sql) : NULL;
+  if (PQresultStatus(r) == PGRES_TUPLES_OK) n = atoll(PQgetvalue(r, 0, 0));
+  PQclear(r);
+  snprintf(sql, sizeof sql,
+           "DELETE FROM weir_markers WHERE job IN (SELECT split_part(opid, '/', 1) FROM %s "
+           "LIMIT 1); DELETE FROM weir_fence WHERE job IN (SELECT split_part(opid, '/', 1) "
+           "FROM %s LIMIT 1); DROP TABLE %s",
+           table, table, table);
+  if (PQstatus(c) == CONNECTION_OK) PQclear(PQexec(c, sql));
+  PQfinish(c);
+  return n;
+}
+#endif
 
 #ifndef WEIR_BINARY
 #define WEIR_BINARY "weir"
@@ -124,7 +154,7 @@ static double median(double *v, int n) {
 }
 
 int main(int argc, char **argv) {
-  uint64_t records = 20000000, http_records = 20000, keys = 1000000;
+  uint64_t records = 20000000, http_records = 20000, pg_records = 2000000, keys = 1000000;
   int reps = 3, workers = 2;
   const char *weir = WEIR_BINARY, *json = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -132,6 +162,8 @@ int main(int argc, char **argv) {
       records = strtoull(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "--http-records"))
       http_records = strtoull(argv[i + 1], NULL, 10);
+    else if (!strcmp(argv[i], "--pg-records"))
+      pg_records = strtoull(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "--keys"))
       keys = strtoull(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "--reps"))
@@ -160,7 +192,11 @@ int main(int argc, char **argv) {
     return 1;
   }
   snprintf(http_spec, sizeof http_spec, "http://127.0.0.1:%d/effects", port);
-  double v[3][50];
+  double v[4][50];
+  int pg = 0;
+#ifdef WEIR_HAVE_PQ
+  pg = getenv("PGHOST") && *getenv("PGHOST") && pg_records > 0;
+#endif
   long long want_effects = 0;
   int bad = 0;
   for (int r = 0; r < reps && !bad; r++) {
@@ -171,10 +207,26 @@ int main(int argc, char **argv) {
     v[2][r] = run(base, http_spec, http_records, keys, workers, r);
     want_effects += (long long)http_records;
     rmrf(out);
+    v[3][r] = 0;
+#ifdef WEIR_HAVE_PQ
+    if (pg) {
+      char table[64], pg_spec[128];
+      snprintf(table, sizeof table, "weir_bench_%d_%d", (int)getpid(), r);
+      snprintf(pg_spec, sizeof pg_spec, "postgresql://?table=%s", table);
+      v[3][r] = run(base, pg_spec, pg_records, keys, workers, r);
+      long long rows = pg_rows_and_drop(table);
+      if (rows != (long long)pg_records) {
+        fprintf(stderr, "bench_sinks: pg: %lld rows for %llu records\n", rows,
+                (unsigned long long)pg_records);
+        v[3][r] = -1;
+      }
+      printf("rep %d: pg %.0f effects/s\n", r + 1, v[3][r]);
+    }
+#endif
     printf("rep %d: null %.0f effects/s, file %.0f effects/s, http %.0f effects/s\n", r + 1,
            v[0][r], v[1][r], v[2][r]);
     fflush(stdout);
-    bad = v[0][r] < 0 || v[1][r] < 0 || v[2][r] < 0;
+    bad = v[0][r] < 0 || v[1][r] < 0 || v[2][r] < 0 || v[3][r] < 0;
   }
   long long effects = receiver_effects(weir, db);
   kill(recv_pid, SIGTERM);
@@ -186,15 +238,17 @@ int main(int argc, char **argv) {
          "file %.0f effects/s (%.2fx null); http %.0f effects/s (%.4fx null); receiver "
          "effects %lld of %lld\n",
          workers, reps, m[0], m[1], m[1] / m[0], m[2], m[2] / m[0], effects, want_effects);
+  double mpg = pg ? median(v[3], reps) : 0;
+  if (pg) printf("pg %.0f effects/s (%.3fx null)\n", mpg, mpg / m[0]);
   if (json) {
     FILE *f = fopen(json, "w");
     if (f) {
       fprintf(f,
               "{\"workers\": %d, \"reps\": %d, \"records\": %llu, \"http_records\": %llu, "
               "\"null_per_s\": %.1f, \"file_per_s\": %.1f, \"http_per_s\": %.1f, "
-              "\"receiver_effects\": %lld}\n",
+              "\"receiver_effects\": %lld, \"pg_records\": %llu, \"pg_per_s\": %.1f}\n",
               workers, reps, (unsigned long long)records, (unsigned long long)http_records, m[0],
-              m[1], m[2], effects);
+              m[1], m[2], effects, pg ? (unsigned long long)pg_records : 0ull, mpg);
       fclose(f);
     }
   }

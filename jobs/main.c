@@ -116,6 +116,21 @@ static void help_run(FILE *out) {
         "An owner that lost its lease (taken over while it was paused, or unable to\n"
         "renew it in time) commits nothing more and exits with 4.\n"
         "\n"
+        "Sinks (--sink SPEC of the built-in jobs; weir_sink_to in the C API):\n"
+        "  null, print          discard; print to stdout (at-least-once)\n"
+        "  file:DIR             exactly-once: two-phase commit of one part file per\n"
+        "                       sink subtask and checkpoint\n"
+        "  http://HOST:PORT/PATH[?retention=D][&idempotency=off]  exactly-once at a\n"
+        "                       destination honouring Idempotency-Key\n"
+        "  postgresql://USER@HOST:PORT/DB[?table=T][&markers=N][&...]  exactly-once:\n"
+        "                       rows (key, value, operation id) into table T\n"
+        "                       (default weir_output, created if missing) by PREPARE\n"
+        "                       TRANSACTION / COMMIT PREPARED per subtask and\n"
+        "                       checkpoint; marker rows of the last N checkpoints\n"
+        "                       kept (default 100, at least --retain); needs\n"
+        "                       max_prepared_transactions >= 2 per subtask; the\n"
+        "                       rest of the URI goes to libpq\n"
+        "\n"
         "Built-in jobs:\n",
         out);
   for (size_t i = 0; i < N_BUILTINS; i++) {

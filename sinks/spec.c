@@ -1,5 +1,5 @@
 /* spec.c: owns sink specifications ("null", "print", "file:DIR",
- * "http://HOST:PORT/PATH?..."): checking them, taking weir's own URL
+ * "http://HOST:PORT/PATH?...", "postgresql://..."): checking them, taking weir's own URL
  * parameters out, and adding the sink they name to a job (weir_sink_to,
  * weir_sink_to_conf).
  */
@@ -11,7 +11,7 @@
 
 #include "weir/alloc.h"
 
-#define SPEC_HELP "use null, print, file:DIR or http://HOST:PORT/PATH"
+#define SPEC_HELP "use null, print, file:DIR, http://HOST:PORT/PATH or postgresql://..."
 
 static int spec_error(char *err, size_t errlen, const char *fmt, const char *spec) {
   if (err && errlen) snprintf(err, errlen, fmt, spec);
@@ -112,6 +112,25 @@ static int check(const char *spec, weir__sink_arg *a, char *err, size_t errlen) 
     weir_free(tmp.url);
     return rc;
   }
+  if (strncmp(spec, "postgresql://", 13) == 0 || strncmp(spec, "postgres://", 11) == 0) {
+    if (!weir__pg_available())
+      return spec_error(err, errlen,
+                        "sink '%s': this weir was built without libpq, so the postgresql sink "
+                        "is not available (install libpq's development files and rebuild)",
+                        spec);
+    char *ci = NULL, *t = NULL;
+    uint64_t keep = 0;
+    int rc = weir__pg_parse(spec, &ci, &t, &keep, err, errlen);
+    if (rc == 0 && a) {
+      a->conninfo = ci;
+      a->table = t;
+      a->marker_keep = keep;
+    } else {
+      weir_free(ci);
+      weir_free(t);
+    }
+    return rc;
+  }
   if (strncmp(spec, "https://", 8) == 0)
     return spec_error(err, errlen, "sink '%s': https is not supported yet: use http://", spec);
   return spec_error(err, errlen, "unknown sink '%s': " SPEC_HELP, spec);
@@ -126,6 +145,8 @@ static void sink_arg_free(void *p) {
   if (!a) return;
   weir_free(a->dir);
   weir_free(a->url);
+  weir_free(a->conninfo);
+  weir_free(a->table);
   weir_free(a);
 }
 
@@ -147,6 +168,7 @@ int weir_sink_to_conf(weir_stream *s, const char *name, const char *spec,
   if (strcmp(spec, "print") == 0) return weir_sink(s, name, &weir__print_sink_vt, a, parallelism);
   if (a->dir) return weir_sink_twophase(s, name, &weir__file_dest_vt, a, parallelism);
   if (a->url) return weir_sink_twophase(s, name, &weir__http_dest_vt, a, parallelism);
+  if (a->conninfo) return weir_sink_twophase(s, name, &weir__pg_dest_vt, a, parallelism);
   return weir_sink(s, name, &weir__null_sink_vt, a, parallelism);
 }
 
