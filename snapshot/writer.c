@@ -327,7 +327,10 @@ int weir__collect_orphans(weir_store *s, uint64_t *chunks, uint64_t *ckpts) {
 
 /* ---- sorting u64 state ---------------------------------------------------- */
 
-static void insertion_sort(uint64_t *k, uint64_t *v, uint64_t n) {
+/* Insertion sort that gives up once it has moved more than `budget`
+ * entries (returns -1; the arrays are then a permutation of the input). */
+static int insertion_sort_bounded(uint64_t *k, uint64_t *v, uint64_t n, uint64_t budget) {
+  uint64_t moved = 0;
   for (uint64_t i = 1; i < n; i++) {
     uint64_t kk = k[i], vv = v[i], j = i;
     for (; j > 0 && k[j - 1] > kk; j--) {
@@ -336,7 +339,14 @@ static void insertion_sort(uint64_t *k, uint64_t *v, uint64_t n) {
     }
     k[j] = kk;
     v[j] = vv;
+    moved += i - j;
+    if (moved > budget) return -1;
   }
+  return 0;
+}
+
+static void insertion_sort(uint64_t *k, uint64_t *v, uint64_t n) {
+  (void)insertion_sort_bounded(k, v, n, UINT64_MAX);
 }
 
 /* MSD radix sort of (k, v) by k, using (tk, tv) as scratch: buckets by the
@@ -377,24 +387,6 @@ static void msd_sort(uint64_t *k, uint64_t *v, uint64_t *tk, uint64_t *tv, uint6
     uint64_t m = start[x + 1] - start[x];
     if (m > 1) msd_sort(k + start[x], v + start[x], tk + start[x], tv + start[x], m);
   }
-}
-
-/* Insertion sort that gives up once it has moved more than `budget`
- * entries (returns -1; the arrays are then a permutation of the input). */
-static int insertion_sort_bounded(uint64_t *k, uint64_t *v, uint64_t n, uint64_t budget) {
-  uint64_t moved = 0;
-  for (uint64_t i = 1; i < n; i++) {
-    uint64_t kk = k[i], vv = v[i], j = i;
-    for (; j > 0 && k[j - 1] > kk; j--) {
-      k[j] = k[j - 1];
-      v[j] = v[j - 1];
-    }
-    k[j] = kk;
-    v[j] = vv;
-    moved += i - j;
-    if (moved > budget) return -1;
-  }
-  return 0;
 }
 
 /* The multiplicative inverse of WEIR_STORE_U64_RANK mod 2^64: rank -> key. */

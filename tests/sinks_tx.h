@@ -143,17 +143,13 @@ TX_FN void sleep_ms(int ms) {
   }
 }
 
-/* Runs the job (extras NULL terminated) and SIGKILLs its process group
- * after delay_ms unless it ended. Returns the exit status or 128 + signal. */
-TX_FN int run_kill_after(job *j, int delay_ms, ...) {
-  const char *argv[64];
-  va_list ap;
-  va_start(ap, delay_ms);
-  int x = job_argv(j, argv, ap);
-  va_end(ap);
+/* Starts the job with failpoints `fp` armed (NULL: none) and the arguments
+ * in argv (from job_argv) without waiting for it, in its own process
+ * group, stderr into <dir>/stderr.txt. Returns its pid. */
+TX_FN pid_t spawn_argv(job *j, const char *fp, const char *const *argv) {
   char errpath[700];
   snprintf(errpath, sizeof errpath, "%s/stderr.txt", j->dir);
-  arm(NULL);
+  arm(fp);
   fflush(NULL);
   pid_t pid = fork();
   cr_assert_geq(pid, 0);
@@ -169,6 +165,19 @@ TX_FN int run_kill_after(job *j, int delay_ms, ...) {
     _exit(127);
   }
   setpgid(pid, pid);
+  arm(NULL);
+  return pid;
+}
+
+/* Runs the job (extras NULL terminated) and SIGKILLs its process group
+ * after delay_ms unless it ended. Returns the exit status or 128 + signal. */
+TX_FN int run_kill_after(job *j, int delay_ms, ...) {
+  const char *argv[64];
+  va_list ap;
+  va_start(ap, delay_ms);
+  int x = job_argv(j, argv, ap);
+  va_end(ap);
+  pid_t pid = spawn_argv(j, NULL, argv);
   int64_t kill_at = mono_ms() + delay_ms;
   int st = 0, killed = 0, rc = -1;
   for (;;) {

@@ -488,25 +488,7 @@ static pid_t spawn_job(job *j, const char *fp, ...) {
   va_start(ap, fp);
   (void)job_argv(j, argv, ap);
   va_end(ap);
-  char errpath[700];
-  snprintf(errpath, sizeof errpath, "%s/stderr.txt", j->dir);
-  arm(fp);
-  fflush(NULL);
-  pid_t pid = fork();
-  cr_assert_geq(pid, 0);
-  if (pid == 0) {
-    setpgid(0, 0);
-    int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int nul = open("/dev/null", O_RDWR);
-    if (fd < 0 || nul < 0 || chdir(j->dir) != 0) _exit(127);
-    dup2(nul, 0);
-    dup2(nul, 1);
-    dup2(fd, 2);
-    execv(argv[0], (char *const *)argv);
-    _exit(127);
-  }
-  setpgid(pid, pid);
-  arm(NULL);
+  pid_t pid = spawn_argv(j, fp, argv);
   j->runs++;
   return pid;
 }
