@@ -16,12 +16,14 @@ typedef struct weir__sink_arg {
   char *url;             /* http: the URL without weir's parameters */
   uint64_t retention_ms; /* http: the destination's key retention, 0 = unknown */
   int idempotent;        /* http: send Idempotency-Key (idempotency=off: 0) */
+  void *nats;            /* nats: its parsed URL (weir__nats_url, nats_impl.h); NULL otherwise */
 } weir__sink_arg;
 
 extern const weir_operator_vt weir__null_sink_vt;  /* null.c */
 extern const weir_operator_vt weir__print_sink_vt; /* print.c */
 extern const weir_sink_dest_vt weir__file_dest_vt; /* file.c */
 extern const weir_sink_dest_vt weir__http_dest_vt; /* http.c */
+extern const weir_sink_dest_vt weir__nats_dest_vt; /* nats.c */
 
 /* http.c: nonzero if weir was built with libcurl; initialises it once
  * (call on the thread building the job, before any sink thread starts). */
