@@ -89,6 +89,7 @@ typedef struct ndest {
   jsCtx *js;
   uint64_t window_ms; /* the stream's duplicate window */
   uint32_t pending;   /* unacknowledged publishes allowed at once */
+  int published;      /* js_PublishAsync was called (libnats keeps a pending map) */
   uint64_t first_epoch;
   int64_t first_ms; /* first publication of first_epoch in this run */
   pthread_mutex_t mu;
@@ -282,7 +283,8 @@ static int wait_inflight(ndest *h, weir_sink_io *io, uint64_t max) {
 /* Takes back every unacknowledged publish (their acks are then dropped). */
 static void forget_inflight(ndest *h) {
   natsMsgList l = {0};
-  if (js_PublishAsyncGetPendingList(&l, h->js) == NATS_OK) natsMsgList_Destroy(&l);
+  /* libnats 3.4 crashes here if nothing was ever published asynchronously. */
+  if (h->published && js_PublishAsyncGetPendingList(&l, h->js) == NATS_OK) natsMsgList_Destroy(&l);
   pthread_mutex_lock(&h->mu);
   h->inflight = 0;
   pthread_mutex_unlock(&h->mu);
@@ -345,6 +347,7 @@ static int nats_commit(void *dest, weir_sink_commit *c) {
     pthread_mutex_lock(&h->mu);
     h->inflight++;
     pthread_mutex_unlock(&h->mu);
+    h->published = 1;
     ps = js_PublishAsync(h->js, u->subject, body, (int)blen, &po);
     if (ps != NATS_OK) {
       pthread_mutex_lock(&h->mu);
