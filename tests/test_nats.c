@@ -24,7 +24,8 @@
 
 #include <nats/nats.h>
 
-TestSuite(nats, .timeout = 120, .fini = fini);
+static void nats_fini(void);
+TestSuite(nats, .timeout = 120, .fini = nats_fini);
 
 #define N_RECORDS 800u
 #define N_KEYS 20u
@@ -48,6 +49,7 @@ typedef struct tnats {
 } tnats;
 
 static int names_made;
+static tnats *live_nats; /* its streams are deleted by the fini if a test failed */
 
 static void tn_open(tnats *t) {
   const char *u = nats_url();
@@ -59,14 +61,21 @@ static void tn_open(tnats *t) {
   snprintf(t->subject, sizeof t->subject, "weirtest.%d.%d.out", (int)getpid(), n);
   snprintf(t->in_stream, sizeof t->in_stream, "WTIN_%d_%d", (int)getpid(), n);
   snprintf(t->in_subject, sizeof t->in_subject, "weirtest.%d.%d.in", (int)getpid(), n);
+  live_nats = t;
 }
 
 static void tn_close(tnats *t) {
+  live_nats = NULL;
   js_DeleteStream(t->js, t->stream, NULL, NULL);
   js_DeleteStream(t->js, t->in_stream, NULL, NULL);
   jsCtx_Destroy(t->js);
   natsConnection_Close(t->nc);
   natsConnection_Destroy(t->nc);
+}
+
+static void nats_fini(void) {
+  if (live_nats) tn_close(live_nats);
+  fini();
 }
 
 /* The job's sink is the NATS sink on t's output stream, with params. */
