@@ -49,7 +49,8 @@ typedef struct tnats {
 } tnats;
 
 static int names_made;
-static tnats *live_nats; /* its streams are deleted by the fini if a test failed */
+static tnats live_nats; /* a copy: its streams are deleted by the fini if a test failed */
+static int live_nats_set;
 
 static void tn_open(tnats *t) {
   const char *u = nats_url();
@@ -61,11 +62,12 @@ static void tn_open(tnats *t) {
   snprintf(t->subject, sizeof t->subject, "weirtest.%d.%d.out", (int)getpid(), n);
   snprintf(t->in_stream, sizeof t->in_stream, "WTIN_%d_%d", (int)getpid(), n);
   snprintf(t->in_subject, sizeof t->in_subject, "weirtest.%d.%d.in", (int)getpid(), n);
-  live_nats = t;
+  live_nats = *t;
+  live_nats_set = 1;
 }
 
 static void tn_close(tnats *t) {
-  live_nats = NULL;
+  live_nats_set = 0;
   js_DeleteStream(t->js, t->stream, NULL, NULL);
   js_DeleteStream(t->js, t->in_stream, NULL, NULL);
   jsCtx_Destroy(t->js);
@@ -74,7 +76,7 @@ static void tn_close(tnats *t) {
 }
 
 static void nats_fini(void) {
-  if (live_nats) tn_close(live_nats);
+  if (live_nats_set) tn_close(&live_nats);
   fini();
 }
 
@@ -203,19 +205,19 @@ Test(nats, sink_creates_stream_exactly_once) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
-/* Killed after 200 publishes: the restore publishes the epoch again, with
+/* Killed right after an epoch's commit (every message acknowledged) but
+ * before the task heard of it: the restore publishes the epoch again, with
  * the same Nats-Msg-Ids: JetStream stores none twice, and the acks it marks
  * duplicate are counted (summary and log). */
 Test(nats, sink_replay_is_deduplicated_and_counted) {
   tnats t;
   tn_open(&t);
   job *j = job_new(N_RECORDS, N_KEYS, N_RATE, N_INTERVAL);
-  nats_sink(j, &t, NULL);
+  nats_sink(j, &t, "&pending=16");
   char *err = NULL;
-  int rc = run_job(j, "sink.after_send=kill@200", &err, NULL);
-  expect_killed_at(j, rc, err, "sink.after_send");
+  int rc = run_job(j, "sink.after_commit=kill@2", &err, NULL);
+  expect_killed_at(j, rc, err, "sink.after_commit");
   free(err);
-  sleep_ms(100); /* let the server store what the killed process sent */
   char sum[700];
   snprintf(sum, sizeof sum, "%s/summary.json", j->dir);
   rc = run_job(j, NULL, &err, "--restore", "latest", "--summary-json", sum, NULL);
@@ -333,11 +335,16 @@ Test(nats, sink_refuses_replay_beyond_duplicate_window) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
-Test(nats, sink_unreachable_server_names_url) {
+Test(nats, unreachable_server_names_url) {
   job *j = job_new(100, 10, "0", N_INTERVAL);
   snprintf(j->sink, sizeof j->sink, "nats://127.0.0.1:1/weirtest.nowhere");
   char *err = NULL;
   int rc = run_job(j, NULL, &err, NULL);
+  cr_assert_neq(rc, 0);
+  cr_assert(strstr(err, "cannot connect to NATS at nats://127.0.0.1:1") != NULL, "%s", err);
+  free(err);
+  snprintf(j->sink, sizeof j->sink, "null");
+  rc = run_job(j, NULL, &err, "--fresh", "--source", "nats://127.0.0.1:1/weirtest.nowhere", NULL);
   cr_assert_neq(rc, 0);
   cr_assert(strstr(err, "cannot connect to NATS at nats://127.0.0.1:1") != NULL, "%s", err);
   free(err);
