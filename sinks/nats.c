@@ -54,7 +54,7 @@
 #include "weir/failpoint.h"
 #include "weir/log.h"
 
-#define DEFAULT_PENDING 256u
+#define DEFAULT_PENDING 1024u
 #define ACK_TIMEOUT_MS 10000
 
 #ifndef WEIR_HAVE_NATS
