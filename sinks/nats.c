@@ -17,7 +17,9 @@
  * replay) is counted as a duplicate, apart from the others. A failed or
  * missing acknowledgement (no stream, server gone, 10 s without an answer)
  * makes the whole epoch be published again after a backoff (WEIR_EAGAIN):
- * what already landed comes back as duplicates.
+ * what already landed comes back as duplicates. libnats reconnects by
+ * itself (for about a minute); a connection it gave up on fails the job
+ * with a message naming the URL.
  *
  *   commit(epoch): window check -> publish 0..n-1 (<= pending unacked)
  *        -> every ack arrived? yes: done   no/failed: EAGAIN, again later
@@ -295,6 +297,11 @@ static int nats_commit(void *dest, weir_sink_commit *c) {
   weir_sink_io *io = c->io;
   const weir__nats_url *u = h->u;
   if (c->len < 4) goto bad;
+  if (natsConnection_IsClosed(h->nc)) { /* libnats gave up reconnecting: it never will */
+    snprintf(c->err, c->errlen, "lost the connection to NATS at %s (%s) and could not reconnect",
+             u->server, u->spec);
+    return WEIR_EIO;
+  }
   int64_t now = weir_clock_wall_ms();
   /* A publish that may be a replay: refused beyond the duplicate window. */
   int64_t first = 0;
