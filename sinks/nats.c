@@ -15,7 +15,7 @@
  * epoch counts as committed only then. An acknowledgement marked Duplicate
  * (JetStream recognised the Nats-Msg-Id inside its duplicate window: a
  * replay) is counted as a duplicate, apart from the others. A failed or
- * missing acknowledgement (no stream, server gone, 10 s without an answer)
+ * missing acknowledgement (no stream, server gone, 5 s without an answer)
  * makes the whole epoch be published again after a backoff (WEIR_EAGAIN):
  * what already landed comes back as duplicates. libnats reconnects by
  * itself (for about a minute); a connection it gave up on fails the job
@@ -57,7 +57,7 @@
 #include "weir/log.h"
 
 #define DEFAULT_PENDING 1024u
-#define ACK_TIMEOUT_MS 10000
+#define ACK_TIMEOUT_MS 5000 /* libnats reports an ack missing after this */
 
 #ifndef WEIR_HAVE_NATS
 
@@ -265,7 +265,7 @@ static int wait_inflight(ndest *h, weir_sink_io *io, uint64_t max) {
     if (h->acks + h->failed != last_acks) {
       last_acks = h->acks + h->failed;
       since = weir_clock_wall_ms();
-    } else if (weir_clock_wall_ms() - since > ACK_TIMEOUT_MS) {
+    } else if (weir_clock_wall_ms() - since > 2 * ACK_TIMEOUT_MS) { /* a backstop */
       rc = -1;
       break;
     }
@@ -351,6 +351,7 @@ static int nats_commit(void *dest, weir_sink_commit *c) {
     jsPubOptions po;
     jsPubOptions_Init(&po);
     po.MsgId = id;
+    po.MaxWait = ACK_TIMEOUT_MS;
     pthread_mutex_lock(&h->mu);
     h->inflight++;
     pthread_mutex_unlock(&h->mu);
