@@ -64,6 +64,30 @@ static void url_free(void *p) {
 static int src_open(weir_ctx *ctx) {
   return weir_ctx_fail(ctx, WEIR_ESINK, "this weir was built without libnats");
 }
+/* The stream sequence of a message from a consumer, read from its reply
+ * subject without allocating: $JS.ACK.<stream>.<consumer>.<delivered>.
+ * <stream seq>.<consumer seq>.<time>.<pending> (9 tokens), or with
+ * <domain>.<account hash> after $JS.ACK (12 tokens or more). Returns 0 if
+ * the subject is neither (the caller then asks natsMsg_GetMetaData). */
+static uint64_t reply_seq(const char *r) {
+  if (!r || strncmp(r, "$JS.ACK.", 8) != 0) return 0;
+  const char *tok[16];
+  int n = 0;
+  for (const char *p = r; n < 16;) {
+    tok[n++] = p;
+    p = strchr(p, '.');
+    if (!p) break;
+    p++;
+  }
+  int at = n == 9 ? 5 : n >= 11 ? 7 : -1;
+  if (at < 0) return 0;
+  uint64_t v = 0;
+  const char *p = tok[at];
+  if (*p < '0' || *p > '9') return 0;
+  for (; *p >= '0' && *p <= '9'; p++) v = v * 10 + (uint64_t)(*p - '0');
+  return *p == '.' ? v : 0;
+}
+
 static int src_run(weir_ctx *ctx, uint32_t budget) {
   return WEIR_ESINK;
 }
@@ -212,6 +236,30 @@ static uint64_t body_key(const char *p, int n) {
   return v;
 }
 
+/* The stream sequence of a message from a consumer, read from its reply
+ * subject without allocating: $JS.ACK.<stream>.<consumer>.<delivered>.
+ * <stream seq>.<consumer seq>.<time>.<pending> (9 tokens), or with
+ * <domain>.<account hash> after $JS.ACK (12 tokens or more). Returns 0 if
+ * the subject is neither (the caller then asks natsMsg_GetMetaData). */
+static uint64_t reply_seq(const char *r) {
+  if (!r || strncmp(r, "$JS.ACK.", 8) != 0) return 0;
+  const char *tok[16];
+  int n = 0;
+  for (const char *p = r; n < 16;) {
+    tok[n++] = p;
+    p = strchr(p, '.');
+    if (!p) break;
+    p++;
+  }
+  int at = n == 9 ? 5 : n >= 11 ? 7 : -1;
+  if (at < 0) return 0;
+  uint64_t v = 0;
+  const char *p = tok[at];
+  if (*p < '0' || *p > '9') return 0;
+  for (; *p >= '0' && *p <= '9'; p++) v = v * 10 + (uint64_t)(*p - '0');
+  return *p == '.' ? v : 0;
+}
+
 static int src_run(weir_ctx *ctx, uint32_t budget) {
   nsrc *s = weir_ctx_user(ctx);
   const weir__nats_url *u = weir_ctx_arg(ctx);
@@ -244,14 +292,17 @@ static int src_run(weir_ctx *ctx, uint32_t budget) {
     if (st != NATS_OK)
       return weir_ctx_fail(ctx, WEIR_EIO, "source '%s': %s: %s", weir_ctx_name(ctx), u->spec,
                            weir__nats_errtext(st));
-    jsMsgMetaData *meta = NULL;
-    st = natsMsg_GetMetaData(&meta, m);
-    if (st != NATS_OK) { /* not a stream message (should not happen): ignore it */
-      natsMsg_Destroy(m);
-      continue;
+    uint64_t seq = reply_seq(natsMsg_GetReply(m));
+    if (!seq) {
+      jsMsgMetaData *meta = NULL;
+      st = natsMsg_GetMetaData(&meta, m);
+      if (st != NATS_OK) { /* not a stream message (should not happen): ignore it */
+        natsMsg_Destroy(m);
+        continue;
+      }
+      seq = meta->Sequence.Stream;
+      jsMsgMetaData_Destroy(meta);
     }
-    uint64_t seq = meta->Sequence.Stream;
-    jsMsgMetaData_Destroy(meta);
     s->received++;
     if (seq < s->next) { /* delivered again after the consumer restarted */
       natsMsg_Destroy(m);
