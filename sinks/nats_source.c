@@ -21,7 +21,12 @@
  *                        \--first_seq > next (restored)--> failed (ERETENTION)
  *
  * A message with a sequence below `next` (the ordered consumer restarting
- * after a gap) is dropped; one above `end` ends the input.
+ * after a gap) is dropped; one above `end` ends the input. While nothing
+ * comes, the stream's state is checked once a second: messages still to
+ * read that were removed meanwhile (purge, retention, a deleted stream)
+ * stop the job (WEIR_ERETENTION) instead of leaving it waiting. Messages
+ * removed while others keep coming are not noticed (the consumer moves on
+ * to the next one the stream holds).
  *
  * Threads: every callback on the subtask's thread; libnats's own threads
  * fill the subscription's queue.
@@ -64,6 +69,52 @@ static void url_free(void *p) {
 static int src_open(weir_ctx *ctx) {
   return weir_ctx_fail(ctx, WEIR_ESINK, "this weir was built without libnats");
 }
+/* Nothing has come for a while although `end` is not reached: the messages
+ * still to read may have been removed (a purge, retention, the stream
+ * deleted) while the job was reading, and would never come. Checked at
+ * most once a second while idle (a round trip to the server). Returns 0 or
+ * the job's error. */
+static int check_idle(weir_ctx *ctx, nsrc *s) {
+  const weir__nats_url *u = weir_ctx_arg(ctx);
+  uint64_t now = (uint64_t)weir_clock_wall_ms();
+  if (!s->idle_ms) s->idle_ms = now;
+  if (now - s->idle_ms < 1000) return 0;
+  s->idle_ms = now;
+  jsStreamInfo *si = NULL;
+  jsErrCode jerr = 0;
+  natsStatus st = js_GetStreamInfo(&si, s->js, u->stream, NULL, &jerr);
+  if (st == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr)
+    return weir_ctx_fail(ctx, WEIR_ERETENTION,
+                         "source '%s': %s: stream %s was deleted while the job read it (next "
+                         "sequence %llu, last %llu)",
+                         weir_ctx_name(ctx), u->spec, u->stream, (unsigned long long)s->next,
+                         (unsigned long long)s->end);
+  if (st != NATS_OK) return 0; /* the server may be back later: libnats reconnects */
+  uint64_t first = si->State.FirstSeq;
+  jsStreamInfo_Destroy(si);
+  natsMsg *m = NULL;
+  jerr = 0;
+  st = js_GetLastMsg(&m, s->js, u->stream, u->subject, NULL, &jerr);
+  uint64_t last = st == NATS_OK ? natsMsg_GetSequence(m) : 0;
+  natsMsg_Destroy(m);
+  if (first <= s->next && (st == NATS_OK || st == NATS_NOT_FOUND || jerr == JSNoMessageFoundErr) &&
+      last < s->end)
+    return weir_ctx_fail(ctx, WEIR_ERETENTION,
+                         "source '%s': %s: the job reads %s up to sequence %llu, but the last "
+                         "message of %s in stream %s is now %llu (messages were removed while "
+                         "the job read it); refusing to end without them",
+                         weir_ctx_name(ctx), u->spec, u->subject, (unsigned long long)s->end,
+                         u->subject, u->stream, (unsigned long long)last);
+  if (first > s->next)
+    return weir_ctx_fail(ctx, WEIR_ERETENTION,
+                         "source '%s': %s: sequence %llu, the next to read, is no longer in "
+                         "stream %s (its first sequence is now %llu: retention or a purge removed "
+                         "messages while the job read it); refusing to skip them",
+                         weir_ctx_name(ctx), u->spec, (unsigned long long)s->next, u->stream,
+                         (unsigned long long)first);
+  return 0;
+}
+
 /* The stream sequence of a message from a consumer, read from its reply
  * subject without allocating: $JS.ACK.<stream>.<consumer>.<delivered>.
  * <stream seq>.<consumer seq>.<time>.<pending> (9 tokens), or with
@@ -115,6 +166,7 @@ typedef struct nsrc {
   uint64_t t0;       /* monotonic ns of the first message (rate) */
   uint64_t emitted;  /* since t0 */
   uint64_t received; /* messages taken from libnats */
+  uint64_t idle_ms;  /* wall ms since nothing came (0: something did), for check_idle */
 } nsrc;
 
 static int src_open(weir_ctx *ctx) {
@@ -236,6 +288,52 @@ static uint64_t body_key(const char *p, int n) {
   return v;
 }
 
+/* Nothing has come for a while although `end` is not reached: the messages
+ * still to read may have been removed (a purge, retention, the stream
+ * deleted) while the job was reading, and would never come. Checked at
+ * most once a second while idle (a round trip to the server). Returns 0 or
+ * the job's error. */
+static int check_idle(weir_ctx *ctx, nsrc *s) {
+  const weir__nats_url *u = weir_ctx_arg(ctx);
+  uint64_t now = (uint64_t)weir_clock_wall_ms();
+  if (!s->idle_ms) s->idle_ms = now;
+  if (now - s->idle_ms < 1000) return 0;
+  s->idle_ms = now;
+  jsStreamInfo *si = NULL;
+  jsErrCode jerr = 0;
+  natsStatus st = js_GetStreamInfo(&si, s->js, u->stream, NULL, &jerr);
+  if (st == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr)
+    return weir_ctx_fail(ctx, WEIR_ERETENTION,
+                         "source '%s': %s: stream %s was deleted while the job read it (next "
+                         "sequence %llu, last %llu)",
+                         weir_ctx_name(ctx), u->spec, u->stream, (unsigned long long)s->next,
+                         (unsigned long long)s->end);
+  if (st != NATS_OK) return 0; /* the server may be back later: libnats reconnects */
+  uint64_t first = si->State.FirstSeq;
+  jsStreamInfo_Destroy(si);
+  natsMsg *m = NULL;
+  jerr = 0;
+  st = js_GetLastMsg(&m, s->js, u->stream, u->subject, NULL, &jerr);
+  uint64_t last = st == NATS_OK ? natsMsg_GetSequence(m) : 0;
+  natsMsg_Destroy(m);
+  if (first <= s->next && (st == NATS_OK || st == NATS_NOT_FOUND || jerr == JSNoMessageFoundErr) &&
+      last < s->end)
+    return weir_ctx_fail(ctx, WEIR_ERETENTION,
+                         "source '%s': %s: the job reads %s up to sequence %llu, but the last "
+                         "message of %s in stream %s is now %llu (messages were removed while "
+                         "the job read it); refusing to end without them",
+                         weir_ctx_name(ctx), u->spec, u->subject, (unsigned long long)s->end,
+                         u->subject, u->stream, (unsigned long long)last);
+  if (first > s->next)
+    return weir_ctx_fail(ctx, WEIR_ERETENTION,
+                         "source '%s': %s: sequence %llu, the next to read, is no longer in "
+                         "stream %s (its first sequence is now %llu: retention or a purge removed "
+                         "messages while the job read it); refusing to skip them",
+                         weir_ctx_name(ctx), u->spec, (unsigned long long)s->next, u->stream,
+                         (unsigned long long)first);
+  return 0;
+}
+
 /* The stream sequence of a message from a consumer, read from its reply
  * subject without allocating: $JS.ACK.<stream>.<consumer>.<delivered>.
  * <stream seq>.<consumer seq>.<time>.<pending> (9 tokens), or with
@@ -286,6 +384,8 @@ static int src_run(weir_ctx *ctx, uint32_t budget) {
     natsMsg *m = NULL;
     natsStatus st = natsSubscription_NextMsg(&m, s->sub, 0);
     if (st == NATS_TIMEOUT) {
+      int rc = check_idle(ctx, s);
+      if (rc < 0) return rc;
       weir_ctx_wake_after(ctx, 2000);
       return WEIR_SOURCE_IDLE;
     }
@@ -304,6 +404,7 @@ static int src_run(weir_ctx *ctx, uint32_t budget) {
       jsMsgMetaData_Destroy(meta);
     }
     s->received++;
+    s->idle_ms = 0;
     if (seq < s->next) { /* delivered again after the consumer restarted */
       natsMsg_Destroy(m);
       continue;

@@ -438,6 +438,28 @@ Test(nats, source_position_removed_by_retention_is_an_error) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
+/* The last message the job reads is deleted while the job is down: the
+ * restored job would wait for it forever; it stops with a clear error. */
+Test(nats, source_end_removed_while_reading_is_an_error) {
+  tnats t;
+  tn_open(&t);
+  job *j = job_new(N_RECORDS, N_KEYS, "0", N_INTERVAL);
+  publish_input(&t, j->records, j->keys);
+  char url[512], *err = NULL;
+  src_url(&t, url, sizeof url, N_RATE);
+  int rc = run_job(j, "ckpt.after_meta_commit=kill@2", &err, "--source", url, NULL);
+  expect_killed_at(j, rc, err, "ckpt.after_meta_commit");
+  free(err);
+  cr_assert_eq(js_DeleteMsg(t.js, t.in_stream, j->records, NULL, NULL), NATS_OK);
+  rc = run_job(j, NULL, &err, "--restore", "latest", "--source", url, NULL);
+  cr_assert_eq(rc, 5, "exit %d: %s", rc, err);
+  cr_assert(strstr(err, "messages were removed while the job read it") != NULL, "stderr: %s", err);
+  free(err);
+  job_free(j);
+  tn_close(&t);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
 Test(nats, source_random_kills_exact_files) {
   uint64_t seed = seed_from_env("nats::source_random_kills_exact_files");
   int kills = 0;
