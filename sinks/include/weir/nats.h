@@ -19,7 +19,9 @@
  * sequence. When the position to resume from is no longer in the stream
  * (retention or a purge removed it: the stream's first sequence is above
  * it), the job stops with WEIR_ERETENTION and a message naming the
- * position, rather than skip what was lost.
+ * position, rather than skip what was lost; so does a job that waits for
+ * messages that were removed while it read (checked once a second while
+ * idle).
  *
  * One subtask reads (the source has parallelism 1); rescalable.
  */
