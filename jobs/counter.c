@@ -25,7 +25,7 @@ typedef struct counter_cfg {
 
 static void counter_help(FILE *out) {
   fputs("usage: weir run counter [--records N] [--keys K] [--rate R] [--parallelism P]\n"
-        "                        [--workers W] [--sink null|print|file:DIR|http://...|nats://...]\n"
+        "                        [--workers W] [--sink SPEC]\n"
         "                        [--source nats://HOST:PORT/SUBJECT[?stream=S&rate=R]]\n"
         "                        [--summary-json FILE] [CHECKPOINT OPTIONS] [--quiet]\n"
         "\n"
@@ -39,8 +39,9 @@ static void counter_help(FILE *out) {
         "  --rate R         records per second over all generators, 0 = as fast as\n"
         "                   possible (default 0)\n"
         "  --sink SPEC      null (default), print, file:DIR, http://HOST:PORT/PATH or\n"
-        "                   nats://HOST:PORT/SUBJECT (see README.md, Sinks); the http\n"
-        "                   and nats sinks' operation ids are <job id>/sink/c/<key>.<count>\n"
+        "                   nats://HOST:PORT/SUBJECT (see README.md, Sinks); the\n"
+        "                   http and nats sinks' operation ids are\n"
+        "                   <job id>/sink/c/<key>.<count>\n"
         "  --source URL     read the records from NATS JetStream instead of the\n"
         "                   generator: one record per message of SUBJECT in stream\n"
         "                   S (default WEIR), key = the body as a decimal number\n"

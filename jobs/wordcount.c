@@ -49,7 +49,8 @@ static void wordcount_help(FILE *out) {
         "                         stream S (nats://HOST:PORT/SUBJECT?stream=S, default\n"
         "                         WEIR) is text lines, up to the last message of SUBJECT\n"
         "                         when the job first started\n"
-        "  --sink SPEC            print (default), null, file:DIR or http://HOST:PORT/PATH\n"
+        "  --sink SPEC            print (default), null, file:DIR, http://HOST:PORT/PATH\n"
+        "                         or nats://HOST:PORT/SUBJECT\n"
         "  --on-bad-record MODE   fail (default): stop at a line that is too long or\n"
         "                         contains a NUL byte; skip: count it and go on\n"
         "  --dead-letter FILE     with skip: write the bad lines and their offsets here\n",

@@ -463,7 +463,7 @@ Test(nats, source_end_removed_while_reading_is_an_error) {
 Test(nats, source_random_kills_exact_files) {
   uint64_t seed = seed_from_env("nats::source_random_kills_exact_files");
   int kills = 0;
-  for (int n = 0; n < 5; n++) {
+  for (int n = 0; n < 4; n++) {
     tnats t;
     tn_open(&t);
     job *j = job_new(N_RECORDS, N_KEYS, "0", N_INTERVAL);
@@ -487,7 +487,7 @@ Test(nats, source_random_kills_exact_files) {
     job_free(j);
     tn_close(&t);
   }
-  fprintf(stderr, "nats::source_random_kills_exact_files: 5 jobs, %d kills\n", kills);
+  fprintf(stderr, "nats::source_random_kills_exact_files: 4 jobs, %d kills\n", kills);
   cr_assert_geq(kills, 3, "too few kills landed: %d", kills);
 }
 
@@ -546,7 +546,7 @@ Test(nats, wordcount_from_nats) {
 Test(nats, end_to_end_random_kills) {
   uint64_t seed = seed_from_env("nats::end_to_end_random_kills");
   int kills = 0;
-  for (int n = 0; n < 5; n++) {
+  for (int n = 0; n < 4; n++) {
     tnats t;
     tn_open(&t);
     job *j = job_new(N_RECORDS, N_KEYS, "0", N_INTERVAL);
@@ -571,8 +571,8 @@ Test(nats, end_to_end_random_kills) {
     job_free(j);
     tn_close(&t);
   }
-  fprintf(stderr, "nats::end_to_end_random_kills: 5 jobs, %d kills\n", kills);
-  cr_assert_geq(kills, 4, "too few kills landed: %d", kills);
+  fprintf(stderr, "nats::end_to_end_random_kills: 4 jobs, %d kills\n", kills);
+  cr_assert_geq(kills, 3, "too few kills landed: %d", kills);
   cr_assert_eq(th_leak_check(), 0);
 }
 
