@@ -161,6 +161,10 @@ static int ensure_stream(weir_ctx *ctx, ndest *h) {
                          "another stream with stream=)",
                          weir_ctx_name(ctx), u->spec, u->stream, u->subject);
   h->window_ms = dup_ns > 0 ? (uint64_t)(dup_ns / 1000000) : 120000;
+  if (u->duplicates_ms && u->duplicates_ms != h->window_ms && weir_ctx_subtask(ctx) == 0)
+    WEIR_LOG_W("sink '%s': stream %s exists with a duplicate window of %llu ms: duplicates= "
+               "applies only to a stream the sink creates",
+               weir_ctx_name(ctx), u->stream, (unsigned long long)h->window_ms);
   return 0;
 }
 
