@@ -664,7 +664,24 @@ Test(nats, server_killed_and_restarted_under_the_sink) {
     execv(argv[0], (char *const *)argv);
     _exit(127);
   }
-  sleep_ms(600);
+  /* Kill the server once the sink publishes (not while the job starts). */
+  natsConnection *nc = NULL;
+  jsCtx *js = NULL;
+  cr_assert_eq(natsConnection_ConnectTo(&nc, url), NATS_OK);
+  cr_assert_eq(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+  for (int i = 0; i < 3000; i++) {
+    jsStreamInfo *si = NULL;
+    uint64_t msgs = 0;
+    if (js_GetStreamInfo(&si, js, "RESTART", NULL, NULL) == NATS_OK) {
+      msgs = si->State.Msgs;
+      jsStreamInfo_Destroy(si);
+    }
+    if (msgs >= 2000 || waitpid(pid, NULL, WNOHANG) != 0) break;
+    sleep_ms(10);
+  }
+  jsCtx_Destroy(js);
+  natsConnection_Close(nc);
+  natsConnection_Destroy(nc);
   psrv_kill(&srv, SIGKILL);
   sleep_ms(1000);
   int port = srv.port;
