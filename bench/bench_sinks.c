@@ -14,13 +14,20 @@
  *              checkpoint completed; and then the NATS source reading that
  *              stream back (nats -> hash by key -> count -> null), in
  *              records/s. The streams are deleted at the end.
+ *   pg         postgresql://?table=weir_bench_<pid>_<rep> (libpq takes the server
+ *              from PGHOST...; only when PGHOST is set): rows COPYed in a
+ *              transaction per subtask and epoch, PREPARE TRANSACTION at the
+ *              barrier, COMMIT PREPARED when the checkpoint completed; the
+ *              table's row count is checked to equal the records, then it is
+ *              dropped.
  * Repetitions are interleaved (null, file, http, null, ...) so machine drift
  * cancels; it prints each run and the medians, effects/s = records / wall
  * time of weir_job_run (for http the receiver's effect count is checked to
  * equal the records). HTTP runs far fewer records: it is bound by one
  * request per effect.
  *
- *   bench_sinks [--records N] [--http-records N] [--nats-records N] [--keys K] [--reps R]
+ *   bench_sinks [--records N] [--http-records N] [--nats-records N] [--pg-records N]
+ *               [--keys K] [--reps R]
  *               [--workers W] [--weir PATH] [--json FILE]
  */
 #include <errno.h>
@@ -37,6 +44,30 @@
 
 #ifdef WEIR_BENCH_NATS
 #include <nats/nats.h>
+#endif
+
+#ifdef WEIR_HAVE_PQ
+#include <libpq-fe.h>
+
+/* Rows in table (-1 on error); the table and the job's marker and fence
+ * rows are dropped. */
+static long long pg_rows_and_drop(const char *table) {
+  PGconn *c = PQconnectdb("");
+  long long n = -1;
+  char sql[600];
+  snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", table);
+  PGresult *r = PQstatus(c) == CONNECTION_OK ? PQexec(c, sql) : NULL;
+  if (PQresultStatus(r) == PGRES_TUPLES_OK) n = atoll(PQgetvalue(r, 0, 0));
+  PQclear(r);
+  snprintf(sql, sizeof sql,
+           "DELETE FROM weir_markers WHERE job IN (SELECT split_part(opid, '/', 1) FROM %s "
+           "LIMIT 1); DELETE FROM weir_fence WHERE job IN (SELECT split_part(opid, '/', 1) "
+           "FROM %s LIMIT 1); DROP TABLE %s",
+           table, table, table);
+  if (PQstatus(c) == CONNECTION_OK) PQclear(PQexec(c, sql));
+  PQfinish(c);
+  return n;
+}
 #endif
 
 #ifndef WEIR_BINARY
@@ -183,7 +214,8 @@ static double median(double *v, int n) {
 }
 
 int main(int argc, char **argv) {
-  uint64_t records = 20000000, http_records = 20000, nats_records = 200000, keys = 1000000;
+  uint64_t records = 20000000, http_records = 20000, nats_records = 200000, pg_records = 2000000,
+           keys = 1000000;
   int reps = 3, workers = 2;
   const char *weir = WEIR_BINARY, *json = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -193,6 +225,8 @@ int main(int argc, char **argv) {
       http_records = strtoull(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "--nats-records"))
       nats_records = strtoull(argv[i + 1], NULL, 10);
+    else if (!strcmp(argv[i], "--pg-records"))
+      pg_records = strtoull(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "--keys"))
       keys = strtoull(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "--reps"))
@@ -224,7 +258,11 @@ int main(int argc, char **argv) {
   const char *nats = getenv("NATS_URL");
   if (nats && !*nats) nats = NULL;
   char nats_spec[700];
-  double v[5][50];
+  double v[6][50]; /* null, file, http, pg, nats, nats source */
+  int pg = 0;
+#ifdef WEIR_HAVE_PQ
+  pg = getenv("PGHOST") && *getenv("PGHOST") && pg_records > 0;
+#endif
   long long want_effects = 0;
   int bad = 0;
   for (int r = 0; r < reps && !bad; r++) {
@@ -235,18 +273,34 @@ int main(int argc, char **argv) {
     v[2][r] = run(base, http_spec, http_records, keys, workers, r);
     want_effects += (long long)http_records;
     rmrf(out);
-    v[3][r] = v[4][r] = 0;
+    v[3][r] = 0;
+#ifdef WEIR_HAVE_PQ
+    if (pg) {
+      char table[64], pg_spec[128];
+      snprintf(table, sizeof table, "weir_bench_%d_%d", (int)getpid(), r);
+      snprintf(pg_spec, sizeof pg_spec, "postgresql://?table=%s", table);
+      v[3][r] = run(base, pg_spec, pg_records, keys, workers, r);
+      long long rows = pg_rows_and_drop(table);
+      if (rows != (long long)pg_records) {
+        fprintf(stderr, "bench_sinks: pg: %lld rows for %llu records\n", rows,
+                (unsigned long long)pg_records);
+        v[3][r] = -1;
+      }
+      printf("rep %d: pg %.0f effects/s\n", r + 1, v[3][r]);
+    }
+#endif
+    v[4][r] = v[5][r] = 0;
     if (nats) {
       snprintf(nats_spec, sizeof nats_spec, "%s/bench.%d.%d?stream=BENCH_%d_%d", nats,
                (int)getpid(), r, (int)getpid(), r);
-      v[3][r] = run(base, nats_spec, nats_records, keys, workers, r);
-      if (v[3][r] > 0) v[4][r] = run_nats_source(base, nats_spec, nats_records, workers, r);
+      v[4][r] = run(base, nats_spec, nats_records, keys, workers, r);
+      if (v[4][r] > 0) v[5][r] = run_nats_source(base, nats_spec, nats_records, workers, r);
     }
     printf("rep %d: null %.0f effects/s, file %.0f effects/s, http %.0f effects/s, nats %.0f "
            "effects/s, nats source %.0f records/s\n",
-           r + 1, v[0][r], v[1][r], v[2][r], v[3][r], v[4][r]);
+           r + 1, v[0][r], v[1][r], v[2][r], v[4][r], v[5][r]);
     fflush(stdout);
-    bad = v[0][r] < 0 || v[1][r] < 0 || v[2][r] < 0 || v[3][r] < 0 || v[4][r] < 0;
+    bad = v[0][r] < 0 || v[1][r] < 0 || v[2][r] < 0 || v[3][r] < 0 || v[4][r] < 0 || v[5][r] < 0;
   }
   long long effects = receiver_effects(weir, db);
   kill(recv_pid, SIGTERM);
@@ -254,8 +308,8 @@ int main(int argc, char **argv) {
   rmrf(base);
   if (nats) nats_cleanup(nats, reps);
   if (bad) return 1;
-  double m[5] = {median(v[0], reps), median(v[1], reps), median(v[2], reps), median(v[3], reps),
-                 median(v[4], reps)};
+  double m[6] = {median(v[0], reps), median(v[1], reps), median(v[2], reps), 0,
+                 median(v[4], reps), median(v[5], reps)};
   printf("counter job, %d workers, 1 s checkpoints, medians of %d: null %.0f records/s; "
          "file %.0f effects/s (%.2fx null); http %.0f effects/s (%.4fx null); receiver "
          "effects %lld of %lld\n",
@@ -263,7 +317,9 @@ int main(int argc, char **argv) {
   if (nats)
     printf("nats (%llu records): sink %.0f effects/s (%.4fx null), source -> count -> null %.0f "
            "records/s\n",
-           (unsigned long long)nats_records, m[3], m[3] / m[0], m[4]);
+           (unsigned long long)nats_records, m[4], m[4] / m[0], m[5]);
+  double mpg = pg ? median(v[3], reps) : 0;
+  if (pg) printf("pg %.0f effects/s (%.3fx null)\n", mpg, mpg / m[0]);
   if (json) {
     FILE *f = fopen(json, "w");
     if (f) {
@@ -271,9 +327,10 @@ int main(int argc, char **argv) {
               "{\"workers\": %d, \"reps\": %d, \"records\": %llu, \"http_records\": %llu, "
               "\"null_per_s\": %.1f, \"file_per_s\": %.1f, \"http_per_s\": %.1f, "
               "\"receiver_effects\": %lld, \"nats_records\": %llu, \"nats_per_s\": %.1f, "
-              "\"nats_source_per_s\": %.1f}\n",
+              "\"nats_source_per_s\": %.1f, \"pg_records\": %llu, \"pg_per_s\": %.1f}\n",
               workers, reps, (unsigned long long)records, (unsigned long long)http_records, m[0],
-              m[1], m[2], effects, (unsigned long long)nats_records, m[3], m[4]);
+              m[1], m[2], effects, (unsigned long long)nats_records, m[4], m[5],
+              pg ? (unsigned long long)pg_records : 0ull, mpg);
       fclose(f);
     }
   }

@@ -48,7 +48,9 @@ static void help_main(FILE *out) {
         "  weir inspect ID [--state-dir DIR] [--json]    show one checkpoint\n"
         "  weir receiver --listen HOST:PORT --db FILE    a reference HTTP destination\n"
         "  weir receiver stats --db FILE [--json]        its requests, effects, duplicates\n"
-        "  weir help [run [JOB] | receiver]              show help\n"
+        "  weir verify [--repeat R] [--json FILE]        show the failure window: kills,\n"
+        "                                                pauses, takeovers, duplicates\n"
+        "  weir help [run [JOB] | receiver | verify]     show help\n"
         "  weir version                                  show the version\n"
         "\n"
         "Jobs: counter, wordcount, collatz, components, or a path to a job .so.\n"
@@ -114,6 +116,21 @@ static void help_run(FILE *out) {
         "An owner that lost its lease (taken over while it was paused, or unable to\n"
         "renew it in time) commits nothing more and exits with 4.\n"
         "\n"
+        "Sinks (--sink SPEC of the built-in jobs; weir_sink_to in the C API):\n"
+        "  null, print          discard; print to stdout (at-least-once)\n"
+        "  file:DIR             exactly-once: two-phase commit of one part file per\n"
+        "                       sink subtask and checkpoint\n"
+        "  http://HOST:PORT/PATH[?retention=D][&idempotency=off]  exactly-once at a\n"
+        "                       destination honouring Idempotency-Key\n"
+        "  postgresql://USER@HOST:PORT/DB[?table=T][&markers=N][&...]  exactly-once:\n"
+        "                       rows (key, value, operation id) into table T\n"
+        "                       (default weir_output, created if missing) by PREPARE\n"
+        "                       TRANSACTION / COMMIT PREPARED per subtask and\n"
+        "                       checkpoint; marker rows of the last N checkpoints\n"
+        "                       kept (default 100, at least --retain); needs\n"
+        "                       max_prepared_transactions >= 2 per subtask; the\n"
+        "                       rest of the URI goes to libpq\n"
+        "\n"
         "Built-in jobs:\n",
         out);
   for (size_t i = 0; i < N_BUILTINS; i++) {
@@ -164,6 +181,10 @@ static int cmd_help(int argc, char **argv) {
   const char *topic = argv[1];
   if (strcmp(topic, "receiver") == 0 && argc == 2) {
     cli_help_receiver(stdout);
+    return CLI_EXIT_OK;
+  }
+  if (strcmp(topic, "verify") == 0 && argc == 2) {
+    cli_help_verify(stdout);
     return CLI_EXIT_OK;
   }
   if (strcmp(topic, "run") == 0 && argc == 2) {
@@ -425,6 +446,7 @@ int main(int argc, char **argv) {
   if (strcmp(verb, "checkpoints") == 0) return cli_cmd_checkpoints(argc - 1, argv + 1);
   if (strcmp(verb, "inspect") == 0) return cli_cmd_inspect(argc - 1, argv + 1);
   if (strcmp(verb, "receiver") == 0) return cli_cmd_receiver(argc - 1, argv + 1);
+  if (strcmp(verb, "verify") == 0) return cli_cmd_verify(argc - 1, argv + 1, argv[0]);
   if (strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
     help_main(stdout);
     return CLI_EXIT_OK;

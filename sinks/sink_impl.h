@@ -17,6 +17,9 @@ typedef struct weir__sink_arg {
   uint64_t retention_ms; /* http: the destination's key retention, 0 = unknown */
   int idempotent;        /* http: send Idempotency-Key (idempotency=off: 0) */
   void *nats;            /* nats: its parsed URL (weir__nats_url, nats_impl.h); NULL otherwise */
+  char *conninfo;        /* postgresql: the URI without weir's parameters */
+  char *table;           /* postgresql: the output table (NAME or SCHEMA.NAME) */
+  uint64_t marker_keep;  /* postgresql: checkpoints of marker rows kept (markers=) */
 } weir__sink_arg;
 
 extern const weir_operator_vt weir__null_sink_vt;  /* null.c */
@@ -24,6 +27,22 @@ extern const weir_operator_vt weir__print_sink_vt; /* print.c */
 extern const weir_sink_dest_vt weir__file_dest_vt; /* file.c */
 extern const weir_sink_dest_vt weir__http_dest_vt; /* http.c */
 extern const weir_sink_dest_vt weir__nats_dest_vt; /* nats.c */
+extern const weir_sink_dest_vt weir__pg_dest_vt;   /* pg.c */
+
+/* pg.c: nonzero if weir was built with libpq. */
+int weir__pg_available(void);
+/* pg.c: splits a postgresql:// spec into the URI for libpq (without
+ * weir's `table` and `markers`), the table (default weir_output), both
+ * malloc'd, and the checkpoints of marker rows to keep (default 100).
+ * Returns 0 or WEIR_ESINK with a message in err. */
+int weir__pg_parse(const char *spec, char **conninfo, char **table, uint64_t *keep, char *err,
+                   size_t errlen);
+/* pg.c: the global transaction id
+ * "weir:<job>:<sink>:<owner epoch>:<checkpoint>:<subtask>" (a hash for a
+ * sink name over 64 bytes or with ':'). Returns 0, or WEIR_EINVAL if it
+ * would not fit cap or 199 bytes. */
+int weir__pg_gid(char *buf, size_t cap, const char *job, const char *sink, uint64_t epoch,
+                 uint64_t checkpoint, uint32_t subtask);
 
 /* http.c: nonzero if weir was built with libcurl; initialises it once
  * (call on the thread building the job, before any sink thread starts). */

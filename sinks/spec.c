@@ -1,6 +1,7 @@
 /* spec.c: owns sink specifications ("null", "print", "file:DIR",
- * "http://HOST:PORT/PATH?...", "nats://HOST:PORT/SUBJECT?..."): checking them, taking weir's own
- * URL parameters out, and adding the sink they name to a job (weir_sink_to, weir_sink_to_conf).
+ * "http://HOST:PORT/PATH?...", "nats://HOST:PORT/SUBJECT?...", "postgresql://..."):
+ * checking them, taking weir's own URL parameters out, and adding the sink
+ * they name to a job (weir_sink_to, weir_sink_to_conf).
  */
 #include "sink_impl.h"
 
@@ -11,7 +12,8 @@
 #include "nats_impl.h"
 #include "weir/alloc.h"
 
-#define SPEC_HELP "use null, print, file:DIR, http://HOST:PORT/PATH or nats://HOST:PORT/SUBJECT"
+#define SPEC_HELP                                                                                  \
+  "use null, print, file:DIR, http://HOST:PORT/PATH, nats://HOST:PORT/SUBJECT or postgresql://..."
 
 static int spec_error(char *err, size_t errlen, const char *fmt, const char *spec) {
   if (err && errlen) snprintf(err, errlen, fmt, spec);
@@ -128,6 +130,25 @@ static int check(const char *spec, weir__sink_arg *a, char *err, size_t errlen) 
     weir_free(u);
     return rc;
   }
+  if (strncmp(spec, "postgresql://", 13) == 0 || strncmp(spec, "postgres://", 11) == 0) {
+    if (!weir__pg_available())
+      return spec_error(err, errlen,
+                        "sink '%s': this weir was built without libpq, so the postgresql sink "
+                        "is not available (install libpq's development files and rebuild)",
+                        spec);
+    char *ci = NULL, *t = NULL;
+    uint64_t keep = 0;
+    int rc = weir__pg_parse(spec, &ci, &t, &keep, err, errlen);
+    if (rc == 0 && a) {
+      a->conninfo = ci;
+      a->table = t;
+      a->marker_keep = keep;
+    } else {
+      weir_free(ci);
+      weir_free(t);
+    }
+    return rc;
+  }
   if (strncmp(spec, "https://", 8) == 0)
     return spec_error(err, errlen, "sink '%s': https is not supported yet: use http://", spec);
   return spec_error(err, errlen, "unknown sink '%s': " SPEC_HELP, spec);
@@ -144,6 +165,8 @@ static void sink_arg_free(void *p) {
   weir_free(a->url);
   weir__nats_url_free(a->nats);
   weir_free(a->nats);
+  weir_free(a->conninfo);
+  weir_free(a->table);
   weir_free(a);
 }
 
@@ -166,6 +189,7 @@ int weir_sink_to_conf(weir_stream *s, const char *name, const char *spec,
   if (a->dir) return weir_sink_twophase(s, name, &weir__file_dest_vt, a, parallelism);
   if (a->url) return weir_sink_twophase(s, name, &weir__http_dest_vt, a, parallelism);
   if (a->nats) return weir_sink_twophase(s, name, &weir__nats_dest_vt, a, parallelism);
+  if (a->conninfo) return weir_sink_twophase(s, name, &weir__pg_dest_vt, a, parallelism);
   return weir_sink(s, name, &weir__null_sink_vt, a, parallelism);
 }
 

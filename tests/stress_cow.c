@@ -164,8 +164,8 @@ int main(void) {
       else
         failures++;
     }
-    weir_free(r.keys);
-    weir_free(r.values);
+    weir_pool_free(r.keys);
+    weir_pool_free(r.values);
   }
   /* After a view was read, the next is granted. */
   weir__cow *v = weir__u64_cow_begin(m);

@@ -1,9 +1,12 @@
 /* alloc.c: owns the out-of-memory policy (abort with a message). */
 #include "weir/alloc.h"
 
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 static void oom(size_t n) {
   fprintf(stderr, "weir: out of memory (allocating %zu bytes)\n", n);
@@ -26,6 +29,79 @@ void *weir_realloc(void *p, size_t n) {
   void *q = realloc(p, n ? n : 1);
   if (!q) oom(n);
   return q;
+}
+
+void *weir_malloc_big(size_t n) {
+  void *p = weir_malloc(n);
+#ifdef MADV_HUGEPAGE
+  /* A large malloc is a mapping of its own: advise the whole 2 MiB pages
+   * inside it (a hint; failure only costs speed). */
+  const uintptr_t huge = 2u << 20;
+  if (n >= 2 * huge) {
+    uintptr_t lo = ((uintptr_t)p + huge - 1) & ~(huge - 1), hi = ((uintptr_t)p + n) & ~(huge - 1);
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+  }
+#endif
+  return p;
+}
+
+/* Each pooled array is preceded by its capacity, in a header that keeps
+ * the array 64-byte aligned. */
+#define POOL_HDR 64u
+#define POOL_MAX_BYTES (1ull << 30)
+
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static void *pool[WEIR_POOL_KEEP];
+static size_t pool_bytes;
+
+static size_t pool_cap(const void *p) {
+  size_t cap;
+  memcpy(&cap, (const char *)p - POOL_HDR, sizeof cap);
+  return cap;
+}
+
+void *weir_pool_alloc(size_t n) {
+  void *best = NULL;
+  int at = -1;
+  pthread_mutex_lock(&pool_mu);
+  /* The smallest that fits, and not one far bigger (it would pin memory
+   * that a small state does not need). */
+  for (int i = 0; i < WEIR_POOL_KEEP; i++) {
+    if (!pool[i]) continue;
+    size_t cap = pool_cap(pool[i]);
+    if (cap >= n && cap / 4 <= n && (!best || cap < pool_cap(best))) {
+      best = pool[i];
+      at = i;
+    }
+  }
+  if (best) {
+    pool[at] = NULL;
+    pool_bytes -= pool_cap(best);
+  }
+  pthread_mutex_unlock(&pool_mu);
+  if (best) return best;
+  char *p = weir_malloc_big(POOL_HDR + n);
+  memcpy(p, &n, sizeof n);
+  return p + POOL_HDR;
+}
+
+void weir_pool_free(void *p) {
+  if (!p) return;
+  size_t cap = pool_cap(p);
+  void *drop = p;
+  pthread_mutex_lock(&pool_mu);
+  if (pool_bytes + cap <= POOL_MAX_BYTES) {
+    for (int i = 0; i < WEIR_POOL_KEEP; i++) {
+      if (!pool[i]) {
+        pool[i] = p;
+        pool_bytes += cap;
+        drop = NULL;
+        break;
+      }
+    }
+  }
+  pthread_mutex_unlock(&pool_mu);
+  if (drop) free((char *)drop - POOL_HDR);
 }
 
 char *weir_strdup(const char *s) {

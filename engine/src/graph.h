@@ -162,6 +162,7 @@ struct weir_job {
   pthread_mutex_t ck_mu;
   weir__pending_ckpt ck;
   weir_run_info info;
+  _Atomic uint64_t restore_build_ns; /* the slowest subtask's, so far */
   int recover_only; /* a finished job: only tell operators its last checkpoint completed */
 };
 

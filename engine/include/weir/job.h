@@ -428,6 +428,11 @@ typedef struct weir_run_info {
   uint64_t checkpoints;     /* completed by this run */
   uint64_t checkpoints_failed;
   int already_finished; /* --restore on a finished job: nothing was run */
+  /* The restore, when there was one: the checkpoint's stored bytes, the
+   * time to read and check them, and the time the slowest subtask took to
+   * rebuild its state from them (subtasks rebuild in parallel). */
+  uint64_t restored_bytes;
+  double restore_read_ms, restore_build_ms;
 } weir_run_info;
 const weir_run_info *weir_job_run_info(const weir_job *job);
 

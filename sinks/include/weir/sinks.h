@@ -27,6 +27,18 @@
  *              older (WEIR_ERETENTION, exit code 5). idempotency=off sends no
  *              key: at-least-once, for comparisons. Both parameters are
  *              taken out of the URL before sending.
+ *   postgresql://USER@HOST:PORT/DB[?table=T&...]   (or postgres://)
+ *              exactly-once: two-phase commit into PostgreSQL. Rows (key,
+ *              value, opid) are COPYed into one transaction per sink subtask
+ *              and epoch, PREPAREd at the barrier (gid
+ *              weir:<job>:<sink>:<owner epoch>:<checkpoint>:<subtask>, with a
+ *              marker row in weir_markers and the job's fence row in
+ *              weir_fence checked) and COMMIT PREPAREd when the checkpoint
+ *              completed. table=T (default weir_output, created if missing)
+ *              and markers=N (checkpoints of marker rows kept per subtask,
+ *              default 100) are taken out of the URI; the rest goes to
+ *              libpq. Needs
+ *              max_prepared_transactions >= 2 per subtask.
  * Text lines are "<key> <value>\n" in decimal by default (see
  * weir_format_default); a job can give its own formatter.
  */

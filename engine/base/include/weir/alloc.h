@@ -14,6 +14,21 @@ void *weir_malloc(size_t n);
 void *weir_calloc(size_t count, size_t size);
 void *weir_realloc(void *p, size_t n);
 char *weir_strdup(const char *s);
+/* weir_malloc for a large array that is about to be filled front to back
+ * (restored state): asks for huge pages where the system has them, since
+ * first-touch page faults, not the copying, dominate filling fresh memory.
+ * Released with weir_free(). */
+void *weir_malloc_big(size_t n);
+/* Large scratch arrays made again and again (a snapshot's u64 state, once
+ * per checkpoint): weir_pool_alloc hands out one that weir_pool_free gave
+ * back when one is big enough, so the memory is already mapped and
+ * touched; otherwise a fresh one (weir_malloc_big). The pool keeps at most
+ * a few arrays (WEIR_POOL_KEEP) and 1 GiB; past that, weir_pool_free frees.
+ * Thread-safe. weir_pool_free(NULL) is a no-op. Not to be mixed with
+ * weir_free. */
+#define WEIR_POOL_KEEP 8
+void *weir_pool_alloc(size_t n);
+void weir_pool_free(void *p);
 /* Cache-line aligned memory (64 bytes), released with weir_free(). */
 void *weir_aligned_alloc(size_t n);
 void weir_free(void *p);

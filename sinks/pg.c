@@ -1,0 +1,916 @@
+/* pg.c: owns the PostgreSQL destination (postgresql://...): rows written
+ * into a transaction per sink subtask and epoch, made durable by PREPARE
+ * TRANSACTION at the barrier and visible by COMMIT PREPARED when the epoch's
+ * checkpoint completed (a destination of twophase.c), with a marker row per
+ * prepared transaction and a fence row per job.
+ *
+ * DESIGN. Tables (created if missing, in the database the URI names):
+ *
+ *   <table>        (key numeric(20,0), value text, opid text): the output,
+ *                  columns in the order key, value, operation id, with no
+ *                  uniqueness constraint (a duplicate must show). `table`
+ *                  is a parameter of the URI (default weir_output), taken
+ *                  out before the URI goes to libpq.
+ *   weir_markers   (gid primary key, job, sink, subtask, checkpoint, epoch):
+ *                  one row inserted inside each prepared transaction, so
+ *                  after an ambiguous failure "was gid committed?" has an
+ *                  answer: COMMIT PREPARED failing with 42704 (no such
+ *                  prepared transaction) is success if the marker is there
+ *                  and a lost transaction (a permanent error) if not.
+ *   weir_fence     (job primary key, epoch): the owner epoch (the lease's,
+ *                  DESIGN.md §7) that may prepare for the job.
+ *
+ * Global transaction id (< 200 bytes, cluster-wide):
+ *   weir:<job id>:<sink>:<owner epoch>:<checkpoint>:<subtask>
+ * (a sink name longer than 64 bytes or holding ':' is replaced by a hash).
+ *
+ * Steps, per subtask, on the task thread's connection: the first record of
+ * an epoch begins a transaction and a COPY ... FROM STDIN; records are
+ * formatted into a 256 KiB buffer and sent with PQputCopyData. pre_commit(n)
+ * ends the COPY, inserts the marker through
+ *   INSERT INTO weir_markers SELECT ... FROM weir_fence
+ *     WHERE job = $job AND epoch = $my_epoch FOR SHARE
+ * (no row inserted: a newer owner bumped the fence: WEIR_EFENCED, nothing
+ * lands), then PREPARE TRANSACTION gid; the gid is the handle. commit runs
+ * on the commit thread's own connection (made at its first commit, made
+ * again after a failure): COMMIT PREPARED gid, then the marker rows of this
+ * subtask older than `markers` checkpoints (a URI parameter, default 100,
+ * taken out like `table`) are pruned: weir keeps the last few checkpoints
+ * (--retain, default 3), so no retained checkpoint can still need them. Connection
+ * failures are retried (WEIR_EAGAIN) for up to COMMIT_GIVE_UP_MS, so a
+ * restarted server is waited for: a prepared transaction survives it.
+ *
+ * A fresh start (no checkpoint restored) also removes the rows and markers
+ * that earlier runs of this job's sink committed (found by the operation id
+ * prefix "<job>/<sink>/"): a new run replaces the output of the previous
+ * one, as with the file sink (a --fresh run, or a new instance of a
+ * finished job, would otherwise write its rows a second time).
+ *
+ * Start: every subtask resolves the prepared transactions of this job's
+ * sink (all subtasks, in pg_prepared_xacts): on restore from checkpoint r
+ * those of checkpoints <= r are committed and the rest rolled back; a fresh
+ * start rolls back every one (no checkpoint of the run completed). Two
+ * subtasks resolving at once is harmless (42704/55006 are skipped). Then it
+ * refuses a rewind (committed markers after r: restoring r would duplicate
+ * their rows), and bumps the fence row to its owner epoch with
+ * lock_timeout: a stale owner's prepared transaction holds the row FOR
+ * SHARE, so on a lock timeout it resolves again and retries, never hanging
+ * behind it. Resolution never touches this run's own transactions (owner
+ * epoch >= its own: another subtask may be ahead), and a fence already at
+ * this run's epoch is left alone (its update would wait for them). A fence already above its epoch
+ * means this run is the stale one: WEIR_EFENCED. Without a state directory (owner epoch 0, a random
+ * job id) there is no fence.
+ *
+ * max_prepared_transactions: 0 (PostgreSQL's default) is refused at open
+ * with a message saying what to set; fewer than 2 per subtask likewise (one
+ * transaction committing while the next is prepared).
+ *
+ * Operation ids: with the job's id function "<job>/<sink>/c/<content>";
+ * otherwise "<job>/<sink>/t/<subtask>/<after>/<index>", after = the last
+ * checkpoint before the epoch, index = the record's place in it: unique
+ * among committed rows (a replay after a crash writes a new transaction
+ * after the old one was rolled back).
+ *
+ * Threads: open, write, pre_commit, abort_after, close on the task thread
+ * (`conn`); commit on the commit thread (`cconn`). libpq calls block: the
+ * COPY's sends on the task thread are buffered (one send per 256 KiB).
+ */
+#include "sink_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weir/alloc.h"
+#include "weir/clock.h"
+#include "weir/log.h"
+
+#ifdef WEIR_HAVE_PQ
+#include <libpq-fe.h>
+#endif
+
+#define DEFAULT_TABLE "weir_output"
+#define DEFAULT_MARKER_KEEP 100u /* checkpoints of markers kept per subtask */
+
+/* ---- specification (no libpq needed) --------------------------------------- */
+
+static int ident_ok(const char *s, size_t n) {
+  if (n == 0 || n > 63) return 0;
+  if (!((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z') || s[0] == '_')) return 0;
+  for (size_t i = 1; i < n; i++)
+    if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+          (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+      return 0;
+  return 1;
+}
+
+int weir__pg_parse(const char *spec, char **conninfo, char **table, uint64_t *keep, char *err,
+                   size_t errlen) {
+  *conninfo = *table = NULL;
+  *keep = DEFAULT_MARKER_KEEP;
+  const char *q = strchr(spec, '?');
+  size_t base = q ? (size_t)(q - spec) : strlen(spec);
+  char *url = weir_malloc(strlen(spec) + 1);
+  memcpy(url, spec, base);
+  url[base] = '\0';
+  size_t ulen = base;
+  int kept = 0;
+  char *t = NULL;
+  for (const char *p = q ? q + 1 : NULL; p && *p;) {
+    const char *amp = strchr(p, '&');
+    size_t n = amp ? (size_t)(amp - p) : strlen(p);
+    if (n >= 6 && !strncmp(p, "table=", 6)) {
+      const char *v = p + 6;
+      size_t vn = n - 6;
+      const char *dot = memchr(v, '.', vn);
+      int ok = dot ? ident_ok(v, (size_t)(dot - v)) && ident_ok(dot + 1, vn - (size_t)(dot - v) - 1)
+                   : ident_ok(v, vn);
+      if (!ok) {
+        if (err && errlen)
+          snprintf(err, errlen,
+                   "sink '%s': table must be NAME or SCHEMA.NAME, each a letter or _ then "
+                   "letters, digits or _ (at most 63)",
+                   spec);
+        weir_free(url);
+        weir_free(t);
+        return WEIR_ESINK;
+      }
+      weir_free(t);
+      t = weir_malloc(vn + 1);
+      memcpy(t, v, vn);
+      t[vn] = '\0';
+    } else if (n >= 8 && !strncmp(p, "markers=", 8)) {
+      uint64_t v = 0;
+      size_t i = 8;
+      for (; i < n && p[i] >= '0' && p[i] <= '9' && v < 1000000000; i++)
+        v = v * 10 + (uint64_t)(p[i] - '0');
+      if (i != n || i == 8 || v < 1 || v >= 1000000000) {
+        if (err && errlen)
+          snprintf(err, errlen,
+                   "sink '%s': markers must be a number of checkpoints >= 1 (at least --retain)",
+                   spec);
+        weir_free(url);
+        weir_free(t);
+        return WEIR_ESINK;
+      }
+      *keep = v;
+    } else if (n) {
+      url[ulen++] = kept++ ? '&' : '?';
+      memcpy(url + ulen, p, n);
+      ulen += n;
+      url[ulen] = '\0';
+    }
+    p = amp ? amp + 1 : NULL;
+  }
+  *conninfo = url;
+  *table = t ? t : weir_strdup(DEFAULT_TABLE);
+  return 0;
+}
+
+/* FNV-1a, for sink names that do not fit a gid. */
+static uint64_t fnv64(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  return h;
+}
+
+/* The sink's part of a gid: its name, or "h<hash>" if too long or with ':'. */
+static void gid_sink(const char *sink, char *out, size_t cap) {
+  if (strlen(sink) <= 64 && !strchr(sink, ':'))
+    snprintf(out, cap, "%s", sink);
+  else
+    snprintf(out, cap, "h%016llx", (unsigned long long)fnv64(sink));
+}
+
+int weir__pg_gid(char *buf, size_t cap, const char *job, const char *sink, uint64_t epoch,
+                 uint64_t checkpoint, uint32_t subtask) {
+  char s[80];
+  gid_sink(sink, s, sizeof s);
+  int n = snprintf(buf, cap, "weir:%s:%s:%llu:%llu:%u", job, s, (unsigned long long)epoch,
+                   (unsigned long long)checkpoint, (unsigned)subtask);
+  return n > 0 && (size_t)n < cap && n < 200 ? 0 : WEIR_EINVAL;
+}
+
+#ifndef WEIR_HAVE_PQ
+
+int weir__pg_available(void) {
+  return 0;
+}
+static int pg_open(weir_ctx *ctx, void **dest) {
+  (void)dest;
+  return weir_ctx_fail(ctx, WEIR_ESINK, "this weir was built without libpq");
+}
+static int pg_write(weir_ctx *ctx, void *dest, const weir_record *r) {
+  return WEIR_ESINK;
+}
+static int pg_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *h) {
+  return WEIR_ESINK;
+}
+static int pg_commit(void *dest, weir_sink_commit *c) {
+  return WEIR_ESINK;
+}
+static void pg_close(weir_ctx *ctx, void *dest) {}
+const weir_sink_dest_vt weir__pg_dest_vt = {
+    .name = "postgresql",
+    .open = pg_open,
+    .write = pg_write,
+    .pre_commit = pg_pre_commit,
+    .commit = pg_commit,
+    .close = pg_close,
+};
+
+#else
+
+#define COPY_BUF (256u * 1024u)
+#define COMMIT_GIVE_UP_MS 60000u /* a commit's connection failures, at most */
+#define FENCE_ATTEMPTS 10        /* lock timeouts of the fence bump, at most */
+#define FENCE_LOCK_TIMEOUT "2s"
+
+int weir__pg_available(void) {
+  return 1;
+}
+
+/* One subtask's destination. conn, buf, scratch, open, after, index: the
+ * task thread's; cconn: the commit thread's; the rest immutable after open. */
+typedef struct pgdest {
+  const weir__sink_arg *a;
+  char *job, *sink, *qtable;
+  char prefix[160]; /* "weir:<job>:<sink>:" */
+  uint32_t subtask, parallelism;
+  uint64_t owner;   /* owner epoch; 0: no state directory, no fence */
+  char where[160];  /* "host:port" for messages (never the password) */
+  char cwhere[160]; /* the same, the commit thread's */
+  PGconn *conn;
+  int open; /* a transaction and its COPY are open */
+  int fenced_ok;
+  uint64_t after, index;
+  char *buf;
+  size_t len;
+  char *scratch;
+  size_t scap;
+  PGconn *cconn;
+} pgdest;
+
+static const char *sqlstate(const PGresult *r) {
+  const char *s = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+  return s ? s : "";
+}
+
+/* The error message of r or c on one line (libpq ends it with '\n'). */
+static void msg_of(PGconn *c, const PGresult *r, char *out, size_t cap) {
+  const char *m = r ? PQresultErrorMessage(r) : NULL;
+  if (!m || !*m) m = c ? PQerrorMessage(c) : "no connection";
+  snprintf(out, cap, "%s", m);
+  for (char *p = out; *p; p++)
+    if (*p == '\n' || *p == '\t') *p = *(p + 1) ? ' ' : '\0';
+}
+
+static void set_where(char *where, size_t n, PGconn *c) {
+  const char *h = c ? PQhost(c) : NULL;
+  const char *p = c ? PQport(c) : NULL;
+  snprintf(where, n, "%s:%s", h && *h ? h : "(default host)", p && *p ? p : "5432");
+}
+
+/* Server notices ("relation ... already exists, skipping") are not news. */
+static void quiet(void *arg, const char *message) {
+  (void)arg;
+  (void)message;
+}
+
+/* Connects to the URI, naming the server in where (160 bytes). Returns the
+ * connection, or NULL with a message. */
+static PGconn *connect_to(char *where, const char *conninfo, char *err, size_t errlen) {
+  const char *keys[] = {"dbname", "connect_timeout", "application_name", NULL};
+  const char *vals[] = {conninfo, "5", "weir", NULL};
+  if (strstr(conninfo, "connect_timeout=")) keys[1] = NULL;
+  PGconn *c = PQconnectdbParams(keys, vals, 1);
+  set_where(where, 160, c);
+  if (!c || PQstatus(c) != CONNECTION_OK) {
+    char m[400];
+    msg_of(c, NULL, m, sizeof m);
+    snprintf(err, errlen, "cannot connect to PostgreSQL at %s: %s", where, m);
+    PQfinish(c);
+    return NULL;
+  }
+  PQsetNoticeProcessor(c, quiet, NULL);
+  /* A server process whose client died (SIGKILL) while it waits must not
+   * keep its locks: it checks the socket (PostgreSQL >= 14; else ignored). */
+  PQclear(PQexec(c, "SET client_connection_check_interval = '1s'"));
+  return c;
+}
+
+/* Runs sql with text params; returns the result if its status is ok (the
+ * caller PQclears it), else NULL with the message and SQLSTATE. */
+static PGresult *exec(PGconn *c, const char *sql, int n, const char *const *params, char *err,
+                      size_t errlen, char state[6]) {
+  PGresult *r = n ? PQexecParams(c, sql, n, NULL, params, NULL, NULL, 0) : PQexec(c, sql);
+  ExecStatusType st = PQresultStatus(r);
+  if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK || st == PGRES_COPY_IN) return r;
+  if (state) snprintf(state, 6, "%s", sqlstate(r));
+  msg_of(c, r, err, errlen);
+  PQclear(r);
+  return NULL;
+}
+
+/* exec for statements whose result is not needed. Returns 0 or -1. */
+static int run(PGconn *c, const char *sql, int n, const char *const *params, char *err,
+               size_t errlen, char state[6]) {
+  PGresult *r = exec(c, sql, n, params, err, errlen, state);
+  PQclear(r);
+  return r ? 0 : -1;
+}
+
+static int fail(weir_ctx *ctx, pgdest *d, int code, const char *what, const char *m) {
+  return weir_ctx_fail(ctx, code, "sink '%s' subtask %u: PostgreSQL at %s: %s: %s", d->sink,
+                       d->subtask, d->where, what, m);
+}
+
+/* ---- start: tables, resolution, fence ----------------------------------------- */
+
+/* Creates what is missing. Only what is missing: CREATE INDEX IF NOT
+ * EXISTS would wait for a ShareLock on weir_markers, which a prepared
+ * transaction left by a crash holds against it until it is resolved
+ * (after this). lock_timeout bounds every wait. */
+static int setup_tables(weir_ctx *ctx, pgdest *d) {
+  char m[600], st[6] = "", sql[1024], junk[200];
+  char *lit = PQescapeLiteral(d->conn, d->qtable, strlen(d->qtable));
+  snprintf(sql, sizeof sql,
+           "SELECT to_regclass(%s) IS NULL, to_regclass('weir_markers') IS NULL, "
+           "to_regclass('weir_fence') IS NULL",
+           lit ? lit : "''");
+  PQfreemem(lit);
+  PGresult *r = exec(d->conn, sql, 0, NULL, m, sizeof m, st);
+  if (!r || PQntuples(r) != 1) {
+    PQclear(r);
+    return fail(ctx, d, WEIR_EIO, "cannot look for the sink's tables", m);
+  }
+  int need_t = PQgetvalue(r, 0, 0)[0] == 't', need_m = PQgetvalue(r, 0, 1)[0] == 't',
+      need_f = PQgetvalue(r, 0, 2)[0] == 't';
+  PQclear(r);
+  if (!need_t && !need_m && !need_f) goto created;
+  /* Concurrent CREATE ... IF NOT EXISTS can collide: one at a time. */
+  snprintf(sql, sizeof sql,
+           "BEGIN; SET LOCAL lock_timeout = '30s'; SELECT pg_advisory_xact_lock(7765426813); "
+           "%s%s%s%s%s%s COMMIT",
+           need_t ? "CREATE TABLE IF NOT EXISTS " : "", need_t ? d->qtable : "",
+           need_t ? " (key numeric(20,0) NOT NULL, value text, opid text);" : "",
+           need_m ? "CREATE TABLE IF NOT EXISTS weir_markers (gid text PRIMARY KEY, job text NOT "
+                    "NULL, sink text NOT NULL, subtask integer NOT NULL, checkpoint bigint NOT "
+                    "NULL, epoch bigint NOT NULL, at timestamptz NOT NULL DEFAULT now());"
+                  : "",
+           need_m ? "CREATE INDEX IF NOT EXISTS weir_markers_job ON weir_markers (job, sink, "
+                    "subtask, checkpoint);"
+                  : "",
+           need_f ? "CREATE TABLE IF NOT EXISTS weir_fence (job text PRIMARY KEY, epoch bigint NOT "
+                    "NULL);"
+                  : "");
+  if (run(d->conn, sql, 0, NULL, m, sizeof m, st) < 0) {
+    (void)run(d->conn, "ROLLBACK", 0, NULL, junk, sizeof junk, NULL);
+    return fail(ctx, d, WEIR_EIO, "cannot create the sink's tables", m);
+  }
+created:
+  r = exec(d->conn, "SHOW max_prepared_transactions", 0, NULL, m, sizeof m, st);
+  if (!r) return fail(ctx, d, WEIR_EIO, "cannot read max_prepared_transactions", m);
+  long mpt = PQntuples(r) == 1 ? strtol(PQgetvalue(r, 0, 0), NULL, 10) : 0;
+  PQclear(r);
+  if (mpt == 0)
+    return weir_ctx_fail(ctx, WEIR_ESINK,
+                         "sink '%s': PostgreSQL at %s has max_prepared_transactions = 0, so it "
+                         "cannot prepare transactions (two-phase commit): set "
+                         "max_prepared_transactions to at least %u (2 per sink subtask, plus "
+                         "other users) in postgresql.conf and restart the server",
+                         d->sink, d->where, 2 * d->parallelism);
+  if (mpt < 2 * (long)d->parallelism)
+    return weir_ctx_fail(ctx, WEIR_ESINK,
+                         "sink '%s': PostgreSQL at %s has max_prepared_transactions = %ld, fewer "
+                         "than the %u this sink needs (2 per subtask): raise it and restart the "
+                         "server, or lower the parallelism",
+                         d->sink, d->where, mpt, 2 * d->parallelism);
+  return 0;
+}
+
+/* Resolves the prepared transactions of this job's sink: commit those of
+ * checkpoints <= r (when restored), roll back the rest. Returns the number
+ * rolled back, or a negative error. */
+static int resolve(weir_ctx *ctx, pgdest *d, uint64_t r, int restored) {
+  char m[600], st[6] = "";
+  const char *p[] = {d->prefix};
+  PGresult *res = exec(d->conn,
+                       "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
+                       "AND left(gid, length($1)) = $1 ORDER BY gid",
+                       1, p, m, sizeof m, st);
+  if (!res) return fail(ctx, d, WEIR_EIO, "cannot list prepared transactions", m);
+  int rolled = 0, rc = 0;
+  size_t plen = strlen(d->prefix);
+  for (int i = 0; i < PQntuples(res) && rc == 0; i++) {
+    const char *gid = PQgetvalue(res, i, 0);
+    unsigned long long ep, ck;
+    unsigned sub;
+    if (sscanf(gid + plen, "%llu:%llu:%u", &ep, &ck, &sub) != 3) continue;
+    /* This run's own (another subtask may already have prepared one). */
+    if (d->owner && ep >= d->owner) continue;
+    int commit = restored && ck <= r;
+    char *lit = PQescapeLiteral(d->conn, gid, strlen(gid));
+    if (!lit) {
+      msg_of(d->conn, NULL, m, sizeof m);
+      rc = fail(ctx, d, WEIR_EIO, "cannot quote a gid", m);
+      break;
+    }
+    char sql[400];
+    snprintf(sql, sizeof sql, "%s PREPARED %s", commit ? "COMMIT" : "ROLLBACK", lit);
+    PQfreemem(lit);
+    if (run(d->conn, sql, 0, NULL, m, sizeof m, st) < 0) {
+      /* Resolved by another subtask meanwhile (gone, or busy there). */
+      if (!strcmp(st, "42704") || !strcmp(st, "55006")) continue;
+      rc = fail(ctx, d, WEIR_EIO,
+                commit ? "cannot commit a prepared transaction"
+                       : "cannot roll back a prepared transaction",
+                m);
+      break;
+    }
+    if (!commit) rolled++;
+    WEIR_LOG_I("sink '%s' subtask %u: %s prepared transaction %s (%s checkpoint %llu)", d->sink,
+               d->subtask, commit ? "committed" : "rolled back", gid,
+               commit     ? "restored"
+               : restored ? "after the restored"
+                          : "fresh start, no",
+               (unsigned long long)r);
+  }
+  PQclear(res);
+  return rc < 0 ? rc : rolled;
+}
+
+/* Refuses a rewind: committed rows of checkpoints after r would be written
+ * again by the replay. */
+static int check_rewind(weir_ctx *ctx, pgdest *d, uint64_t r) {
+  char m[600], st[6] = "", rs[24];
+  snprintf(rs, sizeof rs, "%llu", (unsigned long long)r);
+  const char *p[] = {d->job, d->sink, rs};
+  PGresult *res = exec(d->conn,
+                       "SELECT max(checkpoint) FROM weir_markers WHERE job = $1 AND sink = $2 "
+                       "AND checkpoint > $3",
+                       3, p, m, sizeof m, st);
+  if (!res) return fail(ctx, d, WEIR_EIO, "cannot read weir_markers", m);
+  int rc = 0;
+  if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 0))
+    rc = weir_ctx_fail(ctx, WEIR_ESINK,
+                       "sink '%s': restoring checkpoint %llu would write again the rows that "
+                       "checkpoints up to %s committed into %s at %s (a rewind duplicates "
+                       "them): restore the latest checkpoint, or remove those rows and their "
+                       "weir_markers first",
+                       d->sink, (unsigned long long)r, PQgetvalue(res, 0, 0), d->qtable, d->where);
+  PQclear(res);
+  return rc;
+}
+
+/* A fresh start replaces what earlier runs of this job's sink committed
+ * (as the file sink does): its rows (by operation id prefix) and markers.
+ * Costs one index probe when there is nothing to replace. Safe from every
+ * subtask at once: all of them open before any checkpoint can complete, so
+ * before any commit of this run. */
+static int replace_earlier(weir_ctx *ctx, pgdest *d) {
+  char m[600], st[6] = "", sql[600], pre[300];
+  const char *p[] = {d->job, d->sink};
+  PGresult *res = exec(d->conn, "SELECT 1 FROM weir_markers WHERE job = $1 AND sink = $2 LIMIT 1",
+                       2, p, m, sizeof m, st);
+  if (!res) return fail(ctx, d, WEIR_EIO, "cannot read weir_markers", m);
+  int any = PQntuples(res) > 0;
+  PQclear(res);
+  if (!any) return 0;
+  snprintf(pre, sizeof pre, "%s/%s/", d->job, d->sink);
+  const char *q[] = {d->job, d->sink, pre};
+  snprintf(sql, sizeof sql,
+           "WITH r AS (DELETE FROM %s WHERE left(opid, length($3)) = $3 RETURNING 1), "
+           "k AS (DELETE FROM weir_markers WHERE job = $1 AND sink = $2 RETURNING 1) "
+           "SELECT (SELECT count(*) FROM r), (SELECT count(*) FROM k)",
+           d->qtable);
+  res = exec(d->conn, sql, 3, q, m, sizeof m, st);
+  if (!res) return fail(ctx, d, WEIR_EIO, "cannot remove the rows of an earlier run", m);
+  if (PQntuples(res) == 1 && atoll(PQgetvalue(res, 0, 0)) > 0)
+    WEIR_LOG_I("sink '%s' subtask %u: fresh start: removed %s rows of an earlier run of job %s "
+               "from %s",
+               d->sink, d->subtask, PQgetvalue(res, 0, 0), d->job, d->qtable);
+  PQclear(res);
+  return 0;
+}
+
+/* Bumps the job's fence row to this run's owner epoch (resolving again
+ * after each lock timeout: a stale prepared transaction holds it). */
+static int bump_fence(weir_ctx *ctx, pgdest *d, uint64_t r, int restored) {
+  if (!d->owner) {
+    d->fenced_ok = 1;
+    return 0;
+  }
+  char m[600], st[6] = "", es[24], junk[200];
+  snprintf(es, sizeof es, "%llu", (unsigned long long)d->owner);
+  const char *p[] = {d->job, es};
+  for (int attempt = 0; attempt < FENCE_ATTEMPTS; attempt++) {
+    /* Already there (another subtask bumped it): no update, which would
+     * wait for this run's own prepared transactions. */
+    PGresult *cur =
+        exec(d->conn, "SELECT epoch FROM weir_fence WHERE job = $1", 1, p, m, sizeof m, st);
+    if (!cur) return fail(ctx, d, WEIR_EIO, "cannot read the fence row", m);
+    unsigned long long at = PQntuples(cur) == 1 ? strtoull(PQgetvalue(cur, 0, 0), NULL, 10) : 0;
+    PQclear(cur);
+    if (at == d->owner) {
+      d->fenced_ok = 1;
+      return 0;
+    }
+    if (run(d->conn, "BEGIN; SET LOCAL lock_timeout = '" FENCE_LOCK_TIMEOUT "'", 0, NULL, m,
+            sizeof m, st) < 0)
+      return fail(ctx, d, WEIR_EIO, "cannot begin the fence bump", m);
+    PGresult *res = exec(d->conn,
+                         "INSERT INTO weir_fence (job, epoch) VALUES ($1, $2) ON CONFLICT (job) "
+                         "DO UPDATE SET epoch = greatest(weir_fence.epoch, excluded.epoch) "
+                         "RETURNING epoch",
+                         2, p, m, sizeof m, st);
+    if (!res) {
+      (void)run(d->conn, "ROLLBACK", 0, NULL, junk, sizeof junk, NULL);
+      if (strcmp(st, "55P03") != 0 && strcmp(st, "40P01") != 0)
+        return fail(ctx, d, WEIR_EIO, "cannot bump the fence row", m);
+      WEIR_LOG_I("sink '%s' subtask %u: the fence row of job %s is locked: resolving again",
+                 d->sink, d->subtask, d->job);
+      int rc = resolve(ctx, d, r, restored);
+      if (rc < 0) return rc;
+      continue;
+    }
+    unsigned long long now = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+    PQclear(res);
+    if (run(d->conn, "COMMIT", 0, NULL, m, sizeof m, st) < 0)
+      return fail(ctx, d, WEIR_EIO, "cannot commit the fence bump", m);
+    if (now > d->owner)
+      return weir_ctx_fail(ctx, WEIR_EFENCED,
+                           "sink '%s' subtask %u: PostgreSQL at %s: the fence of job %s is at "
+                           "owner epoch %llu, above this run's %llu: a newer owner runs the job",
+                           d->sink, d->subtask, d->where, d->job, now,
+                           (unsigned long long)d->owner);
+    d->fenced_ok = 1;
+    return 0;
+  }
+  return weir_ctx_fail(ctx, WEIR_EIO,
+                       "sink '%s' subtask %u: PostgreSQL at %s: the fence row of job %s stays "
+                       "locked after %d attempts (a stale owner's open transaction?)",
+                       d->sink, d->subtask, d->where, d->job, FENCE_ATTEMPTS);
+}
+
+/* ---- the destination --------------------------------------------------------- */
+
+static void pgdest_free(pgdest *d) {
+  if (!d) return;
+  PQfinish(d->conn);
+  PQfinish(d->cconn);
+  weir_free(d->buf);
+  weir_free(d->scratch);
+  weir_free(d->job);
+  weir_free(d->sink);
+  weir_free(d->qtable);
+  weir_free(d);
+}
+
+static int pg_open(weir_ctx *ctx, void **out) {
+  pgdest *d = weir_calloc(1, sizeof *d);
+  d->a = weir_sink_dest_arg(ctx);
+  d->job = weir_strdup(weir_ctx_job_id(ctx));
+  d->sink = weir_strdup(weir_ctx_name(ctx));
+  d->subtask = weir_ctx_subtask(ctx);
+  d->parallelism = weir_ctx_parallelism(ctx);
+  d->owner = weir_ctx_checkpointing(ctx) ? weir_ctx_epoch(ctx) : 0;
+  char s[80];
+  gid_sink(d->sink, s, sizeof s);
+  snprintf(d->prefix, sizeof d->prefix, "weir:%s:%s:", d->job, s);
+  const char *t = d->a->table, *dot = strchr(t, '.');
+  size_t qn = strlen(t) + 8;
+  d->qtable = weir_malloc(qn);
+  if (dot)
+    snprintf(d->qtable, qn, "\"%.*s\".\"%s\"", (int)(dot - t), t, dot + 1);
+  else
+    snprintf(d->qtable, qn, "\"%s\"", t);
+  d->buf = weir_malloc(COPY_BUF);
+  d->scap = 256;
+  d->scratch = weir_malloc(d->scap);
+  char err[700];
+  d->conn = connect_to(d->where, d->a->conninfo, err, sizeof err);
+  int rc;
+  if (!d->conn) {
+    rc = weir_ctx_fail(ctx, WEIR_EIO, "sink '%s' subtask %u: %s", d->sink, d->subtask, err);
+  } else if ((rc = setup_tables(ctx, d)) == 0 && !weir_ctx_restoring(ctx)) {
+    /* A fresh start: nothing of an earlier unfinished run completed. */
+    rc = resolve(ctx, d, 0, 0);
+    if (rc >= 0 && d->owner) rc = replace_earlier(ctx, d);
+    if (rc >= 0) rc = bump_fence(ctx, d, 0, 0);
+  }
+  if (rc < 0) {
+    pgdest_free(d);
+    return rc;
+  }
+  *out = d;
+  return 0;
+}
+
+static int pg_abort_after(weir_ctx *ctx, void *dest, uint64_t id) {
+  pgdest *d = dest;
+  d->after = id;
+  int rolled = resolve(ctx, d, id, 1);
+  if (rolled < 0) return rolled;
+  int rc = check_rewind(ctx, d, id);
+  if (rc == 0) rc = bump_fence(ctx, d, id, 1);
+  return rc < 0 ? rc : rolled;
+}
+
+/* Sends the buffered COPY data. */
+static int flush(weir_ctx *ctx, pgdest *d) {
+  if (!d->len) return 0;
+  if (PQputCopyData(d->conn, d->buf, (int)d->len) != 1) {
+    char m[600];
+    msg_of(d->conn, NULL, m, sizeof m);
+    return fail(ctx, d, WEIR_EIO, "cannot send rows", m);
+  }
+  d->len = 0;
+  return 0;
+}
+
+static void put(pgdest *d, const char *p, size_t n) {
+  memcpy(d->buf + d->len, p, n);
+  d->len += n;
+}
+
+/* Appends s (n bytes) escaped for COPY's text format. */
+static void put_escaped(pgdest *d, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    char c = s[i];
+    const char *e = c == '\\'   ? "\\\\"
+                    : c == '\t' ? "\\t"
+                    : c == '\n' ? "\\n"
+                    : c == '\r' ? "\\r"
+                                : NULL;
+    if (e)
+      put(d, e, 2);
+    else
+      d->buf[d->len++] = c;
+  }
+}
+
+/* Formats r with fn into scratch (grown as needed); returns the length. */
+static int format(weir_ctx *ctx, pgdest *d, size_t (*fn)(const weir_record *, char *, size_t),
+                  const weir_record *r, size_t *len) {
+  size_t n = fn(r, d->scratch, d->scap);
+  if (n >= d->scap) {
+    d->scap = n + 1;
+    d->scratch = weir_realloc(d->scratch, d->scap);
+    if (fn(r, d->scratch, d->scap) != n)
+      return weir_ctx_fail(ctx, WEIR_EINVAL, "sink '%s': a formatter contradicted itself", d->sink);
+  }
+  *len = n;
+  return 0;
+}
+
+/* Begins the epoch's transaction and its COPY; reconnects once if the
+ * server went away between epochs (nothing is open then: nothing lost). */
+static int begin(weir_ctx *ctx, pgdest *d) {
+  char m[600], st[6] = "", sql[300];
+  snprintf(sql, sizeof sql, "BEGIN; COPY %s (key, value, opid) FROM STDIN", d->qtable);
+  for (int attempt = 0;; attempt++) {
+    if (!d->conn || PQstatus(d->conn) != CONNECTION_OK) {
+      PQfinish(d->conn);
+      d->conn = connect_to(d->where, d->a->conninfo, m, sizeof m);
+      if (!d->conn)
+        return weir_ctx_fail(ctx, WEIR_EIO, "sink '%s' subtask %u: %s", d->sink, d->subtask, m);
+    }
+    if (!d->fenced_ok) {
+      /* Restoring, but no restore callback ran (no state): bump now. */
+      int rc = bump_fence(ctx, d, 0, 0);
+      if (rc < 0) return rc;
+    }
+    PGresult *r = exec(d->conn, sql, 0, NULL, m, sizeof m, st);
+    if (r) {
+      PQclear(r);
+      break;
+    }
+    if (attempt == 0 && PQstatus(d->conn) != CONNECTION_OK) continue;
+    return fail(ctx, d, WEIR_EIO, "cannot begin a transaction", m);
+  }
+  d->open = 1;
+  d->index = 0;
+  return 0;
+}
+
+static int pg_write(weir_ctx *ctx, void *dest, const weir_record *r) {
+  pgdest *d = dest;
+  int rc;
+  if (!d->open && (rc = begin(ctx, d)) < 0) return rc;
+  size_t n;
+  if ((rc = format(ctx, d, d->a->fmt, r, &n)) < 0) return rc;
+  char key[24];
+  int kn = snprintf(key, sizeof key, "%llu", (unsigned long long)r->key);
+  /* value: the formatted text without its leading "<key> " (NULL if
+   * nothing follows the key). */
+  const char *v = d->scratch;
+  size_t vn = n;
+  int null = 0;
+  if (vn >= (size_t)kn && !memcmp(v, key, (size_t)kn) && (vn == (size_t)kn || v[kn] == ' ')) {
+    null = vn == (size_t)kn;
+    v += vn == (size_t)kn ? kn : kn + 1;
+    vn -= vn == (size_t)kn ? (size_t)kn : (size_t)kn + 1;
+  }
+  /* Worst case: every byte escaped (value and id), plus key and framing. */
+  size_t need = 2 * vn + 2 * 400 + 64;
+  if (d->len + need > COPY_BUF && (rc = flush(ctx, d)) < 0) return rc;
+  if (need > COPY_BUF)
+    return weir_ctx_fail(ctx, WEIR_ETOOBIG, "sink '%s': record too large", d->sink);
+  put(d, key, (size_t)kn);
+  put(d, "\t", 1);
+  if (null)
+    put(d, "\\N", 2);
+  else
+    put_escaped(d, v, vn);
+  put(d, "\t", 1);
+  char id[400];
+  int in;
+  if (d->a->opid) {
+    size_t cn;
+    if ((rc = format(ctx, d, d->a->opid, r, &cn)) < 0) return rc;
+    in = snprintf(id, sizeof id, "%s/%s/c/%.*s", d->job, d->sink, (int)(cn > 250 ? 250 : cn),
+                  d->scratch);
+  } else {
+    in = snprintf(id, sizeof id, "%s/%s/t/%u/%llu/%llu", d->job, d->sink, (unsigned)d->subtask,
+                  (unsigned long long)d->after, (unsigned long long)d->index);
+  }
+  put_escaped(d, id, in > 0 ? ((size_t)in < sizeof id ? (size_t)in : sizeof id - 1) : 0);
+  put(d, "\n", 1);
+  d->index++;
+  return 0;
+}
+
+static int pg_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *h) {
+  pgdest *d = dest;
+  d->after = epoch;
+  if (!d->open) return 1;
+  char m[600], st[6] = "", gid[208];
+  int rc = flush(ctx, d);
+  if (rc < 0) return rc;
+  if (PQputCopyEnd(d->conn, NULL) != 1) {
+    msg_of(d->conn, NULL, m, sizeof m);
+    return fail(ctx, d, WEIR_EIO, "cannot end the rows' COPY", m);
+  }
+  PGresult *r;
+  int bad = 0;
+  while ((r = PQgetResult(d->conn)) != NULL) {
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && !bad) {
+      bad = 1;
+      msg_of(d->conn, r, m, sizeof m);
+    }
+    PQclear(r);
+  }
+  d->open = 0;
+  if (bad) {
+    (void)run(d->conn, "ROLLBACK", 0, NULL, gid, sizeof gid, NULL);
+    return fail(ctx, d, WEIR_EIO, "cannot write the rows", m);
+  }
+  if (weir__pg_gid(gid, sizeof gid, d->job, d->sink, d->owner, epoch, d->subtask) < 0)
+    return weir_ctx_fail(ctx, WEIR_EINVAL, "sink '%s': transaction id too long for job %s", d->sink,
+                         d->job);
+  char sub[16], ck[24], ow[24];
+  snprintf(sub, sizeof sub, "%u", (unsigned)d->subtask);
+  snprintf(ck, sizeof ck, "%llu", (unsigned long long)epoch);
+  snprintf(ow, sizeof ow, "%llu", (unsigned long long)d->owner);
+  const char *p[] = {gid, d->job, d->sink, sub, ck, ow};
+  /* The marker, inserted only if the fence still names this owner (and
+   * holding its row FOR SHARE until the prepared transaction resolves). */
+  r = exec(d->conn,
+           d->owner ? "INSERT INTO weir_markers (gid, job, sink, subtask, checkpoint, epoch) "
+                      "SELECT $1, $2, $3, $4, $5, $6 FROM weir_fence WHERE job = $2 AND epoch = "
+                      "$6 FOR SHARE"
+                    : "INSERT INTO weir_markers (gid, job, sink, subtask, checkpoint, epoch) "
+                      "VALUES ($1, $2, $3, $4, $5, $6)",
+           6, p, m, sizeof m, st);
+  if (!r) {
+    (void)run(d->conn, "ROLLBACK", 0, NULL, gid, sizeof gid, NULL);
+    return fail(ctx, d, WEIR_EIO, "cannot insert the marker row", m);
+  }
+  int inserted = atoi(PQcmdTuples(r));
+  PQclear(r);
+  if (inserted != 1) {
+    (void)run(d->conn, "ROLLBACK", 0, NULL, m, sizeof m, NULL);
+    return weir_ctx_fail(ctx, WEIR_EFENCED,
+                         "sink '%s' subtask %u: epoch %llu not prepared: PostgreSQL at %s: the "
+                         "fence of job %s is no longer at this run's owner epoch %llu (a newer "
+                         "owner took over): nothing of this epoch lands",
+                         d->sink, d->subtask, (unsigned long long)epoch, d->where, d->job,
+                         (unsigned long long)d->owner);
+  }
+  char *lit = PQescapeLiteral(d->conn, gid, strlen(gid));
+  char sql[300];
+  snprintf(sql, sizeof sql, "PREPARE TRANSACTION %s", lit ? lit : "''");
+  PQfreemem(lit);
+  if (run(d->conn, sql, 0, NULL, m, sizeof m, st) < 0) {
+    char junk[200];
+    (void)run(d->conn, "ROLLBACK", 0, NULL, junk, sizeof junk, NULL);
+    if (!strcmp(st, "55000") || !strcmp(st, "53400"))
+      return weir_ctx_fail(ctx, WEIR_ESINK,
+                           "sink '%s' subtask %u: PostgreSQL at %s cannot prepare epoch %llu (%s): "
+                           "raise max_prepared_transactions (2 per sink subtask, plus other "
+                           "users) and restart the server",
+                           d->sink, d->subtask, d->where, (unsigned long long)epoch, m);
+    return fail(ctx, d, WEIR_EIO, "cannot prepare the transaction", m);
+  }
+  weir_sink_buf_put(h, gid, strlen(gid));
+  return 0;
+}
+
+/* Whether the marker of gid is committed: 1, 0, or -1 (cannot tell). */
+static int marker_committed(PGconn *c, const char *gid, char *m, size_t mlen) {
+  const char *p[] = {gid};
+  char st[6];
+  PGresult *r = exec(c, "SELECT 1 FROM weir_markers WHERE gid = $1", 1, p, m, mlen, st);
+  if (!r) return -1;
+  int n = PQntuples(r);
+  PQclear(r);
+  return n > 0;
+}
+
+/* A connection failure on the commit thread: again later, for a while. */
+static int retry_later(pgdest *d, weir_sink_commit *c, const char *m) {
+  uint64_t now = weir_clock_wall_ms();
+  if (!c->progress) c->progress = now;
+  PQfinish(d->cconn);
+  d->cconn = NULL;
+  if (now - c->progress < COMMIT_GIVE_UP_MS) return WEIR_EAGAIN;
+  snprintf(c->err, c->errlen,
+           "PostgreSQL at %s unreachable for %u s; epoch %llu stays prepared there and is "
+           "committed by the next --restore latest: %s",
+           d->cwhere, COMMIT_GIVE_UP_MS / 1000, (unsigned long long)c->epoch, m);
+  return WEIR_EIO;
+}
+
+static int pg_commit(void *dest, weir_sink_commit *c) {
+  pgdest *d = dest;
+  char gid[208], m[600], st[6] = "";
+  if (c->len == 0 || c->len >= sizeof gid) {
+    snprintf(c->err, c->errlen, "bad handle for epoch %llu", (unsigned long long)c->epoch);
+    return WEIR_ECORRUPT;
+  }
+  memcpy(gid, c->handle, c->len);
+  gid[c->len] = '\0';
+  if (!d->cconn || PQstatus(d->cconn) != CONNECTION_OK) {
+    PQfinish(d->cconn);
+    d->cconn = connect_to(d->cwhere, d->a->conninfo, m, sizeof m);
+    if (!d->cconn) return retry_later(d, c, m);
+  }
+  char *lit = PQescapeLiteral(d->cconn, gid, strlen(gid));
+  if (!lit) return retry_later(d, c, "cannot quote the gid");
+  char sql[300];
+  snprintf(sql, sizeof sql, "COMMIT PREPARED %s", lit);
+  PQfreemem(lit);
+  weir_sink_io_count(c->io, WEIR_SINK_REQUESTS, 1);
+  if (run(d->cconn, sql, 0, NULL, m, sizeof m, st) < 0) {
+    if (PQstatus(d->cconn) != CONNECTION_OK) return retry_later(d, c, m);
+    weir_sink_io_count(c->io, WEIR_SINK_RESPONSES, 1);
+    if (!strcmp(st, "55006")) return WEIR_EAGAIN; /* being resolved elsewhere */
+    if (strcmp(st, "42704") != 0) {
+      snprintf(c->err, c->errlen, "PostgreSQL at %s: cannot commit %s: %s", d->cwhere, gid, m);
+      return WEIR_EIO;
+    }
+    /* No such prepared transaction: committed before, or lost. */
+    int k = marker_committed(d->cconn, gid, m, sizeof m);
+    if (k < 0) return PQstatus(d->cconn) != CONNECTION_OK ? retry_later(d, c, m) : WEIR_EAGAIN;
+    if (!k) {
+      snprintf(c->err, c->errlen,
+               "PostgreSQL at %s: prepared transaction %s is gone and its marker row is not in "
+               "weir_markers: it was rolled back, its rows are lost",
+               d->cwhere, gid);
+      return WEIR_EIO;
+    }
+    weir_sink_io_count(c->io, WEIR_SINK_DUPLICATES, 1);
+  } else {
+    weir_sink_io_count(c->io, WEIR_SINK_RESPONSES, 1);
+  }
+  if (c->epoch > d->a->marker_keep) {
+    char sub[16], ck[24];
+    snprintf(sub, sizeof sub, "%u", (unsigned)d->subtask);
+    snprintf(ck, sizeof ck, "%llu", (unsigned long long)(c->epoch - d->a->marker_keep));
+    const char *p[] = {d->job, d->sink, sub, ck};
+    /* Best effort: a failed prune is retried by the next commit. */
+    (void)run(d->cconn,
+              "DELETE FROM weir_markers WHERE job = $1 AND sink = $2 AND subtask = $3 AND "
+              "checkpoint < $4",
+              4, p, m, sizeof m, st);
+  }
+  return 0;
+}
+
+static void pg_close(weir_ctx *ctx, void *dest) {
+  /* An open transaction dies with its connection (rolled back). */
+  pgdest_free(dest);
+}
+
+const weir_sink_dest_vt weir__pg_dest_vt = {
+    .name = "postgresql",
+    .open = pg_open,
+    .write = pg_write,
+    .pre_commit = pg_pre_commit,
+    .abort_after = pg_abort_after,
+    .commit = pg_commit,
+    .close = pg_close,
+};
+
+#endif
