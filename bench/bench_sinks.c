@@ -9,6 +9,11 @@
  *   http       http://127.0.0.1:PORT/effects on a `weir receiver` started
  *              here: one POST per record with Idempotency-Key, sent after
  *              the checkpoint completed (each a SQLite transaction there).
+ *   nats       nats://$NATS_URL/SUBJECT (only when NATS_URL is set): JetStream
+ *              publishes with Nats-Msg-Id, acks awaited per epoch after the
+ *              checkpoint completed; and then the NATS source reading that
+ *              stream back (nats -> hash by key -> count -> null), in
+ *              records/s. The streams are deleted at the end.
  *   pg         postgresql://?table=weir_bench_<pid>_<rep> (libpq takes the server
  *              from PGHOST...; only when PGHOST is set): rows COPYed in a
  *              transaction per subtask and epoch, PREPARE TRANSACTION at the
@@ -21,7 +26,8 @@
  * equal the records). HTTP runs far fewer records: it is bound by one
  * request per effect.
  *
- *   bench_sinks [--records N] [--http-records N] [--pg-records N] [--keys K] [--reps R]
+ *   bench_sinks [--records N] [--http-records N] [--nats-records N] [--pg-records N]
+ *               [--keys K] [--reps R]
  *               [--workers W] [--weir PATH] [--json FILE]
  */
 #include <errno.h>
@@ -33,7 +39,12 @@
 #include <unistd.h>
 
 #include "weir/clock.h"
+#include "weir/nats.h"
 #include "weir/weir.h"
+
+#ifdef WEIR_BENCH_NATS
+#include <nats/nats.h>
+#endif
 
 #ifdef WEIR_HAVE_PQ
 #include <libpq-fe.h>
@@ -91,6 +102,55 @@ static double run(const char *base, const char *spec, uint64_t records, uint64_t
   weir_job_destroy(job);
   rmrf(state);
   return rc ? -1 : (double)records / secs;
+}
+
+/* The NATS source reading `url` to its end -> count -> null; records/s. */
+static double run_nats_source(const char *base, const char *url, uint64_t records, int workers,
+                              int rep) {
+  char state[600];
+  snprintf(state, sizeof state, "%s/state-src-%d", base, rep);
+  weir_job *job = NULL;
+  if (weir_job_create(&job, "bench") != 0) return -1;
+  weir_stream *s = weir_nats_source(job, "nats", url);
+  s = weir_count(weir_key_by(s), "count", workers);
+  int rc = weir_sink_to(s, "sink", "null", NULL, workers);
+  weir_run_opts o = {.workers = workers, .state_dir = state, .checkpoint_interval_ms = 1000};
+  uint64_t t0 = weir_clock_mono_ns();
+  if (!rc) rc = weir_job_run(job, &o);
+  double secs = (double)(weir_clock_mono_ns() - t0) / 1e9;
+  uint64_t in = 0, out = 0;
+  if (!rc && weir_job_operator_counts(job, "nats", &in, &out) == 0 && out != records) {
+    fprintf(stderr, "bench_sinks: the nats source read %llu of %llu\n", (unsigned long long)out,
+            (unsigned long long)records);
+    rc = -1;
+  }
+  if (rc) fprintf(stderr, "bench_sinks: %s: %s\n", url, weir_job_error(job));
+  weir_job_destroy(job);
+  rmrf(state);
+  return rc ? -1 : (double)records / secs;
+}
+
+/* Deletes the benchmark's streams (BENCH_<pid>_<rep>). */
+static void nats_cleanup(const char *server, int reps) {
+#ifdef WEIR_BENCH_NATS
+  natsConnection *nc = NULL;
+  jsCtx *js = NULL;
+  if (natsConnection_ConnectTo(&nc, server) != NATS_OK) return;
+  if (natsConnection_JetStream(&js, nc, NULL) == NATS_OK) {
+    for (int r = 0; r < reps; r++) {
+      char name[64];
+      snprintf(name, sizeof name, "BENCH_%d_%d", (int)getpid(), r);
+      js_DeleteStream(js, name, NULL, NULL);
+    }
+  }
+  jsCtx_Destroy(js);
+  natsConnection_Destroy(nc);
+#else
+  (void)server;
+  (void)reps;
+  fprintf(stderr, "bench_sinks: built without libnats: streams BENCH_%d_* are left\n",
+          (int)getpid());
+#endif
 }
 
 static pid_t recv_pid;
@@ -154,7 +214,8 @@ static double median(double *v, int n) {
 }
 
 int main(int argc, char **argv) {
-  uint64_t records = 20000000, http_records = 20000, pg_records = 2000000, keys = 1000000;
+  uint64_t records = 20000000, http_records = 20000, nats_records = 200000, pg_records = 2000000,
+           keys = 1000000;
   int reps = 3, workers = 2;
   const char *weir = WEIR_BINARY, *json = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -162,6 +223,8 @@ int main(int argc, char **argv) {
       records = strtoull(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "--http-records"))
       http_records = strtoull(argv[i + 1], NULL, 10);
+    else if (!strcmp(argv[i], "--nats-records"))
+      nats_records = strtoull(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "--pg-records"))
       pg_records = strtoull(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "--keys"))
@@ -192,7 +255,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   snprintf(http_spec, sizeof http_spec, "http://127.0.0.1:%d/effects", port);
-  double v[4][50];
+  const char *nats = getenv("NATS_URL");
+  if (nats && !*nats) nats = NULL;
+  char nats_spec[700];
+  double v[6][50]; /* null, file, http, pg, nats, nats source */
   int pg = 0;
 #ifdef WEIR_HAVE_PQ
   pg = getenv("PGHOST") && *getenv("PGHOST") && pg_records > 0;
@@ -223,21 +289,35 @@ int main(int argc, char **argv) {
       printf("rep %d: pg %.0f effects/s\n", r + 1, v[3][r]);
     }
 #endif
-    printf("rep %d: null %.0f effects/s, file %.0f effects/s, http %.0f effects/s\n", r + 1,
-           v[0][r], v[1][r], v[2][r]);
+    v[4][r] = v[5][r] = 0;
+    if (nats) {
+      snprintf(nats_spec, sizeof nats_spec, "%s/bench.%d.%d?stream=BENCH_%d_%d", nats,
+               (int)getpid(), r, (int)getpid(), r);
+      v[4][r] = run(base, nats_spec, nats_records, keys, workers, r);
+      if (v[4][r] > 0) v[5][r] = run_nats_source(base, nats_spec, nats_records, workers, r);
+    }
+    printf("rep %d: null %.0f effects/s, file %.0f effects/s, http %.0f effects/s, nats %.0f "
+           "effects/s, nats source %.0f records/s\n",
+           r + 1, v[0][r], v[1][r], v[2][r], v[4][r], v[5][r]);
     fflush(stdout);
-    bad = v[0][r] < 0 || v[1][r] < 0 || v[2][r] < 0 || v[3][r] < 0;
+    bad = v[0][r] < 0 || v[1][r] < 0 || v[2][r] < 0 || v[3][r] < 0 || v[4][r] < 0 || v[5][r] < 0;
   }
   long long effects = receiver_effects(weir, db);
   kill(recv_pid, SIGTERM);
   waitpid(recv_pid, NULL, 0);
   rmrf(base);
+  if (nats) nats_cleanup(nats, reps);
   if (bad) return 1;
-  double m[3] = {median(v[0], reps), median(v[1], reps), median(v[2], reps)};
+  double m[6] = {median(v[0], reps), median(v[1], reps), median(v[2], reps), 0,
+                 median(v[4], reps), median(v[5], reps)};
   printf("counter job, %d workers, 1 s checkpoints, medians of %d: null %.0f records/s; "
          "file %.0f effects/s (%.2fx null); http %.0f effects/s (%.4fx null); receiver "
          "effects %lld of %lld\n",
          workers, reps, m[0], m[1], m[1] / m[0], m[2], m[2] / m[0], effects, want_effects);
+  if (nats)
+    printf("nats (%llu records): sink %.0f effects/s (%.4fx null), source -> count -> null %.0f "
+           "records/s\n",
+           (unsigned long long)nats_records, m[4], m[4] / m[0], m[5]);
   double mpg = pg ? median(v[3], reps) : 0;
   if (pg) printf("pg %.0f effects/s (%.3fx null)\n", mpg, mpg / m[0]);
   if (json) {
@@ -246,9 +326,11 @@ int main(int argc, char **argv) {
       fprintf(f,
               "{\"workers\": %d, \"reps\": %d, \"records\": %llu, \"http_records\": %llu, "
               "\"null_per_s\": %.1f, \"file_per_s\": %.1f, \"http_per_s\": %.1f, "
-              "\"receiver_effects\": %lld, \"pg_records\": %llu, \"pg_per_s\": %.1f}\n",
+              "\"receiver_effects\": %lld, \"nats_records\": %llu, \"nats_per_s\": %.1f, "
+              "\"nats_source_per_s\": %.1f, \"pg_records\": %llu, \"pg_per_s\": %.1f}\n",
               workers, reps, (unsigned long long)records, (unsigned long long)http_records, m[0],
-              m[1], m[2], effects, pg ? (unsigned long long)pg_records : 0ull, mpg);
+              m[1], m[2], effects, (unsigned long long)nats_records, m[4], m[5],
+              pg ? (unsigned long long)pg_records : 0ull, mpg);
       fclose(f);
     }
   }

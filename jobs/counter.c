@@ -13,16 +13,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "weir/nats.h"
+
 typedef struct counter_cfg {
   uint64_t records; /* 0 = unbounded */
   uint64_t keys;
   uint64_t rate; /* records/s over all generator subtasks, 0 = unlimited */
   const char *sink;
+  const char *source; /* NULL: the generator; else a nats:// URL */
 } counter_cfg;
 
 static void counter_help(FILE *out) {
   fputs("usage: weir run counter [--records N] [--keys K] [--rate R] [--parallelism P]\n"
-        "                        [--workers W] [--sink null|print|file:DIR|http://...]\n"
+        "                        [--workers W] [--sink SPEC]\n"
+        "                        [--source nats://HOST:PORT/SUBJECT[?stream=S&rate=R]]\n"
         "                        [--summary-json FILE] [CHECKPOINT OPTIONS] [--quiet]\n"
         "\n"
         "Counts records per key: a generator emits records i = 0 .. N-1 with key\n"
@@ -34,9 +38,16 @@ static void counter_help(FILE *out) {
         "  --keys K         distinct keys (default 1M)\n"
         "  --rate R         records per second over all generators, 0 = as fast as\n"
         "                   possible (default 0)\n"
-        "  --sink SPEC      null (default), print, file:DIR or http://HOST:PORT/PATH\n"
-        "                   (see README.md, Sinks); the http sink's operation ids\n"
-        "                   are <job id>/sink/c/<key>.<count>\n"
+        "  --sink SPEC      null (default), print, file:DIR, http://HOST:PORT/PATH or\n"
+        "                   nats://HOST:PORT/SUBJECT (see README.md, Sinks); the\n"
+        "                   http and nats sinks' operation ids are\n"
+        "                   <job id>/sink/c/<key>.<count>\n"
+        "  --source URL     read the records from NATS JetStream instead of the\n"
+        "                   generator: one record per message of SUBJECT in stream\n"
+        "                   S (default WEIR), key = the body as a decimal number\n"
+        "                   (else its hash), up to the last message of SUBJECT when\n"
+        "                   the job first started; --records, --keys and --rate then\n"
+        "                   do not apply (rate=R in the URL limits messages/s)\n"
         "Checkpoint options: see 'weir help run' (state under ./state by default).\n"
         "Numbers take a k, M or G suffix (x1000): --records 20M.\n",
         out);
@@ -54,7 +65,8 @@ static int counter_parse(cli_args *a, cli_engine *eng, void **out) {
         (r = cli_take_u64(a, "--records", UINT64_MAX, &c->records)) != 0 ||
         (r = cli_take_u64(a, "--keys", UINT64_MAX, &c->keys)) != 0 ||
         (r = cli_take_u64(a, "--rate", UINT64_MAX, &c->rate)) != 0 ||
-        (r = cli_take_str(a, "--sink", &c->sink)) != 0) {
+        (r = cli_take_str(a, "--sink", &c->sink)) != 0 ||
+        (r = cli_take_str(a, "--source", &c->source)) != 0) {
       if (r < 0) goto fail;
       continue;
     }
@@ -66,6 +78,13 @@ static int counter_parse(cli_args *a, cli_engine *eng, void **out) {
     goto fail;
   }
   if (cli_check_sink(c->sink, eng) < 0) goto fail;
+  if (c->source) {
+    char err[512];
+    if (weir_nats_source_check(c->source, err, sizeof err) < 0) {
+      cli_usage("--source: %s", err);
+      goto fail;
+    }
+  }
   *out = c;
   return 0;
 fail:
@@ -77,7 +96,8 @@ static int counter_build(weir_job *job, const cli_engine *eng, void *cfg) {
   counter_cfg *c = cfg;
   int p = eng->parallelism;
   weir_gen_opts g = {.records = c->records, .keys = c->keys, .rate = c->rate};
-  weir_stream *s = weir_gen(job, "gen", &g, p);
+  weir_stream *s =
+      c->source ? weir_nats_source(job, "nats", c->source) : weir_gen(job, "gen", &g, p);
   s = weir_count(weir_key_by(s), "count", p);
   /* "key k reached count c" is one logical effect in every replay: its
    * operation id is "<job>/sink/c/<k>.<c>" (DESIGN.md §6). */
@@ -88,7 +108,7 @@ static int counter_build(weir_job *job, const cli_engine *eng, void *cfg) {
 static void counter_report(const weir_job *job, void *cfg, cli_outcome *o, FILE *out) {
   counter_cfg *c = cfg;
   uint64_t in = 0, emitted = 0;
-  int known = weir_job_operator_counts(job, "gen", &in, &emitted) == 0;
+  int known = weir_job_operator_counts(job, c->source ? "nats" : "gen", &in, &emitted) == 0;
   o->stopped = weir_job_stopped(job);
   const weir_run_info *ri = weir_job_run_info(job);
   char n[32], rate[32], from[64] = "";
@@ -105,7 +125,7 @@ static void counter_report(const weir_job *job, void *cfg, cli_outcome *o, FILE 
   fprintf(out, "counter: %s %s records in %.2f s (%s rec/s)%s",
           o->stopped ? "stopped after" : "counted", cli_human((double)emitted, n, sizeof n),
           o->elapsed_s, cli_human((double)emitted / secs, rate, sizeof rate), from);
-  if (!o->stopped && c->records)
+  if (!o->stopped && c->records && !c->source)
     fprintf(out, ", %llu distinct keys",
             (unsigned long long)(c->records < c->keys ? c->records : c->keys));
   if (ri->last_checkpoint)

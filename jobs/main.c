@@ -157,7 +157,16 @@ static void help_run(FILE *out) {
         "held by a live owner, or this run lost its ownership (fenced), 5 a\n"
         "destination refused an effect permanently (an idempotency key reused with\n"
         "another payload), or a replay would go beyond the destination's key\n"
-        "retention (retention=).\n"
+        "retention (retention=) or a NATS stream's duplicate window, or a NATS\n"
+        "source would resume at a sequence its stream no longer holds.\n"
+        "\n"
+        "Sinks (--sink): null, print, file:DIR, http://HOST:PORT/PATH and\n"
+        "nats://HOST:PORT/SUBJECT[?stream=S&duplicates=D&pending=N] (JetStream, one\n"
+        "message \"<key> <value>\" per record with Nats-Msg-Id = its operation id;\n"
+        "stream S, default WEIR, created if missing). Sources (--source, counter and\n"
+        "wordcount): nats://HOST:PORT/SUBJECT[?stream=S&rate=R], the messages of\n"
+        "SUBJECT up to its last one when the job first started; stream sequences\n"
+        "are the checkpointed positions. See README.md, Sinks and Sources.\n"
         "\n"
         "See 'weir help run counter' and 'weir help run wordcount'.\n",
         out);

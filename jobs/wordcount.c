@@ -22,15 +22,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "weir/nats.h"
+
 typedef struct wordcount_cfg {
   const char *input;
+  const char *source; /* a nats:// URL instead of input */
   const char *sink;
   int skip_bad;
   const char *dead_letter;
 } wordcount_cfg;
 
 static void wordcount_help(FILE *out) {
-  fputs("usage: weir run wordcount --input FILE [--parallelism P] [--workers W]\n"
+  fputs("usage: weir run wordcount --input FILE|--source nats://HOST:PORT/SUBJECT\n"
+        "                          [--parallelism P] [--workers W]\n"
         "                          [--sink SPEC] [--on-bad-record fail|skip]\n"
         "                          [--dead-letter FILE] [--summary-json FILE] [--quiet]\n"
         "\n"
@@ -40,8 +44,13 @@ static void wordcount_help(FILE *out) {
         "the word's running count, so a word's final count is the largest count\n"
         "written for it, and there are as many lines as words in the input.\n"
         "\n"
-        "  --input FILE           the text file to read (required)\n"
-        "  --sink SPEC            print (default), null, file:DIR or http://HOST:PORT/PATH\n"
+        "  --input FILE           the text file to read\n"
+        "  --source URL           or read NATS JetStream: each message of SUBJECT in\n"
+        "                         stream S (nats://HOST:PORT/SUBJECT?stream=S, default\n"
+        "                         WEIR) is text lines, up to the last message of SUBJECT\n"
+        "                         when the job first started\n"
+        "  --sink SPEC            print (default), null, file:DIR, http://HOST:PORT/PATH\n"
+        "                         or nats://HOST:PORT/SUBJECT\n"
         "  --on-bad-record MODE   fail (default): stop at a line that is too long or\n"
         "                         contains a NUL byte; skip: count it and go on\n"
         "  --dead-letter FILE     with skip: write the bad lines and their offsets here\n",
@@ -56,6 +65,7 @@ static int wordcount_parse(cli_args *a, cli_engine *eng, void **out) {
   while (a->i < a->argc) {
     int r;
     if ((r = cli_take_engine(a, eng)) != 0 || (r = cli_take_str(a, "--input", &c->input)) != 0 ||
+        (r = cli_take_str(a, "--source", &c->source)) != 0 ||
         (r = cli_take_str(a, "--sink", &c->sink)) != 0 ||
         (r = cli_take_str(a, "--on-bad-record", &mode)) != 0 ||
         (r = cli_take_str(a, "--dead-letter", &c->dead_letter)) != 0) {
@@ -71,9 +81,16 @@ static int wordcount_parse(cli_args *a, cli_engine *eng, void **out) {
     }
     goto fail;
   }
-  if (c->input == NULL) {
-    cli_usage("job 'wordcount' needs --input FILE");
+  if ((c->input == NULL) == (c->source == NULL)) {
+    cli_usage("job 'wordcount' needs --input FILE or --source nats://HOST:PORT/SUBJECT (one)");
     goto fail;
+  }
+  if (c->source) {
+    char err[512];
+    if (weir_nats_source_check(c->source, err, sizeof err) < 0) {
+      cli_usage("--source: %s", err);
+      goto fail;
+    }
   }
   if (mode != NULL) {
     if (strcmp(mode, "skip") == 0) {
@@ -204,7 +221,8 @@ static int wordcount_build(weir_job *job, const cli_engine *eng, void *cfg) {
   wordcount_cfg *c = cfg;
   int p = eng->parallelism;
   weir_file_source_opts fo = {.skip_bad = c->skip_bad, .dead_letter_path = c->dead_letter};
-  weir_stream *s = weir_file_source(job, "file", c->input, &fo, p);
+  weir_stream *s = c->source ? weir_rebalance(weir_nats_source(job, "nats", c->source))
+                             : weir_file_source(job, "file", c->input, &fo, p);
   s = weir_flat_map(s, "split", split_words, NULL, p);
   s = weir_process(weir_key_by(s), "count_words", &count_words_vt, NULL, p);
   return weir_sink_to(s, "sink", c->sink, format_word_count, p);
@@ -213,7 +231,8 @@ static int wordcount_build(weir_job *job, const cli_engine *eng, void *cfg) {
 static void wordcount_report(const weir_job *job, void *cfg, cli_outcome *o, FILE *out) {
   uint64_t lines_in = 0, lines = 0, words_in = 0, words = 0;
   char l[32], w[32], rate[32];
-  if (weir_job_operator_counts(job, "file", &lines_in, &lines) != 0 ||
+  const char *src = ((wordcount_cfg *)cfg)->source ? "nats" : "file";
+  if (weir_job_operator_counts(job, src, &lines_in, &lines) != 0 ||
       weir_job_operator_counts(job, "split", &words_in, &words) != 0) {
     fprintf(out, "wordcount: %s in %.2f s\n", o->stopped ? "stopped" : "done", o->elapsed_s);
     return;
@@ -242,6 +261,7 @@ static int wordcount_check_input(const char *path) {
 
 static int wordcount_build_checked(weir_job *job, const cli_engine *eng, void *cfg) {
   wordcount_cfg *c = cfg;
+  if (c->source) return wordcount_build(job, eng, cfg);
   int rc = wordcount_check_input(c->input);
   if (rc < 0) {
     return weir_job_fail(job, rc, "cannot read input '%s': %s", c->input, weir_strerror(rc));

@@ -16,6 +16,7 @@ typedef struct weir__sink_arg {
   char *url;             /* http: the URL without weir's parameters */
   uint64_t retention_ms; /* http: the destination's key retention, 0 = unknown */
   int idempotent;        /* http: send Idempotency-Key (idempotency=off: 0) */
+  void *nats;            /* nats: its parsed URL (weir__nats_url, nats_impl.h); NULL otherwise */
   char *conninfo;        /* postgresql: the URI without weir's parameters */
   char *table;           /* postgresql: the output table (NAME or SCHEMA.NAME) */
   uint64_t marker_keep;  /* postgresql: checkpoints of marker rows kept (markers=) */
@@ -25,6 +26,7 @@ extern const weir_operator_vt weir__null_sink_vt;  /* null.c */
 extern const weir_operator_vt weir__print_sink_vt; /* print.c */
 extern const weir_sink_dest_vt weir__file_dest_vt; /* file.c */
 extern const weir_sink_dest_vt weir__http_dest_vt; /* http.c */
+extern const weir_sink_dest_vt weir__nats_dest_vt; /* nats.c */
 extern const weir_sink_dest_vt weir__pg_dest_vt;   /* pg.c */
 
 /* pg.c: nonzero if weir was built with libpq. */

@@ -1,7 +1,7 @@
 /* spec.c: owns sink specifications ("null", "print", "file:DIR",
- * "http://HOST:PORT/PATH?...", "postgresql://..."): checking them, taking weir's own URL
- * parameters out, and adding the sink they name to a job (weir_sink_to,
- * weir_sink_to_conf).
+ * "http://HOST:PORT/PATH?...", "nats://HOST:PORT/SUBJECT?...", "postgresql://..."):
+ * checking them, taking weir's own URL parameters out, and adding the sink
+ * they name to a job (weir_sink_to, weir_sink_to_conf).
  */
 #include "sink_impl.h"
 
@@ -9,9 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nats_impl.h"
 #include "weir/alloc.h"
 
-#define SPEC_HELP "use null, print, file:DIR, http://HOST:PORT/PATH or postgresql://..."
+#define SPEC_HELP                                                                                  \
+  "use null, print, file:DIR, http://HOST:PORT/PATH, nats://HOST:PORT/SUBJECT or postgresql://..."
 
 static int spec_error(char *err, size_t errlen, const char *fmt, const char *spec) {
   if (err && errlen) snprintf(err, errlen, fmt, spec);
@@ -112,6 +114,22 @@ static int check(const char *spec, weir__sink_arg *a, char *err, size_t errlen) 
     weir_free(tmp.url);
     return rc;
   }
+  if (strncmp(spec, "nats://", 7) == 0) {
+    if (!weir__nats_available())
+      return spec_error(err, errlen,
+                        "sink '%s': this weir was built without libnats, so the nats sink is "
+                        "not available (install libnats's development files and rebuild)",
+                        spec);
+    weir__nats_url *u = weir_calloc(1, sizeof *u);
+    int rc = weir__nats_url_parse(spec, 0, u, err, errlen);
+    if (rc == 0 && a) {
+      a->nats = u;
+      return 0;
+    }
+    weir__nats_url_free(u);
+    weir_free(u);
+    return rc;
+  }
   if (strncmp(spec, "postgresql://", 13) == 0 || strncmp(spec, "postgres://", 11) == 0) {
     if (!weir__pg_available())
       return spec_error(err, errlen,
@@ -145,6 +163,8 @@ static void sink_arg_free(void *p) {
   if (!a) return;
   weir_free(a->dir);
   weir_free(a->url);
+  weir__nats_url_free(a->nats);
+  weir_free(a->nats);
   weir_free(a->conninfo);
   weir_free(a->table);
   weir_free(a);
@@ -168,6 +188,7 @@ int weir_sink_to_conf(weir_stream *s, const char *name, const char *spec,
   if (strcmp(spec, "print") == 0) return weir_sink(s, name, &weir__print_sink_vt, a, parallelism);
   if (a->dir) return weir_sink_twophase(s, name, &weir__file_dest_vt, a, parallelism);
   if (a->url) return weir_sink_twophase(s, name, &weir__http_dest_vt, a, parallelism);
+  if (a->nats) return weir_sink_twophase(s, name, &weir__nats_dest_vt, a, parallelism);
   if (a->conninfo) return weir_sink_twophase(s, name, &weir__pg_dest_vt, a, parallelism);
   return weir_sink(s, name, &weir__null_sink_vt, a, parallelism);
 }

@@ -1,0 +1,431 @@
+/* nats.c: owns the NATS JetStream destination (nats://HOST:PORT/SUBJECT):
+ * write-ahead epochs published after their checkpoint completed, one
+ * message "<key> <value>" per record, with Nats-Msg-Id = the record's
+ * operation id (a destination of twophase.c), through libnats's
+ * asynchronous publish on the sink subtask's commit thread.
+ *
+ * DESIGN. As in http.c, the transaction of an epoch is its records,
+ * formatted: write appends each record's body and, with a job-defined id
+ * function, the content part of its operation id; pre_commit hands the
+ * buffer over as the handle, so the records travel in the checkpoint and
+ * nothing reaches the stream before the checkpoint completed. commit
+ * publishes the epoch's records in order with js_PublishAsync, at most
+ * `pending` of them awaiting their acknowledgement at once (a bounded
+ * window), and returns only when every acknowledgement has arrived: the
+ * epoch counts as committed only then. An acknowledgement marked Duplicate
+ * (JetStream recognised the Nats-Msg-Id inside its duplicate window: a
+ * replay) is counted as a duplicate, apart from the others. A failed or
+ * missing acknowledgement (no stream, server gone, 5 s without an answer)
+ * makes the whole epoch be published again after a backoff (WEIR_EAGAIN):
+ * what already landed comes back as duplicates. libnats reconnects by
+ * itself (for about a minute); a connection it gave up on fails the job
+ * with a message naming the URL.
+ *
+ *   commit(epoch): window check -> publish 0..n-1 (<= pending unacked)
+ *        -> every ack arrived? yes: done   no/failed: EAGAIN, again later
+ *
+ * The duplicate window. JetStream remembers a Nats-Msg-Id only for its
+ * stream's duplicate window (Duplicates, 2 minutes by default); a replay
+ * after it is stored again. open reads the window of the stream (creating
+ * the stream, covering SUBJECT, if it is missing; duplicates=DURATION sets
+ * the window of a stream it creates). A publish that may be a replay is
+ * refused (WEIR_ERETENTION, exit code 5) when its first possible
+ * publication is older than the window: for an epoch restored from a
+ * checkpoint, that is its pre-commit time, kept in the sink's checkpointed
+ * state (twophase.c; an epoch is published only after its checkpoint
+ * completed, so no effect of it can be older); for a retry within a run,
+ * the time of its first publication in this run.
+ *
+ * Operation ids: "<job id>/<sink>/c/<content>" with an id function, else
+ * "<job id>/<sink>/w/<subtask>/<epoch>/<index>" (sink.h).
+ *
+ * Threads: open, write, pre_commit and close run on the task thread; open
+ * connects (blocking, once, with a 2 s timeout) and commit uses the
+ * connection on the commit thread; libnats calls on_ack on a thread of its
+ * own, which touches only the fields under `mu`.
+ */
+#include "sink_impl.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "nats_impl.h"
+#include "weir/alloc.h"
+#include "weir/clock.h"
+#include "weir/failpoint.h"
+#include "weir/log.h"
+
+#define DEFAULT_PENDING 1024u
+#define ACK_TIMEOUT_MS 5000 /* libnats reports an ack missing after this */
+
+#ifndef WEIR_HAVE_NATS
+
+static int nats_open(weir_ctx *ctx, void **dest) {
+  (void)dest;
+  return weir_ctx_fail(ctx, WEIR_ESINK, "this weir was built without libnats");
+}
+static int nats_write(weir_ctx *ctx, void *dest, const weir_record *r) {
+  return WEIR_ESINK;
+}
+static int nats_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *h) {
+  return WEIR_ESINK;
+}
+static int nats_commit(void *dest, weir_sink_commit *c) {
+  return WEIR_ESINK;
+}
+static void nats_close(weir_ctx *ctx, void *dest) {}
+
+#else
+
+/* One subtask's destination. `open`, `nopen` and `scratch` are the task
+ * thread's; `first_*` the commit thread's; the ack fields are under `mu`. */
+typedef struct ndest {
+  const weir__sink_arg *a;
+  const weir__nats_url *u;
+  weir_sink_buf open;
+  uint32_t nopen;
+  char *scratch;
+  size_t scratch_cap;
+  natsConnection *nc;
+  jsCtx *js;
+  uint64_t window_ms; /* the stream's duplicate window */
+  uint32_t pending;   /* unacknowledged publishes allowed at once */
+  int published;      /* js_PublishAsync was called (libnats keeps a pending map) */
+  uint64_t first_epoch;
+  int64_t first_ms; /* first publication of first_epoch in this run */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint64_t inflight, acks, dups, failed;
+  char ackerr[256];
+} ndest;
+
+static void nats_close(weir_ctx *ctx, void *dest);
+
+static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void *closure) {
+  (void)js;
+  ndest *h = closure;
+  pthread_mutex_lock(&h->mu);
+  if (h->inflight) h->inflight--;
+  if (pa) {
+    h->acks++;
+    if (pa->Duplicate) h->dups++;
+  } else {
+    h->failed++;
+    if (pae && !h->ackerr[0])
+      snprintf(h->ackerr, sizeof h->ackerr, "%s",
+               pae->ErrText ? pae->ErrText : natsStatus_GetText(pae->Err));
+  }
+  pthread_cond_broadcast(&h->cv);
+  pthread_mutex_unlock(&h->mu);
+  natsMsg_Destroy(msg);
+}
+
+/* The stream of u: created if missing; checks it covers the subject and
+ * reads its duplicate window. Returns 0 or an error with a message. */
+static int ensure_stream(weir_ctx *ctx, ndest *h) {
+  const weir__nats_url *u = h->u;
+  jsStreamInfo *si = NULL;
+  jsErrCode jerr = 0;
+  natsStatus s = js_GetStreamInfo(&si, h->js, u->stream, NULL, &jerr);
+  if (s != NATS_OK && (s == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr)) {
+    jsStreamConfig cfg;
+    jsStreamConfig_Init(&cfg);
+    const char *subjects[1] = {u->subject};
+    cfg.Name = u->stream;
+    cfg.Subjects = subjects;
+    cfg.SubjectsLen = 1;
+    cfg.Storage = js_FileStorage;
+    if (u->duplicates_ms) cfg.Duplicates = (int64_t)u->duplicates_ms * 1000000;
+    jerr = 0;
+    s = js_AddStream(&si, h->js, &cfg, NULL, &jerr);
+    if (s == NATS_OK) {
+      WEIR_LOG_I("sink '%s': created stream %s for subject %s on %s", weir_ctx_name(ctx), u->stream,
+                 u->subject, u->server);
+    } else if (jerr == JSStreamNameExistErr) { /* another subtask made it */
+      jerr = 0;
+      s = js_GetStreamInfo(&si, h->js, u->stream, NULL, &jerr);
+    }
+  }
+  if (s != NATS_OK)
+    return weir_ctx_fail(ctx, WEIR_EIO, "sink '%s': %s: stream %s: %s (JetStream error %d)",
+                         weir_ctx_name(ctx), u->spec, u->stream, weir__nats_errtext(s), (int)jerr);
+  int covered = 0;
+  for (int i = 0; si->Config && i < si->Config->SubjectsLen; i++)
+    if (weir__nats_subject_covers(si->Config->Subjects[i], u->subject)) covered = 1;
+  int64_t dup_ns = si->Config ? si->Config->Duplicates : 0;
+  jsStreamInfo_Destroy(si);
+  if (!covered)
+    return weir_ctx_fail(ctx, WEIR_ESINK,
+                         "sink '%s': %s: stream %s exists but does not hold subject %s (name "
+                         "another stream with stream=)",
+                         weir_ctx_name(ctx), u->spec, u->stream, u->subject);
+  h->window_ms = dup_ns > 0 ? (uint64_t)(dup_ns / 1000000) : 120000;
+  if (u->duplicates_ms && u->duplicates_ms != h->window_ms && weir_ctx_subtask(ctx) == 0)
+    WEIR_LOG_W("sink '%s': stream %s exists with a duplicate window of %llu ms: duplicates= "
+               "applies only to a stream the sink creates",
+               weir_ctx_name(ctx), u->stream, (unsigned long long)h->window_ms);
+  return 0;
+}
+
+static int nats_open(weir_ctx *ctx, void **out) {
+  ndest *h = weir_calloc(1, sizeof *h);
+  h->a = weir_sink_dest_arg(ctx);
+  h->u = h->a->nats;
+  h->scratch_cap = 256;
+  h->scratch = weir_malloc(h->scratch_cap);
+  h->pending = h->u->pending ? h->u->pending : DEFAULT_PENDING;
+  pthread_mutex_init(&h->mu, NULL);
+  pthread_cond_init(&h->cv, NULL);
+  jsOptions jo;
+  jsOptions_Init(&jo);
+  jo.Wait = 5000;
+  jo.PublishAsync.MaxPending = h->pending + 16;
+  jo.PublishAsync.AckHandler = on_ack;
+  jo.PublishAsync.AckHandlerClosure = h;
+  char err[512];
+  int rc = weir__nats_connect(h->u, &jo, &h->nc, &h->js, err, sizeof err);
+  if (rc < 0)
+    rc = weir_ctx_fail(ctx, WEIR_EIO, "sink '%s': %s", weir_ctx_name(ctx), err);
+  else
+    rc = ensure_stream(ctx, h);
+  if (rc < 0) { /* the driver does not close what did not open */
+    nats_close(ctx, h);
+    return rc;
+  }
+  *out = h;
+  return 0;
+}
+
+/* Formats with fn into scratch (grown as asked) and appends it as u32 len +
+ * bytes to the open transaction. */
+static int put_text(weir_ctx *ctx, ndest *h, size_t (*fn)(const weir_record *, char *, size_t),
+                    const weir_record *r) {
+  size_t n = fn(r, h->scratch, h->scratch_cap);
+  if (n >= h->scratch_cap) {
+    h->scratch_cap = n + 1;
+    h->scratch = weir_realloc(h->scratch, h->scratch_cap);
+    if (fn(r, h->scratch, h->scratch_cap) != n)
+      return weir_ctx_fail(ctx, WEIR_EINVAL, "sink '%s': a formatter contradicted itself",
+                           weir_ctx_name(ctx));
+  }
+  if (n > UINT32_MAX) return WEIR_ETOOBIG;
+  weir_sink_buf_u32(&h->open, (uint32_t)n);
+  weir_sink_buf_put(&h->open, h->scratch, n);
+  return 0;
+}
+
+static int nats_write(weir_ctx *ctx, void *dest, const weir_record *r) {
+  ndest *h = dest;
+  if (h->nopen == UINT32_MAX) return WEIR_ETOOBIG;
+  int rc = put_text(ctx, h, h->a->fmt, r);
+  if (rc < 0) return rc;
+  if (h->a->opid) {
+    rc = put_text(ctx, h, h->a->opid, r);
+  } else {
+    weir_sink_buf_u32(&h->open, 0);
+  }
+  h->nopen++;
+  return rc;
+}
+
+static int nats_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *out) {
+  ndest *h = dest;
+  (void)epoch;
+  if (!h->nopen) return 1;
+  weir_sink_buf_u32(out, h->nopen);
+  weir_sink_buf_put(out, h->open.data, h->open.len);
+  h->open.len = 0;
+  h->nopen = 0;
+  return 0;
+}
+
+static uint32_t get_u32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* The operation id of record i of c into buf. */
+static void op_id(const weir_sink_commit *c, uint64_t i, const uint8_t *content, uint32_t clen,
+                  char *buf, size_t cap) {
+  if (clen)
+    snprintf(buf, cap, "%s/%s/c/%.*s", c->job_id, c->sink, (int)clen, (const char *)content);
+  else
+    snprintf(buf, cap, "%s/%s/w/%u/%llu/%llu", c->job_id, c->sink, (unsigned)c->subtask,
+             (unsigned long long)c->epoch, (unsigned long long)i);
+}
+
+/* Waits until at most `max` publishes are unacknowledged, the subtask
+ * closes (1) or ACK_TIMEOUT_MS pass without an acknowledgement (-1). */
+static int wait_inflight(ndest *h, weir_sink_io *io, uint64_t max) {
+  int rc = 0;
+  pthread_mutex_lock(&h->mu);
+  uint64_t last_acks = h->acks + h->failed;
+  int64_t since = weir_clock_wall_ms();
+  while (h->inflight > max) {
+    if (weir_sink_io_stopping(io)) {
+      rc = 1;
+      break;
+    }
+    if (h->acks + h->failed != last_acks) {
+      last_acks = h->acks + h->failed;
+      since = weir_clock_wall_ms();
+    } else if (weir_clock_wall_ms() - since > 2 * ACK_TIMEOUT_MS) { /* a backstop */
+      rc = -1;
+      break;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 50 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&h->cv, &h->mu, &ts);
+  }
+  pthread_mutex_unlock(&h->mu);
+  return rc;
+}
+
+/* Takes back every unacknowledged publish (their acks are then dropped). */
+static void forget_inflight(ndest *h) {
+  natsMsgList l = {0};
+  /* libnats 3.4 crashes here if nothing was ever published asynchronously. */
+  if (h->published && js_PublishAsyncGetPendingList(&l, h->js) == NATS_OK) natsMsgList_Destroy(&l);
+  pthread_mutex_lock(&h->mu);
+  h->inflight = 0;
+  pthread_mutex_unlock(&h->mu);
+}
+
+static int nats_commit(void *dest, weir_sink_commit *c) {
+  ndest *h = dest;
+  weir_sink_io *io = c->io;
+  const weir__nats_url *u = h->u;
+  if (c->len < 4) goto bad;
+  if (natsConnection_IsClosed(h->nc)) { /* libnats gave up reconnecting: it never will */
+    snprintf(c->err, c->errlen, "lost the connection to NATS at %s (%s) and could not reconnect",
+             u->server, u->spec);
+    return WEIR_EIO;
+  }
+  int64_t now = weir_clock_wall_ms();
+  /* A publish that may be a replay: refused beyond the duplicate window. */
+  int64_t first = 0;
+  if (c->recovered) first = (int64_t)c->precommit_ms;
+  if (h->first_epoch == c->epoch && h->first_ms && (!first || h->first_ms < first))
+    first = h->first_ms;
+  if (first && now - first > (int64_t)h->window_ms) {
+    snprintf(c->err, c->errlen,
+             "%s: epoch %llu may have been published %lld ms ago, beyond the duplicate window "
+             "of stream %s (%llu ms): JetStream would store a replay twice, so it is refused",
+             u->spec, (unsigned long long)c->epoch, (long long)(now - first), u->stream,
+             (unsigned long long)h->window_ms);
+    weir_sink_io_count(io, WEIR_SINK_REJECTIONS, 1);
+    return WEIR_ERETENTION;
+  }
+  if (h->first_epoch != c->epoch || !h->first_ms) {
+    h->first_epoch = c->epoch;
+    h->first_ms = now;
+  }
+  pthread_mutex_lock(&h->mu);
+  h->acks = h->dups = h->failed = 0;
+  h->ackerr[0] = '\0';
+  pthread_mutex_unlock(&h->mu);
+
+  uint32_t n = get_u32(c->handle);
+  size_t off = 4;
+  char id[512];
+  int rc = 0;
+  natsStatus ps = NATS_OK;
+  for (uint64_t i = 0; i < n; i++) {
+    if (c->len - off < 4) goto bad;
+    uint32_t blen = get_u32(c->handle + off);
+    if (c->len - off - 4 < blen) goto bad;
+    const uint8_t *body = c->handle + off + 4;
+    off += 4 + (size_t)blen;
+    if (c->len - off < 4) goto bad;
+    uint32_t clen = get_u32(c->handle + off);
+    if (c->len - off - 4 < clen) goto bad;
+    const uint8_t *content = c->handle + off + 4;
+    off += 4 + (size_t)clen;
+    op_id(c, i, content, clen, id, sizeof id);
+    int w = wait_inflight(h, io, h->pending - 1);
+    if (w) {
+      rc = w > 0 ? WEIR_ECANCELED : WEIR_EAGAIN;
+      break;
+    }
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    po.MsgId = id;
+    po.MaxWait = ACK_TIMEOUT_MS;
+    pthread_mutex_lock(&h->mu);
+    h->inflight++;
+    pthread_mutex_unlock(&h->mu);
+    h->published = 1;
+    ps = js_PublishAsync(h->js, u->subject, body, (int)blen, &po);
+    if (ps != NATS_OK) {
+      pthread_mutex_lock(&h->mu);
+      h->inflight--;
+      pthread_mutex_unlock(&h->mu);
+      rc = WEIR_EAGAIN;
+      break;
+    }
+    weir_sink_io_count(io, WEIR_SINK_REQUESTS, 1);
+    /* Published, perhaps stored: a crash now loses only the ack. */
+    (void)weir_failpoint("sink.after_send");
+  }
+  /* Every ack awaited before the epoch's effects count as done. */
+  if (rc == 0) {
+    int w = wait_inflight(h, io, 0);
+    if (w) rc = w > 0 ? WEIR_ECANCELED : WEIR_EAGAIN;
+  }
+  if (rc == WEIR_EAGAIN) forget_inflight(h);
+  pthread_mutex_lock(&h->mu);
+  uint64_t acks = h->acks, dups = h->dups, failed = h->failed;
+  char ackerr[256];
+  snprintf(ackerr, sizeof ackerr, "%s", h->ackerr);
+  pthread_mutex_unlock(&h->mu);
+  weir_sink_io_count(io, WEIR_SINK_RESPONSES, acks + failed);
+  weir_sink_io_count(io, WEIR_SINK_DUPLICATES, dups);
+  if (dups)
+    WEIR_LOG_I("sink '%s' subtask %u: epoch %llu: %llu of %u messages were duplicates (Nats-Msg-Id "
+               "already in stream %s)",
+               c->sink, (unsigned)c->subtask, (unsigned long long)c->epoch,
+               (unsigned long long)dups, n, u->stream);
+  if (rc == WEIR_ECANCELED) return rc;
+  if (rc == 0 && failed) rc = WEIR_EAGAIN;
+  if (rc == WEIR_EAGAIN) {
+    WEIR_LOG_W("sink '%s' subtask %u: %s: epoch %llu: %s; publishing it again", c->sink,
+               (unsigned)c->subtask, u->spec, (unsigned long long)c->epoch,
+               ps != NATS_OK ? weir__nats_errtext(ps)
+               : ackerr[0]   ? ackerr
+                             : "no acknowledgement in time");
+    return rc;
+  }
+  c->progress = n;
+  return 0;
+bad:
+  snprintf(c->err, c->errlen, "epoch %llu: malformed handle", (unsigned long long)c->epoch);
+  return WEIR_ECORRUPT;
+}
+
+static void nats_close(weir_ctx *ctx, void *dest) {
+  ndest *h = dest;
+  if (!h) return;
+  if (h->js) forget_inflight(h);
+  weir__nats_disconnect(h->nc, h->js);
+  pthread_mutex_destroy(&h->mu);
+  pthread_cond_destroy(&h->cv);
+  weir_sink_buf_free(&h->open);
+  weir_free(h->scratch);
+  weir_free(h);
+}
+
+#endif
+
+const weir_sink_dest_vt weir__nats_dest_vt = {
+    .name = "nats",
+    .open = nats_open,
+    .write = nats_write,
+    .pre_commit = nats_pre_commit,
+    .commit = nats_commit,
+    .close = nats_close,
+};

@@ -1,0 +1,192 @@
+/* nats_conn.c: owns what the NATS JetStream sink and source share
+ * (nats_impl.h): parsing nats://HOST:PORT/SUBJECT?... URLs, connecting with
+ * bounded timeouts, error texts, subject matching.
+ */
+#include "nats_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weir/alloc.h"
+#include "sink_impl.h"
+
+static int url_error(char *err, size_t errlen, const char *fmt, const char *spec) {
+  if (err && errlen) snprintf(err, errlen, fmt, spec);
+  return WEIR_ESINK;
+}
+
+void weir__nats_url_free(weir__nats_url *u) {
+  if (!u) return;
+  weir_free(u->spec);
+  weir_free(u->server);
+  weir_free(u->subject);
+  weir_free(u->stream);
+  memset(u, 0, sizeof *u);
+}
+
+static char *dup_n(const char *p, size_t n) {
+  char *s = weir_malloc(n + 1);
+  memcpy(s, p, n);
+  s[n] = '\0';
+  return s;
+}
+
+/* A stream name: letters, digits, - and _ (no '.', '*', '>', spaces). */
+static int valid_stream(const char *p, size_t n) {
+  if (!n || n > 200) return 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = p[i];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+          c == '_'))
+      return 0;
+  }
+  return 1;
+}
+
+int weir__nats_url_parse(const char *spec, int source, weir__nats_url *u, char *err,
+                         size_t errlen) {
+  memset(u, 0, sizeof *u);
+  if (strncmp(spec, "nats://", 7) != 0)
+    return url_error(err, errlen, "'%s' is not a nats:// URL", spec);
+  const char *host = spec + 7;
+  const char *slash = strchr(host, '/');
+  const char *q = strchr(host, '?');
+  if (q && slash && q < slash) slash = NULL;
+  if (!slash || slash == host)
+    return url_error(err, errlen,
+                     "'%s' needs a server and a subject, as in nats://127.0.0.1:4222/weir.out",
+                     spec);
+  const char *subj = slash + 1;
+  size_t sn = q ? (size_t)(q - subj) : strlen(subj);
+  if (!sn || memchr(subj, ' ', sn) || subj[0] == '.' || subj[sn - 1] == '.')
+    return url_error(err, errlen, "'%s' needs a subject after the server, as in .../weir.out",
+                     spec);
+  u->spec = weir_strdup(spec);
+  u->server = dup_n(spec, (size_t)(slash - spec));
+  u->subject = dup_n(subj, sn);
+  for (const char *p = q ? q + 1 : NULL; p && *p;) {
+    const char *amp = strchr(p, '&');
+    size_t n = amp ? (size_t)(amp - p) : strlen(p);
+    if (n > 7 && !strncmp(p, "stream=", 7)) {
+      if (!valid_stream(p + 7, n - 7)) {
+        weir__nats_url_free(u);
+        return url_error(err, errlen,
+                         "'%s': stream= takes a stream name (letters, digits, - and _)", spec);
+      }
+      weir_free(u->stream);
+      u->stream = dup_n(p + 7, n - 7);
+    } else if (!source && n > 11 && !strncmp(p, "duplicates=", 11)) {
+      if (weir__parse_duration_ms(p + 11, n - 11, &u->duplicates_ms) < 0 || !u->duplicates_ms) {
+        weir__nats_url_free(u);
+        return url_error(err, errlen,
+                         "'%s': duplicates= takes a positive duration with a unit: ms, s, m, h "
+                         "or d (as in duplicates=2m)",
+                         spec);
+      }
+    } else if (!source && n > 8 && !strncmp(p, "pending=", 8)) {
+      char *end = NULL;
+      char tmp[24];
+      size_t k = n - 8 < sizeof tmp - 1 ? n - 8 : sizeof tmp - 1;
+      memcpy(tmp, p + 8, k);
+      tmp[k] = '\0';
+      unsigned long v = strtoul(tmp, &end, 10);
+      if (!end || *end || tmp[0] < '0' || tmp[0] > '9' || v == 0 || v > 1000000) {
+        weir__nats_url_free(u);
+        return url_error(err, errlen, "'%s': pending= takes a number from 1 to 1000000", spec);
+      }
+      u->pending = (uint32_t)v;
+    } else if (source && n > 5 && !strncmp(p, "rate=", 5)) {
+      char tmp[24], *end = NULL;
+      size_t k = n - 5 < sizeof tmp - 1 ? n - 5 : sizeof tmp - 1;
+      memcpy(tmp, p + 5, k);
+      tmp[k] = '\0';
+      unsigned long long v = strtoull(tmp, &end, 10);
+      if (!end || *end || tmp[0] < '0' || tmp[0] > '9') {
+        weir__nats_url_free(u);
+        return url_error(err, errlen, "'%s': rate= takes messages per second (0 = unlimited)",
+                         spec);
+      }
+      u->rate = v;
+    } else if (n) {
+      weir__nats_url_free(u);
+      return url_error(err, errlen,
+                       source ? "'%s': unknown parameter (the source takes stream= and rate=)"
+                              : "'%s': unknown parameter (the sink takes stream=, duplicates= "
+                                "and pending=)",
+                       spec);
+    }
+    p = amp ? amp + 1 : NULL;
+  }
+  if (!u->stream) u->stream = weir_strdup(WEIR__NATS_DEFAULT_STREAM);
+  return 0;
+}
+
+int weir__nats_subject_covers(const char *pat, const char *subj) {
+  for (;;) {
+    const char *pe = strchr(pat, '.'), *se = strchr(subj, '.');
+    size_t pn = pe ? (size_t)(pe - pat) : strlen(pat);
+    size_t sn = se ? (size_t)(se - subj) : strlen(subj);
+    if (pn == 1 && pat[0] == '>') return 1;
+    if (!(pn == 1 && pat[0] == '*') && (pn != sn || memcmp(pat, subj, pn) != 0)) return 0;
+    if (!pe || !se) return !pe && !se;
+    pat = pe + 1;
+    subj = se + 1;
+  }
+}
+
+#ifndef WEIR_HAVE_NATS
+
+int weir__nats_available(void) {
+  return 0;
+}
+
+#else
+
+int weir__nats_available(void) {
+  return 1;
+}
+
+const char *weir__nats_errtext(natsStatus s) {
+  const char *t = nats_GetLastError(NULL);
+  return t && *t ? t : natsStatus_GetText(s);
+}
+
+int weir__nats_connect(const weir__nats_url *u, jsOptions *jo, natsConnection **nc, jsCtx **js,
+                       char *err, size_t errlen) {
+  natsOptions *o = NULL;
+  *nc = NULL;
+  *js = NULL;
+  natsStatus s = natsOptions_Create(&o);
+  if (s == NATS_OK) s = natsOptions_SetURL(o, u->server);
+  if (s == NATS_OK) s = natsOptions_SetTimeout(o, 2000);
+  if (s == NATS_OK) s = natsOptions_SetMaxReconnect(o, 60);
+  if (s == NATS_OK) s = natsOptions_SetReconnectWait(o, 1000);
+  if (s == NATS_OK) s = natsConnection_Connect(nc, o);
+  natsOptions_Destroy(o);
+  if (s != NATS_OK) {
+    snprintf(err, errlen, "cannot connect to NATS at %s (%s): %s", u->server, u->spec,
+             weir__nats_errtext(s));
+    *nc = NULL;
+    return WEIR_EIO;
+  }
+  s = natsConnection_JetStream(js, *nc, jo);
+  if (s != NATS_OK) {
+    snprintf(err, errlen, "%s: no JetStream context: %s", u->spec, weir__nats_errtext(s));
+    weir__nats_disconnect(*nc, NULL);
+    *nc = NULL;
+    *js = NULL;
+    return WEIR_EIO;
+  }
+  return 0;
+}
+
+void weir__nats_disconnect(natsConnection *nc, jsCtx *js) {
+  jsCtx_Destroy(js);
+  if (nc) {
+    natsConnection_Close(nc);
+    natsConnection_Destroy(nc);
+  }
+}
+
+#endif

@@ -1,0 +1,58 @@
+/* nats_impl.h: private to sinks/: what the NATS JetStream sink (nats.c) and
+ * source (nats_source.c) share (nats_conn.c): their URL, a connection with
+ * bounded timeouts, and the stream that covers a subject.
+ *
+ * A NATS URL is nats://HOST:PORT/SUBJECT[?stream=NAME][&...]: the server is
+ * nats://HOST:PORT, SUBJECT is where records go (sink) or come from
+ * (source), and stream= names the JetStream stream that holds SUBJECT
+ * (default WEIR). Each user takes its own further parameters out.
+ */
+#ifndef WEIR_NATS_IMPL_H
+#define WEIR_NATS_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weir/error.h"
+
+#define WEIR__NATS_DEFAULT_STREAM "WEIR"
+
+/* A parsed NATS URL. Strings are owned (weir__nats_url_free). */
+typedef struct weir__nats_url {
+  char *spec;    /* the whole specification, for messages */
+  char *server;  /* nats://HOST:PORT */
+  char *subject; /* SUBJECT */
+  char *stream;  /* stream=, or WEIR__NATS_DEFAULT_STREAM */
+  /* sink parameters */
+  uint64_t duplicates_ms; /* duplicates=DURATION: the window of a stream it creates, 0 = server's */
+  uint32_t pending;       /* pending=N: acks awaited at most at once, 0 = default */
+  /* source parameters */
+  uint64_t rate; /* rate=R: messages/s, 0 = unlimited */
+} weir__nats_url;
+
+/* Parses spec. Returns 0, or WEIR_ESINK with a message naming the problem in
+ * err (errlen bytes). `source` selects which parameters are accepted. */
+int weir__nats_url_parse(const char *spec, int source, weir__nats_url *u, char *err, size_t errlen);
+void weir__nats_url_free(weir__nats_url *u);
+
+/* Nonzero if weir was built with libnats. */
+int weir__nats_available(void);
+
+#ifdef WEIR_HAVE_NATS
+#include <nats/nats.h>
+
+/* Connects to u->server and makes a JetStream context (js options `jo`, may
+ * be NULL), with a 2 s connect timeout and reconnects for about a minute.
+ * Returns 0, or WEIR_EIO with a message naming the URL in err. Blocks. */
+int weir__nats_connect(const weir__nats_url *u, jsOptions *jo, natsConnection **nc, jsCtx **js,
+                       char *err, size_t errlen);
+/* Closes and frees both (either may be NULL). */
+void weir__nats_disconnect(natsConnection *nc, jsCtx *js);
+/* The error text of a failed libnats call: the server's message if there is
+ * one, else the status text. */
+const char *weir__nats_errtext(natsStatus s);
+/* Nonzero if subject pattern `pat` (with * and > wildcards) covers `subj`. */
+int weir__nats_subject_covers(const char *pat, const char *subj);
+#endif
+
+#endif

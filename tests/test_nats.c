@@ -1,0 +1,731 @@
+/* tests/test_nats.c: owns the tests of the NATS JetStream sink and source
+ * (nats://HOST:PORT/SUBJECT) against the nats-server of scripts/services
+ * (NATS_URL), through the real `weir` binary, with libnats on the test's
+ * side to fill and read streams.
+ *
+ * Sink: the stream is created, every (key, count) lands exactly once with
+ * Nats-Msg-Id = its operation id; a replay after a kill is deduplicated by
+ * JetStream and its duplicate acks are counted; kills at failpoints around
+ * publish and commit and at seeded random times, then --restore latest:
+ * the stream holds exactly N messages, each expected pair once; a replay
+ * older than the stream's duplicate window is refused (exit 5).
+ * Source: positions are stream sequences (weir inspect); a restore resumes
+ * exactly after the cut (exact file-sink output after kills); a position
+ * the stream no longer holds (purged) stops the job with a clear error; the
+ * wordcount job reads text lines from messages.
+ * End to end: JetStream input of N messages -> counter -> NATS sink, killed
+ * repeatedly: the output stream holds exactly the expected pairs. And a
+ * private nats-server killed and restarted under a running sink: lost acks,
+ * reconnect, republished epochs deduplicated.
+ *
+ * Every test uses streams and subjects named after its pid and a counter,
+ * and deletes them at the end. Without NATS_URL the tests skip (fail
+ * under CI=true).
+ */
+#include "sinks_tx.h"
+
+#include <nats/nats.h>
+
+static void nats_fini(void);
+TestSuite(nats, .timeout = 120, .fini = nats_fini);
+
+#define N_RECORDS 800u
+#define N_KEYS 20u
+#define N_RATE "2000"
+#define N_INTERVAL "50"
+
+static const char *nats_url(void) {
+  const char *u = th_service("NATS_URL");
+  if (!u) {
+    cr_assert(!th_in_ci(), "NATS_URL is not set: nats-server is required under CI");
+    cr_skip_test("NATS_URL is not set (scripts/services starts nats-server)");
+  }
+  return u;
+}
+
+typedef struct tnats {
+  natsConnection *nc;
+  jsCtx *js;
+  char stream[64], subject[96]; /* the output stream */
+  char in_stream[64], in_subject[96];
+} tnats;
+
+static int names_made;
+static tnats live_nats; /* a copy: its streams are deleted by the fini if a test failed */
+static int live_nats_set;
+
+static void tn_open(tnats *t) {
+  const char *u = nats_url();
+  memset(t, 0, sizeof *t);
+  cr_assert_eq(natsConnection_ConnectTo(&t->nc, u), NATS_OK, "cannot connect to %s", u);
+  cr_assert_eq(natsConnection_JetStream(&t->js, t->nc, NULL), NATS_OK);
+  int n = names_made++;
+  snprintf(t->stream, sizeof t->stream, "WT_%d_%d", (int)getpid(), n);
+  snprintf(t->subject, sizeof t->subject, "weirtest.%d.%d.out", (int)getpid(), n);
+  snprintf(t->in_stream, sizeof t->in_stream, "WTIN_%d_%d", (int)getpid(), n);
+  snprintf(t->in_subject, sizeof t->in_subject, "weirtest.%d.%d.in", (int)getpid(), n);
+  live_nats = *t;
+  live_nats_set = 1;
+}
+
+static void tn_close(tnats *t) {
+  live_nats_set = 0;
+  js_DeleteStream(t->js, t->stream, NULL, NULL);
+  js_DeleteStream(t->js, t->in_stream, NULL, NULL);
+  jsCtx_Destroy(t->js);
+  natsConnection_Close(t->nc);
+  natsConnection_Destroy(t->nc);
+}
+
+static void nats_fini(void) {
+  if (live_nats_set) tn_close(&live_nats);
+  fini();
+}
+
+/* The job's sink is the NATS sink on t's output stream, with params. */
+static void nats_sink(job *j, const tnats *t, const char *params) {
+  snprintf(j->sink, sizeof j->sink, "%s/%s?stream=%s%s", nats_url(), t->subject, t->stream,
+           params ? params : "");
+}
+
+/* The source URL of t's input stream into buf. */
+static const char *src_url(const tnats *t, char *buf, size_t cap, const char *rate) {
+  snprintf(buf, cap, "%s/%s?stream=%s&rate=%s", nats_url(), t->in_subject, t->in_stream, rate);
+  return buf;
+}
+
+/* Creates t's input stream and publishes the counter's input: message i =
+ * "<i mod keys>", i = 0 .. records-1. */
+static void publish_input(tnats *t, uint64_t records, uint64_t keys) {
+  jsStreamConfig cfg;
+  jsStreamConfig_Init(&cfg);
+  const char *subs[1] = {t->in_subject};
+  cfg.Name = t->in_stream;
+  cfg.Subjects = subs;
+  cfg.SubjectsLen = 1;
+  jsStreamInfo *si = NULL;
+  cr_assert_eq(js_AddStream(&si, t->js, &cfg, NULL, NULL), NATS_OK, "%s", nats_GetLastError(NULL));
+  jsStreamInfo_Destroy(si);
+  for (uint64_t i = 0; i < records; i++) {
+    char b[32];
+    int n = snprintf(b, sizeof b, "%llu", (ull)(i % keys));
+    cr_assert_eq(js_PublishAsync(t->js, t->in_subject, b, n, NULL), NATS_OK);
+  }
+  jsPubOptions po;
+  jsPubOptions_Init(&po);
+  po.MaxWait = 20000;
+  cr_assert_eq(js_PublishAsyncComplete(t->js, &po), NATS_OK);
+}
+
+/* Stream state of `stream`: returns 0 if it exists. */
+static int stream_state(tnats *t, const char *stream, uint64_t *msgs, uint64_t *first,
+                        uint64_t *last, int64_t *dup_ns) {
+  jsStreamInfo *si = NULL;
+  if (js_GetStreamInfo(&si, t->js, stream, NULL, NULL) != NATS_OK) return -1;
+  if (msgs) *msgs = si->State.Msgs;
+  if (first) *first = si->State.FirstSeq;
+  if (last) *last = si->State.LastSeq;
+  if (dup_ns) *dup_ns = si->Config->Duplicates;
+  jsStreamInfo_Destroy(si);
+  return 0;
+}
+
+/* The output stream holds exactly N messages, each expected pair once, and
+ * each with Nats-Msg-Id "<job>/sink/c/<key>.<count>". */
+static void check_stream(job *j, tnats *t) {
+  uint64_t msgs = 0, first = 0, last = 0;
+  cr_assert_eq(stream_state(t, t->stream, &msgs, &first, &last, NULL), 0, "no stream %s",
+               t->stream);
+  cr_assert_eq(msgs, j->records, "stream %s holds %llu messages for %llu records\nhistory: %s",
+               t->stream, (ull)msgs, (ull)j->records, j->history);
+  uint64_t per = j->records / j->keys + 1;
+  uint32_t *seen = calloc(j->keys * per, sizeof *seen);
+  cr_assert_not_null(seen);
+  uint64_t lines = 0;
+  for (uint64_t seq = first; seq <= last; seq++) {
+    natsMsg *m = NULL;
+    natsStatus s = js_GetMsg(&m, t->js, t->stream, seq, NULL, NULL);
+    if (s == NATS_NOT_FOUND) continue;
+    cr_assert_eq(s, NATS_OK, "seq %llu: %s", (ull)seq, nats_GetLastError(NULL));
+    char line[128];
+    int n = natsMsg_GetDataLength(m);
+    cr_assert(n > 0 && n < (int)sizeof line);
+    memcpy(line, natsMsg_GetData(m), (size_t)n);
+    line[n] = '\0';
+    count_line(j, seen, per, line, t->stream);
+    lines++;
+    const char *id = NULL;
+    cr_assert_eq(natsMsgHeader_Get(m, "Nats-Msg-Id", &id), NATS_OK, "no Nats-Msg-Id");
+    ull k = 0, c = 0;
+    cr_assert_eq(sscanf(line, "%llu %llu", &k, &c), 2);
+    char want[64];
+    snprintf(want, sizeof want, "/sink/c/%llu.%llu", k, c);
+    size_t il = strlen(id), wl = strlen(want);
+    cr_assert(il > wl && !strcmp(id + il - wl, want), "message '%s' has Nats-Msg-Id %s", line, id);
+    natsMsg_Destroy(m);
+  }
+  check_seen(j, seen, per, lines, t->stream);
+  free(seen);
+}
+
+/* The sum of counter `name` over the sink subtasks in a summary file. */
+static ull summary_sum(const char *path, const char *name) {
+  char *text = th_read_file(path, NULL);
+  cr_assert_not_null(text, "no summary %s", path);
+  char key[64];
+  snprintf(key, sizeof key, "\"%s\": ", name);
+  ull sum = 0;
+  for (const char *p = strstr(text, key); p; p = strstr(p + 1, key))
+    sum += strtoull(p + strlen(key), NULL, 10);
+  free(text);
+  return sum;
+}
+
+/* ---- sink ---------------------------------------------------------------- */
+
+Test(nats, sink_creates_stream_exactly_once) {
+  tnats t;
+  tn_open(&t);
+  job *j = job_new(N_RECORDS, N_KEYS, "0", N_INTERVAL);
+  nats_sink(j, &t, "&duplicates=90s&pending=16");
+  cr_assert_neq(stream_state(&t, t.stream, NULL, NULL, NULL, NULL), 0);
+  char sum[700], *err = NULL;
+  snprintf(sum, sizeof sum, "%s/summary.json", j->dir);
+  int rc = run_job(j, NULL, &err, "--summary-json", sum, NULL);
+  cr_assert_eq(rc, 0, "%s", err);
+  cr_assert(strstr(err, "created stream") != NULL, "%s", err);
+  free(err);
+  int64_t dup_ns = 0;
+  cr_assert_eq(stream_state(&t, t.stream, NULL, NULL, NULL, &dup_ns), 0);
+  cr_assert_eq(dup_ns, 90ll * 1000000000ll, "duplicates= sets the window: %lld", (long long)dup_ns);
+  check_stream(j, &t);
+  cr_assert_eq(summary_sum(sum, "requests"), j->records);
+  cr_assert_eq(summary_sum(sum, "responses"), j->records);
+  cr_assert_eq(summary_sum(sum, "duplicates"), 0);
+  job_free(j);
+  tn_close(&t);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* Killed right after an epoch's commit (every message acknowledged) but
+ * before the task heard of it: the restore publishes the epoch again, with
+ * the same Nats-Msg-Ids: JetStream stores none twice, and the acks it marks
+ * duplicate are counted (summary and log). */
+Test(nats, sink_replay_is_deduplicated_and_counted) {
+  tnats t;
+  tn_open(&t);
+  job *j = job_new(N_RECORDS, N_KEYS, N_RATE, N_INTERVAL);
+  nats_sink(j, &t, "&pending=16");
+  char *err = NULL;
+  int rc = run_job(j, "sink.after_commit=kill@2", &err, NULL);
+  expect_killed_at(j, rc, err, "sink.after_commit");
+  free(err);
+  char sum[700];
+  snprintf(sum, sizeof sum, "%s/summary.json", j->dir);
+  rc = run_job(j, NULL, &err, "--restore", "latest", "--summary-json", sum, NULL);
+  cr_assert_eq(rc, 0, "%s", err);
+  cr_assert(strstr(err, "were duplicates") != NULL, "no duplicate log line: %s", err);
+  free(err);
+  check_stream(j, &t);
+  cr_assert_gt(summary_sum(sum, "duplicates"), 0, "no duplicate ack counted");
+  job_free(j);
+  tn_close(&t);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+static void sink_kill(const char *name, unsigned hit) {
+  tnats t;
+  tn_open(&t);
+  job *j = job_new(N_RECORDS, N_KEYS, N_RATE, N_INTERVAL);
+  nats_sink(j, &t, NULL);
+  char fp[128], *err = NULL;
+  snprintf(fp, sizeof fp, "%s=kill@%u", name, hit);
+  int rc = run_job(j, fp, &err, NULL);
+  expect_killed_at(j, rc, err, name);
+  free(err);
+  restore_until_done(j);
+  check_stream(j, &t);
+  job_free(j);
+  tn_close(&t);
+}
+
+/* Around publish: after a message was published (its ack not yet read),
+ * after write, after pre_commit, after the checkpoint's metadata commit
+ * but before the sink's commit, during a recovery. */
+Test(nats, sink_kill_at_failpoints) {
+  sink_kill("sink.after_send", 10);
+  sink_kill("sink.after_send", 600);
+  sink_kill("sink.after_write", 3);
+  sink_kill("sink.after_pre_commit", 3);
+  sink_kill("ckpt.after_meta_commit", 2);
+  sink_kill("sink.before_commit", 2);
+  sink_kill("sink.after_commit", 2);
+}
+
+Test(nats, sink_kill_during_recover) {
+  tnats t;
+  tn_open(&t);
+  job *j = job_new(N_RECORDS, N_KEYS, N_RATE, N_INTERVAL);
+  nats_sink(j, &t, NULL);
+  char *err = NULL;
+  int rc = run_job(j, "sink.after_send=kill@300", &err, NULL);
+  expect_killed_at(j, rc, err, "sink.after_send");
+  free(err);
+  rc = run_job(j, "sink.during_recover=kill@1", &err, "--restore", "latest", NULL);
+  expect_killed_at(j, rc, err, "sink.during_recover");
+  free(err);
+  restore_until_done(j);
+  check_stream(j, &t);
+  job_free(j);
+  tn_close(&t);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+Test(nats, sink_random_kills) {
+  uint64_t seed = seed_from_env("nats::sink_random_kills");
+  int kills = 0;
+  for (int n = 0; n < 10; n++) {
+    tnats t;
+    tn_open(&t);
+    job *j = job_new(N_RECORDS, N_KEYS, N_RATE, N_INTERVAL);
+    hist(j, "seed %llu, job %d: ", (ull)seed, n);
+    nats_sink(j, &t, NULL);
+    int want = 1 + (int)(rnd() % 2);
+    for (int a = 0; a < want; a++) {
+      int delay = 20 + (int)(rnd() % 500);
+      int rc = a ? run_kill_after(j, delay, "--restore", "latest", NULL)
+                 : run_kill_after(j, delay, NULL);
+      cr_assert(rc == 0 || rc == KILLED, "exit %d\nhistory: %s", rc, j->history);
+      if (rc == 0) break;
+      kills++;
+    }
+    restore_until_done(j);
+    check_stream(j, &t);
+    job_free(j);
+    tn_close(&t);
+  }
+  fprintf(stderr, "nats::sink_random_kills: 10 jobs, %d kills\n", kills);
+  cr_assert_geq(kills, 5, "too few kills landed: %d", kills);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* The stream's duplicate window is 1 s: a replay 1.5 s later could be
+ * stored twice, so it is refused (exit 5, naming the window), and the
+ * stream gets nothing more. */
+Test(nats, sink_refuses_replay_beyond_duplicate_window) {
+  tnats t;
+  tn_open(&t);
+  job *j = job_new(N_RECORDS, N_KEYS, N_RATE, N_INTERVAL);
+  nats_sink(j, &t, "&duplicates=1s");
+  char *err = NULL;
+  int rc = run_job(j, "sink.after_send=kill@50", &err, NULL);
+  expect_killed_at(j, rc, err, "sink.after_send");
+  free(err);
+  sleep_ms(300);
+  uint64_t before = 0, after = 0;
+  cr_assert_eq(stream_state(&t, t.stream, &before, NULL, NULL, NULL), 0);
+  sleep_ms(1500); /* the subject of this test is time: beyond the window */
+  rc = run_job(j, NULL, &err, "--restore", "latest", NULL);
+  cr_assert_eq(rc, 5, "exit %d: %s", rc, err);
+  cr_assert(strstr(err, "duplicate window") != NULL, "stderr: %s", err);
+  free(err);
+  cr_assert_eq(stream_state(&t, t.stream, &after, NULL, NULL, NULL), 0);
+  cr_assert_eq(after, before, "a refused replay added messages: %llu -> %llu", (ull)before,
+               (ull)after);
+  job_free(j);
+  tn_close(&t);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+Test(nats, unreachable_server_names_url) {
+  job *j = job_new(100, 10, "0", N_INTERVAL);
+  snprintf(j->sink, sizeof j->sink, "nats://127.0.0.1:1/weirtest.nowhere");
+  char *err = NULL;
+  int rc = run_job(j, NULL, &err, NULL);
+  cr_assert_neq(rc, 0);
+  cr_assert(strstr(err, "cannot connect to NATS at nats://127.0.0.1:1") != NULL, "%s", err);
+  free(err);
+  snprintf(j->sink, sizeof j->sink, "null");
+  rc = run_job(j, NULL, &err, "--fresh", "--source", "nats://127.0.0.1:1/weirtest.nowhere", NULL);
+  cr_assert_neq(rc, 0);
+  cr_assert(strstr(err, "cannot connect to NATS at nats://127.0.0.1:1") != NULL, "%s", err);
+  free(err);
+  job_free(j);
+}
+
+/* ---- source -------------------------------------------------------------- */
+
+/* Reads split `split`'s position of operator "nats" in the latest
+ * checkpoint (weir inspect --json). Returns 0 if found. */
+static int latest_position(job *j, unsigned split, ull *pos) {
+  const char *la[] = {WEIR_BINARY, "checkpoints", "--state-dir", j->state, "--json", NULL};
+  char *out = NULL;
+  cr_assert_eq(th_run(la, NULL, &out, NULL, RUN_TIMEOUT_S), 0);
+  ull id = 0;
+  for (const char *p = strstr(out, "\"id\": "); p; p = strstr(p + 1, "\"id\": "))
+    id = strtoull(p + 6, NULL, 10);
+  free(out);
+  if (!id) return -1;
+  char ids[32];
+  snprintf(ids, sizeof ids, "%llu", id);
+  const char *ia[] = {WEIR_BINARY, "inspect", ids, "--state-dir", j->state, "--json", NULL};
+  cr_assert_eq(th_run(ia, NULL, &out, NULL, RUN_TIMEOUT_S), 0);
+  const char *op = strstr(out, "\"operator\": \"nats\"");
+  cr_assert_not_null(op, "%s", out);
+  const char *ps = strstr(op, "\"positions\": [");
+  cr_assert_not_null(ps, "%s", out);
+  char want[48];
+  snprintf(want, sizeof want, "\"split\": %u, ", split);
+  const char *sp = strstr(ps, want);
+  int rc = -1;
+  if (sp && sscanf(sp + strlen(want), "\"offset\": %llu", pos) == 1) rc = 0;
+  if (rc) fprintf(stderr, "positions: %.300s\n", ps);
+  free(out);
+  return rc;
+}
+
+/* NATS input -> counter -> file sink, killed right after checkpoint 2's
+ * metadata commit: the positions are stream sequences (next to read, and
+ * the end fixed at the first start), and the restore resumes exactly after
+ * the cut: the committed files hold every (key, count) once. */
+Test(nats, source_positions_and_resume_after_cut) {
+  tnats t;
+  tn_open(&t);
+  job *j = job_new(N_RECORDS, N_KEYS, "0", N_INTERVAL);
+  publish_input(&t, j->records, j->keys);
+  char url[512], *err = NULL;
+  src_url(&t, url, sizeof url, N_RATE);
+  int rc = run_job(j, "ckpt.after_meta_commit=kill@2", &err, "--source", url, NULL);
+  expect_killed_at(j, rc, err, "ckpt.after_meta_commit");
+  free(err);
+  ull next = 0, end = 0;
+  cr_assert_eq(latest_position(j, 0, &next), 0);
+  cr_assert_eq(latest_position(j, 1, &end), 0);
+  cr_assert_eq(end, j->records, "end %llu", end);
+  cr_assert(next > 1 && next <= j->records, "next %llu", next);
+  /* More input after the start does not change what the job reads. */
+  cr_assert_eq(js_Publish(NULL, t.js, t.in_subject, "0", 1, NULL, NULL), NATS_OK);
+  rc = run_job(j, NULL, &err, "--restore", "latest", "--source", url, NULL);
+  cr_assert_eq(rc, 0, "%s", err);
+  cr_assert(strstr(err, "resumed") || strstr(err, "restor"), "%s", err);
+  free(err);
+  check_files(j);
+  job_free(j);
+  tn_close(&t);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* The checkpoint resumes at a sequence the stream no longer holds (purged):
+ * the job stops with a clear error instead of skipping. */
+Test(nats, source_position_removed_by_retention_is_an_error) {
+  tnats t;
+  tn_open(&t);
+  job *j = job_new(N_RECORDS, N_KEYS, "0", N_INTERVAL);
+  publish_input(&t, j->records, j->keys);
+  char url[512], *err = NULL;
+  src_url(&t, url, sizeof url, N_RATE);
+  int rc = run_job(j, "ckpt.after_meta_commit=kill@2", &err, "--source", url, NULL);
+  expect_killed_at(j, rc, err, "ckpt.after_meta_commit");
+  free(err);
+  cr_assert_eq(js_PurgeStream(t.js, t.in_stream, NULL, NULL), NATS_OK);
+  rc = run_job(j, NULL, &err, "--restore", "latest", "--source", url, NULL);
+  cr_assert_eq(rc, 5, "exit %d: %s", rc, err);
+  cr_assert(strstr(err, "no longer holds") != NULL, "stderr: %s", err);
+  cr_assert(strstr(err, "refusing to skip") != NULL, "stderr: %s", err);
+  free(err);
+  job_free(j);
+  tn_close(&t);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* The last message the job reads is deleted while the job is down: the
+ * restored job would wait for it forever; it stops with a clear error. */
+Test(nats, source_end_removed_while_reading_is_an_error) {
+  tnats t;
+  tn_open(&t);
+  job *j = job_new(N_RECORDS, N_KEYS, "0", N_INTERVAL);
+  publish_input(&t, j->records, j->keys);
+  char url[512], *err = NULL;
+  src_url(&t, url, sizeof url, N_RATE);
+  int rc = run_job(j, "ckpt.after_meta_commit=kill@2", &err, "--source", url, NULL);
+  expect_killed_at(j, rc, err, "ckpt.after_meta_commit");
+  free(err);
+  cr_assert_eq(js_DeleteMsg(t.js, t.in_stream, j->records, NULL, NULL), NATS_OK);
+  rc = run_job(j, NULL, &err, "--restore", "latest", "--source", url, NULL);
+  cr_assert_eq(rc, 5, "exit %d: %s", rc, err);
+  cr_assert(strstr(err, "messages were removed while the job read it") != NULL, "stderr: %s", err);
+  free(err);
+  job_free(j);
+  tn_close(&t);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+Test(nats, source_random_kills_exact_files) {
+  uint64_t seed = seed_from_env("nats::source_random_kills_exact_files");
+  int kills = 0;
+  for (int n = 0; n < 4; n++) {
+    tnats t;
+    tn_open(&t);
+    job *j = job_new(N_RECORDS, N_KEYS, "0", N_INTERVAL);
+    publish_input(&t, j->records, j->keys);
+    char url[512];
+    src_url(&t, url, sizeof url, N_RATE);
+    hist(j, "seed %llu, job %d: ", (ull)seed, n);
+    for (int a = 0; a < 2; a++) {
+      int delay = 50 + (int)(rnd() % 400);
+      int rc = a ? run_kill_after(j, delay, "--restore", "latest", "--source", url, NULL)
+                 : run_kill_after(j, delay, "--source", url, NULL);
+      cr_assert(rc == 0 || rc == KILLED, "exit %d\nhistory: %s", rc, j->history);
+      if (rc == 0) break;
+      kills++;
+    }
+    char *err = NULL;
+    int rc = run_job(j, NULL, &err, "--restore", "latest", "--source", url, NULL);
+    cr_assert_eq(rc, 0, "%s\nhistory: %s", err, j->history);
+    free(err);
+    check_files(j);
+    job_free(j);
+    tn_close(&t);
+  }
+  fprintf(stderr, "nats::source_random_kills_exact_files: 4 jobs, %d kills\n", kills);
+  cr_assert_geq(kills, 3, "too few kills landed: %d", kills);
+}
+
+Test(nats, source_missing_stream_is_clear) {
+  tnats t;
+  tn_open(&t);
+  job *j = job_new(10, 10, "0", N_INTERVAL);
+  char url[512], *err = NULL;
+  src_url(&t, url, sizeof url, "0");
+  int rc = run_job(j, NULL, &err, "--source", url, NULL);
+  cr_assert_neq(rc, 0);
+  cr_assert(strstr(err, "no stream") != NULL && strstr(err, t.in_stream) != NULL, "%s", err);
+  free(err);
+  job_free(j);
+  tn_close(&t);
+}
+
+/* wordcount: message bodies are text lines. */
+Test(nats, wordcount_from_nats) {
+  tnats t;
+  tn_open(&t);
+  publish_input(&t, 0, 1);
+  const char *msgs[] = {"the cat\nthe dog", "a cat", "the end\n"};
+  for (int i = 0; i < 3; i++)
+    cr_assert_eq(js_Publish(NULL, t.js, t.in_subject, msgs[i], (int)strlen(msgs[i]), NULL, NULL),
+                 NATS_OK);
+  char *dir = th_tmpdir();
+  char state[600], sink[600], url[512];
+  snprintf(state, sizeof state, "%s/state", dir);
+  snprintf(sink, sizeof sink, "file:%s/out", dir);
+  src_url(&t, url, sizeof url, "0");
+  const char *argv[] = {WEIR_BINARY, "run",         "wordcount", "--source",      url, "--sink",
+                        sink,        "--state-dir", state,       "--parallelism", "2", NULL};
+  char *err = NULL;
+  int rc = th_run(argv, dir, NULL, &err, RUN_TIMEOUT_S);
+  cr_assert_eq(rc, 0, "%s", err);
+  free(err);
+  char cat[800];
+  snprintf(cat, sizeof cat, "cat %s/out/*.txt | sort > %s/all", dir, dir);
+  cr_assert_eq(system(cat), 0);
+  snprintf(cat, sizeof cat, "%s/all", dir);
+  char *all = th_read_file(cat, NULL);
+  cr_assert_not_null(all);
+  cr_assert_str_eq(all, "a 1\ncat 1\ncat 2\ndog 1\nend 1\nthe 1\nthe 2\nthe 3\n");
+  free(all);
+  th_rmrf(dir);
+  free(dir);
+  tn_close(&t);
+}
+
+/* ---- end to end ---------------------------------------------------------- */
+
+/* JetStream input of N messages -> counter -> NATS sink, killed repeatedly
+ * at seeded random times: the output stream holds exactly the expected
+ * pairs, once each. */
+Test(nats, end_to_end_random_kills) {
+  uint64_t seed = seed_from_env("nats::end_to_end_random_kills");
+  int kills = 0;
+  for (int n = 0; n < 4; n++) {
+    tnats t;
+    tn_open(&t);
+    job *j = job_new(N_RECORDS, N_KEYS, "0", N_INTERVAL);
+    hist(j, "seed %llu, job %d: ", (ull)seed, n);
+    publish_input(&t, j->records, j->keys);
+    nats_sink(j, &t, NULL);
+    char url[512];
+    src_url(&t, url, sizeof url, N_RATE);
+    for (int a = 0; a < 3; a++) {
+      int delay = 50 + (int)(rnd() % 400);
+      int rc = a ? run_kill_after(j, delay, "--restore", "latest", "--source", url, NULL)
+                 : run_kill_after(j, delay, "--source", url, NULL);
+      cr_assert(rc == 0 || rc == KILLED, "exit %d\nhistory: %s", rc, j->history);
+      if (rc == 0) break;
+      kills++;
+    }
+    char *err = NULL;
+    int rc = run_job(j, NULL, &err, "--restore", "latest", "--source", url, NULL);
+    cr_assert_eq(rc, 0, "%s\nhistory: %s", err, j->history);
+    free(err);
+    check_stream(j, &t);
+    job_free(j);
+    tn_close(&t);
+  }
+  fprintf(stderr, "nats::end_to_end_random_kills: 4 jobs, %d kills\n", kills);
+  cr_assert_geq(kills, 3, "too few kills landed: %d", kills);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* ---- a private nats-server, restarted under a running job ----------------- */
+
+typedef struct psrv {
+  pid_t pid;
+  int port;
+  char dir[600], log[700];
+} psrv;
+
+/* Starts nats-server -js on 127.0.0.1:port (0: a free one) with its store in
+ * s->dir; waits until its own log says it is ready. Returns 0, or -1 if
+ * nats-server could not be started. */
+static int psrv_start(psrv *s, int port) {
+  snprintf(s->log, sizeof s->log, "%s.log", s->dir);
+  char ps[16];
+  snprintf(ps, sizeof ps, "%d", port ? port : -1);
+  fflush(NULL);
+  s->pid = fork();
+  cr_assert_geq(s->pid, 0);
+  if (s->pid == 0) {
+    setpgid(0, 0);
+    int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) _exit(127);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execlp("nats-server", "nats-server", "-js", "-a", "127.0.0.1", "-p", ps, "-sd", s->dir,
+           (char *)NULL);
+    _exit(127);
+  }
+  for (int i = 0; i < 500; i++) {
+    sleep_ms(20);
+    char *text = th_read_file(s->log, NULL);
+    const char *p = text ? strstr(text, "Listening for client connections on 127.0.0.1:") : NULL;
+    int ready = text && strstr(text, "Server is ready") != NULL;
+    if (p) s->port = atoi(p + strlen("Listening for client connections on 127.0.0.1:"));
+    free(text);
+    if (ready && s->port > 0) return 0;
+    if (waitpid(s->pid, NULL, WNOHANG) == s->pid) return -1;
+  }
+  kill(s->pid, SIGKILL);
+  waitpid(s->pid, NULL, 0);
+  return -1;
+}
+
+static void psrv_kill(psrv *s, int sig) {
+  kill(s->pid, sig);
+  waitpid(s->pid, NULL, 0);
+}
+
+/* The server is killed (SIGKILL) while the job publishes and restarted 1 s
+ * later on the same port and store: acknowledgements are lost, libnats
+ * reconnects, the sink publishes the unacknowledged epochs again, and
+ * JetStream (its duplicate window survives a restart with file storage)
+ * keeps one copy: the job ends normally and the stream holds exactly the
+ * expected pairs. */
+Test(nats, server_killed_and_restarted_under_the_sink) {
+  nats_url();
+  job *j = job_new(20000, 200, "20000", "100");
+  psrv srv = {0};
+  snprintf(srv.dir, sizeof srv.dir, "%s/nats", j->dir);
+  if (psrv_start(&srv, 0) != 0) {
+    cr_assert(!th_in_ci(), "cannot start nats-server under CI");
+    cr_skip_test("cannot start nats-server");
+  }
+  char url[128];
+  snprintf(url, sizeof url, "nats://127.0.0.1:%d", srv.port);
+  snprintf(j->sink, sizeof j->sink, "%s/weirtest.restart?stream=RESTART", url);
+  const char *argv[64];
+  int n = 0;
+  const char *fixed[] = {WEIR_BINARY,  "run",         "counter", "--records",
+                         j->records_s, "--keys",      j->keys_s, "--rate",
+                         j->rate,      "--workers",   "2",       "--parallelism",
+                         "2",          "--state-dir", j->state,  "--checkpoint-interval",
+                         j->interval,  "--sink",      j->sink};
+  for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) argv[n++] = fixed[i];
+  argv[n] = NULL;
+  char errpath[700];
+  snprintf(errpath, sizeof errpath, "%s/stderr.txt", j->dir);
+  fflush(NULL);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0);
+  if (pid == 0) {
+    setpgid(0, 0);
+    int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) _exit(127);
+    dup2(fd, 2);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  /* Kill the server once the sink publishes (not while the job starts). */
+  natsConnection *nc = NULL;
+  jsCtx *js = NULL;
+  cr_assert_eq(natsConnection_ConnectTo(&nc, url), NATS_OK);
+  cr_assert_eq(natsConnection_JetStream(&js, nc, NULL), NATS_OK);
+  for (int i = 0; i < 3000; i++) {
+    jsStreamInfo *si = NULL;
+    uint64_t msgs = 0;
+    if (js_GetStreamInfo(&si, js, "RESTART", NULL, NULL) == NATS_OK) {
+      msgs = si->State.Msgs;
+      jsStreamInfo_Destroy(si);
+    }
+    if (msgs >= 2000 || waitpid(pid, NULL, WNOHANG) != 0) break;
+    sleep_ms(10);
+  }
+  jsCtx_Destroy(js);
+  natsConnection_Close(nc);
+  natsConnection_Destroy(nc);
+  psrv_kill(&srv, SIGKILL);
+  sleep_ms(1000);
+  int port = srv.port;
+  srv.port = 0;
+  int started = psrv_start(&srv, port);
+  int st = 0, rc = -1;
+  for (int i = 0; i < 60000 / 20; i++) {
+    if (waitpid(pid, &st, WNOHANG) == pid) {
+      rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      break;
+    }
+    sleep_ms(20);
+  }
+  if (rc < 0) {
+    kill(-pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+  }
+  char *err = th_read_file(errpath, NULL);
+  if (started == 0) {
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    tnats t = {0};
+    cr_assert_eq(natsConnection_ConnectTo(&t.nc, url), NATS_OK);
+    cr_assert_eq(natsConnection_JetStream(&t.js, t.nc, NULL), NATS_OK);
+    snprintf(t.stream, sizeof t.stream, "RESTART");
+    check_stream(j, &t);
+    jsCtx_Destroy(t.js);
+    natsConnection_Close(t.nc);
+    natsConnection_Destroy(t.nc);
+    psrv_kill(&srv, SIGTERM);
+  }
+  cr_assert_eq(started, 0, "nats-server did not restart on port %d", port);
+  int again = 0, dups = 0;
+  for (const char *p = strstr(err, "publishing it again"); p;
+       p = strstr(p + 1, "publishing it again"))
+    again++;
+  for (const char *p = strstr(err, "were duplicates"); p; p = strstr(p + 1, "were duplicates"))
+    dups++;
+  fprintf(stderr,
+          "nats::server_killed_and_restarted_under_the_sink: %d epochs published again, %d "
+          "with duplicates\n",
+          again, dups);
+  free(err);
+  job_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+TX_MAIN
