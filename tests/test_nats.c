@@ -25,6 +25,9 @@
 #include "sinks_tx.h"
 
 #include <nats/nats.h>
+#ifdef WEIR_TEST_PQ
+#include <libpq-fe.h>
+#endif
 
 static void nats_fini(void);
 TestSuite(nats, .timeout = 120, .fini = nats_fini);
@@ -575,6 +578,84 @@ Test(nats, end_to_end_random_kills) {
   cr_assert_geq(kills, 3, "too few kills landed: %d", kills);
   cr_assert_eq(th_leak_check(), 0);
 }
+
+#ifdef WEIR_TEST_PQ
+/* Every (key, count) of j once in `table`, and no prepared transaction
+ * left (the PostgreSQL tests take turns: none of another job's can be). */
+static void check_pg_table(job *j, PGconn *c, const char *table) {
+  char sql[200];
+  snprintf(sql, sizeof sql, "SELECT key, value FROM %s", table);
+  PGresult *r = PQexec(c, sql);
+  cr_assert(PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", sql, PQerrorMessage(c));
+  uint64_t per = j->records / j->keys + 1;
+  uint32_t *seen = calloc(j->keys * per, sizeof *seen);
+  cr_assert_not_null(seen);
+  int n = PQntuples(r);
+  for (int i = 0; i < n; i++) {
+    char line[128];
+    snprintf(line, sizeof line, "%s %s", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1));
+    count_line(j, seen, per, line, table);
+  }
+  PQclear(r);
+  check_seen(j, seen, per, (uint64_t)n, table);
+  free(seen);
+  r = PQexec(c, "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'weir:%'");
+  cr_assert(PQresultStatus(r) == PGRES_TUPLES_OK, "%s", PQerrorMessage(c));
+  cr_assert_str_eq(PQgetvalue(r, 0, 0), "0", "prepared transactions remain\nhistory: %s",
+                   j->history);
+  PQclear(r);
+  snprintf(sql, sizeof sql, "DROP TABLE %s", table);
+  PQclear(PQexec(c, sql));
+}
+
+/* JetStream input of N messages -> counter -> PostgreSQL (two-phase
+ * commit), killed repeatedly at seeded random times: the table holds every
+ * expected (key, count) once and no prepared transaction remains. */
+Test(nats, end_to_end_into_postgresql) {
+  if (!th_service("PGHOST")) {
+    cr_assert(!th_in_ci(), "PGHOST is not set: PostgreSQL is required under CI");
+    cr_skip_test("PGHOST is not set (scripts/services starts PostgreSQL)");
+  }
+  uint64_t seed = seed_from_env("nats::end_to_end_into_postgresql");
+  PGconn *c = PQconnectdb(""); /* PGHOST, PGPORT, PGUSER, PGDATABASE */
+  cr_assert_eq(PQstatus(c), CONNECTION_OK, "%s", PQerrorMessage(c));
+  const char *user = getenv("PGUSER"), *db = getenv("PGDATABASE"), *port = getenv("PGPORT");
+  int kills = 0;
+  for (int n = 0; n < 3; n++) {
+    tnats t;
+    tn_open(&t);
+    job *j = job_new(N_RECORDS, N_KEYS, "0", N_INTERVAL);
+    char table[64];
+    snprintf(table, sizeof table, "weir_e2e_%d_%d", (int)getpid(), n);
+    snprintf(j->sink, sizeof j->sink, "postgresql://%s@%s:%s/%s?table=%s",
+             user && *user ? user : "postgres", th_service("PGHOST"), port ? port : "5432",
+             db && *db ? db : "postgres", table);
+    hist(j, "seed %llu, job %d: ", (ull)seed, n);
+    publish_input(&t, j->records, j->keys);
+    char url[512];
+    src_url(&t, url, sizeof url, N_RATE);
+    for (int a = 0; a < 3; a++) {
+      int delay = 50 + (int)(rnd() % 400);
+      int rc = a ? run_kill_after(j, delay, "--restore", "latest", "--source", url, NULL)
+                 : run_kill_after(j, delay, "--source", url, NULL);
+      cr_assert(rc == 0 || rc == KILLED, "exit %d\nhistory: %s", rc, j->history);
+      if (rc == 0) break;
+      kills++;
+    }
+    char *err = NULL;
+    int rc = run_job(j, NULL, &err, "--restore", "latest", "--source", url, NULL);
+    cr_assert_eq(rc, 0, "%s\nhistory: %s", err, j->history);
+    free(err);
+    check_pg_table(j, c, table);
+    job_free(j);
+    tn_close(&t);
+  }
+  PQfinish(c);
+  fprintf(stderr, "nats::end_to_end_into_postgresql: 3 jobs, %d kills\n", kills);
+  cr_assert_geq(kills, 2, "too few kills landed: %d", kills);
+  cr_assert_eq(th_leak_check(), 0);
+}
+#endif
 
 /* ---- a private nats-server, restarted under a running job ----------------- */
 
