@@ -19,7 +19,9 @@
  *              transaction per subtask and epoch, PREPARE TRANSACTION at the
  *              barrier, COMMIT PREPARED when the checkpoint completed; the
  *              table's row count is checked to equal the records, then it is
- *              dropped.
+ *              dropped. With NATS_URL too: the NATS source reading the nats
+ *              stream into PostgreSQL (messages in -> weir -> rows), in
+ *              records/s, its rows counted likewise.
  * Repetitions are interleaved (null, file, http, null, ...) so machine drift
  * cancels; it prints each run and the medians, effects/s = records / wall
  * time of weir_job_run (for http the receiver's effect count is checked to
@@ -104,16 +106,17 @@ static double run(const char *base, const char *spec, uint64_t records, uint64_t
   return rc ? -1 : (double)records / secs;
 }
 
-/* The NATS source reading `url` to its end -> count -> null; records/s. */
-static double run_nats_source(const char *base, const char *url, uint64_t records, int workers,
-                              int rep) {
+/* The NATS source reading `url` to its end -> count -> the sink `spec`;
+ * records/s. */
+static double run_nats_source(const char *base, const char *url, const char *spec, uint64_t records,
+                              int workers, int rep) {
   char state[600];
   snprintf(state, sizeof state, "%s/state-src-%d", base, rep);
   weir_job *job = NULL;
   if (weir_job_create(&job, "bench") != 0) return -1;
   weir_stream *s = weir_nats_source(job, "nats", url);
   s = weir_count(weir_key_by(s), "count", workers);
-  int rc = weir_sink_to(s, "sink", "null", NULL, workers);
+  int rc = weir_sink_to(s, "sink", spec, NULL, workers);
   weir_run_opts o = {.workers = workers, .state_dir = state, .checkpoint_interval_ms = 1000};
   uint64_t t0 = weir_clock_mono_ns();
   if (!rc) rc = weir_job_run(job, &o);
@@ -258,7 +261,7 @@ int main(int argc, char **argv) {
   const char *nats = getenv("NATS_URL");
   if (nats && !*nats) nats = NULL;
   char nats_spec[700];
-  double v[6][50]; /* null, file, http, pg, nats, nats source */
+  double v[7][50]; /* null, file, http, pg, nats, nats source, nats source -> pg */
   int pg = 0;
 #ifdef WEIR_HAVE_PQ
   pg = getenv("PGHOST") && *getenv("PGHOST") && pg_records > 0;
@@ -289,18 +292,35 @@ int main(int argc, char **argv) {
       printf("rep %d: pg %.0f effects/s\n", r + 1, v[3][r]);
     }
 #endif
-    v[4][r] = v[5][r] = 0;
+    v[4][r] = v[5][r] = v[6][r] = 0;
     if (nats) {
       snprintf(nats_spec, sizeof nats_spec, "%s/bench.%d.%d?stream=BENCH_%d_%d", nats,
                (int)getpid(), r, (int)getpid(), r);
       v[4][r] = run(base, nats_spec, nats_records, keys, workers, r);
-      if (v[4][r] > 0) v[5][r] = run_nats_source(base, nats_spec, nats_records, workers, r);
+      if (v[4][r] > 0) v[5][r] = run_nats_source(base, nats_spec, "null", nats_records, workers, r);
+#ifdef WEIR_HAVE_PQ
+      /* Messages in -> weir -> PostgreSQL rows. */
+      if (pg && v[4][r] > 0) {
+        char table[64], pg_spec[128];
+        snprintf(table, sizeof table, "weir_bench_src_%d_%d", (int)getpid(), r);
+        snprintf(pg_spec, sizeof pg_spec, "postgresql://?table=%s", table);
+        v[6][r] = run_nats_source(base, nats_spec, pg_spec, nats_records, workers, r);
+        long long rows = pg_rows_and_drop(table);
+        if (rows != (long long)nats_records) {
+          fprintf(stderr, "bench_sinks: nats -> pg: %lld rows for %llu messages\n", rows,
+                  (unsigned long long)nats_records);
+          v[6][r] = -1;
+        }
+        printf("rep %d: nats source -> pg %.0f records/s\n", r + 1, v[6][r]);
+      }
+#endif
     }
     printf("rep %d: null %.0f effects/s, file %.0f effects/s, http %.0f effects/s, nats %.0f "
            "effects/s, nats source %.0f records/s\n",
            r + 1, v[0][r], v[1][r], v[2][r], v[4][r], v[5][r]);
     fflush(stdout);
-    bad = v[0][r] < 0 || v[1][r] < 0 || v[2][r] < 0 || v[3][r] < 0 || v[4][r] < 0 || v[5][r] < 0;
+    bad = v[0][r] < 0 || v[1][r] < 0 || v[2][r] < 0 || v[3][r] < 0 || v[4][r] < 0 || v[5][r] < 0 ||
+          v[6][r] < 0;
   }
   long long effects = receiver_effects(weir, db);
   kill(recv_pid, SIGTERM);
@@ -320,6 +340,10 @@ int main(int argc, char **argv) {
            (unsigned long long)nats_records, m[4], m[4] / m[0], m[5]);
   double mpg = pg ? median(v[3], reps) : 0;
   if (pg) printf("pg %.0f effects/s (%.3fx null)\n", mpg, mpg / m[0]);
+  double msp = pg && nats ? median(v[6], reps) : 0;
+  if (pg && nats)
+    printf("nats source -> count -> pg %.0f records/s (%.3fx the nats source into null)\n", msp,
+           m[5] > 0 ? msp / m[5] : 0);
   if (json) {
     FILE *f = fopen(json, "w");
     if (f) {
@@ -327,10 +351,11 @@ int main(int argc, char **argv) {
               "{\"workers\": %d, \"reps\": %d, \"records\": %llu, \"http_records\": %llu, "
               "\"null_per_s\": %.1f, \"file_per_s\": %.1f, \"http_per_s\": %.1f, "
               "\"receiver_effects\": %lld, \"nats_records\": %llu, \"nats_per_s\": %.1f, "
-              "\"nats_source_per_s\": %.1f, \"pg_records\": %llu, \"pg_per_s\": %.1f}\n",
+              "\"nats_source_per_s\": %.1f, \"pg_records\": %llu, \"pg_per_s\": %.1f, "
+              "\"nats_source_pg_per_s\": %.1f}\n",
               workers, reps, (unsigned long long)records, (unsigned long long)http_records, m[0],
               m[1], m[2], effects, (unsigned long long)nats_records, m[4], m[5],
-              pg ? (unsigned long long)pg_records : 0ull, mpg);
+              pg ? (unsigned long long)pg_records : 0ull, mpg, msp);
       fclose(f);
     }
   }
