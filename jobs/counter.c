@@ -7,18 +7,54 @@
  * (n_k = the number of i < N with i mod K = k), and a key's final count is the
  * largest it reached. --parallelism applies to every operator; the record
  * format is "<key> <count>" (DESIGN §4).
+ *
+ * --all-edges (and --slow-us, which implies it) puts every kind of channel
+ * between the generator and the count, for checkpoint tests and
+ * benchmarks, with the same output:
+ *
+ *   gen -forward-> pace (keeps even i) --+
+ *   gen -rebalance-> pass (keeps odd i) -+-broadcast-> pick -hash-> count -> sink
+ *
+ * (i is the record's timestamp; pick subtask s keeps the i with
+ * (i / 2) mod P == s, so each record reaches the count once.) Subtask 0 of
+ * pace sleeps --slow-us microseconds after every 1024 records: one slow
+ * path, whose backpressure holds aligned barriers back.
  */
 #include "cli.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "weir/clock.h"
+
 typedef struct counter_cfg {
   uint64_t records; /* 0 = unbounded */
   uint64_t keys;
   uint64_t rate; /* records/s over all generator subtasks, 0 = unlimited */
   const char *sink;
+  int all_edges;
+  uint64_t slow_us;
+  uint64_t paced; /* records of pace subtask 0 (only its thread touches it) */
 } counter_cfg;
+
+/* pace (parity 0) and pass (parity 1): keep the records of their parity;
+ * subtask 0 of pace is the slow path. */
+static int keep_parity(weir_ctx *ctx, void *user, const weir_record *in) {
+  counter_cfg *c = user;
+  int pace = strcmp(weir_ctx_name(ctx), "pace") == 0;
+  if (((uint64_t)in->ts & 1u) != (pace ? 0u : 1u)) return 0;
+  if (pace && c->slow_us && weir_ctx_subtask(ctx) == 0) {
+    if (++c->paced % 1024 == 0) weir_sleep_us(c->slow_us);
+  }
+  return weir_emit(ctx, in->key, in->payload, in->len);
+}
+
+/* pick: one subtask of the broadcast keeps each record. */
+static int pick_one(weir_ctx *ctx, void *user, const weir_record *in) {
+  (void)user;
+  if (((uint64_t)in->ts / 2) % weir_ctx_parallelism(ctx) != weir_ctx_subtask(ctx)) return 0;
+  return weir_emit(ctx, in->key, in->payload, in->len);
+}
 
 static void counter_help(FILE *out) {
   fputs("usage: weir run counter [--records N] [--keys K] [--rate R] [--parallelism P]\n"
@@ -37,6 +73,10 @@ static void counter_help(FILE *out) {
         "  --sink SPEC      null (default), print, file:DIR or http://HOST:PORT/PATH\n"
         "                   (see README.md, Sinks); the http sink's operation ids\n"
         "                   are <job id>/sink/c/<key>.<count>\n"
+        "  --all-edges      route the records over a forward, a rebalance, a\n"
+        "                   broadcast and a hash edge (same output; for tests)\n"
+        "  --slow-us US     with --all-edges, one slow path: subtask 0 of the\n"
+        "                   forward path sleeps US microseconds every 1024 records\n"
         "Checkpoint options: see 'weir help run' (state under ./state by default).\n"
         "Numbers take a k, M or G suffix (x1000): --records 20M.\n",
         out);
@@ -54,7 +94,9 @@ static int counter_parse(cli_args *a, cli_engine *eng, void **out) {
         (r = cli_take_u64(a, "--records", UINT64_MAX, &c->records)) != 0 ||
         (r = cli_take_u64(a, "--keys", UINT64_MAX, &c->keys)) != 0 ||
         (r = cli_take_u64(a, "--rate", UINT64_MAX, &c->rate)) != 0 ||
-        (r = cli_take_str(a, "--sink", &c->sink)) != 0) {
+        (r = cli_take_str(a, "--sink", &c->sink)) != 0 ||
+        (r = cli_take_bool(a, "--all-edges", &c->all_edges)) != 0 ||
+        (r = cli_take_u64(a, "--slow-us", 10000000, &c->slow_us)) != 0) {
       if (r < 0) goto fail;
       continue;
     }
@@ -78,6 +120,11 @@ static int counter_build(weir_job *job, const cli_engine *eng, void *cfg) {
   int p = eng->parallelism;
   weir_gen_opts g = {.records = c->records, .keys = c->keys, .rate = c->rate};
   weir_stream *s = weir_gen(job, "gen", &g, p);
+  if (c->all_edges || c->slow_us) {
+    weir_stream *even = weir_flat_map(weir_forward(s), "pace", keep_parity, c, p);
+    weir_stream *odd = weir_flat_map(weir_rebalance(s), "pass", keep_parity, c, p);
+    s = weir_flat_map(weir_broadcast(weir_union(even, odd)), "pick", pick_one, NULL, p);
+  }
   s = weir_count(weir_key_by(s), "count", p);
   /* "key k reached count c" is one logical effect in every replay: its
    * operation id is "<job>/sink/c/<k>.<c>" (DESIGN.md §6). */

@@ -214,12 +214,18 @@ int weir__ctx_snapshot(weir_ctx *c, uint64_t id, weir_subtask_snapshot *s) {
   return 0;
 }
 
-int weir__task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns) {
+static int task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns, int unaligned) {
   weir_job *job = t->job;
   t->ckpt_done = id;
   if (!job->store) return 0;
   pthread_mutex_lock(&job->ck_mu);
   if (job->ck.id == id && align_ns > job->ck.align_ns) job->ck.align_ns = align_ns;
+  /* The channel state is one more write to wait for; counted before any
+   * of this task's writes can be acknowledged. */
+  if (job->ck.id == id && unaligned) {
+    job->ck.expected++;
+    job->ck.unaligned++;
+  }
   pthread_mutex_unlock(&job->ck_mu);
   for (uint32_t i = 0; i < t->nops; i++) {
     /* A loop head that opened a back-edge log for this checkpoint (it was
@@ -241,6 +247,39 @@ int weir__task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns) {
     }
     write_state(job, id, &s);
   }
+  return 0;
+}
+
+int weir__task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns) {
+  return task_snapshot(t, id, align_ns, 0);
+}
+
+int weir__task_snapshot_unaligned(weir__task *t, uint64_t id, uint64_t align_ns) {
+  return task_snapshot(t, id, align_ns, 1);
+}
+
+int weir__task_write_channels(weir__task *t, uint64_t id, uint8_t *blob, uint64_t len) {
+  weir_job *job = t->job;
+  if (!job->store) {
+    weir_free(blob);
+    return 0;
+  }
+  weir_ctx *c = t->ops[0];
+  pthread_mutex_lock(&job->ck_mu);
+  if (job->ck.id == id) job->ck.channel_bytes += len - WEIR__CS_HDR;
+  pthread_mutex_unlock(&job->ck_mu);
+  weir_subtask_snapshot s;
+  memset(&s, 0, sizeof s);
+  size_t n = strlen(c->node->name) + sizeof WEIR__CHANNELS_SUFFIX;
+  s.op = weir_malloc(n);
+  snprintf(s.op, n, "%s" WEIR__CHANNELS_SUFFIX, c->node->name);
+  s.subtask = c->subtask;
+  s.parallelism = c->parallelism;
+  s.blob = blob;
+  s.blob_len = len;
+  WEIR_LOG_D("checkpoint %llu: channel state of '%s' subtask %u: %llu bytes",
+             (unsigned long long)id, c->node->name, c->subtask, (unsigned long long)len);
+  write_state(job, id, &s);
   return 0;
 }
 
