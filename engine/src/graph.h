@@ -85,7 +85,7 @@ enum { WEIR__UNALIGNED_ALWAYS = 1, WEIR__UNALIGNED_TIMEOUT = 2 };
 
 /* Suffix of the operator name under which a task's channel state is stored
  * (its chain head's name + this; graph.c refuses operator names with it). */
-#define WEIR__CHANNELS_SUFFIX "~channels"
+#define WEIR__CHANNELS_SUFFIX WEIR_CHANNEL_STATE_SUFFIX
 
 typedef struct weir__pending_ckpt {
   uint64_t id;

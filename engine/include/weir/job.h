@@ -454,6 +454,13 @@ typedef struct weir_run_info {
   uint32_t checkpoint_ms[256];
 } weir_run_info;
 #define WEIR_RUN_INFO_DURATIONS 256
+
+/* A task's channel state (unaligned checkpoints) is stored in the
+ * checkpoint as the operator subtask "<chain head>" WEIR_CHANNEL_STATE_SUFFIX
+ * (operator names may not end with it): a blob of a 40-byte header and the
+ * overtaken records (engine/src/task.c). */
+#define WEIR_CHANNEL_STATE_SUFFIX "~channels"
+#define WEIR_CHANNEL_STATE_HEADER 40u
 const weir_run_info *weir_job_run_info(const weir_job *job);
 
 /* Asks a running job to stop: sources end, the rest drains and closes.
