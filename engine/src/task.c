@@ -43,6 +43,11 @@
  * ahead of the pending batches (weir__chan_push_front). Then every record
  * consumed from an input that has not delivered n yet is appended to the
  * channel state (input records), until every input delivered n or ended;
+ * and as soon as barrier n is in sight in such an input's queue, the
+ * batches in front of it are copied into the channel state at once (they
+ * are processed later, not logged again: un_capture), so the channel state
+ * is complete when every barrier n is in sight, not when the backlog in
+ * front of them has been processed;
  * the channel state is then written as one more entry of checkpoint n. With
  * the alignment timeout the task aligns as usual and takes an unaligned cut
  * only when the barrier it saw first has waited longer than the timeout
@@ -452,6 +457,38 @@ static int un_cut(weir__task *t, uint64_t id, const uint8_t *passed, uint64_t al
   return weir_failpoint("ckpt.unaligned_cut");
 }
 
+/* While recording the channel state of un.cur: an input that is still
+ * logging and whose barrier un.cur is now in its queue has all its records
+ * before the cut in sight; they are copied into the channel state at once
+ * (they are processed later, not logged again), so the channel state
+ * completes as soon as every barrier is in sight, not once the backlog in
+ * front of it has been processed. Returns 0 or an error (the job has been
+ * failed). */
+static int un_capture(weir__task *t) {
+  for (uint32_t i = 0; i < t->nin && t->un.cur; i++) {
+    if (t->un.in[i] != WEIR__UN_LOGGING) continue;
+    weir__chan *ch = t->in[i];
+    uint64_t h = atomic_load_explicit(&ch->head, memory_order_relaxed);
+    uint64_t tl = atomic_load_explicit(&ch->tail, memory_order_acquire);
+    uint64_t p = h;
+    while (p < tl) {
+      const weir__batch *b = ch->ring[p & ch->mask];
+      if (b->kind == WEIR__MSG_BARRIER && b->barrier_id == t->un.cur) break;
+      p++;
+    }
+    if (p == tl) continue; /* not in sight yet: logged as it is consumed */
+    for (uint64_t q = h; q < p; q++) {
+      const weir__batch *b = ch->ring[q & ch->mask];
+      if (b->kind != WEIR__MSG_DATA) continue;
+      for (uint32_t r = 0; r < b->len; r++) cs_record(t, 0, 0, 0, b, r);
+      t->cs_in_records += b->len;
+      (void)weir__unalign_data(&t->un, i, b->len); /* counted */
+    }
+    if (weir__unalign_barrier(&t->un, i, t->un.cur) == WEIR__UN_COMPLETE) return cs_finish(t);
+  }
+  return 0;
+}
+
 /* Scans every live input's ring for barriers not seen yet (positions
  * between the last scan and the tail) and takes the unaligned cut of the
  * newest one due: at once in WEIR__UNALIGNED_ALWAYS mode, after the
@@ -474,6 +511,10 @@ static int un_scan(weir__task *t) {
     t->scanned[i] = pos;
   }
   uint64_t now = 0;
+  if (t->un.cur && un_capture(t)) {
+    task_failed(t, WEIR_ECKPT);
+    return 1;
+  }
   if (t->job->unaligned == WEIR__UNALIGNED_TIMEOUT) {
     if (want > t->seen_id) {
       /* The timeout counts from the first sight of the barrier. */
@@ -502,6 +543,7 @@ static int un_scan(weir__task *t) {
   }
   int rc = un_cut(t, want, passed, align_ns);
   weir_free(passed);
+  if (!rc && t->un.cur) rc = un_capture(t);
   if (rc) {
     task_failed(t, WEIR_ECKPT);
     return 1;
@@ -948,10 +990,28 @@ static int input_step(weir__task *t) {
     if (!outputs_writable(t)) return 0;
     if (hd == 2) return 1; /* more of the log next step */
   }
-  while (processed < t->budget_batches) {
+  /* Unaligned: while a checkpoint is in flight and this task took its cut,
+   * it yields after every batch, so that the tasks sharing its worker see
+   * their barriers soon even when this one is slow (a mailbox step of a
+   * slow operator would otherwise hold them back for its whole budget). */
+  uint32_t budget = t->budget_batches;
+  if (t->job->unaligned && t->un.last &&
+      t->un.last >= atomic_load_explicit(&t->job->trigger_id, memory_order_relaxed) &&
+      t->un.last > atomic_load_explicit(&t->job->complete_id, memory_order_relaxed))
+    budget = 1;
+  while (processed < budget) {
     weir__batch *b = NULL;
     uint32_t idx = 0;
-    if (t->job->unaligned && un_scan(t)) return 0;
+    if (t->job->unaligned) {
+      uint64_t before = t->un.last;
+      if (un_scan(t)) return 0;
+      if (t->un.last != before) {
+        /* Just took a cut: let the worker's other tasks see theirs. */
+        maybe_timeout_flush(t);
+        publish_stats(t);
+        return 1;
+      }
+    }
     /* (Not while a checkpoint waits on the external inputs: records held
      * on a blocked edge stay in flight, and would hold the barrier back.
      * That includes a barrier not read yet: with a body behind a hash edge,
