@@ -11,7 +11,9 @@
  * (WEIR_TEST_SEED=N replays a schedule) or at failpoints inside the
  * unaligned cut and the channel-state write (ckpt.unaligned_cut, after the
  * barrier went ahead of the pending output and before the channel state
- * is complete; ckpt.channel_state, when it is handed to the store), and
+ * is complete; ckpt.channel_state, when it is handed to the store;
+ * ckpt.channel_state_written, on the store's writer thread once its chunks
+ * are written, before the acknowledgement), and
  * restores with --restore latest until the job is done. Every injected
  * kill is asserted to have fired (the run died of SIGKILL; a failpoint's
  * run also said so), and some run must have completed a checkpoint with
@@ -269,6 +271,12 @@ Test(unaligned_recovery, kill_in_channel_state_write) {
   /* The 6th channel state handed to the store: checkpoints before it
    * completed with channel state, so the restore replays some. */
   kill_at("ckpt.channel_state=kill@6", 0);
+}
+
+Test(unaligned_recovery, kill_after_channel_state_written) {
+  /* On the store's writer thread, the 5th channel state's chunks written,
+   * its acknowledgement not yet counted. */
+  kill_at("ckpt.channel_state_written=kill@5", 0);
 }
 
 Test(unaligned_recovery, kill_in_unaligned_cut) {

@@ -88,6 +88,7 @@ int weir_snapshot_get_position(weir_snapshot_reader *r, uint32_t split, uint64_t
 typedef struct ack {
   weir_job *job;
   uint64_t id;
+  int channels; /* a task's channel state */
 } ack;
 
 /* Counts one operator subtask's acknowledgement of checkpoint id. */
@@ -116,23 +117,30 @@ static void on_written(void *user, int status, const weir_store_written *w) {
   ack *a = user;
   weir_job *job = a->job;
   uint64_t id = a->id;
+  int channels = a->channels;
   weir_free(a);
   (void)weir_failpoint("ckpt.after_chunk_write");
+  if (channels) (void)weir_failpoint("ckpt.channel_state_written");
   count_ack(job, id, status, w);
 }
 
 /* Hands one subtask's state to the store (taking it over); a request the
  * store refuses counts as a failed acknowledgement. */
-static void write_state(weir_job *job, uint64_t id, weir_subtask_snapshot *s) {
+static void write_state_ex(weir_job *job, uint64_t id, weir_subtask_snapshot *s, int channels) {
   ack *a = weir_malloc(sizeof *a);
   a->job = job;
   a->id = id;
+  a->channels = channels;
   int rc = weir_store_write_subtask(job->store, id, s, on_written, a);
   if (rc) {
     weir_free(a);
     weir_subtask_snapshot_free(s);
     count_ack(job, id, rc, NULL);
   }
+}
+
+static void write_state(weir_job *job, uint64_t id, weir_subtask_snapshot *s) {
+  write_state_ex(job, id, s, 0);
 }
 
 /* ---- the synchronous part --------------------------------------------------- */
@@ -279,7 +287,7 @@ int weir__task_write_channels(weir__task *t, uint64_t id, uint8_t *blob, uint64_
   s.blob_len = len;
   WEIR_LOG_D("checkpoint %llu: channel state of '%s' subtask %u: %llu bytes",
              (unsigned long long)id, c->node->name, c->subtask, (unsigned long long)len);
-  write_state(job, id, &s);
+  write_state_ex(job, id, &s, 1);
   return 0;
 }
 
