@@ -47,8 +47,8 @@
  * batches in front of it are copied into the channel state at once (they
  * are processed later, not logged again: un_capture), so the channel state
  * is complete when every barrier n is in sight, not when the backlog in
- * front of them has been processed;
- * the channel state is then written as one more entry of checkpoint n. With
+ * front of them has been processed. The channel state is then written as
+ * one more entry of checkpoint n (checkpoint.c). With
  * the alignment timeout the task aligns as usual and takes an unaligned cut
  * only when the barrier it saw first has waited longer than the timeout
  * (inputs that already delivered n are then not logged).
