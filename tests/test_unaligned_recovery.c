@@ -2,7 +2,8 @@
  * and of the alignment timeout, with the whole `weir` binary.
  *
  * DESIGN. The counter job with --all-edges (forward, rebalance, broadcast
- * and hash channels between the generator and the count) and one slow path
+ * and hash channels between the generator and the count; --fan-out 8, so
+ * that output also waits behind full channels and is overtaken) and one slow path
  * (--slow-us: subtask 0 of the forward path sleeps), small batches and
  * channel bounds, parallelism 2 on 2 workers, the transactional file sink,
  * a checkpoint every 20 ms. Each scenario runs it under
@@ -52,9 +53,10 @@ typedef struct scen {
   int timeout_mode; /* --alignment-timeout 1 instead of --checkpoint-mode unaligned */
   const char *parallelism;
   int runs, kills;
-  int channel_ckpts;      /* checkpoints completed with channel state, all runs */
-  int restored_unaligned; /* restores from a checkpoint with channel state */
-  ull last_unaligned;     /* latest id logged with channel state */
+  int channel_ckpts;             /* checkpoints completed with channel state, all runs */
+  int restored_unaligned;        /* restores from a checkpoint with channel state */
+  ull restored_out, restored_in; /* records of restored channel state */
+  ull last_unaligned;            /* latest id logged with channel state */
   char history[2048];
 } scen;
 
@@ -131,6 +133,8 @@ static int run(scen *s, const char *failpoints, int kill_ms) {
                          "--parallelism",
                          s->parallelism,
                          "--all-edges",
+                         "--fan-out",
+                         "8",
                          "--slow-us",
                          SLOW_US,
                          "--batch-records",
@@ -170,6 +174,14 @@ static int run(scen *s, const char *failpoints, int kill_ms) {
     if ((ull)from == s->last_unaligned) s->restored_unaligned++;
   }
   scan_log(s, err);
+  for (const char *p = strstr(err, "restored channel state: "); p;
+       p = strstr(p + 1, "restored channel state: ")) {
+    ull o = 0, i = 0;
+    if (sscanf(p, "restored channel state: %llu output records, %llu input", &o, &i) == 2) {
+      s->restored_out += o;
+      s->restored_in += i;
+    }
+  }
   if (rc == KILLED) s->kills++;
   if (rc != 0 && rc != KILLED)
     cr_assert_fail("run %d exited with %d\nstderr: %s\nhistory: %s", s->runs, rc, err, s->history);
@@ -297,6 +309,10 @@ Test(unaligned_recovery, restores_replay_channel_state) {
   restore_to_end(s);
   cr_assert_gt(s->restored_unaligned, 0,
                "no restore from a checkpoint with channel state\nhistory: %s", s->history);
+  /* With --fan-out 8 the tasks before the broadcast overtake pending
+   * output at most cuts: both sides of the channel state are replayed. */
+  cr_assert_gt(s->restored_in, 0, "no input records replayed\nhistory: %s", s->history);
+  cr_assert_gt(s->restored_out, 0, "no output records replayed\nhistory: %s", s->history);
   check_exact(s);
   scen_free(s);
 }

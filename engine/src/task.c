@@ -628,8 +628,10 @@ static int un_restore(weir__task *t) {
     return weir_ctx_fail(c, WEIR_ECORRUPT, "restored channel state of task %u: %s", t->index, why);
   }
   flush_outputs(t);
-  WEIR_LOG_D("task %u: restored channel state: %llu output records, %llu input records", t->index,
-             (unsigned long long)q[0], (unsigned long long)q[2]);
+  if (q[0] || q[2])
+    WEIR_LOG_I("'%s' subtask %u: restored channel state: %llu output records, %llu input "
+               "records",
+               c->node->name, c->subtask, (unsigned long long)q[0], (unsigned long long)q[2]);
   if (q[3]) {
     t->replay = p;
     t->replay_len = len;
@@ -1127,6 +1129,16 @@ int weir__task_run(weir__task *t) {
   if (t->state == WEIR__TASK_DONE) return 0;
   /* A barrier may overtake what waits for a full output. */
   if (t->job->unaligned && !t->is_source && un_scan(t)) return 0;
+  if (t->job->unaligned == WEIR__UNALIGNED_ALWAYS && t->is_source &&
+      t->state == WEIR__TASK_RUNNING && pending_trigger(t)) {
+    /* A backpressured source injects the barrier at once, ahead of the
+     * output it cannot hand over yet (that becomes its channel state). */
+    uint64_t id = atomic_load(&t->job->trigger_id);
+    if (weir_failpoint("ckpt.barrier_injected") || take_checkpoint(t, id, 0)) {
+      task_failed(t, WEIR_ECKPT);
+      return 0;
+    }
+  }
   if (!outputs_writable(t)) return 0; /* a consumer will wake us */
   if (t->state == WEIR__TASK_FINISHING) {
     if (!t->held) task_done(t);
