@@ -842,6 +842,7 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
     job->unaligned = WEIR__UNALIGNED_TIMEOUT;
   else if (job->opts.unaligned)
     job->unaligned = WEIR__UNALIGNED_ALWAYS;
+  if (!job->opts.state_dir) job->unaligned = 0; /* no checkpoints at all */
   if (job->unaligned && job->nloops) {
     /* Channel state of a cycle would have to include the feedback edges'
      * unbounded (spilling) queues and the in-flight count of the loop; the

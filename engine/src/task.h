@@ -165,7 +165,7 @@ int weir__task_snapshot_unaligned(weir__task *t, uint64_t id, uint64_t align_ns)
 int weir__task_write_channels(weir__task *t, uint64_t id, uint8_t *blob, uint64_t len);
 /* Channel state blob: header, then output records, then input records. */
 #define WEIR__CS_MAGIC 0x53435557u /* "WUCS" */
-#define WEIR__CS_HDR 40u
+#define WEIR__CS_HDR WEIR_CHANNEL_STATE_HEADER
 /* checkpoint.c: the synchronous part of one operator's snapshot (a copy of
  * its managed state plus its snapshot callback's output) into *s. */
 struct weir_subtask_snapshot;

@@ -24,8 +24,8 @@
  *
  * Invariants (weir__unalign_check):
  *   - cur == 0 (idle) implies no input is LOGGING;
- *   - nlogging is the number of LOGGING inputs, and is > 0 while recording
- *     (a recording with nothing left to log completes at once);
+ *   - nlogging is the number of LOGGING inputs; it reaches 0 only with a
+ *     COMPLETE result, after which the caller calls done() at once;
  *   - last only grows, and cur == last while recording (the cut of `cur` was
  *     taken: its snapshot exists, its channel state is being recorded).
  * Barriers with ids <= last that are not the one being recorded are stale
