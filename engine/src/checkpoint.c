@@ -291,6 +291,17 @@ int weir__task_write_channels(weir__task *t, uint64_t id, uint8_t *blob, uint64_
   return 0;
 }
 
+void weir__task_no_channels(weir__task *t, uint64_t id) {
+  weir_job *job = t->job;
+  if (!job->store) return;
+  pthread_mutex_lock(&job->ck_mu);
+  /* The channel state's acknowledgement is still missing, so the
+   * coordinator cannot have started the commit. */
+  if (job->ck.id == id && !job->ck.committing) job->ck.expected--;
+  pthread_mutex_unlock(&job->ck_mu);
+  weir__job_poke(job);
+}
+
 int weir__head_write_log(weir__task *t) {
   weir_job *job = t->job;
   uint64_t id = t->backlog->id, len, records = t->backlog->records;

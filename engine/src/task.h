@@ -163,6 +163,9 @@ int weir__task_snapshot_unaligned(weir__task *t, uint64_t id, uint64_t align_ns)
 /* checkpoint.c: writes the task's channel state of checkpoint id (takes
  * the blob over) under its chain head's name + WEIR__CHANNELS_SUFFIX. */
 int weir__task_write_channels(weir__task *t, uint64_t id, uint8_t *blob, uint64_t len);
+/* checkpoint.c: the task's unaligned cut of checkpoint id overtook nothing:
+ * the checkpoint waits for no channel state from it after all. */
+void weir__task_no_channels(weir__task *t, uint64_t id);
 /* Channel state blob: header, then output records, then input records. */
 #define WEIR__CS_MAGIC 0x53435557u /* "WUCS" */
 #define WEIR__CS_HDR WEIR_CHANNEL_STATE_HEADER
