@@ -20,8 +20,18 @@
  * median over repetitions. The rate is the generator's records at the stop
  * over S (the drain and the last checkpoint after the stop are not timed).
  *
+ * With --restore, instead: restore time per stored GB. Each repetition
+ * runs the counter job (W workers, K keys, unbounded, checkpoints every
+ * 200 ms) until a checkpoint holds every key, then restores the newest
+ * checkpoint that is not the final one in a job that has nothing left to generate, and reads from
+ * weir_job_run_info how long reading and checking the checkpoint took
+ * (one thread) and building the state from it (the slowest subtask; the
+ * subtasks build in parallel), per GB stored and per GB of state (16 bytes
+ * a key). Beside it, the naive rebuild of the same
+ * number of keys per subtask: a fresh table filled in key order.
+ *
  *   bench_counter [--records N] [--keys K] [--reps R] [--max-workers W] [--json FILE]
- *                 [--checkpoints [--seconds S]]
+ *                 [--checkpoints [--seconds S] | --restore]
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -34,6 +44,7 @@
 #include "weir/alloc.h"
 #include "weir/clock.h"
 #include "weir/log.h"
+#include "weir/store.h"
 #include "weir/weir.h"
 
 typedef struct table {
@@ -283,9 +294,173 @@ static int bench_checkpoints(uint64_t keys, int reps, int workers, double second
   return 0;
 }
 
+/* The naive rebuild: n keys in key order into a fresh table (no huge
+ * pages), timed with its allocation. */
+static double naive_build_ms(uint64_t n) {
+  uint64_t t0 = weir_clock_mono_ns();
+  uint64_t cap = 1024;
+  while (cap < n * 2) cap *= 2;
+  uint64_t *slots = weir_malloc(cap * 16);
+  for (uint64_t i = 0; i < cap; i++) slots[2 * i] = EMPTY;
+  unsigned lg = 0;
+  while ((1ULL << lg) < cap) lg++;
+  for (uint64_t k = 0; k < n; k++) {
+    uint64_t j = (k * 0x9e3779b97f4a7c15ULL) >> (64 - lg);
+    while (slots[2 * j] != EMPTY) j = (j + 1) & (cap - 1);
+    slots[2 * j] = k;
+    slots[2 * j + 1] = k + 1;
+  }
+  double ms = (double)(weir_clock_mono_ns() - t0) / 1e6;
+  volatile uint64_t sink = slots[2 * (n % cap) + 1];
+  (void)sink;
+  weir_free(slots);
+  return ms;
+}
+
+/* The newest retained checkpoint under dir that is not the final one. */
+static uint64_t restorable_checkpoint(const char *dir) {
+  weir_store *s = NULL;
+  weir_store_opts so = {.read_only = 1};
+  if (weir_store_open(&s, dir, &so) != 0) return 0;
+  weir_store_ckpt *list = NULL;
+  size_t n = 0;
+  uint64_t id = 0;
+  if (weir_store_list(s, &list, &n) == 0)
+    for (size_t i = 0; i < n; i++)
+      if (list[i].status == 0 && !list[i].final) id = list[i].id;
+  weir_free(list);
+  weir_store_close(s);
+  return id;
+}
+
+static void remove_state(const char *dir) {
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'/*", dir);
+  if (system(cmd) != 0) fprintf(stderr, "bench_counter: could not empty %s\n", dir);
+}
+
+/* Stops the job once a checkpoint completed after every key was counted. */
+typedef struct until_full {
+  weir_job *job;
+  uint64_t keys, first;
+} until_full;
+
+static void stop_when_full(void *user, const weir_progress *p) {
+  until_full *u = user;
+  if (!u->first && p->sink_records >= u->keys) u->first = p->last_checkpoint + 1;
+  if (u->first && p->last_checkpoint >= u->first) weir_job_stop(u->job);
+}
+
+/* Runs the counter job until a checkpoint holds all of its keys; returns
+ * that checkpoint's id (the final one, taken at the stop, comes after). */
+static uint64_t checkpoint_full_state(uint64_t keys, int workers, const char *dir) {
+  weir_job *job;
+  weir_job_create(&job, "counter");
+  weir_gen_opts g = {.records = 0, .keys = keys};
+  weir_stream *s = weir_gen(job, "gen", &g, workers);
+  s = weir_count(weir_key_by(s), "count", workers);
+  int rc = weir_sink_to(s, "sink", "null", NULL, workers);
+  until_full u = {job, keys, 0};
+  weir_run_opts o = {.workers = workers,
+                     .state_dir = dir,
+                     .checkpoint_interval_ms = 200,
+                     .progress_ms = 20,
+                     .progress = stop_when_full,
+                     .progress_user = &u};
+  if (!rc) rc = weir_job_run(job, &o);
+  if (rc) fprintf(stderr, "bench_counter: job failed: %s\n", weir_job_error(job));
+  weir_job_destroy(job);
+  return rc ? 0 : restorable_checkpoint(dir);
+}
+
+/* --restore: see the top of the file. */
+static int bench_restore(uint64_t keys, int reps, int workers, const char *json) {
+  const char *tmp = getenv("TMPDIR");
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/bench-restore-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(dir)) {
+    perror("bench_counter: mkdtemp");
+    return 1;
+  }
+  double *mb = weir_calloc((size_t)reps, sizeof(double)), *rd = weir_calloc((size_t)reps, 8);
+  double *bd = weir_calloc((size_t)reps, 8), *sgb = weir_calloc((size_t)reps, 8);
+  double *nv = weir_calloc((size_t)reps, 8), *rt = weir_calloc((size_t)reps, 8);
+  double *sgs = weir_calloc((size_t)reps, 8);
+  printf("restore: %llu keys, %d workers, %d repetitions, store under %s\n",
+         (unsigned long long)keys, workers, reps, dir);
+  int rc = 0;
+  for (int r = 0; r < reps && !rc; r++) {
+    remove_state(dir);
+    uint64_t id = checkpoint_full_state(keys, workers, dir);
+    if (!id) {
+      fprintf(stderr, "bench_counter: no checkpoint to restore under %s\n", dir);
+      rc = 1;
+      break;
+    }
+    weir_job *job;
+    weir_job_create(&job, "counter");
+    weir_gen_opts g = {.records = 1, .keys = keys};
+    weir_stream *s = weir_gen(job, "gen", &g, workers);
+    s = weir_count(weir_key_by(s), "count", workers);
+    rc = weir_sink_to(s, "sink", "null", NULL, workers);
+    weir_run_opts o = {.workers = workers,
+                       .state_dir = dir,
+                       .checkpoint_interval_ms = 60000,
+                       .restore = WEIR_RESTORE_ID,
+                       .restore_id = id};
+    if (!rc) rc = weir_job_run(job, &o);
+    if (rc) {
+      fprintf(stderr, "bench_counter: restore failed: %s\n", weir_job_error(job));
+    } else {
+      const weir_run_info *ri = weir_job_run_info(job);
+      mb[r] = (double)ri->restored_bytes / 1e6;
+      rd[r] = ri->restore_read_ms;
+      bd[r] = ri->restore_build_ms;
+      sgb[r] = (rd[r] + bd[r]) / 1e3 / (mb[r] / 1e3);
+      sgs[r] = (rd[r] + bd[r]) / 1e3 / ((double)keys * 16 / 1e9);
+      nv[r] = naive_build_ms(keys / (uint64_t)workers);
+      rt[r] = bd[r] / nv[r];
+      printf("  rep %d  checkpoint %llu: %.1f MB  read %.0f ms  build %.0f ms  %.2f s/GB stored  "
+             "%.2f s/GB of state  (naive build %.0f ms)\n",
+             r + 1, (unsigned long long)id, mb[r], rd[r], bd[r], sgb[r], sgs[r], nv[r]);
+      fflush(stdout);
+    }
+    weir_job_destroy(job);
+  }
+  remove_state(dir);
+  rmdir(dir);
+  if (!rc) {
+    double m_mb = median(mb, reps), m_rd = median(rd, reps), m_bd = median(bd, reps);
+    double m_s = median(sgb, reps), m_nv = median(nv, reps), m_rt = median(rt, reps);
+    double m_ss = median(sgs, reps);
+    printf("%-10s %10s %10s %10s %10s %10s %12s %12s\n", "keys", "stored MB", "read ms", "build ms",
+           "s/GB st.", "s/GB state", "naive ms", "build/naive");
+    printf("%-10llu %10.1f %10.0f %10.0f %10.2f %10.2f %12.0f %12.2f\n", (unsigned long long)keys,
+           m_mb, m_rd, m_bd, m_s, m_ss, m_nv, m_rt);
+    FILE *jf = json ? fopen(json, "w") : NULL;
+    if (jf) {
+      fprintf(jf,
+              "{\"keys\": %llu, \"workers\": %d, \"reps\": %d, \"stored_mb_median\": %.1f, "
+              "\"read_ms_median\": %.1f, \"build_ms_median\": %.1f, \"s_per_stored_gb_median\": "
+              "%.3f, \"s_per_state_gb_median\": %.3f, \"naive_build_ms_median\": %.1f, "
+              "\"build_over_naive_median\": %.3f}\n",
+              (unsigned long long)keys, workers, reps, m_mb, m_rd, m_bd, m_s, m_ss, m_nv, m_rt);
+      fclose(jf);
+    }
+  }
+  weir_free(mb);
+  weir_free(rd);
+  weir_free(bd);
+  weir_free(sgb);
+  weir_free(nv);
+  weir_free(rt);
+  weir_free(sgs);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   uint64_t records = 50000000, keys = 1000000;
-  int reps = 5, maxw = 2, checkpoints = 0;
+  int reps = 5, maxw = 2, checkpoints = 0, restore = 0;
   double seconds = 12;
   const char *json = NULL;
   for (int i = 1; i < argc; i++) {
@@ -301,11 +476,13 @@ int main(int argc, char **argv) {
       json = argv[++i];
     else if (!strcmp(argv[i], "--checkpoints"))
       checkpoints = 1;
+    else if (!strcmp(argv[i], "--restore"))
+      restore = 1;
     else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
       seconds = atof(argv[++i]);
     else {
       fprintf(stderr, "usage: bench_counter [--records N] [--keys K] [--reps R] [--max-workers W] "
-                      "[--json FILE] [--checkpoints [--seconds S]]\n");
+                      "[--json FILE] [--checkpoints [--seconds S] | --restore]\n");
       return 2;
     }
   }
@@ -314,6 +491,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   weir_log_set_level(WEIR_LOG_WARN);
+  if (restore) return bench_restore(keys, reps, maxw, json);
   if (checkpoints) {
     if (!(seconds >= 1 && seconds <= 3600)) {
       fprintf(stderr, "bench_counter: --seconds: 1 to 3600\n");

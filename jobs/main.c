@@ -48,7 +48,9 @@ static void help_main(FILE *out) {
         "  weir inspect ID [--state-dir DIR] [--json]    show one checkpoint\n"
         "  weir receiver --listen HOST:PORT --db FILE    a reference HTTP destination\n"
         "  weir receiver stats --db FILE [--json]        its requests, effects, duplicates\n"
-        "  weir help [run [JOB] | receiver]              show help\n"
+        "  weir verify [--repeat R] [--json FILE]        show the failure window: kills,\n"
+        "                                                pauses, takeovers, duplicates\n"
+        "  weir help [run [JOB] | receiver | verify]     show help\n"
         "  weir version                                  show the version\n"
         "\n"
         "Jobs: counter, wordcount, collatz, components, or a path to a job .so.\n"
@@ -166,6 +168,10 @@ static int cmd_help(int argc, char **argv) {
   const char *topic = argv[1];
   if (strcmp(topic, "receiver") == 0 && argc == 2) {
     cli_help_receiver(stdout);
+    return CLI_EXIT_OK;
+  }
+  if (strcmp(topic, "verify") == 0 && argc == 2) {
+    cli_help_verify(stdout);
     return CLI_EXIT_OK;
   }
   if (strcmp(topic, "run") == 0 && argc == 2) {
@@ -427,6 +433,7 @@ int main(int argc, char **argv) {
   if (strcmp(verb, "checkpoints") == 0) return cli_cmd_checkpoints(argc - 1, argv + 1);
   if (strcmp(verb, "inspect") == 0) return cli_cmd_inspect(argc - 1, argv + 1);
   if (strcmp(verb, "receiver") == 0) return cli_cmd_receiver(argc - 1, argv + 1);
+  if (strcmp(verb, "verify") == 0) return cli_cmd_verify(argc - 1, argv + 1, argv[0]);
   if (strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
     help_main(stdout);
     return CLI_EXIT_OK;

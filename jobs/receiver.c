@@ -16,6 +16,17 @@
  * 422 (a rejection, no effect); a request whose key is still in flight gets
  * 409; a request without a key is always a new effect.
  *
+ * Fencing (DESIGN.md §7) is apart from deduplication: a request may carry
+ * `Weir-Job: J` and `Weir-Epoch: E` (weir's http sink sends its job id and
+ * lease epoch). The receiver keeps, per job, the highest epoch it has seen
+ * (table `fences`, written in the request's transaction); a request with a
+ * lower epoch is answered 409 with `Weir-Fenced: <highest>` and creates
+ * nothing (outcome "fenced"), whatever its key. So an owner that was paused
+ * and taken over can land nothing once its successor has written here; what
+ * it sent *before* the successor's first request stays applied, and only a
+ * key can make the successor's resend of it a duplicate. --no-dedup leaves
+ * fencing on.
+ *
  * The effect, its completion record and the request's log row are written in
  * ONE SQLite transaction, and the answer is sent only after it commits. The
  * two other write orders are both wrong, at a crash between the two writes:
@@ -98,7 +109,7 @@
 #define RECV_DEFAULT_RETENTION_MS (24ull * 3600 * 1000) /* 24 h, as at Stripe */
 #define RECV_BUSY_TIMEOUT_MS 5000
 #define RECV_APP_ID 0x77656972 /* "weir" in PRAGMA application_id */
-#define RECV_DB_VERSION 1      /* PRAGMA user_version of the schema below */
+#define RECV_DB_VERSION 2      /* PRAGMA user_version of the schema below (1: no fences) */
 
 /* The statuses it answers (libmicrohttpd renamed some of its constants). */
 enum {
@@ -222,9 +233,32 @@ static const char schema_sql[] =
     "  body BLOB NOT NULL,\n"
     "  t_ms INTEGER NOT NULL,\n"
     "  effect INTEGER NOT NULL);\n"
-    "CREATE INDEX completions_by_time ON completions(t_ms);\n";
+    "CREATE INDEX completions_by_time ON completions(t_ms);\n"
+    "CREATE TABLE fences(       -- per job (Weir-Job), the highest Weir-Epoch seen\n"
+    "  job TEXT PRIMARY KEY,\n"
+    "  epoch INTEGER NOT NULL,\n"
+    "  t_ms INTEGER NOT NULL);\n";
 
-enum { ST_BEGIN, ST_COMMIT, ST_ROLLBACK, ST_GET, ST_PUT, ST_EFFECT, ST_LOG, ST_PURGE, ST_COUNT };
+/* What format 1 lacks; added when a format-1 database is opened to serve. */
+static const char upgrade_v1_sql[] = "BEGIN IMMEDIATE;\n"
+                                     "CREATE TABLE fences(job TEXT PRIMARY KEY, epoch INTEGER NOT "
+                                     "NULL, t_ms INTEGER NOT NULL);\n"
+                                     "PRAGMA user_version = 2;\n"
+                                     "COMMIT;";
+
+enum {
+  ST_BEGIN,
+  ST_COMMIT,
+  ST_ROLLBACK,
+  ST_GET,
+  ST_PUT,
+  ST_EFFECT,
+  ST_LOG,
+  ST_PURGE,
+  ST_FENCE_GET,
+  ST_FENCE_PUT,
+  ST_COUNT
+};
 
 static const char *const stmt_sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
@@ -238,6 +272,8 @@ static const char *const stmt_sql[ST_COUNT] = {
         "INSERT INTO requests(t_ms, key, payload_sha256, status, outcome, effect, ack_dropped)"
         " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     [ST_PURGE] = "DELETE FROM completions WHERE t_ms <= ?1",
+    [ST_FENCE_GET] = "SELECT epoch FROM fences WHERE job = ?1",
+    [ST_FENCE_PUT] = "INSERT OR REPLACE INTO fences(job, epoch, t_ms) VALUES (?1, ?2, ?3)",
 };
 
 /* Prints "weir receiver: <what>: <sqlite message>" on stderr. */
@@ -274,7 +310,18 @@ static int db_check(sqlite3 *db, const char *path, int create) {
     return WEIR_EIO;
   }
   if (app == RECV_APP_ID) {
-    if (ver != RECV_DB_VERSION) {
+    if (ver == 1 && create) {
+      char *err = NULL;
+      if (sqlite3_exec(db, upgrade_v1_sql, NULL, NULL, &err) != SQLITE_OK) {
+        fprintf(stderr, "weir receiver: cannot upgrade the database '%s' to format %d: %s\n", path,
+                RECV_DB_VERSION, err ? err : "unknown error");
+        sqlite3_free(err);
+        sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+        return WEIR_EIO;
+      }
+      return 0;
+    }
+    if (ver != RECV_DB_VERSION && ver != 1) { /* format 1 reads as 2 without fences */
       fprintf(stderr, "weir receiver: '%s' has format %lld; this weir reads format %d\n", path,
               (long long)ver, RECV_DB_VERSION);
       return WEIR_EFORMAT;
@@ -377,6 +424,9 @@ typedef struct recv_req {
   int answered; /* a response is queued (or the connection dropped on purpose) */
   int logged;   /* the request has its row in `requests` */
   int too_big;  /* the body passed RECV_MAX_BODY: discarded, answered 413 */
+  int fenced;   /* carries Weir-Epoch: checked against the job's fence */
+  uint64_t epoch;
+  char *job; /* Weir-Job (a copy; "" without one) when fenced */
   char *body;
   size_t len, cap, seen;
 } recv_req;
@@ -384,9 +434,10 @@ typedef struct recv_req {
 /* The outcome of a request's transaction. */
 typedef struct recv_result {
   unsigned status;
-  int replayed; /* answer with Idempotent-Replayed: true */
-  int drop;     /* close the connection without answering */
-  char *body;   /* malloc'd JSON */
+  int replayed;       /* answer with Idempotent-Replayed: true */
+  int drop;           /* close the connection without answering */
+  uint64_t fenced_by; /* 409: a later epoch of the job wrote here (Weir-Fenced) */
+  char *body;         /* malloc'd JSON */
   size_t len;
 } recv_result;
 
@@ -587,6 +638,39 @@ static int decide_keyed(recv_server *s, int64_t now, const recv_req *r, const ui
   return apply_effect(s, now, r, hash, res); /* new, or its record expired */
 }
 
+/* Fencing: a request with Weir-Epoch e for job j is refused (409, outcome
+ * "fenced", no effect) if a request with a higher epoch of j came before;
+ * otherwise j's fence moves up to e. Inside the caller's transaction, so the
+ * fence and the effect it admits commit together. Sets *refused. */
+static int check_fence(recv_server *s, int64_t now, const recv_req *r, const uint8_t *hash,
+                       recv_result *res, int *refused) {
+  *refused = 0;
+  sqlite3_stmt *st = s->st[ST_FENCE_GET];
+  sqlite3_bind_text(st, 1, r->job, -1, SQLITE_STATIC);
+  int rc = sqlite3_step(st);
+  int have = rc == SQLITE_ROW;
+  uint64_t cur = have ? (uint64_t)sqlite3_column_int64(st, 0) : 0;
+  sqlite3_reset(st);
+  sqlite3_clear_bindings(st);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return WEIR_EIO;
+  if (have && cur > r->epoch) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "epoch %llu of this job is fenced: epoch %llu wrote here since",
+             (unsigned long long)r->epoch, (unsigned long long)cur);
+    make_body(res, 0, r->key, NULL, msg);
+    res->status = HTTP_CONFLICT;
+    res->fenced_by = cur;
+    *refused = 1;
+    return log_request(s, now, r->key, hash, res->status, "fenced", -1, 0);
+  }
+  if (have && cur == r->epoch) return 0;
+  st = s->st[ST_FENCE_PUT];
+  sqlite3_bind_text(st, 1, r->job, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 2, (int64_t)r->epoch);
+  sqlite3_bind_int64(st, 3, now);
+  return st_done(st);
+}
+
 /* The transaction of a request whose body has arrived. Returns 0 with res
  * filled, or WEIR_EIO (rolled back, nothing applied). */
 static int process(recv_server *s, const recv_req *r, recv_result *res) {
@@ -596,8 +680,11 @@ static int process(recv_server *s, const recv_req *r, recv_result *res) {
   int64_t now = weir_clock_wall_ms();
   int rc = st_done(s->st[ST_BEGIN]);
   if (rc == 0) {
-    rc = r->key && s->dedup ? decide_keyed(s, now, r, hash, res)
-                            : apply_effect(s, now, r, hash, res);
+    int refused = 0;
+    if (r->fenced) rc = check_fence(s, now, r, hash, res, &refused);
+    if (rc == 0 && !refused)
+      rc = r->key && s->dedup ? decide_keyed(s, now, r, hash, res)
+                              : apply_effect(s, now, r, hash, res);
     if (rc == 0) rc = st_done(s->st[ST_COMMIT]);
     if (rc < 0) {
       db_complain(s->db, "a request's transaction failed");
@@ -669,6 +756,21 @@ static enum MHD_Result on_headers(recv_server *s, struct MHD_Connection *c, recv
       return refuse(s, c, r, HTTP_TOO_LARGE, "invalid", "body larger than 1 MiB", NULL, NULL);
     }
   }
+  const char *ep = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Weir-Epoch");
+  if (ep) {
+    const char *job = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Weir-Job");
+    char *end = NULL;
+    errno = 0;
+    unsigned long long e = *ep >= '0' && *ep <= '9' ? strtoull(ep, &end, 10) : 0;
+    if (end == NULL || *end != '\0' || errno || e > INT64_MAX || (job && !key_ok(job)))
+      return refuse(s, c, r, HTTP_BAD_REQUEST, "invalid",
+                    "Weir-Epoch must be a whole number and Weir-Job 1 to 255 printable ASCII "
+                    "characters",
+                    NULL, NULL);
+    r->fenced = 1;
+    r->epoch = (uint64_t)e;
+    r->job = weir_strdup(job ? job : "");
+  }
   const char *key = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Idempotency-Key");
   if (key == NULL) return MHD_YES;
   if (!key_ok(key))
@@ -722,8 +824,11 @@ static enum MHD_Result on_complete(recv_server *s, struct MHD_Connection *c, rec
   if (rc < 0) return refuse(s, c, r, HTTP_SERVER_ERROR, "error", "database error", NULL, NULL);
   r->logged = 1;
   r->answered = 1;
-  enum MHD_Result ret =
-      res.drop ? MHD_NO : respond(c, res.status, res.body, res.len, res.replayed, NULL, NULL);
+  char fenced_by[24];
+  snprintf(fenced_by, sizeof fenced_by, "%llu", (unsigned long long)res.fenced_by);
+  enum MHD_Result ret = res.drop ? MHD_NO
+                                 : respond(c, res.status, res.body, res.len, res.replayed,
+                                           res.fenced_by ? "Weir-Fenced" : NULL, fenced_by);
   weir_free(res.body);
   return ret;
 }
@@ -756,6 +861,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
   flight_release(s, r);
   if (!r->logged) log_alone(s, r->key, NULL, 0, "aborted");
   weir_free(r->key);
+  weir_free(r->job);
   weir_free(r->body);
   weir_free(r);
   *con_cls = NULL;
@@ -779,6 +885,8 @@ void cli_help_receiver(FILE *out) {
         "                                'Idempotent-Replayed: true' (a duplicate)\n"
         "  same key, another body        422 (a rejection; no effect)\n"
         "  key still in flight           409 with 'Retry-After: 1'\n"
+        "  Weir-Epoch below the highest  409 with 'Weir-Fenced: E' (no effect): a stale\n"
+        "  seen for its Weir-Job         owner of the job; checked before the key\n"
         "  no key                        201, always a new effect\n"
         "  not POST 405; body over 1 MiB 413; bad key (not 1..255 printable ASCII) 400\n"
         "Response bodies are JSON: {\"effect\": N, \"key\": K, \"sha256\": HEX} or\n"
@@ -802,13 +910,17 @@ void cli_help_receiver(FILE *out) {
         "\n"
         "stats prints the counts, read-only (also while the receiver runs):\n"
         "  {\"requests\": R, \"effects\": E, \"duplicates\": D, \"rejections\": X,\n"
-        "   \"conflicts\": C, \"invalid\": I, \"aborted\": A, \"errors\": Z, \"acks_dropped\": L}\n"
+        "   \"conflicts\": C, \"invalid\": I, \"aborted\": A, \"errors\": Z, \"acks_dropped\": L,\n"
+        "   \"fenced\": F, \"repeated_payloads\": P, \"repeated_effects\": Q}\n"
         "requests counts every request answered or aborted; effects the accepted\n"
         "effects; duplicates the replays (200); rejections the 422s; conflicts the\n"
         "409s; invalid the 400/405/413s; aborted the requests cut off before their\n"
         "answer (the client went away, a timeout, a body past 16 MiB); errors the 500s;\n"
-        "so R = E + D + X + C + I + A + Z. acks_dropped counts the effects whose answer\n"
-        "--drop-acks withheld. effects prints every effect's body in order, each\n"
+        "fenced the 409s to a stale Weir-Epoch; so R = E + D + X + C + I + A + Z + F.\n"
+        "acks_dropped counts the effects whose answer --drop-acks withheld;\n"
+        "repeated_payloads the distinct bodies requested more than once,\n"
+        "repeated_effects those applied more than once (with a key: only after\n"
+        "--no-dedup or an expired key). effects prints every effect's body in order, each\n"
         "ending with a newline.\n"
         "\n"
         "Exit codes: 0 success, 1 runtime error (cannot listen, database error),\n"
@@ -1101,21 +1213,29 @@ static int cmd_stats(const opts *o) {
   int rc = db_open(o->db, 0, &db);
   if (rc < 0) return rc == WEIR_EFORMAT ? CLI_EXIT_STORE : CLI_EXIT_RUNTIME;
   static const char *const names[] = {"effect",  "replayed", "rejected", "conflict",
-                                      "invalid", "aborted",  "error"};
-  int64_t by[7] = {0};
-  int64_t requests = 0, effects = 0, dropped = 0;
+                                      "invalid", "aborted",  "error",    "fenced"};
+  int64_t by[8] = {0};
+  int64_t requests = 0, effects = 0, dropped = 0, rep_payloads = 0, rep_effects = 0;
   sqlite3_stmt *st = NULL;
   /* One read transaction: all the counts come from the same snapshot. */
   int ok = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK &&
            db_int(db, "SELECT count(*) FROM requests", &requests) == 0 &&
            db_int(db, "SELECT count(*) FROM effects", &effects) == 0 &&
            db_int(db, "SELECT count(*) FROM requests WHERE ack_dropped != 0", &dropped) == 0 &&
+           db_int(db,
+                  "SELECT count(*) FROM (SELECT 1 FROM requests WHERE payload_sha256 IS NOT "
+                  "NULL GROUP BY payload_sha256 HAVING count(*) > 1)",
+                  &rep_payloads) == 0 &&
+           db_int(db,
+                  "SELECT count(*) FROM (SELECT 1 FROM effects GROUP BY payload HAVING count(*) "
+                  "> 1)",
+                  &rep_effects) == 0 &&
            sqlite3_prepare_v2(db, "SELECT outcome, count(*) FROM requests GROUP BY outcome", -1,
                               &st, NULL) == SQLITE_OK;
   int step = SQLITE_DONE;
   while (ok && (step = sqlite3_step(st)) == SQLITE_ROW) {
     const char *name = (const char *)sqlite3_column_text(st, 0);
-    for (int i = 0; name && i < 7; i++)
+    for (int i = 0; name && i < 8; i++)
       if (strcmp(name, names[i]) == 0) by[i] = sqlite3_column_int64(st, 1);
   }
   if (step != SQLITE_DONE) ok = 0;
@@ -1130,10 +1250,11 @@ static int cmd_stats(const opts *o) {
   if (o->json) {
     printf("{\"requests\": %lld, \"effects\": %lld, \"duplicates\": %lld, \"rejections\": %lld, "
            "\"conflicts\": %lld, \"invalid\": %lld, \"aborted\": %lld, \"errors\": %lld, "
-           "\"acks_dropped\": %lld}\n",
+           "\"acks_dropped\": %lld, \"fenced\": %lld, \"repeated_payloads\": %lld, "
+           "\"repeated_effects\": %lld}\n",
            (long long)requests, (long long)effects, (long long)by[1], (long long)by[2],
            (long long)by[3], (long long)by[4], (long long)by[5], (long long)by[6],
-           (long long)dropped);
+           (long long)dropped, (long long)by[7], (long long)rep_payloads, (long long)rep_effects);
   } else {
     printf("requests      %lld\n"
            "effects       %lld\n"
@@ -1143,10 +1264,13 @@ static int cmd_stats(const opts *o) {
            "invalid       %lld   (400, 405, 413)\n"
            "aborted       %lld   (upload cut off)\n"
            "errors        %lld   (500)\n"
-           "acks dropped  %lld   (effects applied, answer withheld)\n",
+           "acks dropped  %lld   (effects applied, answer withheld)\n"
+           "fenced        %lld   (a stale epoch of the job, 409)\n"
+           "repeated payloads  %lld   (bodies requested more than once)\n"
+           "repeated effects   %lld   (bodies applied more than once)\n",
            (long long)requests, (long long)effects, (long long)by[1], (long long)by[2],
            (long long)by[3], (long long)by[4], (long long)by[5], (long long)by[6],
-           (long long)dropped);
+           (long long)dropped, (long long)by[7], (long long)rep_payloads, (long long)rep_effects);
   }
   return CLI_EXIT_OK;
 }

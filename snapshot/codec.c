@@ -516,6 +516,7 @@ int weir__chunk_decode(const void *value, size_t len, weir__chunk_id expect, wei
   uint16_t kind;
   int rc = open_kind(value, len, 0, "chunk", &p, &n, &kind, err, errlen);
   if (rc < 0) return rc;
+  uint16_t format = weir__env_version(value);
   unsigned long inj = injected;
   switch (kind) {
   case WEIR__KIND_U64: {
@@ -528,11 +529,11 @@ int weir__chunk_decode(const void *value, size_t len, weir__chunk_id expect, wei
                 m->n_values);
     } else {
       for (size_t i = 1; i < m->n_keys; i++) {
-        if (m->keys[i] <= m->keys[i - 1]) {
-          rc = fail(WEIR_ECORRUPT, err, errlen, "u64 chunk: key %llu %s key %llu",
+        if (weir__u64_order(format, m->keys[i]) <= weir__u64_order(format, m->keys[i - 1])) {
+          rc = fail(WEIR_ECORRUPT, err, errlen, "u64 chunk: key %llu %s key %llu%s",
                     (unsigned long long)m->keys[i],
                     m->keys[i] == m->keys[i - 1] ? "repeats" : "follows",
-                    (unsigned long long)m->keys[i - 1]);
+                    (unsigned long long)m->keys[i - 1], format >= 2 ? " (in hash order)" : "");
           break;
         }
       }
@@ -596,6 +597,7 @@ int weir__chunk_decode(const void *value, size_t len, weir__chunk_id expect, wei
     return fail(WEIR_ECORRUPT, err, errlen, "chunk: holds a value of kind %u", kind);
   }
   out->kind = kind;
+  out->format = format;
   return 0;
 }
 

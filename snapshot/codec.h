@@ -143,7 +143,8 @@ size_t weir__blob_chunk_encode(weir__chunk_id id, const uint8_t *data, size_t da
 /* A decoded chunk: views into the decoded message, valid until
  * weir__chunk_free. */
 typedef struct weir__chunk {
-  uint16_t kind; /* WEIR__KIND_U64, _BYTES or _BLOB */
+  uint16_t kind;   /* WEIR__KIND_U64, _BYTES or _BLOB */
+  uint16_t format; /* the store format it was written in */
   weir__chunk_id id;
   size_t n;                      /* entries (u64, bytes) */
   const uint64_t *keys, *values; /* u64 */
@@ -156,11 +157,18 @@ typedef struct weir__chunk {
 
 /* Decodes a chunk value. Checks: a chunk kind, the (checkpoint, record, seq)
  * inside the value equal `expect` (a value found under another key is
- * corrupt), parallel arrays of equal length, u64 keys strictly ascending and
+ * corrupt), parallel arrays of equal length, u64 keys strictly ascending in
+ * the chunk's order (weir__u64_order) and
  * at least one entry, a bytes or blob chunk not empty. On error *out is
  * empty. */
 int weir__chunk_decode(const void *value, size_t len, weir__chunk_id expect, weir__chunk *out,
                        char *err, size_t errlen);
 void weir__chunk_free(weir__chunk *c);
+
+/* Where `key` sorts among the u64 keys of a chunk written in store format
+ * `format`: its hash rank from format 2 on, the key itself in format 1. */
+static inline uint64_t weir__u64_order(uint16_t format, uint64_t key) {
+  return format >= 2 ? weir_store_u64_rank(key) : key;
+}
 
 #endif

@@ -205,3 +205,7 @@ int weir__env_open(const void *value, size_t len, uint16_t *kind, const uint8_t 
   *plen = n;
   return 0;
 }
+
+uint16_t weir__env_version(const void *value) {
+  return load_le16((const uint8_t *)value + 4);
+}

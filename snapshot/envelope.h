@@ -54,4 +54,7 @@ void weir__env_seal(uint8_t *value, uint16_t version, uint16_t kind, uint32_t le
 int weir__env_open(const void *value, size_t len, uint16_t *kind, const uint8_t **payload,
                    size_t *plen, char *err, size_t errlen);
 
+/* The format version of a value that weir__env_open accepted. */
+uint16_t weir__env_version(const void *value);
+
 #endif

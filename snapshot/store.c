@@ -217,6 +217,7 @@ static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
   weir__chunk c = {0};
   uint64_t nchunks = weir__sub_chunks(e);
   uint64_t nu = 0, nb = 0, nd = 0, nblob = 0, bytes = 0, dsum = 0, lastkey = 0;
+  uint16_t lastformat = 0;
   uint32_t seq = 0;
   if (out) memset(out, 0, sizeof *out);
 #define BAD(code, ...)                                                                             \
@@ -233,15 +234,15 @@ static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
     out->subtask = e->subtask;
     out->parallelism = e->parallelism;
     if (e->u64_entries) {
-      out->u64_keys = weir_malloc(e->u64_entries * sizeof(uint64_t));
-      out->u64_values = weir_malloc(e->u64_entries * sizeof(uint64_t));
+      out->u64_keys = weir_malloc_big(e->u64_entries * sizeof(uint64_t));
+      out->u64_values = weir_malloc_big(e->u64_entries * sizeof(uint64_t));
     }
     if (e->bytes_entries) {
       out->b_route = weir_malloc(e->bytes_entries * sizeof(uint64_t));
       out->b_klen = weir_malloc(e->bytes_entries * sizeof(uint32_t));
       out->b_vlen = weir_malloc(e->bytes_entries * sizeof(uint32_t));
     }
-    if (e->bytes_data_len) out->b_data = weir_malloc(e->bytes_data_len);
+    if (e->bytes_data_len) out->b_data = weir_malloc_big(e->bytes_data_len);
     if (e->blob_len) out->blob = blob_alloc(e->blob_len, &out->blob_release);
     if (e->npos) {
       out->pos = weir_malloc(e->npos * sizeof *out->pos);
@@ -277,7 +278,10 @@ static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
       if (c.n > e->u64_entries - nu)
         BAD(WEIR_ECORRUPT, "chunk %u: more u64 entries than the %llu recorded", seq,
             (ull)e->u64_entries);
-      if (nu > 0 && c.keys[0] <= lastkey)
+      if (nu > 0 && c.format != lastformat)
+        BAD(WEIR_ECORRUPT, "chunk %u: written in store format %u, the chunk before in %u", seq,
+            c.format, lastformat);
+      if (nu > 0 && weir__u64_order(c.format, c.keys[0]) <= weir__u64_order(c.format, lastkey))
         BAD(WEIR_ECORRUPT, "chunk %u: u64 key %llu after key %llu", seq, (ull)c.keys[0],
             (ull)lastkey);
       if (out) {
@@ -285,6 +289,7 @@ static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
         memcpy(out->u64_values + nu, c.values, c.n * sizeof(uint64_t));
       }
       lastkey = c.keys[c.n - 1];
+      lastformat = c.format;
       nu += c.n;
     } else if (kind == WEIR__KIND_BYTES) {
       if (c.n > e->bytes_entries - nb)

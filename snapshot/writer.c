@@ -16,7 +16,8 @@
  *   meta    [ckpt id BE u64]                    -> envelope(Checkpoint)
  *   chunks  [ckpt id BE u64][record BE u32][seq BE u32] -> envelope(chunk)
  * A subtask write gets the checkpoint's next record number; its chunks are
- * its u64 state sorted by key, then its byte-string entries, then its blob,
+ * its u64 state in hash order (store.h), then its byte-string entries, then
+ * its blob,
  * each chunk at most WEIR__CHUNK_MAX bytes, written WEIR__TXN_CHUNKS per
  * transaction (MDB_APPEND when the keys land past the current last key).
  * What was written is remembered per checkpoint (weir__pending) for the
@@ -378,15 +379,41 @@ static void msd_sort(uint64_t *k, uint64_t *v, uint64_t *tk, uint64_t *tv, uint6
   }
 }
 
-/* Sorts keys ascending, values alongside. */
+/* Insertion sort that gives up once it has moved more than `budget`
+ * entries (returns -1; the arrays are then a permutation of the input). */
+static int insertion_sort_bounded(uint64_t *k, uint64_t *v, uint64_t n, uint64_t budget) {
+  uint64_t moved = 0;
+  for (uint64_t i = 1; i < n; i++) {
+    uint64_t kk = k[i], vv = v[i], j = i;
+    for (; j > 0 && k[j - 1] > kk; j--) {
+      k[j] = k[j - 1];
+      v[j] = v[j - 1];
+    }
+    k[j] = kk;
+    v[j] = vv;
+    moved += i - j;
+    if (moved > budget) return -1;
+  }
+  return 0;
+}
+
+/* The multiplicative inverse of WEIR_STORE_U64_RANK mod 2^64: rank -> key. */
+#define U64_UNRANK 0xf1de83e19937733dull
+_Static_assert(WEIR_STORE_U64_RANK *U64_UNRANK == 1, "U64_UNRANK inverts the rank");
+
+/* Sorts keys into hash order, values alongside. A snapshot of a hash table
+ * comes nearly in that order (only the keys that linear probing displaced
+ * are out of place), so an insertion sort finishes in a few passes' time;
+ * an order it cannot fix cheaply goes to the radix sort. */
 static void sort_u64(uint64_t *k, uint64_t *v, uint64_t n) {
-  uint64_t i = 1;
-  while (i < n && k[i - 1] <= k[i]) i++;
-  if (i >= n) return; /* already sorted (a common case) */
-  uint64_t *tk = weir_malloc(n * sizeof *tk), *tv = weir_malloc(n * sizeof *tv);
-  msd_sort(k, v, tk, tv, n);
-  weir_free(tk);
-  weir_free(tv);
+  for (uint64_t i = 0; i < n; i++) k[i] = weir_store_u64_rank(k[i]);
+  if (insertion_sort_bounded(k, v, n, 8 * n + 4096) < 0) {
+    uint64_t *tk = weir_malloc(n * sizeof *tk), *tv = weir_malloc(n * sizeof *tv);
+    msd_sort(k, v, tk, tv, n);
+    weir_free(tk);
+    weir_free(tv);
+  }
+  for (uint64_t i = 0; i < n; i++) k[i] *= U64_UNRANK;
 }
 
 /* ---- packing a subtask into chunks ---------------------------------------- */

@@ -424,6 +424,16 @@ void th_arm_failpoints(const char *spec) {
 /* ------------------------------------------------------------------------ */
 /* Crash tests of the weir binary                                           */
 
+const char *th_service(const char *var) {
+  const char *v = getenv(var);
+  return v && *v ? v : NULL;
+}
+
+int th_in_ci(void) {
+  const char *v = getenv("CI");
+  return v && strcmp(v, "true") == 0;
+}
+
 int64_t th_mono_ms(void) {
   return now_ms();
 }

@@ -70,6 +70,21 @@ int th_count_entries(const char *dir);
  * them all) and makes the engine read them again. */
 void th_arm_failpoints(const char *spec);
 
+/* ---- services (PostgreSQL, NATS: scripts/services starts them) ------------- */
+
+/* The value of environment variable `var` (PGHOST, NATS_URL, ...) when it
+ * names a service the tests may use, else NULL. A test that gets NULL
+ * skips itself, unless th_in_ci(): then a missing service fails it, so
+ * that CI cannot pass by skipping. Pattern:
+ *   if (!th_service("NATS_URL")) {
+ *     cr_assert(!th_in_ci(), "NATS_URL is not set: nats-server is required under CI");
+ *     cr_skip_test("NATS_URL is not set (scripts/services starts nats-server)");
+ *   } */
+const char *th_service(const char *var);
+
+/* Whether CI=true is set in the environment. */
+int th_in_ci(void);
+
 /* ---- crash tests of the weir binary ---------------------------------------- */
 
 /* CLOCK_MONOTONIC in milliseconds. */

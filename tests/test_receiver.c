@@ -253,6 +253,19 @@ static int post(int port, const char *key, const char *body, resp *out) {
   return post_n(port, key, body, strlen(body), out);
 }
 
+/* POSTs body with key (NULL: none) and extra header lines ("Name: v\r\n"). */
+static int post_x(int port, const char *key, const char *extra, const char *body, resp *out) {
+  char head[1024];
+  size_t blen = strlen(body);
+  size_t hl = format_post(head, sizeof head, key, blen, extra);
+  int fd = connect_to(port);
+  if (fd < 0) return -1;
+  int rc = send_all(fd, head, hl) == 0 && send_all(fd, body, blen) == 0 ? 0 : -1;
+  if (rc == 0) rc = read_response(fd, out);
+  close(fd);
+  return rc;
+}
+
 /* Sends raw bytes and reads whatever comes back (the server may close). */
 static void raw(int port, const char *bytes, size_t n, resp *out) {
   int fd = connect_to(port);
@@ -292,7 +305,7 @@ static stats get_stats(const char *db) {
   /* Every request is accounted for. */
   cr_assert_eq(s.requests,
                s.effects + s.duplicates + s.rejections + s.conflicts + s.invalid + s.aborted +
-                   s.errors,
+                   s.errors + field(out, "fenced"),
                "%s", out);
   free(out);
   free(err);
@@ -585,6 +598,55 @@ Test(receiver, no_dedup_applies_every_request) {
   EXPECT(db, 3, 3, 0, 0);
   stop(&r);
   free(db);
+}
+
+/* Weir-Epoch: per job, the highest epoch seen wins; lower ones are refused
+ * with 409 and Weir-Fenced, before the key is looked at, dedup or not. */
+static void fencing(int no_dedup) {
+  char *db = db_path("r.db");
+  receiver r;
+  start(&r, db, no_dedup ? (const char *const[]){"--no-dedup", NULL} : NULL);
+  resp a;
+  const char *j1 = "Weir-Job: j\r\nWeir-Epoch: 1\r\n", *j2 = "Weir-Job: j\r\nWeir-Epoch: 2\r\n";
+  cr_assert_eq(post_x(r.port, "k1", j1, "1 1\n", &a), 0);
+  cr_assert_eq(a.status, 201, "%s", a.head);
+  cr_assert_eq(post_x(r.port, "k2", j2, "1 2\n", &a), 0);
+  cr_assert_eq(a.status, 201, "%s", a.head);
+  cr_assert_eq(post_x(r.port, "k3", j1, "1 3\n", &a), 0); /* the stale owner */
+  cr_assert_eq(a.status, 409, "%s", a.head);
+  cr_assert(strstr(a.head, "Weir-Fenced: 2") != NULL, "%s", a.head);
+  cr_assert(strstr(a.body, "fenced") != NULL, "%s", a.body);
+  cr_assert_eq(post_x(r.port, "k1", j1, "1 1\n", &a), 0); /* even its own replay */
+  cr_assert_eq(a.status, 409, "%s", a.head);
+  cr_assert_eq(post_x(r.port, "k2", j2, "1 2\n", &a), 0); /* the same epoch passes */
+  cr_assert_eq(a.status, no_dedup ? 201 : 200, "%s", a.head);
+  cr_assert_eq(post_x(r.port, NULL, "Weir-Job: other\r\nWeir-Epoch: 1\r\n", "2 1\n", &a), 0);
+  cr_assert_eq(a.status, 201, "another job has a fence of its own: %s", a.head);
+  cr_assert_eq(post_x(r.port, NULL, NULL, "2 2\n", &a), 0);
+  cr_assert_eq(a.status, 201, "no epoch, no fence: %s", a.head);
+  cr_assert_eq(post_x(r.port, NULL, "Weir-Epoch: x1\r\n", "2 3\n", &a), 0);
+  cr_assert_eq(a.status, 400, "%s", a.head);
+  stats s = get_stats(db);
+  cr_assert_eq(s.requests, 8);
+  cr_assert_eq(s.effects, no_dedup ? 5 : 4);
+  cr_assert_eq(s.invalid, 1);
+  const char *argv[] = {WEIR_BINARY, "receiver", "stats", "--db", db, "--json", NULL};
+  char *out = NULL;
+  cr_assert_eq(th_run(argv, NULL, &out, NULL, TIMEOUT_S), 0);
+  cr_assert_eq(field(out, "fenced"), 2, "%s", out);
+  cr_assert_eq(field(out, "repeated_payloads"), 2, "%s", out);
+  cr_assert_eq(field(out, "repeated_effects"), no_dedup ? 1 : 0, "%s", out);
+  free(out);
+  stop(&r);
+  free(db);
+}
+
+Test(receiver, stale_epoch_is_fenced) {
+  fencing(0);
+}
+
+Test(receiver, stale_epoch_is_fenced_without_dedup_too) {
+  fencing(1);
 }
 
 Test(receiver, dropped_ack_applies_the_effect_and_the_retry_replays) {

@@ -6,7 +6,9 @@
  * recovery) and at seeded random times, then --restore latest until done:
  * the receiver has effects == N, requests >= N, rejections == 0, and its
  * effects are exactly the expected pairs. Also: a key reused with another
- * payload (422: exit 5, one effect kept), a replay beyond retention=
+ * payload (422: exit 5, one effect kept), a run whose lease epoch the
+ * destination has seen overtaken (409 with Weir-Fenced: exit 4, nothing of
+ * it lands), a replay beyond retention=
  * (refused, no new effect), and acknowledgements dropped with p = 0.2
  * (with keys no extra effect; with idempotency=off about p/(1-p) = 0.25
  * extra effects per operation). See test_sinks_tx.c and sinks_tx.h.
@@ -156,9 +158,10 @@ Test(http_tx, random_kills) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
-/* Writes `body` with Idempotency-Key `key` through the receiver. Returns
- * the HTTP status (0: no answer). A raw HTTP/1.1 request on a socket. */
-static int post(int port, const char *key, const char *body) {
+/* Writes `body` with Idempotency-Key `key` and extra header lines (NULL:
+ * none) through the receiver. Returns the HTTP status (0: no answer). A raw
+ * HTTP/1.1 request on a socket. */
+static int post_h(int port, const char *key, const char *extra, const char *body) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   cr_assert_geq(fd, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
@@ -167,8 +170,8 @@ static int post(int port, const char *key, const char *body) {
   char req[2048];
   int n = snprintf(req, sizeof req,
                    "POST /effects HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: "
-                   "text/plain\r\nIdempotency-Key: %s\r\nContent-Length: %zu\r\n\r\n%s",
-                   key, strlen(body), body);
+                   "text/plain\r\nIdempotency-Key: %s\r\n%sContent-Length: %zu\r\n\r\n%s",
+                   key, extra ? extra : "", strlen(body), body);
   cr_assert_eq(write(fd, req, (size_t)n), n);
   char buf[4096];
   size_t len = 0;
@@ -180,6 +183,10 @@ static int post(int port, const char *key, const char *body) {
   int status = 0;
   sscanf(buf, "HTTP/1.%*d %d", &status);
   return status;
+}
+
+static int post(int port, const char *key, const char *body) {
+  return post_h(port, key, NULL, body);
 }
 
 /* The job id of a state directory, from `weir checkpoints --json`. */
@@ -225,6 +232,39 @@ Test(http_tx, reused_key_other_payload_is_exit_5) {
   char *out = NULL;
   cr_assert_eq(th_run(argv, NULL, &out, NULL, RUN_TIMEOUT_S), 0);
   cr_assert_str_eq(out, "0 999\n", "the first effect must be kept: %s", out);
+  free(out);
+  recv_stop(&r);
+  job_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* The destination saw a later epoch of this job (a successor wrote there):
+ * every request of this run carries Weir-Epoch 2, which the receiver
+ * refuses with 409 and Weir-Fenced; the sink stops at once with exit 4,
+ * and nothing of this run lands. */
+Test(http_tx, fenced_epoch_is_exit_4) {
+  job *j = job_new(100, 1, "100", "20");
+  receiver r;
+  recv_start(&r, j, NULL);
+  http_sink(j, &r, NULL);
+  char *err = NULL;
+  int rc = run_job(j, "ckpt.barrier_injected=kill@1", &err, NULL); /* makes the job id */
+  expect_killed_at(j, rc, err, "ckpt.barrier_injected");
+  free(err);
+  char id[64], hdr[200];
+  job_id_of(j, id, sizeof id);
+  snprintf(hdr, sizeof hdr, "Weir-Job: %s\r\nWeir-Epoch: 99\r\n", id);
+  cr_assert_eq(post_h(r.port, "someone-else", hdr, "7 7"), 201);
+  rc = run_job(j, NULL, &err, "--restore", "latest", NULL);
+  cr_assert_eq(rc, 4, "exit %d: %s", rc, err);
+  cr_assert(strstr(err, "fenced") != NULL, "stderr: %s", err);
+  free(err);
+  stats s = recv_stats(&r);
+  cr_assert_eq(s.effects, 1, "effects %lld", s.effects);
+  const char *argv[] = {WEIR_BINARY, "receiver", "stats", "--db", r.db, "--json", NULL};
+  char *out = NULL;
+  cr_assert_eq(th_run(argv, NULL, &out, NULL, RUN_TIMEOUT_S), 0);
+  cr_assert(strstr(out, "\"fenced\": 1,") != NULL, "one request, refused, then the stop: %s", out);
   free(out);
   recv_stop(&r);
   job_free(j);

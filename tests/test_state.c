@@ -27,6 +27,7 @@
 #include "helpers.h"
 #include "state.h"
 #include "task.h" /* struct weir_ctx, to look at a subtask's bytes entries */
+#include "weir/alloc.h"
 #include "weir/job.h"
 
 static uint64_t test_seed(void) {
@@ -255,6 +256,81 @@ Test(state, u64_delete_wrapping_chain) {
   for (size_t i = 0; i < 12; i++) *weir__u64_upsert(&s.u, keys[i]) = 7;
   cr_assert_eq(s.u.n, 12);
   weir__state_close(&s);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+static int cmp_rank(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a * 0x9e3779b97f4a7c15ULL;
+  uint64_t y = *(const uint64_t *)b * 0x9e3779b97f4a7c15ULL;
+  return x < y ? -1 : x > y;
+}
+
+/* weir__u64_load lays out entries in hash order in one pass: every key is
+ * found with its value, including a last cluster that wraps around the
+ * table's end and the EMPTY key; the table then works as any other
+ * (deletes, inserts, growth). Input out of hash order is refused. */
+Test(state, u64_load_hash_order) {
+  uint64_t seed = test_seed(), g = seed;
+  for (int round = 0; round < 40; round++) {
+    size_t n = 1 + rnd(&g) % (round < 20 ? 600 : 20000);
+    uint64_t *keys = weir_malloc((n + 16) * 8), *vals = weir_malloc((n + 16) * 8);
+    uint8_t *present = weir_malloc(n + 16);
+    size_t k = 0;
+    uint64_t cap = 1024;
+    while (n * 2 > cap) cap *= 2;
+    /* A cluster at the table's end (it wraps), and the EMPTY key. */
+    while (k < 6) {
+      uint64_t key = rnd(&g);
+      if (home_of(key, cap) >= cap - 2) keys[k++] = key;
+    }
+    if (round % 2) keys[k++] = WEIR__U64_EMPTY;
+    while (k < n) keys[k++] = rnd(&g);
+    n = k;
+    qsort(keys, n, 8, cmp_rank);
+    for (size_t i = 1; i < n; i++)
+      cr_assert_neq(keys[i], keys[i - 1], "seed %llu", (unsigned long long)seed);
+    for (size_t i = 0; i < n; i++) {
+      vals[i] = rnd(&g);
+      present[i] = 1;
+    }
+    weir__state s;
+    weir__state_init(&s);
+    if (n > 1) {
+      /* Out of order: refused, nothing built. */
+      uint64_t t = keys[0];
+      keys[0] = keys[1];
+      keys[1] = t;
+      cr_assert_eq(weir__u64_load(&s.u, keys, vals, n), 0);
+      cr_assert_null(s.u.slots);
+      keys[1] = keys[0];
+      keys[0] = t;
+    }
+    cr_assert_eq(weir__u64_load(&s.u, keys, vals, n), 1, "seed %llu", (unsigned long long)seed);
+    cr_assert_eq(s.u.cap, cap);
+    check_against(&s.u, keys, vals, present, n, seed, round);
+    /* A table exists now: refused. */
+    cr_assert_eq(weir__u64_load(&s.u, keys, vals, n), 0);
+    /* It behaves: delete every third key, change the others, then grow. */
+    for (size_t i = 0; i < n; i += 3) {
+      cr_assert_eq(weir__u64_del(&s.u, keys[i]), 1);
+      present[i] = 0;
+    }
+    for (size_t i = 0; i < n; i++)
+      if (present[i]) *weir__u64_upsert(&s.u, keys[i]) = vals[i] = vals[i] + 1;
+    check_against(&s.u, keys, vals, present, n, seed, round);
+    uint64_t before = s.u.cap;
+    for (uint64_t i = 0; i <= cap / 2; i++) *weir__u64_upsert(&s.u, rnd(&g) | 1) = 1;
+    cr_assert_gt(s.u.cap, before, "the table grew");
+    for (size_t i = 0; i < n; i++) {
+      uint64_t *v = weir__u64_find(&s.u, keys[i]);
+      cr_assert(present[i] ? v && *v == vals[i] : v == NULL, "seed %llu: key %zu after growth",
+                (unsigned long long)seed, i);
+    }
+    weir__state_close(&s);
+    weir_free(keys);
+    weir_free(vals);
+    weir_free(present);
+  }
   cr_assert_eq(th_leak_check(), 0);
 }
 

@@ -142,9 +142,11 @@ static weir_subtask_snapshot copy_snap(const weir_subtask_snapshot *a) {
   return b;
 }
 
+/* (key, value) pairs in hash order, the order the store keeps. */
 static int cmp_pair(const void *a, const void *b) {
-  const uint64_t *x = a, *y = b;
-  return x[0] < y[0] ? -1 : x[0] > y[0];
+  uint64_t x = weir_store_u64_rank(*(const uint64_t *)a),
+           y = weir_store_u64_rank(*(const uint64_t *)b);
+  return x < y ? -1 : x > y;
 }
 static int cmp_posn(const void *a, const void *b) {
   const weir_snap_position *x = a, *y = b;
@@ -152,7 +154,7 @@ static int cmp_posn(const void *a, const void *b) {
 }
 
 /* Asserts that `got` (loaded) holds exactly the state of `want` (as
- * written): u64 state as a set (loaded sorted by key), byte-string entries in
+ * written): u64 state as a set (loaded in hash order), byte-string entries in
  * order, positions as a set (loaded sorted by split), blob. */
 static void assert_same(const weir_subtask_snapshot *want, const weir_subtask_snapshot *got) {
   cr_assert_str_eq(got->op, want->op);
@@ -552,7 +554,11 @@ Test(codec, chunks) {
   char err[256];
   weir__chunk c;
   weir__chunk_id id = {9, 2, 5};
+  /* In hash order (ascending key * WEIR_STORE_U64_RANK), which is not key
+   * order for these. */
   uint64_t keys[3] = {1, 5, 9}, vals[3] = {0, UINT64_MAX, 300};
+  qsort(keys, 3, 8, cmp_pair);
+  cr_assert(keys[0] > keys[1] || keys[1] > keys[2], "keys 1, 5, 9 are in key order by hash too");
   size_t len = weir__u64_chunk_encode(id, keys, vals, 3, buf);
   cr_assert_eq(weir__chunk_decode(buf, len, id, &c, err, sizeof err), 0, "%s", err);
   cr_assert_eq(c.kind, WEIR__KIND_U64);
@@ -564,9 +570,20 @@ Test(codec, chunks) {
   weir__chunk_id other = {9, 2, 6};
   cr_assert_eq(weir__chunk_decode(buf, len, other, &c, err, sizeof err), WEIR_ECORRUPT);
   cr_assert(strstr(err, "chunk 5 of record 2 of checkpoint 9") != NULL, "%s", err);
-  /* Keys out of order or repeated. */
-  uint64_t bad[3] = {1, 9, 5}, rep[3] = {1, 1, 5};
+  /* Keys out of order or repeated: key order is out of hash order. */
+  uint64_t bad[3] = {1, 5, 9}, rep[3] = {1, 1, 5};
   len = weir__u64_chunk_encode(id, bad, vals, 3, buf);
+  cr_assert_eq(weir__chunk_decode(buf, len, id, &c, err, sizeof err), WEIR_ECORRUPT);
+  cr_assert(strstr(err, "hash order") != NULL, "%s", err);
+  /* A format 1 chunk is in key order: read as it was written, and hash
+   * order is out of order there. */
+  weir__env_seal(buf, 1, WEIR__KIND_U64, (uint32_t)(len - WEIR__ENV_HDR));
+  cr_assert_eq(weir__chunk_decode(buf, len, id, &c, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(c.format, 1);
+  cr_assert_arr_eq(c.keys, bad, sizeof bad);
+  weir__chunk_free(&c);
+  len = weir__u64_chunk_encode(id, keys, vals, 3, buf);
+  weir__env_seal(buf, 1, WEIR__KIND_U64, (uint32_t)(len - WEIR__ENV_HDR));
   cr_assert_eq(weir__chunk_decode(buf, len, id, &c, err, sizeof err), WEIR_ECORRUPT);
   len = weir__u64_chunk_encode(id, rep, vals, 3, buf);
   cr_assert_eq(weir__chunk_decode(buf, len, id, &c, err, sizeof err), WEIR_ECORRUPT);

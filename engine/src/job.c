@@ -63,6 +63,8 @@
  * request), waits until every task has been told it completed, and only
  * then stops the workers.
  */
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/types.h> /* before sys/random.h (macOS) */
@@ -116,6 +118,8 @@ void weir_job_stop(weir_job *job) {
 }
 
 const weir_run_info *weir_job_run_info(const weir_job *job) {
+  weir_job *j = (weir_job *)job; /* the build time is gathered from the subtasks */
+  j->info.restore_build_ms = (double)atomic_load(&j->restore_build_ns) / 1e6;
   return &job->info;
 }
 
@@ -480,6 +484,63 @@ static int store_fail(weir_job *job, int rc, const char *what) {
   return rc;
 }
 
+/* Subtask states to load, shared by the threads that load them. */
+typedef struct load_item {
+  weir__node *node;
+  int subtask;
+  weir_subtask_snapshot *snap;
+  int rc;
+} load_item;
+
+typedef struct loader {
+  weir_store *store;
+  uint64_t id;
+  load_item *items;
+  size_t n;
+  atomic_size_t next;
+} loader;
+
+static void *load_items(void *p) {
+  loader *l = p;
+  for (size_t i; (i = atomic_fetch_add(&l->next, 1)) < l->n;) {
+    load_item *it = &l->items[i];
+    it->snap = weir_calloc(1, sizeof *it->snap);
+    it->rc = weir_store_load(l->store, l->id, it->node->name, (uint32_t)it->subtask, it->snap);
+    if (it->rc) {
+      weir_free(it->snap);
+      it->snap = NULL;
+    }
+  }
+  return NULL;
+}
+
+/* Loads the items on up to `threads` threads (the caller's included):
+ * reading and decoding a large state is the bulk of a restore, and each
+ * subtask's state is independent. Hands each state to its subtask; the
+ * first error (but WEIR_ENOENT: nothing stored) fails the job. */
+static int load_parallel(weir_job *job, uint64_t id, load_item *items, size_t n, int threads) {
+  loader l = {job->store, id, items, n, 0};
+  pthread_t th[64];
+  int started = 0;
+  for (int t = 1; t < threads && t < 64 && (size_t)t < n; t++) {
+    if (pthread_create(&th[started], NULL, load_items, &l) != 0) break;
+    started++;
+  }
+  load_items(&l);
+  for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+  int rc = 0;
+  for (size_t i = 0; i < n; i++) {
+    load_item *it = &items[i];
+    if (it->snap) {
+      it->node->ctx[it->subtask]->restore = it->snap;
+    } else if (it->rc != WEIR_ENOENT && !rc) {
+      rc = it->rc;
+      store_fail(job, rc, "cannot restore");
+    }
+  }
+  return rc;
+}
+
 /* Loads every stored subtask state of node n in checkpoint id and
  * redistributes them among n's current subtasks (rescale.c). */
 static int load_rescaled(weir_job *job, uint64_t id, weir__node *n, uint32_t p0,
@@ -532,6 +593,7 @@ static int load_rescaled(weir_job *job, uint64_t id, weir__node *n, uint32_t p0,
  * the operators that hear of completed checkpoints (a finished job's
  * restore, which runs nothing but those notifications). */
 static int load_checkpoint(weir_job *job, uint64_t id, int notified_only) {
+  uint64_t t0 = uv_hrtime();
   int rc = weir_store_verify(job->store, id);
   if (rc) return store_fail(job, rc, "cannot restore");
   weir_store_ckpt_info *info = NULL;
@@ -540,6 +602,7 @@ static int load_checkpoint(weir_job *job, uint64_t id, int notified_only) {
   uint32_t kg = (uint32_t)job->opts.max_parallelism;
   /* Checkpoints that did not record it were taken with the default. */
   uint32_t old_kg = info->key_groups ? info->key_groups : WEIR_DEFAULT_MAX_PARALLELISM;
+  job->info.restored_bytes = info->ckpt.bytes;
   uint32_t *p0 = weir_calloc(job->nnodes, sizeof *p0); /* 0: nothing stored */
   uint32_t *pc = weir_calloc(job->nnodes, sizeof *pc); /* channel state: its parallelism */
   int channels = 0;
@@ -614,6 +677,8 @@ static int load_checkpoint(weir_job *job, uint64_t id, int notified_only) {
     }
   }
   weir_free(pc);
+  size_t nitems = 0;
+  load_item *items = NULL;
   for (uint32_t k = 0; k < job->nnodes && !rc; k++) {
     weir__node *n = job->nodes[k];
     if (!p0[k]) continue;
@@ -624,24 +689,14 @@ static int load_checkpoint(weir_job *job, uint64_t id, int notified_only) {
       rc = load_rescaled(job, id, n, p0[k], kg);
       continue;
     }
-    for (int s = 0; s < n->parallelism && !rc; s++) {
-      weir_subtask_snapshot *snap = weir_calloc(1, sizeof *snap);
-      rc = weir_store_load(job->store, id, n->name, (uint32_t)s, snap);
-      if (rc == WEIR_ENOENT) {
-        weir_free(snap);
-        rc = 0;
-        continue;
-      }
-      if (rc) {
-        weir_free(snap);
-        store_fail(job, rc, "cannot restore");
-        break;
-      }
-      n->ctx[s]->restore = snap;
-    }
+    items = weir_realloc(items, (nitems + (size_t)n->parallelism) * sizeof *items);
+    for (int s = 0; s < n->parallelism; s++) items[nitems++] = (load_item){.node = n, .subtask = s};
   }
   weir_free(p0);
+  if (!rc) rc = load_parallel(job, id, items, nitems, (int)job->nworkers);
+  weir_free(items);
   if (rc) return rc;
+  job->info.restore_read_ms = (double)(uv_hrtime() - t0) / 1e6;
   return weir_failpoint("ckpt.during_restore");
 }
 
@@ -728,7 +783,9 @@ static int prepare_store(weir_job *job) {
     rc = load_checkpoint(job, from, 0);
     if (rc) return rc;
     job->info.restored_from = from;
-    WEIR_LOG_I("restored job %s from checkpoint %llu", rec.job_id, (unsigned long long)from);
+    WEIR_LOG_I("restored job %s from checkpoint %llu (%.1f MB read and checked in %.0f ms)",
+               rec.job_id, (unsigned long long)from, (double)job->info.restored_bytes / 1e6,
+               job->info.restore_read_ms);
   }
   return 0;
 }
@@ -863,10 +920,21 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
   memset(&c, 0, sizeof c);
   c.job = job;
   for (uint32_t i = 0; i < job->ntasks; i++) c.expected += job->tasks[i]->nops;
+  /* From the lease on, SIGINT and SIGTERM must stop the job in order
+   * (release the lease): held back until the loop's handlers are in place
+   * (a restore may take seconds before that). */
+  sigset_t stop_sigs, old_mask;
+  sigemptyset(&stop_sigs);
+  if (job->opts.handle_signals) {
+    sigaddset(&stop_sigs, SIGINT);
+    sigaddset(&stop_sigs, SIGTERM);
+  }
+  pthread_sigmask(SIG_BLOCK, &stop_sigs, &old_mask);
   if (job->opts.state_dir) {
     rc = acquire_lease(job);
     if (rc == 0) rc = prepare_store(job);
     if (rc) {
+      pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
       weir_store_close(job->store);
       job->store = NULL;
       weir_lease_close(job->lease, 1);
@@ -901,6 +969,7 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
     uv_signal_start(&c.sigint, on_signal, SIGINT);
     uv_signal_start(&c.sigterm, on_signal, SIGTERM);
   }
+  pthread_sigmask(SIG_SETMASK, &old_mask, NULL); /* a signal held back arrives now */
   atomic_store(&job->coord_alive, 1);
   job->start_ns = weir_clock_mono_ns();
   rc = weir__workers_start(job);

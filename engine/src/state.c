@@ -11,6 +11,7 @@
 #include "weir/assert.h"
 #include "hash.h"
 #include "weir/job.h"
+#include "weir/store.h"
 
 #define MIN_CAP 1024u
 
@@ -160,6 +161,10 @@ static inline void cow_write(weir__u64map *m, uint64_t j) {
     cow_touch(m->cow, j);
 }
 
+/* The store keeps u64 state in hash order (store.h): the order of the
+ * table's slots, give or take the keys linear probing displaced. */
+_Static_assert(WEIR__U64_HASH_MUL == WEIR_STORE_U64_RANK, "tables are laid out in store order");
+
 static void take_page(const uint64_t *sl, uint64_t n, uint64_t *keys, uint64_t *values,
                       uint64_t *k) {
   for (uint64_t i = 0; i < n; i++) {
@@ -169,27 +174,61 @@ static void take_page(const uint64_t *sl, uint64_t n, uint64_t *keys, uint64_t *
   }
 }
 
+/* Page 0, whose first cluster may hold keys that wrapped around from the
+ * table's end: those go to wrapped[] (to be put last, where hash order
+ * has them), the rest to keys[]. */
+static void take_first_page(const uint64_t *sl, uint64_t n, unsigned shift, uint64_t *keys,
+                            uint64_t *values, uint64_t *k, uint64_t *wrapped, uint64_t *nw) {
+  uint64_t i = 0;
+  for (; i < n && sl[2 * i] != WEIR__U64_EMPTY; i++) {
+    uint64_t key = sl[2 * i];
+    if (((key * WEIR__U64_HASH_MUL) >> shift) > i) {
+      wrapped[2 * *nw] = key;
+      wrapped[2 * (*nw)++ + 1] = sl[2 * i + 1];
+    } else {
+      keys[*k] = key;
+      values[(*k)++] = sl[2 * i + 1];
+    }
+  }
+  take_page(sl + 2 * i, n - i, keys, values, k);
+}
+
 void weir__cow_extract(weir__cow *c, uint64_t **keys, uint64_t **values, uint64_t *n) {
   /* At most cap / 2 entries (load factor), plus the EMPTY key. */
-  uint64_t max = c->cap / 2 + 1, k = 0;
-  uint64_t *ks = weir_malloc(max * sizeof *ks), *vs = weir_malloc(max * sizeof *vs);
-  if (c->has_empty_key) {
+  uint64_t max = c->cap / 2 + 1, k = 0, nw = 0;
+  uint64_t *ks = weir_malloc_big(max * sizeof *ks), *vs = weir_malloc_big(max * sizeof *vs);
+  uint64_t *wrapped = c->cap ? weir_malloc(WEIR__COW_PAGE * 16) : NULL;
+  unsigned shift = c->cap ? 64 - (unsigned)__builtin_ctzll(c->cap) : 0;
+  /* The EMPTY key's rank: with the keys whose slots come before it. */
+  uint64_t empty_at = c->has_empty_key ? (WEIR__U64_EMPTY * WEIR__U64_HASH_MUL) >> shift : 0;
+  for (uint64_t p = 0; p < c->npages; p++) {
+    if (c->has_empty_key && empty_at / WEIR__COW_PAGE == p) {
+      ks[k] = WEIR__U64_EMPTY;
+      vs[k++] = c->empty_key_value;
+    }
+    uint64_t cnt = page_slots(c, p);
+    uint8_t live = PAGE_LIVE;
+    const uint64_t *sl;
+    int reading = atomic_compare_exchange_strong_explicit(
+        &c->state[p], &live, PAGE_READING, memory_order_acq_rel, memory_order_acquire);
+    /* If not, COPIED: the owner copied it (published by the acquire above). */
+    sl = (reading ? c->slots : c->arena) + 2 * p * WEIR__COW_PAGE;
+    if (p == 0)
+      take_first_page(sl, cnt, shift, ks, vs, &k, wrapped, &nw);
+    else
+      take_page(sl, cnt, ks, vs, &k);
+    if (reading) atomic_store_explicit(&c->state[p], PAGE_DONE, memory_order_release);
+    WEIR_ASSERT(k + nw <= max);
+  }
+  if (c->has_empty_key && c->npages == 0) {
     ks[k] = WEIR__U64_EMPTY;
     vs[k++] = c->empty_key_value;
   }
-  for (uint64_t p = 0; p < c->npages; p++) {
-    uint64_t cnt = page_slots(c, p);
-    uint8_t live = PAGE_LIVE;
-    if (atomic_compare_exchange_strong_explicit(&c->state[p], &live, PAGE_READING,
-                                                memory_order_acq_rel, memory_order_acquire)) {
-      take_page(c->slots + 2 * p * WEIR__COW_PAGE, cnt, ks, vs, &k);
-      atomic_store_explicit(&c->state[p], PAGE_DONE, memory_order_release);
-    } else {
-      /* COPIED: the owner copied it (published by the acquire above). */
-      take_page(c->arena + 2 * p * WEIR__COW_PAGE, cnt, ks, vs, &k);
-    }
-    WEIR_ASSERT(k <= max);
+  for (uint64_t i = 0; i < nw; i++) {
+    ks[k] = wrapped[2 * i];
+    vs[k++] = wrapped[2 * i + 1];
   }
+  weir_free(wrapped);
   if (!k) {
     weir_free(ks);
     weir_free(vs);
@@ -208,7 +247,7 @@ void weir__cow_release(weir__cow *c) {
 /* ---- u64 -> u64 ---------------------------------------------------------- */
 
 static inline uint64_t u64_index(const weir__u64map *m, uint64_t key) {
-  return (key * 0x9e3779b97f4a7c15ULL) >> m->shift;
+  return (key * WEIR__U64_HASH_MUL) >> m->shift;
 }
 
 static void u64_alloc(weir__u64map *m, uint64_t cap) {
@@ -252,6 +291,35 @@ void weir__u64_reserve(weir__u64map *m, uint64_t n) {
   uint64_t cap = m->slots ? m->cap : MIN_CAP;
   while ((m->n + n) * 2 > cap) cap *= 2;
   if (!m->slots || cap > m->cap) u64_rehash(m, cap);
+}
+
+int weir__u64_load(weir__u64map *m, const uint64_t *keys, const uint64_t *values, uint64_t n) {
+  if (m->slots || m->cow || n == 0) return 0;
+  for (uint64_t i = 1; i < n; i++)
+    if (keys[i] * WEIR__U64_HASH_MUL <= keys[i - 1] * WEIR__U64_HASH_MUL) return 0;
+  uint64_t cap = MIN_CAP;
+  while (n * 2 > cap) cap *= 2;
+  m->slots = table_alloc(cap * 16); /* not filled with EMPTY: the pass below does it */
+  m->cap = cap;
+  m->shift = 64 - (unsigned)__builtin_ctzll(cap);
+  uint64_t pos = 0, i = 0;
+  for (; i < n && pos < cap; i++) {
+    uint64_t k = keys[i];
+    if (k == WEIR__U64_EMPTY) {
+      m->has_empty_key = 1;
+      m->empty_key_value = values[i];
+      continue;
+    }
+    for (uint64_t home = u64_index(m, k); pos < home; pos++) m->slots[2 * pos] = WEIR__U64_EMPTY;
+    m->slots[2 * pos] = k;
+    m->slots[2 * pos++ + 1] = values[i];
+    m->n++;
+  }
+  for (; pos < cap; pos++) m->slots[2 * pos] = WEIR__U64_EMPTY;
+  /* The last cluster ran past the table's end: the rest wraps around to the
+   * free slots at its start, as inserts would put them. */
+  for (; i < n; i++) *weir__u64_upsert_slow(m, keys[i]) = values[i];
+  return 1;
 }
 
 uint64_t *weir__u64_find(weir__u64map *m, uint64_t key) {

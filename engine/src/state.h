@@ -23,6 +23,10 @@ typedef struct weir__cow weir__cow;
 /* Copy-on-write pages (see "copy-on-write snapshots" below): slots per
  * page, and the first page state in which the owner writes freely. */
 #define WEIR__COW_PAGE 512u
+
+/* The u64 tables' multiplicative hash: key k's home slot is the top bits of
+ * k * WEIR__U64_HASH_MUL. */
+#define WEIR__U64_HASH_MUL 0x9e3779b97f4a7c15ull
 #define WEIR__COW_FREE 2u
 
 typedef struct weir__u64map {
@@ -70,7 +74,7 @@ static inline uint64_t *weir__u64_upsert(weir__u64map *m, uint64_t key) {
    * still needs the slot's page as it was (see below). */
   if (m->slots && key != WEIR__U64_EMPTY) {
     uint64_t mask = m->cap - 1;
-    for (uint64_t j = (key * 0x9e3779b97f4a7c15ULL) >> m->shift;; j = (j + 1) & mask) {
+    for (uint64_t j = (key * WEIR__U64_HASH_MUL) >> m->shift;; j = (j + 1) & mask) {
       uint64_t k = m->slots[2 * j];
       if (k == key) {
         if (m->cow_pages && atomic_load_explicit(&m->cow_pages[j / WEIR__COW_PAGE],
@@ -88,10 +92,16 @@ int weir__u64_del(weir__u64map *m, uint64_t key);
 /* Grows the table once so that n more entries fit without growing again
  * (a restore: one allocation instead of a doubling per power of two). */
 void weir__u64_reserve(weir__u64map *m, uint64_t n);
+/* Builds a table that has none yet from n distinct entries in hash order
+ * (ascending key * WEIR__U64_HASH_MUL, as a format 2 checkpoint stores
+ * them), in one pass over fresh memory: each entry lands at its home slot
+ * or right after the entry before it. Returns 1 if done, 0 (nothing
+ * changed) if the table exists or the entries are not in hash order. */
+int weir__u64_load(weir__u64map *m, const uint64_t *keys, const uint64_t *values, uint64_t n);
 
 static inline void weir__u64_prefetch(const weir__u64map *m, uint64_t key) {
   if (m->slots) {
-    uint64_t i = (key * 0x9e3779b97f4a7c15ULL) >> m->shift;
+    uint64_t i = (key * WEIR__U64_HASH_MUL) >> m->shift;
     __builtin_prefetch(&m->slots[2 * i], 1, 3);
   }
 }

@@ -67,8 +67,16 @@ int weir_job_write_summary(const weir_job *job, const char *path) {
     fprintf(f, "], \"records_in\": %llu, \"records_out\": %llu}", (unsigned long long)tin,
             (unsigned long long)tout);
   }
-  fprintf(f, "\n  ],\n  \"source_records\": %llu,\n  \"records_per_s\": %.1f\n}\n",
+  fprintf(f, "\n  ],\n  \"source_records\": %llu,\n  \"records_per_s\": %.1f",
           (unsigned long long)src, elapsed > 0 ? (double)src / elapsed : 0.0);
+  const weir_run_info *ri = weir_job_run_info(job);
+  if (ri->restored_from)
+    fprintf(f,
+            ",\n  \"restore\": {\"checkpoint\": %llu, \"bytes\": %llu, \"read_ms\": %.3f, "
+            "\"build_ms\": %.3f}",
+            (unsigned long long)ri->restored_from, (unsigned long long)ri->restored_bytes,
+            ri->restore_read_ms, ri->restore_build_ms);
+  fprintf(f, "\n}\n");
   int bad = ferror(f);
   if (fclose(f) != 0 || bad) return WEIR_EIO;
   return 0;

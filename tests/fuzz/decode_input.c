@@ -268,7 +268,8 @@ static void check_chunk(const weir__chunk *c, uint16_t kind, weir__chunk_id expe
   case WEIR__KIND_U64:
     CHECK(c->n >= 1 && c->keys != NULL && c->values != NULL, "u64 chunk: %zu entries", c->n);
     for (size_t i = 1; i < c->n; i++)
-      CHECK(c->keys[i - 1] < c->keys[i], "u64 chunk: keys not ascending at %zu", i);
+      CHECK(weir__u64_order(c->format, c->keys[i - 1]) < weir__u64_order(c->format, c->keys[i]),
+            "u64 chunk: keys not ascending at %zu", i);
     touch(c->keys, c->n * sizeof *c->keys);
     touch(c->values, c->n * sizeof *c->values);
     break;
@@ -319,6 +320,8 @@ static void round_trip_chunk(const weir__chunk *c, weir__chunk_id expect) {
                                  buf);
   else
     n = weir__blob_chunk_encode(c->id, c->data, c->data_len, buf);
+  /* In the format it was read in (u64 key order depends on it). */
+  weir__env_seal(buf, c->format, c->kind, (uint32_t)(n - WEIR__ENV_HDR));
   weir__chunk d;
   char err[300];
   int rc = weir__chunk_decode(buf, n, expect, &d, err, sizeof err);

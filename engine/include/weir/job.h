@@ -452,6 +452,11 @@ typedef struct weir_run_info {
    * checkpoints this run completed, for benchmarks. */
   uint32_t checkpoint_ms_n;
   uint32_t checkpoint_ms[256];
+  /* The restore, when there was one: the checkpoint's stored bytes, the
+   * time to read and check them, and the time the slowest subtask took to
+   * rebuild its state from them (subtasks rebuild in parallel). */
+  uint64_t restored_bytes;
+  double restore_read_ms, restore_build_ms;
 } weir_run_info;
 #define WEIR_RUN_INFO_DURATIONS 256
 

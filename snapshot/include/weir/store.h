@@ -31,9 +31,19 @@
 extern "C" {
 #endif
 
-/* The format this weir writes, and the oldest it reads. */
-#define WEIR_STORE_FORMAT 1u
+/* The format this weir writes, and the oldest it reads. Format 2 stores u64
+ * state in hash order (below); format 1 stored it in key order. */
+#define WEIR_STORE_FORMAT 2u
 #define WEIR_STORE_MIN_READER 1u
+
+/* The hash order of u64 state: ascending key * WEIR_STORE_U64_RANK (mod
+ * 2^64, a bijection of the keys). It is the order in which the engine's
+ * hash tables place keys, so a snapshot read off a table is nearly sorted
+ * already, and a restore fills its table front to back. */
+#define WEIR_STORE_U64_RANK 0x9e3779b97f4a7c15ull
+static inline uint64_t weir_store_u64_rank(uint64_t key) {
+  return key * WEIR_STORE_U64_RANK;
+}
 
 typedef struct weir_store weir_store;
 struct weir_lease;
@@ -118,7 +128,8 @@ typedef struct weir_subtask_snapshot {
   char *op; /* operator name */
   uint32_t subtask, parallelism;
   /* u64 keyed state: keys[i] -> values[i], distinct keys in any order
-   * (the store sorts them by key). */
+   * (the store sorts them into hash order; cheapest when they come in it,
+   * or nearly). */
   uint64_t n_u64;
   uint64_t *u64_keys, *u64_values;
   /* Byte-string keyed state: entry i has routing key b_route[i], key of
@@ -269,7 +280,8 @@ int weir_store_verify(weir_store *s, uint64_t id);
 
 /* Loads one subtask's state of completed checkpoint `id` into *out (fully
  * validated; on error *out is empty). WEIR_ENOENT if the checkpoint has no
- * such operator subtask. u64 state comes back sorted by key, positions
+ * such operator subtask. u64 state comes back in the order stored (hash
+ * order; key order from format 1 checkpoints), positions
  * sorted by split, byte-string entries in the order they were written.
  * Reads in this process: run weir_store_verify first on a store that may be
  * damaged. */
