@@ -530,7 +530,18 @@ static int un_scan(weir__task *t) {
     }
     if (t->seen_id <= t->un.last || t->seen_id <= t->align.last) return 0;
     now = weir_clock_mono_ns();
-    if (now - t->seen_ns < (uint64_t)t->job->opts.alignment_timeout_ms * 1000000u) return 0;
+    uint64_t limit = (uint64_t)t->job->opts.alignment_timeout_ms * 1000000u;
+    if (now - t->seen_ns < limit) {
+      /* Not yet: make sure a wake-up comes when it is due (libuv's timers
+       * count from the loop's cached time, so the one set at first sight
+       * may fire a little early, and a task that waits for input on a
+       * blocked alignment would then never look again: the switch must
+       * not depend on other events, or a task that aligns on a barrier
+       * another task sent ahead of its output after its own switch can
+       * wait for good). */
+      weir__task_wake_after(t, (limit - (now - t->seen_ns)) / 1000u + 1000u);
+      return 0;
+    }
     want = t->seen_id;
   }
   if (!want) return 0;
@@ -945,7 +956,8 @@ static int input_barrier(weir__task *t, uint32_t idx, uint64_t id) {
   if (t->job->unaligned) {
     weir__unalign_result ur = weir__unalign_barrier(&t->un, idx, id);
     if (ur == WEIR__UN_CUT && t->job->unaligned == WEIR__UNALIGNED_ALWAYS) {
-      /* Not seen by a scan (cannot happen: every step scans first). */
+      /* It arrived after the last scan: cut now (nothing of this input is
+       * overtaken; the others are recorded as usual). */
       if (un_cut(t, id, NULL, 0)) {
         task_failed(t, WEIR_ECKPT);
         return 1;
@@ -964,7 +976,13 @@ static int input_barrier(weir__task *t, uint32_t idx, uint64_t id) {
       return 0;
     }
     /* Timeout mode: an aligned cut unless the task switched (then the
-     * barrier is stale for the aligner). */
+     * barrier is stale for the aligner). A barrier that arrived after the
+     * last scan starts the timeout here. */
+    if (id > t->seen_id && id > t->un.last && id > t->align.last) {
+      t->seen_id = id;
+      t->seen_ns = weir_clock_mono_ns();
+      weir__task_wake_after(t, (uint64_t)t->job->opts.alignment_timeout_ms * 1000u + 1000u);
+    }
   }
   weir__align_result ar = weir__align_barrier(&t->align, idx, id, weir_clock_mono_ns());
   if (ar == WEIR__ALIGN_COMPLETE) {
