@@ -23,10 +23,13 @@ static void help_checkpoints(FILE *out) {
   fputs("usage: weir checkpoints [--state-dir DIR] [--json]\n"
         "\n"
         "Lists the completed checkpoints retained in DIR (default ./state), oldest\n"
-        "first: id, completion time, stored bytes, duration and alignment time.\n"
+        "first: id, completion time, stored bytes, duration, alignment time, mode\n"
+        "(aligned, or unaligned when some subtask took an unaligned cut) and the\n"
+        "bytes of channel state (records the barriers overtook).\n"
         "Read-only; safe while the job runs. --json prints\n"
         "{\"job\": ID, \"finished\": BOOL, \"checkpoints\": [{\"id\": N, \"time\": MS,\n"
-        "\"bytes\": B, \"duration_ms\": D, \"alignment_ms\": A}, ...]}.\n",
+        "\"bytes\": B, \"duration_ms\": D, \"alignment_ms\": A, \"mode\": M,\n"
+        "\"unaligned_subtasks\": U, \"channel_state_bytes\": C}, ...]}.\n",
         out);
 }
 
@@ -34,7 +37,10 @@ static void help_inspect(FILE *out) {
   fputs("usage: weir inspect ID [--state-dir DIR] [--json]\n"
         "\n"
         "Shows checkpoint ID: per operator and subtask, the stored bytes and chunks,\n"
-        "keyed-state entries, operator state size and source positions (split:offset).\n"
+        "keyed-state entries, operator state size and source positions (split:offset);\n"
+        "whether it is aligned or unaligned, and each task's channel state (an entry\n"
+        "named after the task's first operator + ~channels: the records its cut\n"
+        "overtook, replayed first on restore).\n"
         "For a two-phase sink subtask (file:, http://), its counters kept apart, as\n"
         "totals over every run of the job up to this checkpoint (attempts, requests,\n"
         "responses, duplicates, rejections, commits, aborts, recovered), and the\n"
@@ -93,6 +99,39 @@ static int open_ro(const char *dir, weir_store **s) {
   return 0;
 }
 
+/* Nonzero if st is a task's channel state (an unaligned cut). */
+static int is_channel_state(const weir_store_subtask_info *st) {
+  size_t n = strlen(st->op), k = strlen(WEIR_CHANNEL_STATE_SUFFIX);
+  return n > k && strcmp(st->op + n - k, WEIR_CHANNEL_STATE_SUFFIX) == 0;
+}
+
+/* What checkpoint `id` says about unaligned cuts: the subtasks that took
+ * one (each stored channel state) and the bytes of overtaken records. */
+typedef struct channel_sum {
+  uint32_t unaligned;
+  uint64_t bytes;
+} channel_sum;
+
+static channel_sum channel_sum_of(const weir_store_ckpt_info *info) {
+  channel_sum c = {0, 0};
+  for (uint32_t i = 0; i < info->nsubtasks; i++) {
+    const weir_store_subtask_info *st = &info->subtasks[i];
+    if (!is_channel_state(st)) continue;
+    c.unaligned++;
+    if (st->blob_len > WEIR_CHANNEL_STATE_HEADER)
+      c.bytes += st->blob_len - WEIR_CHANNEL_STATE_HEADER;
+  }
+  return c;
+}
+
+static channel_sum channel_sum_at(weir_store *s, uint64_t id) {
+  weir_store_ckpt_info *info = NULL;
+  channel_sum c = {0, 0};
+  if (weir_store_info(s, id, &info) == 0) c = channel_sum_of(info);
+  weir_store_ckpt_info_free(info);
+  return c;
+}
+
 static int store_error(weir_store *s, int rc, const char *what) {
   char msg[512];
   cli_error("%s: %s", what, weir_store_error(s, msg, sizeof msg));
@@ -126,12 +165,16 @@ int cli_cmd_checkpoints(int argc, char **argv) {
     else
       printf("null");
     printf(", \"finished\": %s, \"checkpoints\": [", exists && job.finished ? "true" : "false");
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+      channel_sum cs = channel_sum_at(s, list[i].id);
       printf("%s{\"id\": %llu, \"time\": %lld, \"bytes\": %llu, \"duration_ms\": %llu, "
-             "\"alignment_ms\": %llu, \"epoch\": %llu}",
+             "\"alignment_ms\": %llu, \"epoch\": %llu, \"mode\": \"%s\", "
+             "\"unaligned_subtasks\": %u, \"channel_state_bytes\": %llu}",
              i ? ", " : "", (unsigned long long)list[i].id, (long long)list[i].time_ms,
              (unsigned long long)list[i].bytes, (unsigned long long)list[i].duration_ms,
-             (unsigned long long)list[i].alignment_ms, (unsigned long long)list[i].epoch);
+             (unsigned long long)list[i].alignment_ms, (unsigned long long)list[i].epoch,
+             cs.unaligned ? "unaligned" : "aligned", cs.unaligned, (unsigned long long)cs.bytes);
+    }
     printf("]");
     if (have_lease) { /* who holds the state directory (lease.c) */
       printf(", \"lease\": {\"epoch\": %llu, \"pid\": %lld, \"host\": ",
@@ -156,17 +199,19 @@ int cli_cmd_checkpoints(int argc, char **argv) {
     if (!n)
       printf("no completed checkpoint\n");
     else
-      printf("%10s %6s  %-24s %14s %12s %13s\n", "id", "epoch", "completed (UTC)", "bytes",
-             "duration ms", "alignment ms");
+      printf("%10s %6s  %-24s %14s %12s %13s %-9s %14s\n", "id", "epoch", "completed (UTC)",
+             "bytes", "duration ms", "alignment ms", "mode", "channel bytes");
     for (size_t i = 0; i < n; i++) {
       char when[32] = "?";
       time_t t = (time_t)(list[i].time_ms / 1000);
       struct tm tm;
       if (gmtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
-      printf("%10llu %6llu  %-24s %14llu %12llu %13llu%s\n", (unsigned long long)list[i].id,
-             (unsigned long long)list[i].epoch, when, (unsigned long long)list[i].bytes,
-             (unsigned long long)list[i].duration_ms, (unsigned long long)list[i].alignment_ms,
-             list[i].final ? "  final" : "");
+      channel_sum cs = channel_sum_at(s, list[i].id);
+      printf("%10llu %6llu  %-24s %14llu %12llu %13llu %-9s %14llu%s\n",
+             (unsigned long long)list[i].id, (unsigned long long)list[i].epoch, when,
+             (unsigned long long)list[i].bytes, (unsigned long long)list[i].duration_ms,
+             (unsigned long long)list[i].alignment_ms, cs.unaligned ? "unaligned" : "aligned",
+             (unsigned long long)cs.bytes, list[i].final ? "  final" : "");
     }
   }
   weir_free(list);
@@ -233,16 +278,19 @@ int cli_cmd_inspect(int argc, char **argv) {
     return CLI_EXIT_USAGE;
   }
   if (rc) return store_error(s, rc, "cannot read the checkpoint");
+  channel_sum cs = channel_sum_of(info);
   if (r.json) {
     printf("{\"id\": %llu, \"job\": ", (unsigned long long)info->ckpt.id);
     weir_json_string(stdout, info->job_id);
     printf(", \"format\": %u, \"epoch\": %llu, \"instance\": %llu, \"time\": %lld, "
            "\"bytes\": %llu, \"duration_ms\": %llu, "
-           "\"alignment_ms\": %llu, \"final\": %s, \"subtasks\": [",
+           "\"alignment_ms\": %llu, \"final\": %s, \"mode\": \"%s\", "
+           "\"unaligned_subtasks\": %u, \"channel_state_bytes\": %llu, \"subtasks\": [",
            info->format_version, (unsigned long long)info->ckpt.epoch,
            (unsigned long long)info->ckpt.instance, (long long)info->ckpt.time_ms,
            (unsigned long long)info->ckpt.bytes, (unsigned long long)info->ckpt.duration_ms,
-           (unsigned long long)info->ckpt.alignment_ms, info->ckpt.final ? "true" : "false");
+           (unsigned long long)info->ckpt.alignment_ms, info->ckpt.final ? "true" : "false",
+           cs.unaligned ? "unaligned" : "aligned", cs.unaligned, (unsigned long long)cs.bytes);
     for (uint32_t i = 0; i < info->nsubtasks; i++) {
       weir_store_subtask_info *st = &info->subtasks[i];
       printf("%s{\"operator\": ", i ? ", " : "");
@@ -257,8 +305,9 @@ int cli_cmd_inspect(int argc, char **argv) {
         printf("%s{\"split\": %u, \"offset\": %llu}", k ? ", " : "", st->pos[k].split,
                (unsigned long long)st->pos[k].offset);
       printf("]");
+      if (is_channel_state(st)) printf(", \"channel_state\": true");
       weir_sink_state_info si;
-      if (sink_state(s, id, st, &si)) print_sink_json(&si);
+      if (!is_channel_state(st) && sink_state(s, id, st, &si)) print_sink_json(&si);
       printf("}");
     }
     printf("]}\n");
@@ -270,6 +319,12 @@ int cli_cmd_inspect(int argc, char **argv) {
     printf("  %llu bytes, duration %llu ms, alignment %llu ms\n",
            (unsigned long long)info->ckpt.bytes, (unsigned long long)info->ckpt.duration_ms,
            (unsigned long long)info->ckpt.alignment_ms);
+    if (cs.unaligned)
+      printf("  unaligned: %u subtasks stored channel state, %llu bytes of overtaken records "
+             "(operators named *" WEIR_CHANNEL_STATE_SUFFIX ")\n",
+             cs.unaligned, (unsigned long long)cs.bytes);
+    else
+      printf("  aligned: no channel state\n");
     printf("  %-16s %8s %12s %7s %12s %12s %10s  %s\n", "operator", "subtask", "bytes", "chunks",
            "u64 keys", "byte keys", "op state", "positions");
     for (uint32_t i = 0; i < info->nsubtasks; i++) {
@@ -283,7 +338,7 @@ int cli_cmd_inspect(int argc, char **argv) {
       if (st->npos > 8) printf(" ... (%u splits)", st->npos);
       printf("\n");
       weir_sink_state_info si;
-      if (sink_state(s, id, st, &si)) print_sink_text(&si);
+      if (!is_channel_state(st) && sink_state(s, id, st, &si)) print_sink_text(&si);
     }
   }
   weir_store_ckpt_info_free(info);

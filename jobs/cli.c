@@ -150,6 +150,7 @@ int cli_take_engine(cli_args *a, cli_engine *eng) {
   if ((r = cli_take_str(a, "--restore", &eng->restore)) != 0) return r;
   if ((r = cli_take_bool(a, "--fresh", &eng->fresh)) != 0) return r;
   if ((r = cli_take_str(a, "--checkpoint-mode", &eng->checkpoint_mode)) != 0) return r;
+  if ((r = cli_take_u64(a, "--alignment-timeout", 3600000, &eng->alignment_timeout)) != 0) return r;
   if ((r = cli_take_u64(a, "--lease-ms", 3600000, &eng->lease_ms)) != 0) return r;
   if ((r = cli_take_bool(a, "--wait", &eng->lease_wait)) != 0) return r;
   if ((r = cli_take_str(a, "--tolerable-checkpoint-failures", &eng->tolerable)) != 0) return r;
@@ -199,9 +200,15 @@ int cli_checkpoint_opts(const cli_engine *eng, weir_run_opts *o) {
     o->at_least_once = 1;
   else if (strcmp(eng->checkpoint_mode, "sync") == 0)
     o->sync_checkpoints = 1;
+  else if (strcmp(eng->checkpoint_mode, "unaligned") == 0)
+    o->unaligned = 1;
   else
-    return cli_usage("--checkpoint-mode: '%s' is not one of aligned, at-least-once, sync",
-                     eng->checkpoint_mode);
+    return cli_usage(
+        "--checkpoint-mode: '%s' is not one of aligned, unaligned, at-least-once, sync",
+        eng->checkpoint_mode);
+  if (eng->alignment_timeout && (o->at_least_once || o->sync_checkpoints))
+    return cli_usage("--alignment-timeout: only with --checkpoint-mode aligned or unaligned");
+  o->alignment_timeout_ms = (uint32_t)eng->alignment_timeout;
   if (eng->tolerable) {
     uint64_t n;
     if (strcmp(eng->tolerable, "unlimited") == 0)

@@ -54,7 +54,8 @@ typedef struct cli_engine {
   int retain;                   /* 0 = engine default (3) */
   const char *restore;          /* NULL, "latest" or an id */
   int fresh;
-  const char *checkpoint_mode; /* "aligned" (default), "at-least-once" or "sync" */
+  const char *checkpoint_mode; /* "aligned" (default), "unaligned", "at-least-once" or "sync" */
+  uint64_t alignment_timeout;  /* ms; 0 = none */
   uint64_t lease_ms;           /* ms; 0 = engine default (6000) */
   int lease_wait;              /* --wait: take over when a live owner's lease expires */
   const char *tolerable;       /* --tolerable-checkpoint-failures: N or "unlimited" */

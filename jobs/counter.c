@@ -7,12 +7,29 @@
  * (n_k = the number of i < N with i mod K = k), and a key's final count is the
  * largest it reached. --parallelism applies to every operator; the record
  * format is "<key> <count>" (DESIGN §4).
+ *
+ * --all-edges (and --slow-us, which implies it) puts every kind of channel
+ * between the generator and the count, for checkpoint tests and
+ * benchmarks, with the same output:
+ *
+ *   gen -forward-> pace (keeps even i) --+
+ *   gen -rebalance-> pass (keeps odd i) -+-broadcast-> pick -hash-> count -> sink
+ *
+ * (i is the record's timestamp; pick subtask s keeps the i with
+ * (i / 2) mod P == s, so each record reaches the count once.) Subtask 0 of
+ * pace sleeps --slow-us microseconds after every 1024 records: one slow
+ * path, whose backpressure holds aligned barriers back. With --fan-out F,
+ * pace and pass emit F copies of each record (payload 0 .. F-1) and pick
+ * keeps copy 0: one input batch then fills several output batches, so
+ * output waits on the pending lists behind full channels (the output side
+ * of unaligned channel state).
  */
 #include "cli.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "weir/clock.h"
 #include "weir/nats.h"
 
 typedef struct counter_cfg {
@@ -21,7 +38,35 @@ typedef struct counter_cfg {
   uint64_t rate; /* records/s over all generator subtasks, 0 = unlimited */
   const char *sink;
   const char *source; /* NULL: the generator; else a nats:// URL */
+  int all_edges;
+  uint64_t slow_us;
+  uint64_t fan_out; /* copies pace and pass emit of each record (pick keeps one) */
+  uint64_t paced;   /* records of pace subtask 0 (only its thread touches it) */
 } counter_cfg;
+
+/* pace (parity 0) and pass (parity 1): keep the records of their parity;
+ * subtask 0 of pace is the slow path. */
+static int keep_parity(weir_ctx *ctx, void *user, const weir_record *in) {
+  counter_cfg *c = user;
+  int pace = strcmp(weir_ctx_name(ctx), "pace") == 0;
+  if (((uint64_t)in->ts & 1u) != (pace ? 0u : 1u)) return 0;
+  if (pace && c->slow_us && weir_ctx_subtask(ctx) == 0) {
+    if (++c->paced % 1024 == 0) weir_sleep_us(c->slow_us);
+  }
+  for (uint64_t k = 0; k < (c->fan_out ? c->fan_out : 1); k++) {
+    int rc = weir_emit_u64(ctx, in->key, k);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
+/* pick: one subtask of the broadcast keeps each record. */
+static int pick_one(weir_ctx *ctx, void *user, const weir_record *in) {
+  (void)user;
+  if (((uint64_t)in->ts / 2) % weir_ctx_parallelism(ctx) != weir_ctx_subtask(ctx)) return 0;
+  if (weir_payload_u64(in) != 0) return 0; /* a copy of --fan-out */
+  return weir_emit(ctx, in->key, NULL, 0);
+}
 
 static void counter_help(FILE *out) {
   fputs("usage: weir run counter [--records N] [--keys K] [--rate R] [--parallelism P]\n"
@@ -48,6 +93,12 @@ static void counter_help(FILE *out) {
         "                   (else its hash), up to the last message of SUBJECT when\n"
         "                   the job first started; --records, --keys and --rate then\n"
         "                   do not apply (rate=R in the URL limits messages/s)\n"
+        "  --all-edges      route the records over a forward, a rebalance, a\n"
+        "                   broadcast and a hash edge (same output; for tests)\n"
+        "  --slow-us US     with --all-edges, one slow path: subtask 0 of the\n"
+        "                   forward path sleeps US microseconds every 1024 records\n"
+        "  --fan-out F      with --all-edges, each record travels as F copies up\n"
+        "                   to the broadcast's consumer, which keeps one (default 1)\n"
         "Checkpoint options: see 'weir help run' (state under ./state by default).\n"
         "Numbers take a k, M or G suffix (x1000): --records 20M.\n",
         out);
@@ -66,7 +117,10 @@ static int counter_parse(cli_args *a, cli_engine *eng, void **out) {
         (r = cli_take_u64(a, "--keys", UINT64_MAX, &c->keys)) != 0 ||
         (r = cli_take_u64(a, "--rate", UINT64_MAX, &c->rate)) != 0 ||
         (r = cli_take_str(a, "--sink", &c->sink)) != 0 ||
-        (r = cli_take_str(a, "--source", &c->source)) != 0) {
+        (r = cli_take_str(a, "--source", &c->source)) != 0 ||
+        (r = cli_take_bool(a, "--all-edges", &c->all_edges)) != 0 ||
+        (r = cli_take_u64(a, "--slow-us", 10000000, &c->slow_us)) != 0 ||
+        (r = cli_take_u64(a, "--fan-out", 1024, &c->fan_out)) != 0) {
       if (r < 0) goto fail;
       continue;
     }
@@ -98,6 +152,11 @@ static int counter_build(weir_job *job, const cli_engine *eng, void *cfg) {
   weir_gen_opts g = {.records = c->records, .keys = c->keys, .rate = c->rate};
   weir_stream *s =
       c->source ? weir_nats_source(job, "nats", c->source) : weir_gen(job, "gen", &g, p);
+  if (c->all_edges || c->slow_us || c->fan_out) {
+    weir_stream *even = weir_flat_map(weir_forward(s), "pace", keep_parity, c, p);
+    weir_stream *odd = weir_flat_map(weir_rebalance(s), "pass", keep_parity, c, p);
+    s = weir_flat_map(weir_broadcast(weir_union(even, odd)), "pick", pick_one, NULL, p);
+  }
   s = weir_count(weir_key_by(s), "count", p);
   /* "key k reached count c" is one logical effect in every replay: its
    * operation id is "<job>/sink/c/<k>.<c>" (DESIGN.md §6). */

@@ -317,15 +317,21 @@ static int counter_job(const char *name, uint64_t n, uint64_t k, int ps, int p, 
 }
 
 /* Checkpoints every 2 ms while the job runs (store writer thread,
- * coordinator, barriers and alignment under TSan), aligned, at-least-once
- * and synchronous (sources paused and resumed, tasks drained and woken):
- * the output must be exact either way (nothing restores here). */
-static void checkpoint_scenario(uint64_t n, int p, int w, int at_least_once, int sync) {
+ * coordinator, barriers and alignment under TSan), aligned, at-least-once,
+ * synchronous (sources paused and resumed, tasks drained and woken),
+ * unaligned (unaligned = 1: barriers overtake the rings, consumers scan
+ * their producers' rings) and aligned with a 1 ms alignment timeout
+ * (unaligned = 2): the output must be exact either way (nothing restores
+ * here). */
+static void checkpoint_scenario(uint64_t n, int p, int w, int at_least_once, int sync,
+                                int unaligned) {
   char name[160], why[256] = "", dir[] = "/tmp/weir-stress-XXXXXX";
   snprintf(name, sizeof name, "counter P=%d W=%d, checkpoints every 2 ms%s", p, w,
-           at_least_once ? ", at-least-once"
-           : sync        ? ", synchronous"
-                         : "");
+           at_least_once    ? ", at-least-once"
+           : sync           ? ", synchronous"
+           : unaligned == 1 ? ", unaligned"
+           : unaligned == 2 ? ", alignment timeout 1 ms"
+                            : "");
   counter c;
   counter_init(&c, n, 97);
   weir_job *job = NULL;
@@ -341,7 +347,9 @@ static void checkpoint_scenario(uint64_t n, int p, int w, int at_least_once, int
                        .state_dir = dir,
                        .checkpoint_interval_ms = 2,
                        .at_least_once = at_least_once,
-                       .sync_checkpoints = sync};
+                       .sync_checkpoints = sync,
+                       .unaligned = unaligned == 1,
+                       .alignment_timeout_ms = unaligned == 2 ? 1u : 0u};
     int rc = weir_job_run(job, &o);
     const weir_run_info *ri = weir_job_run_info(job);
     if (rc)
@@ -498,11 +506,14 @@ int main(int argc, char **argv) {
     stop_scenario(1, 1, 1 + round * 500);
   }
   twin_scenario(n);
-  checkpoint_scenario(n, 2, 2, 0, 0);
-  checkpoint_scenario(n, 4, 3, 0, 0);
-  checkpoint_scenario(n, 3, 2, 1, 0);
-  checkpoint_scenario(n, 2, 2, 0, 1);
-  checkpoint_scenario(n, 4, 3, 0, 1);
+  checkpoint_scenario(n, 2, 2, 0, 0, 0);
+  checkpoint_scenario(n, 4, 3, 0, 0, 0);
+  checkpoint_scenario(n, 3, 2, 1, 0, 0);
+  checkpoint_scenario(n, 2, 2, 0, 1, 0);
+  checkpoint_scenario(n, 4, 3, 0, 1, 0);
+  checkpoint_scenario(n, 2, 2, 0, 0, 1);
+  checkpoint_scenario(n, 4, 3, 0, 0, 1);
+  checkpoint_scenario(n, 3, 2, 0, 0, 2);
   alarm(0);
   printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed ? 1 : 0;

@@ -95,3 +95,11 @@ int weir__align_check(const weir__align *a) {
   if (a->cur && a->cur <= a->last) return 0;
   return 1;
 }
+
+void weir__align_force(weir__align *a, uint64_t id) {
+  if (id <= a->last) return;
+  if (a->cur && a->cur != id) a->abandoned = a->cur;
+  a->last = id;
+  a->cur = 0;
+  unblock_all(a);
+}

@@ -65,6 +65,10 @@ weir__align_result weir__align_end(weir__align *a, uint32_t i);
 /* After COMPLETE: the caller took snapshot `cur` and forwarded the barrier;
  * unblocks every input. Returns the completed id. */
 uint64_t weir__align_done(weir__align *a);
+/* The task took the cut of `id` another way (an unaligned cut after the
+ * alignment timeout): it counts as completed, every input is unblocked,
+ * and barriers <= id are stale from now on. */
+void weir__align_force(weir__align *a, uint64_t id);
 /* Nonzero if input i may be read now. */
 static inline int weir__align_readable(const weir__align *a, uint32_t i) {
   return a->in[i] != WEIR__IN_BLOCKED; /* an ended input has nothing to read anyway */

@@ -27,12 +27,14 @@ weir__chan *weir__chan_create(uint32_t cap, uint32_t batch_records, weir__notify
   weir__chan *ch = weir_aligned_alloc(sizeof *ch);
   memset(ch, 0, sizeof *ch);
   ch->cap = cap;
-  uint32_t rs = pow2_at_least(cap);
+  /* One slot beyond the bound: an unaligned barrier may overtake a full
+   * ring (weir__chan_push_front). */
+  uint32_t rs = pow2_at_least(cap + 1);
   ch->mask = rs - 1;
   ch->ring = weir_calloc(rs, sizeof *ch->ring);
   /* The return ring holds every batch that can exist at once, but pending
    * overflow may exceed it; extra batches are then freed. */
-  uint32_t fs = pow2_at_least(cap + 2);
+  uint32_t fs = pow2_at_least(cap + 3);
   ch->fmask = fs - 1;
   ch->fring = weir_calloc(fs, sizeof *ch->fring);
   ch->batch_records = batch_records;
@@ -200,6 +202,26 @@ void weir__chan_push(weir__chan *ch, weir__batch *b) {
     ch->pend_bytes += batch_bytes(b);
     list_append(&ch->pend_head, &ch->pend_tail, b);
   }
+}
+
+void weir__chan_push_front(weir__chan *ch, weir__batch *b) {
+  uint64_t t = atomic_load_explicit(&ch->tail, memory_order_relaxed);
+  uint64_t h = atomic_load_explicit(&ch->head, memory_order_acquire);
+  if (t - h <= ch->mask) {
+    b->next = NULL;
+    publish(ch, b);
+  } else {
+    /* Not even the spare slot: first in line on the pending list. */
+    WEIR_ASSERT(!ch->spill_after && !ch->late_head && !ch->nspilled);
+    b->next = ch->pend_head;
+    ch->pend_head = b;
+    if (!ch->pend_tail) ch->pend_tail = b;
+    ch->pend_bytes += batch_bytes(b);
+    ch->npend++;
+  }
+  /* The consumer may be busy with a full output of its own rather than
+   * waiting on this input: wake it anyway, so it sees the barrier now. */
+  if (ch->notify) ch->notify(ch->consumer);
 }
 
 uint32_t weir__chan_flush_pending(weir__chan *ch) {

@@ -89,6 +89,11 @@ void weir__chan_push(weir__chan *ch, weir__batch *b);
 /* Producer: publishes b only if the ring has room and nothing is pending;
  * otherwise returns WEIR_EAGAIN and the producer keeps b. */
 int weir__chan_try_push(weir__chan *ch, weir__batch *b);
+/* Producer: publishes control event b ahead of every pending batch (an
+ * unaligned barrier): into the ring at once if it has a slot, the spare one
+ * beyond the bound included, else first on the pending list; and wakes the
+ * consumer whether or not it waits. Not for feedback edges. */
+void weir__chan_push_front(weir__chan *ch, weir__batch *b);
 /* Producer: moves pending batches into the ring; returns how many remain. */
 uint32_t weir__chan_flush_pending(weir__chan *ch);
 /* Producer: 1 if nothing is pending and the ring has room. If 0, the

@@ -89,6 +89,7 @@ int weir_snapshot_get_position(weir_snapshot_reader *r, uint32_t split, uint64_t
 typedef struct ack {
   weir_job *job;
   uint64_t id;
+  int channels; /* a task's channel state */
 } ack;
 
 /* Counts one operator subtask's acknowledgement of checkpoint id. */
@@ -117,23 +118,30 @@ static void on_written(void *user, int status, const weir_store_written *w) {
   ack *a = user;
   weir_job *job = a->job;
   uint64_t id = a->id;
+  int channels = a->channels;
   weir_free(a);
   (void)weir_failpoint("ckpt.after_chunk_write");
+  if (channels) (void)weir_failpoint("ckpt.channel_state_written");
   count_ack(job, id, status, w);
 }
 
 /* Hands one subtask's state to the store (taking it over); a request the
  * store refuses counts as a failed acknowledgement. */
-static void write_state(weir_job *job, uint64_t id, weir_subtask_snapshot *s) {
+static void write_state_ex(weir_job *job, uint64_t id, weir_subtask_snapshot *s, int channels) {
   ack *a = weir_malloc(sizeof *a);
   a->job = job;
   a->id = id;
+  a->channels = channels;
   int rc = weir_store_write_subtask(job->store, id, s, on_written, a);
   if (rc) {
     weir_free(a);
     weir_subtask_snapshot_free(s);
     count_ack(job, id, rc, NULL);
   }
+}
+
+static void write_state(weir_job *job, uint64_t id, weir_subtask_snapshot *s) {
+  write_state_ex(job, id, s, 0);
 }
 
 /* ---- the synchronous part --------------------------------------------------- */
@@ -218,12 +226,18 @@ int weir__ctx_snapshot(weir_ctx *c, uint64_t id, weir_subtask_snapshot *s) {
   return 0;
 }
 
-int weir__task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns) {
+static int task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns, int unaligned) {
   weir_job *job = t->job;
   t->ckpt_done = id;
   if (!job->store) return 0;
   pthread_mutex_lock(&job->ck_mu);
   if (job->ck.id == id && align_ns > job->ck.align_ns) job->ck.align_ns = align_ns;
+  /* The channel state is one more write to wait for; counted before any
+   * of this task's writes can be acknowledged. */
+  if (job->ck.id == id && unaligned) {
+    job->ck.expected++;
+    job->ck.unaligned++;
+  }
   pthread_mutex_unlock(&job->ck_mu);
   for (uint32_t i = 0; i < t->nops; i++) {
     /* A loop head that opened a back-edge log for this checkpoint (it was
@@ -246,6 +260,50 @@ int weir__task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns) {
     write_state(job, id, &s);
   }
   return 0;
+}
+
+int weir__task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns) {
+  return task_snapshot(t, id, align_ns, 0);
+}
+
+int weir__task_snapshot_unaligned(weir__task *t, uint64_t id, uint64_t align_ns) {
+  return task_snapshot(t, id, align_ns, 1);
+}
+
+int weir__task_write_channels(weir__task *t, uint64_t id, uint8_t *blob, uint64_t len) {
+  weir_job *job = t->job;
+  if (!job->store) {
+    weir_free(blob);
+    return 0;
+  }
+  weir_ctx *c = t->ops[0];
+  pthread_mutex_lock(&job->ck_mu);
+  if (job->ck.id == id) job->ck.channel_bytes += len - WEIR__CS_HDR;
+  pthread_mutex_unlock(&job->ck_mu);
+  weir_subtask_snapshot s;
+  memset(&s, 0, sizeof s);
+  size_t n = strlen(c->node->name) + sizeof WEIR__CHANNELS_SUFFIX;
+  s.op = weir_malloc(n);
+  snprintf(s.op, n, "%s" WEIR__CHANNELS_SUFFIX, c->node->name);
+  s.subtask = c->subtask;
+  s.parallelism = c->parallelism;
+  s.blob = blob;
+  s.blob_len = len;
+  WEIR_LOG_D("checkpoint %llu: channel state of '%s' subtask %u: %llu bytes",
+             (unsigned long long)id, c->node->name, c->subtask, (unsigned long long)len);
+  write_state_ex(job, id, &s, 1);
+  return 0;
+}
+
+void weir__task_no_channels(weir__task *t, uint64_t id) {
+  weir_job *job = t->job;
+  if (!job->store) return;
+  pthread_mutex_lock(&job->ck_mu);
+  /* The channel state's acknowledgement is still missing, so the
+   * coordinator cannot have started the commit. */
+  if (job->ck.id == id && !job->ck.committing) job->ck.expected--;
+  pthread_mutex_unlock(&job->ck_mu);
+  weir__job_poke(job);
 }
 
 int weir__head_write_log(weir__task *t) {

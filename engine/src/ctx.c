@@ -28,6 +28,10 @@ weir_ctx *weir__ctx_create(weir__task *t, weir__node *node, uint32_t subtask) {
 
 void weir__ctx_destroy(weir_ctx *c) {
   if (!c) return;
+  if (c->restore_chan) { /* channel state that never got installed */
+    weir_subtask_snapshot_free(c->restore_chan);
+    weir_free(c->restore_chan);
+  }
   if (c->restore) { /* a restore that never got installed (the run failed first) */
     weir_subtask_snapshot_free(c->restore);
     weir_free(c->restore);

@@ -113,6 +113,12 @@ static weir_stream *stream_new(weir_job *job, uint32_t n) {
 
 static int check_name(weir_job *job, const char *name) {
   if (!name || !name[0]) return weir_job_fail(job, WEIR_EPLAN, "an operator needs a name");
+  size_t nl = strlen(name), sl = strlen(WEIR__CHANNELS_SUFFIX);
+  if (nl >= sl && strcmp(name + nl - sl, WEIR__CHANNELS_SUFFIX) == 0)
+    return weir_job_fail(job, WEIR_EPLAN,
+                         "operator '%s': names ending in '" WEIR__CHANNELS_SUFFIX
+                         "' are reserved for channel state",
+                         name);
   for (uint32_t i = 0; i < job->nnodes; i++)
     if (strcmp(job->nodes[i]->name, name) == 0)
       return weir_job_fail(job, WEIR_EPLAN, "two operators are named '%s'", name);

@@ -81,6 +81,12 @@ struct weir_stream {
 };
 
 /* The one checkpoint in flight (ck_mu). */
+enum { WEIR__UNALIGNED_ALWAYS = 1, WEIR__UNALIGNED_TIMEOUT = 2 };
+
+/* Suffix of the operator name under which a task's channel state is stored
+ * (its chain head's name + this; graph.c refuses operator names with it). */
+#define WEIR__CHANNELS_SUFFIX WEIR_CHANNEL_STATE_SUFFIX
+
 typedef struct weir__pending_ckpt {
   uint64_t id;
   uint32_t expected, acks, failed;
@@ -97,6 +103,10 @@ typedef struct weir__pending_ckpt {
    * began. */
   uint32_t drained;
   int snapping;
+  /* Unaligned cuts taken for it, and bytes of channel state they recorded
+   * (input and output records, before the store's envelopes). */
+  uint32_t unaligned;
+  uint64_t channel_bytes;
 } weir__pending_ckpt;
 
 typedef struct weir__adopted {
@@ -164,6 +174,10 @@ struct weir_job {
   weir_run_info info;
   _Atomic uint64_t restore_build_ns; /* the slowest subtask's, so far */
   int recover_only; /* a finished job: only tell operators its last checkpoint completed */
+  /* Barrier handling of this run: 0 aligned (or at-least-once, or sync),
+   * WEIR__UNALIGNED_ALWAYS, or WEIR__UNALIGNED_TIMEOUT (aligned first, an
+   * unaligned cut once alignment_timeout_ms passed). */
+  int unaligned;
 };
 
 /* Records the job's first failure (later ones are dropped) and wakes the

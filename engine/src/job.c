@@ -359,10 +359,18 @@ static void ck_progress(coord *c) {
       return;
     }
     uint64_t ms = (weir_clock_mono_ns() - ck.trigger_ns) / 1000000u;
-    WEIR_LOG_I("checkpoint %llu completed in %llu ms (%llu bytes, %s %llu ms)%s",
+    char un[96] = "";
+    if (job->unaligned)
+      snprintf(un, sizeof un, ", %s, channel state %llu bytes",
+               ck.unaligned ? "unaligned" : "aligned", (unsigned long long)ck.channel_bytes);
+    WEIR_LOG_I("checkpoint %llu completed in %llu ms (%llu bytes, %s %llu ms%s)%s",
                (unsigned long long)ck.id, (unsigned long long)ms, (unsigned long long)ck.bytes,
                job->opts.sync_checkpoints ? "drain" : "alignment",
-               (unsigned long long)(ck.align_ns / 1000000u), ck.final ? ", final" : "");
+               (unsigned long long)(ck.align_ns / 1000000u), un, ck.final ? ", final" : "");
+    job->info.unaligned_checkpoints += ck.unaligned ? 1 : 0;
+    job->info.channel_state_bytes += ck.channel_bytes;
+    if (job->info.checkpoint_ms_n < WEIR_RUN_INFO_DURATIONS)
+      job->info.checkpoint_ms[job->info.checkpoint_ms_n++] = (uint32_t)ms;
     job->info.last_checkpoint = ck.id;
     job->info.checkpoints++;
     c->failures = 0;
@@ -596,11 +604,30 @@ static int load_checkpoint(weir_job *job, uint64_t id, int notified_only) {
   uint32_t old_kg = info->key_groups ? info->key_groups : WEIR_DEFAULT_MAX_PARALLELISM;
   job->info.restored_bytes = info->ckpt.bytes;
   uint32_t *p0 = weir_calloc(job->nnodes, sizeof *p0); /* 0: nothing stored */
+  uint32_t *pc = weir_calloc(job->nnodes, sizeof *pc); /* channel state: its parallelism */
+  int channels = 0;
   /* The checkpoint must belong to this job's graph. */
   for (uint32_t i = 0; i < info->nsubtasks && !rc; i++) {
     weir_store_subtask_info *st = &info->subtasks[i];
+    size_t ol = strlen(st->op), sl = strlen(WEIR__CHANNELS_SUFFIX);
+    int is_chan = ol > sl && strcmp(st->op + ol - sl, WEIR__CHANNELS_SUFFIX) == 0;
     uint32_t k = 0;
-    while (k < job->nnodes && strcmp(job->nodes[k]->name, st->op)) k++;
+    while (k < job->nnodes && (is_chan ? strlen(job->nodes[k]->name) != ol - sl ||
+                                             strncmp(job->nodes[k]->name, st->op, ol - sl)
+                                       : strcmp(job->nodes[k]->name, st->op) != 0))
+      k++;
+    if (k < job->nnodes && is_chan) {
+      if (job->nodes[k]->chain_pos != 0) {
+        rc = WEIR_EPLAN;
+        weir__job_failed(job, rc,
+                         "checkpoint %llu holds channel state of operator '%.*s', which does not "
+                         "start a task in this job: is it the same job?",
+                         (unsigned long long)id, (int)(ol - sl), st->op);
+      }
+      pc[k] = st->parallelism;
+      channels = 1;
+      continue;
+    }
     if (k == job->nnodes) {
       rc = WEIR_EPLAN;
       weir__job_failed(job, rc,
@@ -612,6 +639,44 @@ static int load_checkpoint(weir_job *job, uint64_t id, int notified_only) {
     }
   }
   weir_store_ckpt_info_free(info);
+  /* Channel state holds records per output channel and in flight to each
+   * subtask: it restores only into the same tasks and channels (the same
+   * parallelism everywhere, the same key groups). */
+  for (uint32_t k = 0; k < job->nnodes && !rc && channels && !notified_only; k++) {
+    weir__node *n = job->nodes[k];
+    uint32_t had = pc[k] ? pc[k] : p0[k];
+    if ((had && had != (uint32_t)n->parallelism) || old_kg != kg) {
+      rc = WEIR_EPLAN;
+      weir__job_failed(job, rc,
+                       "checkpoint %llu is unaligned (it holds channel state): it restores only "
+                       "with the parallelism and key groups it was taken with (operator '%s' had "
+                       "%u subtasks, now %d; key groups %u, now %u); restore an aligned "
+                       "checkpoint to rescale",
+                       (unsigned long long)id, n->name, had, n->parallelism, old_kg, kg);
+    }
+  }
+  for (uint32_t k = 0; k < job->nnodes && !rc && channels && !notified_only; k++) {
+    weir__node *n = job->nodes[k];
+    if (!pc[k]) continue;
+    char op[512];
+    snprintf(op, sizeof op, "%s" WEIR__CHANNELS_SUFFIX, n->name);
+    for (int s = 0; s < n->parallelism && !rc; s++) {
+      weir_subtask_snapshot *snap = weir_calloc(1, sizeof *snap);
+      rc = weir_store_load(job->store, id, op, (uint32_t)s, snap);
+      if (rc == WEIR_ENOENT) {
+        weir_free(snap);
+        rc = 0;
+        continue;
+      }
+      if (rc) {
+        weir_free(snap);
+        store_fail(job, rc, "cannot restore");
+        break;
+      }
+      n->ctx[s]->restore_chan = snap;
+    }
+  }
+  weir_free(pc);
   size_t nitems = 0;
   load_item *items = NULL;
   for (uint32_t k = 0; k < job->nnodes && !rc; k++) {
@@ -825,6 +890,25 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
     return weir_job_fail(job, WEIR_EINVAL,
                          "synchronous checkpoints drain every channel: they do not combine with "
                          "at-least-once barriers");
+  if ((job->opts.unaligned || job->opts.alignment_timeout_ms) &&
+      (job->opts.sync_checkpoints || job->opts.at_least_once))
+    return weir_job_fail(
+        job, WEIR_EINVAL, "unaligned checkpoints and the alignment timeout do not combine with %s",
+        job->opts.sync_checkpoints ? "synchronous checkpoints" : "at-least-once barriers");
+  if (job->opts.alignment_timeout_ms)
+    job->unaligned = WEIR__UNALIGNED_TIMEOUT;
+  else if (job->opts.unaligned)
+    job->unaligned = WEIR__UNALIGNED_ALWAYS;
+  if (!job->opts.state_dir) job->unaligned = 0; /* no checkpoints at all */
+  if (job->unaligned && job->nloops) {
+    /* Channel state of a cycle would have to include the feedback edges'
+     * unbounded (spilling) queues and the in-flight count of the loop; the
+     * back-edge log already captures what crosses the cut there, so loop
+     * jobs keep the aligned protocol (see README, Loops). */
+    WEIR_LOG_W("this job has a loop: its checkpoints are aligned, with back-edge logging "
+               "(unaligned checkpoints and the alignment timeout apply to acyclic jobs only)");
+    job->unaligned = 0;
+  }
   if (job->opts.tolerable_checkpoint_failures < WEIR_TOLERATE_ANY)
     return weir_job_fail(job, WEIR_EINVAL, "tolerable checkpoint failures: %d is not a count",
                          job->opts.tolerable_checkpoint_failures);

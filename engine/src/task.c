@@ -31,6 +31,32 @@
  * opens stays empty. Nothing wakes a task when a count reaches zero, so
  * the coordinator wakes every task each millisecond while a synchronous
  * checkpoint drains.
+ *
+ * Unaligned cuts (job->unaligned; unaligned.h has the state machine): the
+ * task scans its input rings for barriers at every step, also when its
+ * outputs are full (a producer wakes its consumer when it pushes an
+ * unaligned barrier). At the first sight of barrier n it takes the cut:
+ * partly filled output batches go into their channels, the data batches
+ * waiting on the channels' pending lists are copied into the channel state
+ * (output records: emitted before the cut, delivered after the barrier),
+ * the operators snapshot, and barrier n goes into every output channel
+ * ahead of the pending batches (weir__chan_push_front). Then every record
+ * consumed from an input that has not delivered n yet is appended to the
+ * channel state (input records), until every input delivered n or ended;
+ * and as soon as barrier n is in sight in such an input's queue, the
+ * batches in front of it are copied into the channel state at once (they
+ * are processed later, not logged again: un_capture), so the channel state
+ * is complete when every barrier n is in sight, not when the backlog in
+ * front of them has been processed. The channel state is then written as
+ * one more entry of checkpoint n (checkpoint.c). With
+ * the alignment timeout the task aligns as usual and takes an unaligned cut
+ * only when the barrier it saw first has waited longer than the timeout
+ * (inputs that already delivered n are then not logged).
+ *
+ * Restore: the output records go back into their channels when the task
+ * opens, before anything it emits; the input records are processed before
+ * any live input (a step at a time), and no barrier is looked for until
+ * they are.
  */
 #include "task.h"
 
@@ -40,6 +66,8 @@
 #include "weir/assert.h"
 #include "weir/clock.h"
 #include "weir/failpoint.h"
+#include "weir/log.h"
+#include "weir/store.h"
 #include "hash.h"
 #include "iteration.h"
 
@@ -317,6 +345,355 @@ static inline int sync_mode(const weir__task *t) {
   return t->job->opts.sync_checkpoints;
 }
 
+/* ---- unaligned cuts -------------------------------------------------------- */
+
+static void cs_reserve(weir__task *t, uint64_t more) {
+  if (t->cs_len + more <= t->cs_cap) return;
+  uint64_t n = t->cs_cap ? t->cs_cap : 4096;
+  while (n < t->cs_len + more) n *= 2;
+  t->cs = weir_realloc(t->cs, (size_t)n);
+  t->cs_cap = n;
+}
+
+static inline void cs_put(weir__task *t, const void *p, uint64_t n) {
+  memcpy(t->cs + t->cs_len, p, (size_t)n);
+  t->cs_len += n;
+}
+
+/* Appends one record: [router u32][chan u32] (output records only), then
+ * [key u64][ts i64][id u64][len u32][payload]. */
+static void cs_record(weir__task *t, int out, uint32_t k, uint32_t j, const weir__batch *b,
+                      uint32_t r) {
+  uint32_t len = b->lens[r];
+  cs_reserve(t, 36u + len);
+  if (out) {
+    cs_put(t, &k, 4);
+    cs_put(t, &j, 4);
+  }
+  cs_put(t, &b->keys[r], 8);
+  cs_put(t, &b->ts[r], 8);
+  cs_put(t, &b->ids[r], 8);
+  cs_put(t, &len, 4);
+  if (len) cs_put(t, b->data + b->off[r], len);
+}
+
+/* Starts the channel state of a cut: the header, then the output records
+ * waiting on every output channel's pending list. */
+static void cs_begin(weir__task *t) {
+  t->cs_len = 0;
+  t->cs_out_records = t->cs_in_records = 0;
+  cs_reserve(t, WEIR__CS_HDR);
+  memset(t->cs, 0, WEIR__CS_HDR);
+  t->cs_len = WEIR__CS_HDR;
+  for (uint32_t k = 0; k < t->nrouters; k++) {
+    weir__router *r = &t->routers[k];
+    for (uint32_t j = 0; j < r->n; j++)
+      for (weir__batch *b = r->chans[j]->pend_head; b; b = b->next) {
+        if (b->kind != WEIR__MSG_DATA) continue;
+        for (uint32_t i = 0; i < b->len; i++) cs_record(t, 1, k, j, b, i);
+        t->cs_out_records += b->len;
+      }
+  }
+  t->cs_in_start = t->cs_len;
+}
+
+/* Hands the completed channel state of un.cur to the store. Returns 0 or an
+ * error (the job has been failed). */
+static int cs_finish(weir__task *t) {
+  uint64_t id = weir__unalign_done(&t->un);
+  uint32_t h[2] = {WEIR__CS_MAGIC, 1};
+  uint64_t q[4] = {t->cs_out_records, t->cs_in_start - WEIR__CS_HDR, t->cs_in_records,
+                   t->cs_len - t->cs_in_start};
+  memcpy(t->cs, h, 8);
+  memcpy(t->cs + 8, q, 32);
+  uint8_t *blob = t->cs;
+  uint64_t len = t->cs_len;
+  t->cs = NULL;
+  t->cs_len = t->cs_cap = 0;
+  if (!t->cs_out_records && !t->cs_in_records) {
+    /* Nothing overtaken: no entry (one durable write less). */
+    weir_free(blob);
+    weir__task_no_channels(t, id);
+    return 0;
+  }
+  int rc = weir_failpoint("ckpt.channel_state");
+  if (rc) {
+    weir_free(blob);
+    weir__job_failed(t->job, rc, "checkpoint %llu: failpoint ckpt.channel_state",
+                     (unsigned long long)id);
+    return rc;
+  }
+  return weir__task_write_channels(t, id, blob, len);
+}
+
+/* Logs a consumed data batch of input idx if it crossed the cut. */
+static inline void un_log(weir__task *t, uint32_t idx, const weir__batch *b) {
+  if (!t->job->unaligned || !weir__unalign_data(&t->un, idx, b->len)) return;
+  for (uint32_t i = 0; i < b->len; i++) cs_record(t, 0, 0, 0, b, i);
+  t->cs_in_records += b->len;
+}
+
+/* The unaligned cut of checkpoint id (passed: inputs that delivered it
+ * already, or NULL). Returns 0 or an error (the job has been failed). */
+static int un_cut(weir__task *t, uint64_t id, const uint8_t *passed, uint64_t align_ns) {
+  flush_outputs(t);
+  cs_begin(t);
+  weir__unalign_result ur = weir__unalign_start(&t->un, id, passed);
+  WEIR_LOG_D("checkpoint %llu: unaligned cut of task %u (%llu output records overtaken)",
+             (unsigned long long)id, t->index, (unsigned long long)t->cs_out_records);
+  /* A source's cut overtakes only its pending output: no entry if none. */
+  int chan = t->nin > 0 || t->cs_out_records > 0;
+  int rc =
+      chan ? weir__task_snapshot_unaligned(t, id, align_ns) : weir__task_snapshot(t, id, align_ns);
+  if (rc) return rc;
+  for (uint32_t k = 0; k < t->nrouters; k++) {
+    weir__router *r = &t->routers[k];
+    for (uint32_t j = 0; j < r->n; j++) {
+      weir__batch *b = weir__chan_batch(r->chans[j]);
+      b->kind = WEIR__MSG_BARRIER;
+      b->barrier_id = id;
+      weir__chan_push_front(r->chans[j], b);
+    }
+  }
+  if (ur == WEIR__UN_COMPLETE) {
+    if (chan) return cs_finish(t);
+    (void)weir__unalign_done(&t->un);
+    return 0;
+  }
+  return weir_failpoint("ckpt.unaligned_cut");
+}
+
+/* While recording the channel state of un.cur: an input that is still
+ * logging and whose barrier un.cur is now in its queue has all its records
+ * before the cut in sight; they are copied into the channel state at once
+ * (they are processed later, not logged again), so the channel state
+ * completes as soon as every barrier is in sight, not once the backlog in
+ * front of it has been processed. Returns 0 or an error (the job has been
+ * failed). */
+static int un_capture(weir__task *t) {
+  for (uint32_t i = 0; i < t->nin && t->un.cur; i++) {
+    if (t->un.in[i] != WEIR__UN_LOGGING) continue;
+    weir__chan *ch = t->in[i];
+    uint64_t h = atomic_load_explicit(&ch->head, memory_order_relaxed);
+    uint64_t tl = atomic_load_explicit(&ch->tail, memory_order_acquire);
+    uint64_t p = h;
+    while (p < tl) {
+      const weir__batch *b = ch->ring[p & ch->mask];
+      if (b->kind == WEIR__MSG_BARRIER && b->barrier_id == t->un.cur) break;
+      p++;
+    }
+    if (p == tl) continue; /* not in sight yet: logged as it is consumed */
+    for (uint64_t q = h; q < p; q++) {
+      const weir__batch *b = ch->ring[q & ch->mask];
+      if (b->kind != WEIR__MSG_DATA) continue;
+      for (uint32_t r = 0; r < b->len; r++) cs_record(t, 0, 0, 0, b, r);
+      t->cs_in_records += b->len;
+      (void)weir__unalign_data(&t->un, i, b->len); /* counted */
+    }
+    if (weir__unalign_barrier(&t->un, i, t->un.cur) == WEIR__UN_COMPLETE) return cs_finish(t);
+  }
+  return 0;
+}
+
+/* Scans every live input's ring for barriers not seen yet (positions
+ * between the last scan and the tail) and takes the unaligned cut of the
+ * newest one due: at once in WEIR__UNALIGNED_ALWAYS mode, after the
+ * alignment timeout otherwise. Returns 1 if the task failed. */
+static int un_scan(weir__task *t) {
+  if (t->replay || t->state != WEIR__TASK_RUNNING) return 0;
+  uint64_t want = 0;
+  for (uint32_t i = 0; i < t->nin; i++) {
+    if (t->in_ended[i]) continue;
+    weir__chan *ch = t->in[i];
+    uint64_t h = atomic_load_explicit(&ch->head, memory_order_relaxed);
+    uint64_t tl = atomic_load_explicit(&ch->tail, memory_order_acquire);
+    uint64_t pos = t->scanned[i] > h ? t->scanned[i] : h;
+    for (; pos < tl; pos++) {
+      const weir__batch *b = ch->ring[pos & ch->mask];
+      if (b->kind == WEIR__MSG_BARRIER &&
+          weir__unalign_seen(&t->un, i, b->barrier_id) == WEIR__UN_CUT && b->barrier_id > want)
+        want = b->barrier_id;
+    }
+    t->scanned[i] = pos;
+  }
+  uint64_t now = 0;
+  if (t->un.cur && un_capture(t)) {
+    task_failed(t, WEIR_ECKPT);
+    return 1;
+  }
+  if (t->job->unaligned == WEIR__UNALIGNED_TIMEOUT) {
+    if (want > t->seen_id) {
+      /* The timeout counts from the first sight of the barrier. */
+      t->seen_id = want;
+      t->seen_ns = weir_clock_mono_ns();
+      weir__task_wake_after(t, (uint64_t)t->job->opts.alignment_timeout_ms * 1000u + 100u);
+    }
+    if (t->seen_id <= t->un.last || t->seen_id <= t->align.last) return 0;
+    now = weir_clock_mono_ns();
+    uint64_t limit = (uint64_t)t->job->opts.alignment_timeout_ms * 1000000u;
+    if (now - t->seen_ns < limit) {
+      /* Not yet: make sure a wake-up comes when it is due (libuv's timers
+       * count from the loop's cached time, so the one set at first sight
+       * may fire a little early, and a task that waits for input on a
+       * blocked alignment would then never look again: the switch must
+       * not depend on other events, or a task that aligns on a barrier
+       * another task sent ahead of its output after its own switch can
+       * wait for good). */
+      weir__task_wake_after(t, (limit - (now - t->seen_ns)) / 1000u + 1000u);
+      return 0;
+    }
+    want = t->seen_id;
+  }
+  if (!want) return 0;
+  /* Inputs that already delivered `want` (aligned so far) are not logged. */
+  uint8_t *passed = NULL;
+  uint64_t align_ns = 0;
+  if (t->job->unaligned == WEIR__UNALIGNED_TIMEOUT) {
+    align_ns = now - t->seen_ns;
+    if (t->align.cur == want) {
+      passed = weir_calloc(t->nin, 1);
+      for (uint32_t i = 0; i < t->nin; i++) passed[i] = t->align.in[i] == WEIR__IN_BLOCKED;
+    }
+    weir__align_force(&t->align, want);
+    WEIR_LOG_D("checkpoint %llu: task %u switches to an unaligned cut after %llu ms",
+               (unsigned long long)want, t->index, (unsigned long long)(align_ns / 1000000u));
+  }
+  int rc = un_cut(t, want, passed, align_ns);
+  weir_free(passed);
+  if (!rc && t->un.cur) rc = un_capture(t);
+  if (rc) {
+    task_failed(t, WEIR_ECKPT);
+    return 1;
+  }
+  return 0;
+}
+
+/* Restore: pushes the restored output records into their channels (before
+ * anything the task emits) and keeps the input records for replay. Returns
+ * 0 or WEIR_ECORRUPT (reported). */
+static int un_restore(weir__task *t) {
+  weir_ctx *c = t->ops[0];
+  weir_subtask_snapshot *s = c->restore_chan;
+  if (!s) return 0;
+  c->restore_chan = NULL;
+  uint64_t len = 0;
+  void (*release)(uint8_t *, uint64_t) = s->blob_release;
+  uint8_t *p = s->blob;
+  len = s->blob_len;
+  s->blob = NULL;
+  s->blob_len = 0;
+  s->blob_release = NULL;
+  weir_subtask_snapshot_free(s);
+  weir_free(s);
+  const char *why = NULL;
+  uint32_t h[2] = {0, 0};
+  uint64_t q[4] = {0, 0, 0, 0};
+  if (len < WEIR__CS_HDR) {
+    why = "shorter than its header";
+  } else {
+    memcpy(h, p, 8);
+    memcpy(q, p + 8, 32);
+    if (h[0] != WEIR__CS_MAGIC || h[1] != 1)
+      why = "unknown format";
+    else if (q[1] > len - WEIR__CS_HDR || q[3] != len - WEIR__CS_HDR - q[1])
+      why = "section lengths do not add up";
+  }
+  uint64_t off = WEIR__CS_HDR, end = WEIR__CS_HDR + (why ? 0 : q[1]), n = 0;
+  while (!why && off < end) {
+    uint32_t k, j, rl;
+    if (end - off < 36) {
+      why = "truncated output record";
+      break;
+    }
+    memcpy(&k, p + off, 4);
+    memcpy(&j, p + off + 4, 4);
+    memcpy(&rl, p + off + 32, 4);
+    if (k >= t->nrouters || j >= t->routers[k].n || rl > c->max_record || end - off - 36 < rl) {
+      why = "an output record names no channel of this task, or is malformed";
+      break;
+    }
+    uint64_t key, id;
+    int64_t ts;
+    memcpy(&key, p + off + 8, 8);
+    memcpy(&ts, p + off + 16, 8);
+    memcpy(&id, p + off + 24, 8);
+    route_append(&t->routers[k], j, key, ts, id, p + off + 36, rl);
+    off += 36u + rl;
+    n++;
+  }
+  if (!why && n != q[0]) why = "output record count does not match";
+  /* The input section: checked now, replayed later. */
+  for (uint64_t o = end, m = 0; !why && o <= len; m++) {
+    if (o == len) {
+      if (m != q[2]) why = "input record count does not match";
+      break;
+    }
+    uint32_t rl;
+    if (len - o < 28) {
+      why = "truncated input record";
+      break;
+    }
+    memcpy(&rl, p + o + 24, 4);
+    if (rl > c->max_record || len - o - 28 < rl) {
+      why = "malformed input record";
+      break;
+    }
+    o += 28u + rl;
+  }
+  if (why) {
+    weir_blob_free(p, len, release);
+    return weir_ctx_fail(c, WEIR_ECORRUPT, "restored channel state of task %u: %s", t->index, why);
+  }
+  flush_outputs(t);
+  if (q[0] || q[2])
+    WEIR_LOG_I("'%s' subtask %u: restored channel state: %llu output records, %llu input "
+               "records",
+               c->node->name, c->subtask, (unsigned long long)q[0], (unsigned long long)q[2]);
+  if (q[3]) {
+    t->replay = p;
+    t->replay_len = len;
+    t->replay_off = end;
+    t->replay_release = release;
+    t->replay_batch = weir__batch_create(t->batch_records);
+  } else {
+    weir_blob_free(p, len, release);
+  }
+  return 0;
+}
+
+/* Processes up to one step's worth of restored input records. Returns 1 if
+ * more remain, 0 when done, or an error. */
+static int un_replay(weir__task *t) {
+  for (uint32_t n = 0; n < t->budget_batches && t->replay_off < t->replay_len; n++) {
+    weir__batch *b = t->replay_batch;
+    weir__batch_reset(b);
+    while (t->replay_off < t->replay_len) {
+      const uint8_t *p = t->replay + t->replay_off;
+      uint64_t key, id;
+      int64_t ts;
+      uint32_t rl;
+      memcpy(&key, p, 8);
+      memcpy(&ts, p + 8, 8);
+      memcpy(&id, p + 16, 8);
+      memcpy(&rl, p + 24, 4);
+      if (!weir__batch_fits(b, rl)) break;
+      weir__batch_append(b, key, ts, id, p + 28, rl);
+      t->replay_off += 28u + rl;
+    }
+    int rc = op_process(t->ops[0], b);
+    if (!rc) rc = chain_flush(t, 0);
+    if (rc) return rc;
+    if (!outputs_writable(t)) break;
+  }
+  if (t->replay_off < t->replay_len) return 1;
+  weir_blob_free(t->replay, t->replay_len, t->replay_release);
+  t->replay = NULL;
+  t->replay_len = t->replay_off = 0;
+  weir__batch_destroy(t->replay_batch);
+  t->replay_batch = NULL;
+  return 0;
+}
+
 /* Synchronous checkpoints: this task forwarded drain marker id. */
 static void report_drained(weir__task *t, uint64_t id) {
   t->sync_drained = id;
@@ -328,6 +705,8 @@ static void report_drained(weir__task *t, uint64_t id) {
  * later). Returns 0 or an error (the job has been failed). */
 static int take_checkpoint(weir__task *t, uint64_t id, uint64_t align_ns) {
   int rc = 0;
+  if (t->job->unaligned == WEIR__UNALIGNED_ALWAYS) return un_cut(t, id, NULL, align_ns);
+  if (t->job->unaligned) weir__unalign_taken(&t->un, id);
   if (t->head_loop) t->log_id = id;
   if (!sync_mode(t) && (rc = weir__task_snapshot(t, id, align_ns)) != 0) return rc;
   push_control(t, WEIR__MSG_BARRIER, id);
@@ -550,6 +929,10 @@ static int input_ended(weir__task *t, uint32_t idx) {
     }
     return 0;
   }
+  if (t->job->unaligned && weir__unalign_end(&t->un, idx) == WEIR__UN_COMPLETE && cs_finish(t)) {
+    task_failed(t, WEIR_ECKPT);
+    return 1;
+  }
   if (weir__align_end(&t->align, idx) == WEIR__ALIGN_COMPLETE && complete_alignment(t)) return 1;
   if (++t->nregular_ended == t->nregular && t->head_loop) weir__loop_ext_done(t->head_loop);
   if (!t->head_loop && t->nended == t->nin) {
@@ -570,6 +953,37 @@ static int input_barrier(weir__task *t, uint32_t idx, uint64_t id) {
     if (lr == WEIR__LOG_BLOCK && t->nregular_ended == t->nregular && head_duties(t) == 1) return 1;
     return 0;
   }
+  if (t->job->unaligned) {
+    weir__unalign_result ur = weir__unalign_barrier(&t->un, idx, id);
+    if (ur == WEIR__UN_CUT && t->job->unaligned == WEIR__UNALIGNED_ALWAYS) {
+      /* It arrived after the last scan: cut now (nothing of this input is
+       * overtaken; the others are recorded as usual). */
+      if (un_cut(t, id, NULL, 0)) {
+        task_failed(t, WEIR_ECKPT);
+        return 1;
+      }
+      ur = weir__unalign_barrier(&t->un, idx, id);
+    }
+    if (ur == WEIR__UN_COMPLETE && cs_finish(t)) {
+      task_failed(t, WEIR_ECKPT);
+      return 1;
+    }
+    if (t->job->unaligned == WEIR__UNALIGNED_ALWAYS) {
+      if (!outputs_writable(t)) {
+        publish_stats(t);
+        return 1;
+      }
+      return 0;
+    }
+    /* Timeout mode: an aligned cut unless the task switched (then the
+     * barrier is stale for the aligner). A barrier that arrived after the
+     * last scan starts the timeout here. */
+    if (id > t->seen_id && id > t->un.last && id > t->align.last) {
+      t->seen_id = id;
+      t->seen_ns = weir_clock_mono_ns();
+      weir__task_wake_after(t, (uint64_t)t->job->opts.alignment_timeout_ms * 1000u + 1000u);
+    }
+  }
   weir__align_result ar = weir__align_barrier(&t->align, idx, id, weir_clock_mono_ns());
   if (ar == WEIR__ALIGN_COMPLETE) {
     if (complete_alignment(t)) return 1;
@@ -586,6 +1000,15 @@ static int input_barrier(weir__task *t, uint32_t idx, uint64_t id) {
 
 static int input_step(weir__task *t) {
   uint32_t processed = 0;
+  if (t->replay) {
+    int rc = un_replay(t);
+    if (rc < 0) {
+      task_failed(t, rc);
+      return 0;
+    }
+    if (!outputs_writable(t)) return 0;
+    if (rc > 0) return 1;
+  }
   if (t->head_loop) {
     int hd = head_duties(t);
     if (hd == 1) return 0;
@@ -593,9 +1016,28 @@ static int input_step(weir__task *t) {
     if (!outputs_writable(t)) return 0;
     if (hd == 2) return 1; /* more of the log next step */
   }
-  while (processed < t->budget_batches) {
+  /* Unaligned: while a checkpoint is in flight and this task took its cut,
+   * it yields after every batch, so that the tasks sharing its worker see
+   * their barriers soon even when this one is slow (a mailbox step of a
+   * slow operator would otherwise hold them back for its whole budget). */
+  uint32_t budget = t->budget_batches;
+  if (t->job->unaligned && t->un.last &&
+      t->un.last >= atomic_load_explicit(&t->job->trigger_id, memory_order_relaxed) &&
+      t->un.last > atomic_load_explicit(&t->job->complete_id, memory_order_relaxed))
+    budget = 1;
+  while (processed < budget) {
     weir__batch *b = NULL;
     uint32_t idx = 0;
+    if (t->job->unaligned) {
+      uint64_t before = t->un.last;
+      if (un_scan(t)) return 0;
+      if (t->un.last != before) {
+        /* Just took a cut: let the worker's other tasks see theirs. */
+        maybe_timeout_flush(t);
+        publish_stats(t);
+        return 1;
+      }
+    }
     /* (Not while a checkpoint waits on the external inputs: records held
      * on a blocked edge stay in flight, and would hold the barrier back.
      * That includes a barrier not read yet: with a body behind a hash edge,
@@ -646,6 +1088,7 @@ static int input_step(weir__task *t) {
         for (uint32_t r = 0; r < n; r++)
           weir__backlog_append(t->backlog, b->keys[r], b->ts[r], b->ids[r], b->data + b->off[r],
                                b->lens[r]);
+      un_log(t, idx, b);
       int rc = op_process(t->ops[0], b);
       weir__chan_release(t->in[idx]);
       if (!rc) rc = chain_flush(t, 0);
@@ -708,6 +1151,18 @@ int weir__task_run(weir__task *t) {
     }
   }
   if (t->state == WEIR__TASK_DONE) return 0;
+  /* A barrier may overtake what waits for a full output. */
+  if (t->job->unaligned && !t->is_source && un_scan(t)) return 0;
+  if (t->job->unaligned == WEIR__UNALIGNED_ALWAYS && t->is_source &&
+      t->state == WEIR__TASK_RUNNING && pending_trigger(t)) {
+    /* A backpressured source injects the barrier at once, ahead of the
+     * output it cannot hand over yet (that becomes its channel state). */
+    uint64_t id = atomic_load(&t->job->trigger_id);
+    if (weir_failpoint("ckpt.barrier_injected") || take_checkpoint(t, id, 0)) {
+      task_failed(t, WEIR_ECKPT);
+      return 0;
+    }
+  }
   if (!outputs_writable(t)) return 0; /* a consumer will wake us */
   if (t->state == WEIR__TASK_FINISHING) {
     if (!t->held) task_done(t);
@@ -724,6 +1179,8 @@ int weir__task_open(weir__task *t) {
   /* Feedback edges are outside alignment (see iteration.c). */
   for (uint32_t i = 0; i < t->nin; i++)
     if (t->in_back[i]) weir__align_exclude(&t->align, i);
+  weir__unalign_init(&t->un, t->nin);
+  t->scanned = weir_calloc(t->nin ? t->nin : 1, sizeof *t->scanned);
   if (t->head_loop && !t->backlog) {
     t->backlog = weir_calloc(1, sizeof *t->backlog);
     uint64_t bound = t->job->opts.loop_memory_bytes;
@@ -742,7 +1199,7 @@ int weir__task_open(weir__task *t) {
     rc = weir__ctx_restore(c);
     if (rc < 0) return rc;
   }
-  return 0;
+  return un_restore(t);
 }
 
 void weir__task_close(weir__task *t) {
@@ -756,6 +1213,16 @@ void weir__task_close(weir__task *t) {
     c->opened = 0;
   }
   weir__align_close(&t->align);
+  weir__unalign_close(&t->un);
+  weir_free(t->scanned);
+  t->scanned = NULL;
+  weir_free(t->cs);
+  t->cs = NULL;
+  t->cs_len = t->cs_cap = 0;
+  if (t->replay) weir_blob_free(t->replay, t->replay_len, t->replay_release);
+  t->replay = NULL;
+  weir__batch_destroy(t->replay_batch);
+  t->replay_batch = NULL;
   if (t->backlog) {
     weir__backlog_close(t->backlog);
     weir_free(t->backlog);

@@ -16,6 +16,7 @@
 #include "channel.h"
 #include "graph.h"
 #include "state.h"
+#include "unaligned.h"
 
 #define WEIR__MAX_COUNTERS 16
 
@@ -52,6 +53,8 @@ struct weir_ctx {
   weir__state state;
   /* State loaded from a checkpoint, installed when the task opens. */
   struct weir_subtask_snapshot *restore;
+  /* Chain heads: the task's channel state in that checkpoint, if any. */
+  struct weir_subtask_snapshot *restore_chan;
   /* Source pacing: wake-up requested by weir_ctx_wake_after. */
   uint64_t wake_after_us;
   char msg[512];
@@ -119,6 +122,21 @@ struct weir__task {
    * running, so that its state there is a back-edge log. */
   uint64_t log_id;
   _Atomic uint64_t sync_ready;
+  /* Unaligned checkpoints (see "Unaligned cuts" in task.c). */
+  weir__unalign un;
+  uint64_t *scanned; /* per input: ring position scanned for barriers up to */
+  uint64_t seen_id;  /* alignment timeout: newest barrier seen, and when */
+  uint64_t seen_ns;
+  uint8_t *cs; /* channel state of un.cur being recorded (blob) */
+  uint64_t cs_len, cs_cap;
+  uint64_t cs_out_records, cs_in_records;
+  uint64_t cs_in_start; /* offset of the input section in cs */
+  /* Restored channel state: input records still to replay before live
+   * input (an owned blob and a read offset). */
+  uint8_t *replay;
+  uint64_t replay_len, replay_off;
+  void (*replay_release)(uint8_t *, uint64_t);
+  weir__batch *replay_batch;
 };
 
 /* Runs the task for one bounded step. Returns 1 if it should run again soon
@@ -138,6 +156,19 @@ void weir__task_wake_after(weir__task *t, uint64_t us);
  * (synchronous copy; the store writes asynchronously and acknowledges to the
  * coordinator). Returns 0 or an error (the job is then failed). */
 int weir__task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns);
+/* checkpoint.c: as weir__task_snapshot, for an unaligned cut: the task's
+ * channel state (weir__task_write_channels) is one more write the
+ * checkpoint must wait for. */
+int weir__task_snapshot_unaligned(weir__task *t, uint64_t id, uint64_t align_ns);
+/* checkpoint.c: writes the task's channel state of checkpoint id (takes
+ * the blob over) under its chain head's name + WEIR__CHANNELS_SUFFIX. */
+int weir__task_write_channels(weir__task *t, uint64_t id, uint8_t *blob, uint64_t len);
+/* checkpoint.c: the task's unaligned cut of checkpoint id overtook nothing:
+ * the checkpoint waits for no channel state from it after all. */
+void weir__task_no_channels(weir__task *t, uint64_t id);
+/* Channel state blob: header, then output records, then input records. */
+#define WEIR__CS_MAGIC 0x53435557u /* "WUCS" */
+#define WEIR__CS_HDR WEIR_CHANNEL_STATE_HEADER
 /* checkpoint.c: the synchronous part of one operator's snapshot (a copy of
  * its managed state plus its snapshot callback's output) into *s. */
 struct weir_subtask_snapshot;

@@ -389,6 +389,22 @@ typedef struct weir_run_opts {
    * checkpoint is durable (or failed). Same store format as aligned
    * checkpoints. Not with at_least_once. */
   int sync_checkpoints;
+  /* Unaligned checkpoints (FLIP-76): a barrier overtakes the data buffered
+   * in channels; each task snapshots when it first sees the barrier in any
+   * input queue, forwards it ahead of its pending output, and stores the
+   * records it overtook (input records before the barrier on inputs it had
+   * not reached yet, output records it had not handed over) as channel
+   * state of the checkpoint, replayed first on restore. A checkpoint with
+   * channel state restores only with the same parallelism and key groups.
+   * Jobs with loops checkpoint aligned (back-edge logging) instead. Not with
+   * at_least_once or sync_checkpoints. */
+  int unaligned;
+  /* With alignment_timeout_ms > 0 (whether or not `unaligned` is set), a
+   * checkpoint starts aligned, and a task whose alignment has taken longer
+   * than this (counted from when it first saw the barrier in an input
+   * queue) switches to an unaligned cut (Flink's aligned checkpoint
+   * timeout). */
+  uint32_t alignment_timeout_ms;
   /* Consecutive failed checkpoints tolerated (declined by the store: full
    * disk, I/O error; timed out; refused by an operator) before the job
    * fails with WEIR_ECKPTLIMIT: 0 = the default (3), WEIR_TOLERATE_NONE = the
@@ -428,12 +444,28 @@ typedef struct weir_run_info {
   uint64_t checkpoints;     /* completed by this run */
   uint64_t checkpoints_failed;
   int already_finished; /* --restore on a finished job: nothing was run */
+  /* Checkpoints completed by this run with at least one unaligned cut, and
+   * the channel state they stored (record bytes, before envelopes). */
+  uint64_t unaligned_checkpoints;
+  uint64_t channel_state_bytes;
+  /* Durations (trigger to durable, ms) of the first WEIR_RUN_INFO_DURATIONS
+   * checkpoints this run completed, for benchmarks. */
+  uint32_t checkpoint_ms_n;
+  uint32_t checkpoint_ms[256];
   /* The restore, when there was one: the checkpoint's stored bytes, the
    * time to read and check them, and the time the slowest subtask took to
    * rebuild its state from them (subtasks rebuild in parallel). */
   uint64_t restored_bytes;
   double restore_read_ms, restore_build_ms;
 } weir_run_info;
+#define WEIR_RUN_INFO_DURATIONS 256
+
+/* A task's channel state (unaligned checkpoints) is stored in the
+ * checkpoint as the operator subtask "<chain head>" WEIR_CHANNEL_STATE_SUFFIX
+ * (operator names may not end with it): a blob of a 40-byte header and the
+ * overtaken records (engine/src/task.c). */
+#define WEIR_CHANNEL_STATE_SUFFIX "~channels"
+#define WEIR_CHANNEL_STATE_HEADER 40u
 const weir_run_info *weir_job_run_info(const weir_job *job);
 
 /* Asks a running job to stop: sources end, the rest drains and closes.
