@@ -349,9 +349,11 @@ static void boot_id(char *out, size_t cap) {
   out[0] = '\0';
 #if defined(__linux__)
   char buf[128];
-  if (read_file("/proc/sys/kernel/random/boot_id", buf, sizeof buf) == 0) {
-    buf[strcspn(buf, " \r\n")] = '\0';
-    snprintf(out, cap, "%s", buf);
+  if (read_file("/proc/sys/kernel/random/boot_id", buf, sizeof buf) == 0 && cap > 0) {
+    size_t n = strcspn(buf, " \r\n");
+    if (n >= cap) n = cap - 1; /* a boot id is 36 characters */
+    memcpy(out, buf, n);
+    out[n] = '\0';
   }
 #elif defined(__APPLE__)
   char buf[128];

@@ -62,7 +62,7 @@ static int check_dir(const char *dir, char *why, size_t cap) {
   uint8_t *seen = calloc(KEYS * per, 1);
   DIR *d = opendir(dir);
   if (!d || !seen) {
-    snprintf(why, cap, "cannot read %s", dir);
+    snprintf(why, cap, "cannot read %.200s", dir);
     free(seen);
     if (d) closedir(d);
     return -1;
@@ -74,7 +74,7 @@ static int check_dir(const char *dir, char *why, size_t cap) {
     if (e->d_name[0] == '.') continue;
     size_t n = strlen(e->d_name);
     if (n < 4 || strcmp(e->d_name + n - 4, ".txt") != 0) {
-      snprintf(why, cap, "left behind: %s", e->d_name);
+      snprintf(why, cap, "left behind: %.200s", e->d_name);
       rc = -1;
       break;
     }
