@@ -112,8 +112,7 @@ typedef struct hdest {
   const weir__sink_arg *a;
   weir_sink_buf open; /* the open transaction's entries */
   uint32_t nopen;
-  char *scratch;
-  size_t scratch_cap;
+  weir_sink_buf scratch;
   CURL *curl;
   int replayed;   /* the last response had Idempotent-Replayed: true */
   int fenced;     /* the last response had Weir-Fenced */
@@ -125,28 +124,13 @@ static int http_open(weir_ctx *ctx, void **out) {
   hdest *h = weir_calloc(1, sizeof *h);
   h->a = weir_sink_dest_arg(ctx);
   h->epoch = weir_ctx_epoch(ctx);
-  h->scratch_cap = 256;
-  h->scratch = weir_malloc(h->scratch_cap);
   *out = h;
   return 0;
 }
 
-/* Formats with fn into scratch (grown as asked) and appends it as u32 len +
- * bytes to the open transaction. */
 static int put_text(weir_ctx *ctx, hdest *h, size_t (*fn)(const weir_record *, char *, size_t),
                     const weir_record *r) {
-  size_t n = fn(r, h->scratch, h->scratch_cap);
-  if (n >= h->scratch_cap) {
-    h->scratch_cap = n + 1;
-    h->scratch = weir_realloc(h->scratch, h->scratch_cap);
-    if (fn(r, h->scratch, h->scratch_cap) != n)
-      return weir_ctx_fail(ctx, WEIR_EINVAL, "sink '%s': a formatter contradicted itself",
-                           weir_ctx_name(ctx));
-  }
-  if (n > UINT32_MAX) return WEIR_ETOOBIG;
-  weir_sink_buf_u32(&h->open, (uint32_t)n);
-  weir_sink_buf_put(&h->open, h->scratch, n);
-  return 0;
+  return weir_sink_buf_text(ctx, &h->open, &h->scratch, fn, r);
 }
 
 static int http_write(weir_ctx *ctx, void *dest, const weir_record *r) {
@@ -381,7 +365,7 @@ static void http_close(weir_ctx *ctx, void *dest) {
   hdest *h = dest;
   if (h->curl) curl_easy_cleanup(h->curl);
   weir_sink_buf_free(&h->open);
-  weir_free(h->scratch);
+  weir_sink_buf_free(&h->scratch);
   weir_free(h);
 }
 

@@ -85,8 +85,7 @@ typedef struct ndest {
   const weir__nats_url *u;
   weir_sink_buf open;
   uint32_t nopen;
-  char *scratch;
-  size_t scratch_cap;
+  weir_sink_buf scratch;
   natsConnection *nc;
   jsCtx *js;
   uint64_t window_ms; /* the stream's duplicate window */
@@ -172,8 +171,6 @@ static int nats_open(weir_ctx *ctx, void **out) {
   ndest *h = weir_calloc(1, sizeof *h);
   h->a = weir_sink_dest_arg(ctx);
   h->u = h->a->nats;
-  h->scratch_cap = 256;
-  h->scratch = weir_malloc(h->scratch_cap);
   h->pending = h->u->pending ? h->u->pending : DEFAULT_PENDING;
   pthread_mutex_init(&h->mu, NULL);
   pthread_cond_init(&h->cv, NULL);
@@ -197,22 +194,9 @@ static int nats_open(weir_ctx *ctx, void **out) {
   return 0;
 }
 
-/* Formats with fn into scratch (grown as asked) and appends it as u32 len +
- * bytes to the open transaction. */
 static int put_text(weir_ctx *ctx, ndest *h, size_t (*fn)(const weir_record *, char *, size_t),
                     const weir_record *r) {
-  size_t n = fn(r, h->scratch, h->scratch_cap);
-  if (n >= h->scratch_cap) {
-    h->scratch_cap = n + 1;
-    h->scratch = weir_realloc(h->scratch, h->scratch_cap);
-    if (fn(r, h->scratch, h->scratch_cap) != n)
-      return weir_ctx_fail(ctx, WEIR_EINVAL, "sink '%s': a formatter contradicted itself",
-                           weir_ctx_name(ctx));
-  }
-  if (n > UINT32_MAX) return WEIR_ETOOBIG;
-  weir_sink_buf_u32(&h->open, (uint32_t)n);
-  weir_sink_buf_put(&h->open, h->scratch, n);
-  return 0;
+  return weir_sink_buf_text(ctx, &h->open, &h->scratch, fn, r);
 }
 
 static int nats_write(weir_ctx *ctx, void *dest, const weir_record *r) {
@@ -415,7 +399,7 @@ static void nats_close(weir_ctx *ctx, void *dest) {
   pthread_mutex_destroy(&h->mu);
   pthread_cond_destroy(&h->cv);
   weir_sink_buf_free(&h->open);
-  weir_free(h->scratch);
+  weir_sink_buf_free(&h->scratch);
   weir_free(h);
 }
 
