@@ -4,7 +4,7 @@
  *
  * The job (the paper's evaluation topology: 6 operators, 3 hash shuffles,
  * keyed state in three of them):
- *   gen -> key_by -> count1 (keyed count) -> rekey (map) -> key_by ->
+ *   gen -> key_by -> count1 (keyed count) -> rekey -> key_by ->
  *   agg2 (keyed sum, rekeys) -> key_by -> count3 (keyed count) -> sink
  * Every operator emits one record per input, so the sink sees every record.
  *
@@ -18,7 +18,10 @@
  *                with weir_run_opts.unaligned (detected at compile time);
  *                without it the run is reported as "n/a". After each
  *                checkpointed run the store is listed: checkpoint sizes,
- *                durations and alignment times (medians).
+ *                durations and alignment times (medians). --skew-us U slows
+ *                one path: rekey's subtask 0 sleeps U us per batch, so the
+ *                barrier reaches agg2 late on that input (alignment under
+ *                skew: compare align_ms and ckpt_ms with and without).
  *   --latency R  the same job fed by a source of R records/s that stamps
  *                each record with its emit time (weir_record.ts, carried by
  *                every derived record); a sink written here records
@@ -31,7 +34,7 @@
  *                and duration. Run it in a fresh process per K.
  *
  *   bench_abs [--workers W] [--keys K] [--seconds S] [--modes LIST]
- *             [--intervals LIST] [--latency R [--latency-interval MS]]
+ *             [--intervals LIST] [--skew-us U] [--latency R [--latency-interval MS]]
  *             [--memory K] [--jsonl FILE]
  */
 #include <pthread.h>
@@ -56,6 +59,7 @@
 #endif
 
 static FILE *jsonl;
+static uint32_t skew_us; /* --skew-us: see rekey_batch */
 static char dir[4096];
 
 static void rmrf(const char *p) {
@@ -77,11 +81,30 @@ static double median(double *v, size_t n) {
 
 /* ---- the job ---------------------------------------------------------------- */
 
-static int rekey(void *user, const weir_record *in, weir_record *out) {
-  uint64_t keys = *(const uint64_t *)user;
-  out->key = (in->key * 0x9e3779b97f4a7c15ULL + 1) % keys;
+/* rekey: emits each record under another key; with --skew-us U, subtask 0
+ * sleeps U microseconds per batch (one slow path into the next shuffle). */
+typedef struct rekey_arg {
+  uint64_t keys;
+  uint32_t skew_us;
+} rekey_arg;
+
+static int rekey_batch(weir_ctx *ctx, const weir_batch *b) {
+  const rekey_arg *a = weir_ctx_arg(ctx);
+  if (a->skew_us && weir_ctx_subtask(ctx) == 0) {
+    struct timespec ts = {0, (long)a->skew_us * 1000};
+    nanosleep(&ts, NULL);
+  }
+  for (uint32_t i = 0; i < b->len; i++) {
+    uint64_t v =
+        b->lens[i] >= 8
+            ? weir_payload_u64(&(weir_record){.payload = b->data + b->off[i], .len = b->lens[i]})
+            : 0;
+    int rc = weir_emit_u64_from(ctx, b, i, (b->keys[i] * 0x9e3779b97f4a7c15ULL + 1) % a->keys, v);
+    if (rc < 0) return rc;
+  }
   return 0;
 }
+static const weir_operator_vt rekey_vt = {.name = "rekey", .process_batch = rekey_batch};
 
 /* agg2: adds 1 per record to its key's state and emits (rotated key, sum). */
 static int agg2_batch(weir_ctx *ctx, const weir_batch *b) {
@@ -233,9 +256,9 @@ static const weir_source_vt timed_vt = {.name = "timed",
                                         .close = timed_close};
 
 /* Builds the 6-operator job on source stream s; sink: NULL = null sink. */
-static int build_abs(weir_stream *s, uint64_t *keys, int p, lat_arg *lat) {
+static int build_abs(weir_stream *s, rekey_arg *rk, int p, lat_arg *lat) {
   s = weir_count(weir_key_by(s), "count1", p);
-  s = weir_map(s, "rekey", rekey, keys, p);
+  s = weir_process(s, "rekey", &rekey_vt, rk, p);
   s = weir_process(weir_key_by(s), "agg2", &agg2_vt, NULL, p);
   s = weir_count(weir_key_by(s), "count3", p);
   if (lat) return weir_sink(s, "sink", &lat_vt, lat, p);
@@ -311,8 +334,8 @@ static double run_abs(const mode *m, int workers, uint64_t keys, double seconds,
   weir_job *job = NULL;
   weir_job_create(&job, "abs");
   weir_gen_opts g = {.records = 0, .keys = keys};
-  uint64_t k = keys;
-  int rc = build_abs(weir_gen(job, "gen", &g, workers), &k, workers, NULL);
+  rekey_arg rk = {keys, skew_us};
+  int rc = build_abs(weir_gen(job, "gen", &g, workers), &rk, workers, NULL);
   weir_run_opts o = {.workers = workers};
   if (strcmp(m->name, "off") != 0) {
     rmrf(dir);
@@ -344,15 +367,15 @@ static void emit_abs(const mode *m, int workers, uint64_t keys, double seconds, 
   const char *status = rate == -2 ? "n/a" : rate < 0 ? "failed" : "ok";
   printf("  %-9s %5u ms  workers %d  %s", m->name, m->interval_ms, workers, status);
   if (rate >= 0)
-    printf("  %8.2fM rec/s  ratio %.3f  %llu ckpts  %.1f MB  %.0f ms", rate / 1e6, ratio,
-           (unsigned long long)ckpts, cs->bytes / 1e6, cs->ms);
+    printf("  %8.2fM rec/s  ratio %.3f  %llu ckpts  %.1f MB  %.0f ms (alignment %.0f ms)",
+           rate / 1e6, ratio, (unsigned long long)ckpts, cs->bytes / 1e6, cs->ms, cs->align_ms);
   printf("\n");
   fflush(stdout);
   if (!jsonl) return;
   fprintf(jsonl,
           "{\"bench\": \"abs\", \"mode\": \"%s\", \"interval_ms\": %u, \"workers\": %d, "
-          "\"keys\": %llu, \"seconds\": %.1f, \"status\": \"%s\"",
-          m->name, m->interval_ms, workers, (unsigned long long)keys, seconds, status);
+          "\"keys\": %llu, \"seconds\": %.1f, \"skew_us\": %u, \"status\": \"%s\"",
+          m->name, m->interval_ms, workers, (unsigned long long)keys, seconds, skew_us, status);
   if (rate >= 0)
     fprintf(jsonl,
             ", \"rate\": %.0f, \"ratio\": %.4f, \"checkpoints\": %llu, \"ckpt_bytes\": %.0f, "
@@ -410,10 +433,10 @@ static int bench_latency(uint64_t rate, uint32_t interval_ms, int workers, uint6
     pthread_mutex_init(&la->mu, NULL);
     la->skip_before = (int64_t)(weir_clock_mono_ns() + (uint64_t)(seconds * 0.2 * 1e9));
     timed_arg ta = {rate, keys};
-    uint64_t k = keys;
+    rekey_arg rk = {keys, 0};
     weir_job *job = NULL;
     weir_job_create(&job, "latency");
-    int rc = build_abs(weir_source(job, "timed", &timed_vt, &ta, workers), &k, workers, la);
+    int rc = build_abs(weir_source(job, "timed", &timed_vt, &ta, workers), &rk, workers, la);
     weir_run_opts o = {.workers = workers};
     if (iv) {
       rmrf(dir);
@@ -522,13 +545,17 @@ int main(int argc, char **argv) {
       lat_iv = (uint32_t)strtoul(v, NULL, 10);
     else if (!strcmp(a, "--memory"))
       mem_keys = strtoull(v, NULL, 10);
+    else if (!strcmp(a, "--skew-us"))
+      skew_us = (uint32_t)strtoul(v, NULL, 10);
     else if (!strcmp(a, "--jsonl"))
       jpath = v;
     else
       goto usage;
     i++;
   }
-  if (workers < 1 || workers > 256 || !keys || !(seconds > 0 && seconds <= 3600)) goto usage;
+  if (workers < 1 || workers > 256 || !keys || !(seconds > 0 && seconds <= 3600) ||
+      skew_us > 100000)
+    goto usage;
   weir_log_set_level(WEIR_LOG_WARN);
   if (jpath && !(jsonl = fopen(jpath, "a"))) {
     perror("bench_abs: --jsonl");
@@ -548,7 +575,7 @@ int main(int argc, char **argv) {
   return rc;
 usage:
   fprintf(stderr, "usage: bench_abs [--workers W] [--keys K] [--seconds S] [--modes LIST] "
-                  "[--intervals LIST] [--latency R [--latency-interval MS]] [--memory K] "
-                  "[--jsonl FILE]\n");
+                  "[--intervals LIST] [--skew-us U] [--latency R [--latency-interval MS]] "
+                  "[--memory K] [--jsonl FILE]\n");
   return 2;
 }

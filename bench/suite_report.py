@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 
-SECTIONS = ["ceiling", "throughput", "abs", "scaling", "latency", "state", "cycles", "sinks"]
+SECTIONS = ["ceiling", "throughput", "abs", "scaling", "skew", "latency", "state", "cycles", "sinks"]
 
 
 def sh(cmd):
@@ -178,6 +178,16 @@ def collect(d):
                           mode=m, interval_ms=iv, workers=w)
                     F.add(sec, tag + ".ckpt_mb", lab + ": checkpoint size", "MB", r["ckpt_bytes"] / 1e6,
                           mode=m, interval_ms=iv, workers=w)
+    # alignment under skew: one slow path
+    for r in jl(os.path.join(raw, "skew*.jsonl")):
+        if r["status"] != "ok" or r["mode"] == "off":
+            continue
+        sk, iv, w = r.get("skew_us", 0), r["interval_ms"], r["workers"]
+        tag = "skew.%dus" % sk
+        lab = "aligned %d ms, %s" % (iv, "slow path %d us/batch" % sk if sk else "no skew")
+        F.add("skew", tag + ".align_ms", lab + ": alignment time", "ms", r["align_ms"], skew_us=sk)
+        F.add("skew", tag + ".ckpt_ms", lab + ": checkpoint duration", "ms", r["ckpt_ms"], skew_us=sk)
+        F.add("skew", tag + ".ratio", lab + ": ratio vs off", "ratio", r["ratio"], skew_us=sk)
     # latency
     for r in jl(os.path.join(raw, "latency*.jsonl")):
         iv = r["interval_ms"]
@@ -399,6 +409,7 @@ def final(d, md_extra):
     titles = {"ceiling": "Ceiling", "throughput": "Throughput (counter job, checkpoints off)",
               "abs": "The ABS paper's job: 6 operators, 3 hash shuffles (Figure 7)",
               "scaling": "Scaling with workers at a 3 s interval (Figure 8)",
+              "skew": "Alignment under skew (one slow path before a shuffle)",
               "latency": "End-to-end record latency", "state": "State", "cycles": "Cycles (collatz loop)",
               "sinks": "Sinks"}
     for sec in SECTIONS:
@@ -427,7 +438,8 @@ def final(d, md_extra):
     for x in g:
         print("  %-62s %-14s %-8s %s" % (x["goal"], "-" if x["value"] is None else "%.4g" % x["value"], x["target"],
                                         "-" if x["met"] is None else ("met" if x["met"] else "MISSED")))
-    print("wrote %s/results.json, CSVs, RESULTS.md%s" % (d, ", " + ", ".join(plots) if plots else " (no gnuplot: no plots)"))
+    print("wrote %s/results.json, CSVs, RESULTS.md%s" % (d, ", " + ", ".join(plots) if plots else
+                                                     " (no plots: %s)" % ("nothing to plot" if shutil.which("gnuplot") else "gnuplot not installed")))
 
 
 def main(a):
