@@ -273,14 +273,24 @@ def goals(figs, cores):
                   "met": None if value is None else bool(ok), "note": note})
 
     c1, c2 = get(figs, "counter.keys=1M.w=1"), get(figs, "counter.keys=1M.w=2")
+    h1, h2 = get(figs, "counter_vs_hand.keys=1M.w=1"), get(figs, "counter_vs_hand.keys=1M.w=2")
     add("counter 1M keys, 1 worker, rec/s", c1, ">= 20M", c1 is not None and c1 >= 20e6,
-        "ratio to goal %.2f" % (c1 / 20e6) if c1 else "")
+        "ratio to goal %.2f; %.2f of the hand loop" % (c1 / 20e6, h1 or 0) if c1 else "")
     add("counter 1M keys, 2 workers, rec/s", c2, ">= 40M", c2 is not None and c2 >= 40e6,
-        "ratio to goal %.2f" % (c2 / 40e6) if c2 else "not run (fewer than 2 cores)")
+        "ratio to goal %.2f; %.2f of the hand loop" % (c2 / 40e6, h2 or 0) if c2 else "not run (fewer than 2 cores)")
+    # The runs without checkpoints of the same invocation say how far apart
+    # two identical runs land; a loss goal tighter than that is not resolved.
+    noise = None
+    for f in figs:
+        if f["id"] == "abs.off.0ms.w=%d.rate" % cores and "spread" in f:
+            noise = f["spread"]
     for iv, lim in ((1000, 0.02), (100, 0.05)):
         r = get(figs, "abs.aligned.%dms.w=%d.ratio" % (iv, cores))
         loss = None if r is None else 1 - r
         add("aligned ABS loss at %d ms" % iv, loss, "<= %.0f%%" % (lim * 100), loss is not None and loss <= lim)
+        if loss is not None and noise is not None and noise > lim and abs(loss) < noise:
+            g[-1]["met"] = None
+            g[-1]["note"] = "not resolved: runs without checkpoints spread %.0f%%" % (100 * noise)
     a, s = get(figs, "abs.aligned.100ms.w=%d.ratio" % cores), get(figs, "abs.sync.100ms.w=%d.ratio" % cores)
     add("sync baseline visibly worse than aligned at 100 ms (throughput sync/aligned)",
         None if a is None or s is None else s / a, "< 1", a is not None and s is not None and s < a)
@@ -411,7 +421,7 @@ def final(d, md_extra):
         else:
             vs = "%.2fM" % (v / 1e6) if abs(v) >= 1e5 else "%.3f" % v
         o("| %s | %s | %s | %s |" % (x["goal"], vs + (" (%s)" % x["note"] if x["note"] else ""), x["target"],
-                                     "-" if x["met"] is None else ("yes" if x["met"] else "**no**")))
+                                     ("?" if v is not None else "-") if x["met"] is None else ("yes" if x["met"] else "**no**")))
     o("")
     titles = {"ceiling": "Ceiling", "throughput": "Throughput (counter job, checkpoints off)",
               "abs": "The ABS paper's job: 6 operators, 3 hash shuffles (Figure 7)",
@@ -443,8 +453,8 @@ def final(d, md_extra):
     table(figs)
     print("== goals")
     for x in g:
-        print("  %-62s %-14s %-8s %s" % (x["goal"], "-" if x["value"] is None else "%.4g" % x["value"], x["target"],
-                                        "-" if x["met"] is None else ("met" if x["met"] else "MISSED")))
+        print("  %-62s %-14s %-8s %s %s" % (x["goal"], "-" if x["value"] is None else "%.4g" % x["value"], x["target"],
+                                           "-" if x["met"] is None else ("met" if x["met"] else "MISSED"), x["note"]))
     print("wrote %s/results.json, CSVs, RESULTS.md%s" % (d, ", " + ", ".join(plots) if plots else
                                                      " (no plots: %s)" % ("nothing to plot" if shutil.which("gnuplot") else "gnuplot not installed")))
 
