@@ -11,8 +11,11 @@ min, max and spread ((max - min) / median). Standard library only.
                                          average now (no hostname)
   suite_report.py show DIR SECTION       prints SECTION's table so far
   suite_report.py final DIR [--md FILE]  DIR/results.json, DIR/*.csv,
-                                         DIR/RESULTS.md (and FILE), and PNG
-                                         plots when gnuplot is on the PATH
+                                         DIR/RESULTS.md, and PNG plots when
+                                         gnuplot is on the PATH; with --md,
+                                         also FILE, its plots in a folder
+                                         beside it named after it
+                                         (bench/RESULTS.md: bench/results/)
 """
 import csv
 import glob
@@ -437,8 +440,11 @@ def final(d, md_extra):
         table(figs, sec, o, md=True)
         o("")
     if plots:
-        o("Plots (in the output directory): " + ", ".join(plots) + ".")
+        o("## Plots")
         o("")
+        for p in plots:
+            o("![%s](@PLOTS@%s)" % (p[:-4].replace("_", " "), p))
+            o("")
     if notes:
         o("## Notes")
         o("")
@@ -446,9 +452,16 @@ def final(d, md_extra):
             o("- " + n)
         o("")
     text = "\n".join(lines)
-    open(os.path.join(d, "RESULTS.md"), "w").write(text)
+    open(os.path.join(d, "RESULTS.md"), "w").write(text.replace("@PLOTS@", ""))
     if md_extra:
-        open(md_extra, "w").write(text)
+        # The plots go beside it, in results/ (named after the file).
+        base = os.path.splitext(os.path.basename(md_extra))[0].lower()
+        sub = os.path.join(os.path.dirname(os.path.abspath(md_extra)), base)
+        if plots:
+            os.makedirs(sub, exist_ok=True)
+            for p in plots:
+                shutil.copy(os.path.join(d, p), os.path.join(sub, p))
+        open(md_extra, "w").write(text.replace("@PLOTS@", base + "/"))
     print("== summary")
     table(figs)
     print("== goals")
