@@ -1,0 +1,581 @@
+/* bench_abs.c: the ABS paper's comparison on one machine, record latency, and
+ * memory per key, through the public API (the workloads of scripts/bench-suite
+ * that no other bench program covers).
+ *
+ * The job (the paper's evaluation topology: 6 operators, 3 hash shuffles,
+ * keyed state in three of them):
+ *   gen -> key_by -> count1 (keyed count) -> rekey -> key_by ->
+ *   agg2 (keyed sum, rekeys) -> key_by -> count3 (keyed count) -> sink
+ * Every operator emits one record per input, so the sink sees every record.
+ *
+ * Modes (one JSON object per run, appended to --jsonl FILE):
+ *   default      throughput of the job with an unbounded generator, stopped
+ *                after --seconds S, for checkpoints off and each of
+ *                --modes (aligned, unaligned, sync) at each of --intervals.
+ *                Runs go off, modes at interval 1, off, modes at interval 2,
+ *                off ...; a run's ratio is its rate over the mean of the off
+ *                runs around it (drift cancels). Unaligned needs an engine
+ *                with weir_run_opts.unaligned (detected at compile time);
+ *                without it the run is reported as "n/a". After each
+ *                checkpointed run the store is listed: checkpoint sizes,
+ *                durations and alignment times (medians). --skew-us U slows
+ *                one path: rekey's subtask 0 sleeps U us per batch, so the
+ *                barrier reaches agg2 late on that input (alignment under
+ *                skew: compare align_ms and ckpt_ms with and without).
+ *   --latency R  the same job fed by a source of R records/s that stamps
+ *                each record with its emit time (weir_record.ts, carried by
+ *                every derived record); a sink written here records
+ *                now - ts per record in a histogram: p50, p99, p99.9, max
+ *                over the run after the first 20%, without checkpoints and
+ *                with aligned checkpoints every --latency-interval ms.
+ *   --memory K   the counter job (gen -> key_by -> count -> null) over K keys,
+ *                2K records, with only the final checkpoint: peak RSS
+ *                (getrusage) growth per key, and the final checkpoint's size
+ *                and duration. Run it in a fresh process per K.
+ *
+ *   bench_abs [--workers W] [--keys K] [--seconds S] [--modes LIST]
+ *             [--intervals LIST] [--skew-us U] [--latency R [--latency-interval MS]]
+ *             [--memory K] [--jsonl FILE]
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "weir/alloc.h"
+#include "weir/clock.h"
+#include "weir/log.h"
+#include "weir/store.h"
+#include "weir/weir.h"
+
+/* The unaligned-checkpoint engine defines this with weir_run_opts.unaligned. */
+#ifdef WEIR_CHANNEL_STATE_SUFFIX
+#define HAVE_UNALIGNED 1
+#else
+#define HAVE_UNALIGNED 0
+#endif
+
+static FILE *jsonl;
+static uint32_t skew_us; /* --skew-us: see rekey_batch */
+static char dir[4096];
+
+static void rmrf(const char *p) {
+  char cmd[4200];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", p);
+  if (system(cmd) != 0) fprintf(stderr, "bench_abs: could not remove %s\n", p);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, size_t n) {
+  if (!n) return 0;
+  qsort(v, n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* ---- the job ---------------------------------------------------------------- */
+
+/* rekey: emits each record under another key; with --skew-us U, subtask 0
+ * sleeps U microseconds per batch (one slow path into the next shuffle). */
+typedef struct rekey_arg {
+  uint64_t keys;
+  uint32_t skew_us;
+} rekey_arg;
+
+static int rekey_batch(weir_ctx *ctx, const weir_batch *b) {
+  const rekey_arg *a = weir_ctx_arg(ctx);
+  if (a->skew_us && weir_ctx_subtask(ctx) == 0) {
+    struct timespec ts = {0, (long)a->skew_us * 1000};
+    nanosleep(&ts, NULL);
+  }
+  for (uint32_t i = 0; i < b->len; i++) {
+    uint64_t v =
+        b->lens[i] >= 8
+            ? weir_payload_u64(&(weir_record){.payload = b->data + b->off[i], .len = b->lens[i]})
+            : 0;
+    int rc = weir_emit_u64_from(ctx, b, i, (b->keys[i] * 0x9e3779b97f4a7c15ULL + 1) % a->keys, v);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+static const weir_operator_vt rekey_vt = {.name = "rekey", .process_batch = rekey_batch};
+
+/* agg2: adds 1 per record to its key's state and emits (rotated key, sum). */
+static int agg2_batch(weir_ctx *ctx, const weir_batch *b) {
+  for (uint32_t i = 0; i < b->len; i++) {
+    if (i + 8 < b->len) weir_state_prefetch_u64(ctx, b->keys[i + 8]);
+    uint64_t v = 0;
+    int rc = weir_state_add_u64(ctx, b->keys[i], 1, &v);
+    if (rc < 0) return rc;
+    rc = weir_emit_u64_from(ctx, b, i, b->keys[i] ^ 0x5bd1e995u, v);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+static const weir_operator_vt agg2_vt = {.name = "agg2", .process_batch = agg2_batch};
+
+/* Latency sink: a log-linear histogram of now - ts in ns (per subtask,
+ * merged at close). Bucket: values < 1024 exact; above, 64 sub-buckets per
+ * power of two (under 1.6% error). */
+#define HB 4096
+typedef struct lat_hist {
+  uint64_t n[HB];
+  uint64_t max;
+} lat_hist;
+
+typedef struct lat_arg {
+  pthread_mutex_t mu;
+  lat_hist total;
+  int64_t skip_before; /* records emitted before this (ns) are warm-up */
+} lat_arg;
+
+static unsigned bucket(uint64_t v) {
+  if (v < 1024) return (unsigned)v;
+  unsigned msb = 63 - (unsigned)__builtin_clzll(v);
+  unsigned b = 1024 + (msb - 10) * 64 + (unsigned)((v >> (msb - 6)) & 63);
+  return b < HB ? b : HB - 1;
+}
+
+static uint64_t bucket_value(unsigned b) {
+  if (b < 1024) return b;
+  unsigned msb = (b - 1024) / 64 + 10, sub = (b - 1024) % 64;
+  return (1ULL << msb) + ((uint64_t)sub << (msb - 6)) + (1ULL << (msb - 7));
+}
+
+static int lat_open(weir_ctx *ctx) {
+  weir_ctx_set_user(ctx, weir_calloc(1, sizeof(lat_hist)));
+  return 0;
+}
+
+static int lat_batch(weir_ctx *ctx, const weir_batch *b) {
+  lat_hist *h = weir_ctx_user(ctx);
+  const lat_arg *a = weir_ctx_arg(ctx);
+  int64_t now = (int64_t)weir_clock_mono_ns();
+  for (uint32_t i = 0; i < b->len; i++) {
+    if (b->ts[i] < a->skip_before) continue;
+    uint64_t d = now > b->ts[i] ? (uint64_t)(now - b->ts[i]) : 0;
+    h->n[bucket(d)]++;
+    if (d > h->max) h->max = d;
+  }
+  return 0;
+}
+
+static void lat_close(weir_ctx *ctx) {
+  lat_hist *h = weir_ctx_user(ctx);
+  lat_arg *a = weir_ctx_arg(ctx);
+  if (!h) return;
+  pthread_mutex_lock(&a->mu);
+  for (int i = 0; i < HB; i++) a->total.n[i] += h->n[i];
+  if (h->max > a->total.max) a->total.max = h->max;
+  pthread_mutex_unlock(&a->mu);
+  weir_free(h);
+  weir_ctx_set_user(ctx, NULL);
+}
+static const weir_operator_vt lat_vt = {
+    .name = "lat", .open = lat_open, .process_batch = lat_batch, .close = lat_close};
+
+static double percentile(const lat_hist *h, double q) {
+  uint64_t total = 0;
+  for (int i = 0; i < HB; i++) total += h->n[i];
+  if (!total) return 0;
+  uint64_t want = (uint64_t)(q * (double)total), seen = 0;
+  for (int i = 0; i < HB; i++) {
+    seen += h->n[i];
+    if (seen > want) {
+      uint64_t v = bucket_value((unsigned)i);
+      return (double)(v < h->max ? v : h->max);
+    }
+  }
+  return (double)h->max;
+}
+
+/* Timed source: R records/s over all subtasks, ts = monotonic emit time (ns),
+ * keys i mod K. One split per subtask. */
+typedef struct timed_arg {
+  uint64_t rate, keys;
+} timed_arg;
+typedef struct timed_state {
+  uint64_t t0, emitted, next;
+} timed_state;
+
+static int timed_open(weir_ctx *ctx) {
+  timed_state *t = weir_calloc(1, sizeof *t);
+  t->next = weir_ctx_subtask(ctx);
+  weir_ctx_set_user(ctx, t);
+  return 0;
+}
+
+static int timed_run(weir_ctx *ctx, uint32_t budget) {
+  const timed_arg *a = weir_ctx_arg(ctx);
+  timed_state *t = weir_ctx_user(ctx);
+  if (weir_ctx_stopping(ctx)) return WEIR_SOURCE_DONE;
+  uint64_t now = weir_clock_mono_ns(), p = weir_ctx_parallelism(ctx);
+  if (!t->t0) t->t0 = now;
+  double per_ns = (double)a->rate / (double)p / 1e9;
+  uint64_t due = (uint64_t)((double)(now - t->t0) * per_ns) + 1;
+  if (due <= t->emitted) {
+    weir_ctx_wake_after(ctx, 200);
+    return WEIR_SOURCE_IDLE;
+  }
+  uint64_t n = due - t->emitted;
+  if (n > budget) n = budget;
+  uint32_t sub = weir_ctx_subtask(ctx);
+  weir_record r = {0};
+  for (uint64_t k = 0; k < n; k++) {
+    r.key = t->next % a->keys;
+    r.ts = (int64_t)now;
+    r.id = weir_source_record_id(ctx, sub, t->emitted + k);
+    int rc = weir_emit_record(ctx, &r);
+    if (rc < 0) return rc;
+    t->next += p;
+  }
+  t->emitted += n;
+  return WEIR_SOURCE_MORE;
+}
+
+static int timed_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
+  (void)id;
+  timed_state *t = weir_ctx_user(ctx);
+  return weir_snapshot_position(w, weir_ctx_subtask(ctx), t->emitted);
+}
+
+static void timed_close(weir_ctx *ctx) {
+  weir_free(weir_ctx_user(ctx));
+  weir_ctx_set_user(ctx, NULL);
+}
+static const weir_source_vt timed_vt = {.name = "timed",
+                                        .open = timed_open,
+                                        .run = timed_run,
+                                        .snapshot = timed_snapshot,
+                                        .close = timed_close};
+
+/* Builds the 6-operator job on source stream s; sink: NULL = null sink. */
+static int build_abs(weir_stream *s, rekey_arg *rk, int p, lat_arg *lat) {
+  s = weir_count(weir_key_by(s), "count1", p);
+  s = weir_process(s, "rekey", &rekey_vt, rk, p);
+  s = weir_process(weir_key_by(s), "agg2", &agg2_vt, NULL, p);
+  s = weir_count(weir_key_by(s), "count3", p);
+  if (lat) return weir_sink(s, "sink", &lat_vt, lat, p);
+  return weir_sink_to(s, "sink", "null", NULL, p);
+}
+
+/* ---- runs ------------------------------------------------------------------- */
+
+typedef struct stopper {
+  weir_job *job;
+  double seconds;
+  const char *src;
+  uint64_t emitted;
+} stopper;
+
+static void *stopper_main(void *p) {
+  stopper *st = p;
+  struct timespec ts = {(time_t)st->seconds,
+                        (long)((st->seconds - (double)(time_t)st->seconds) * 1e9)};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+  weir_job_operator_counts(st->job, st->src, NULL, &st->emitted);
+  weir_job_stop(st->job);
+  return NULL;
+}
+
+typedef struct ckpt_stats {
+  double n, bytes, ms, align_ms;
+} ckpt_stats;
+
+/* Medians over the retained, non-final checkpoints of the store in `dir`. */
+static void store_stats(ckpt_stats *cs) {
+  memset(cs, 0, sizeof *cs);
+  weir_store *st = NULL;
+  weir_store_opts so = {.read_only = 1};
+  if (weir_store_open(&st, dir, &so) != 0) return;
+  weir_store_ckpt *l = NULL;
+  size_t n = 0;
+  if (weir_store_list(st, &l, &n) == 0 && n) {
+    double *b = weir_calloc(n, sizeof *b), *d = weir_calloc(n, sizeof *d);
+    double *a = weir_calloc(n, sizeof *a);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (l[i].status < 0 || (l[i].final && n > 1)) continue;
+      b[k] = (double)l[i].bytes;
+      d[k] = (double)l[i].duration_ms;
+      a[k++] = (double)l[i].alignment_ms;
+    }
+    cs->n = (double)k;
+    cs->bytes = median(b, k);
+    cs->ms = median(d, k);
+    cs->align_ms = median(a, k);
+    weir_free(b);
+    weir_free(d);
+    weir_free(a);
+  }
+  weir_free(l);
+  weir_store_close(st);
+}
+
+typedef struct mode {
+  const char *name; /* off, aligned, unaligned, sync */
+  uint32_t interval_ms;
+} mode;
+
+/* One throughput run; returns records/s or -1 on failure (n/a: -2). */
+static double run_abs(const mode *m, int workers, uint64_t keys, double seconds, uint64_t *ckpts,
+                      ckpt_stats *cs) {
+  memset(cs, 0, sizeof *cs);
+  *ckpts = 0;
+  int unaligned = !strcmp(m->name, "unaligned");
+  if (unaligned && !HAVE_UNALIGNED) return -2;
+  weir_job *job = NULL;
+  weir_job_create(&job, "abs");
+  weir_gen_opts g = {.records = 0, .keys = keys};
+  rekey_arg rk = {keys, skew_us};
+  int rc = build_abs(weir_gen(job, "gen", &g, workers), &rk, workers, NULL);
+  weir_run_opts o = {.workers = workers};
+  if (strcmp(m->name, "off") != 0) {
+    rmrf(dir);
+    o.state_dir = dir;
+    o.checkpoint_interval_ms = m->interval_ms;
+    o.retain = 12;
+    o.sync_checkpoints = !strcmp(m->name, "sync");
+#if HAVE_UNALIGNED
+    o.unaligned = unaligned;
+#endif
+  }
+  stopper st = {job, seconds, "gen", 0};
+  pthread_t th;
+  pthread_create(&th, NULL, stopper_main, &st);
+  if (!rc) rc = weir_job_run(job, &o);
+  pthread_join(th, NULL);
+  if (rc) fprintf(stderr, "bench_abs: %s: %s\n", m->name, weir_job_error(job));
+  *ckpts = weir_job_run_info(job)->checkpoints;
+  weir_job_destroy(job);
+  if (o.state_dir) {
+    store_stats(cs);
+    rmrf(dir);
+  }
+  return rc ? -1 : (double)st.emitted / seconds;
+}
+
+static void emit_abs(const mode *m, int workers, uint64_t keys, double seconds, double rate,
+                     double ratio, uint64_t ckpts, const ckpt_stats *cs) {
+  const char *status = rate == -2 ? "n/a" : rate < 0 ? "failed" : "ok";
+  printf("  %-9s %5u ms  workers %d  %s", m->name, m->interval_ms, workers, status);
+  if (rate >= 0)
+    printf("  %8.2fM rec/s  ratio %.3f  %llu ckpts  %.1f MB  %.0f ms (alignment %.0f ms)",
+           rate / 1e6, ratio, (unsigned long long)ckpts, cs->bytes / 1e6, cs->ms, cs->align_ms);
+  printf("\n");
+  fflush(stdout);
+  if (!jsonl) return;
+  fprintf(jsonl,
+          "{\"bench\": \"abs\", \"mode\": \"%s\", \"interval_ms\": %u, \"workers\": %d, "
+          "\"keys\": %llu, \"seconds\": %.1f, \"skew_us\": %u, \"status\": \"%s\"",
+          m->name, m->interval_ms, workers, (unsigned long long)keys, seconds, skew_us, status);
+  if (rate >= 0)
+    fprintf(jsonl,
+            ", \"rate\": %.0f, \"ratio\": %.4f, \"checkpoints\": %llu, \"ckpt_bytes\": %.0f, "
+            "\"ckpt_ms\": %.1f, \"align_ms\": %.1f",
+            rate, ratio, (unsigned long long)ckpts, cs->bytes, cs->ms, cs->align_ms);
+  fprintf(jsonl, "}\n");
+  fflush(jsonl);
+}
+
+static int bench_throughput(char *modes, char *intervals, int workers, uint64_t keys,
+                            double seconds) {
+  const char *mv[8];
+  int nm = 0;
+  for (char *t = strtok(modes, ","); t && nm < 8; t = strtok(NULL, ",")) mv[nm++] = t;
+  uint32_t iv[16];
+  int ni = 0;
+  char *save = NULL;
+  for (char *t = strtok_r(intervals, ",", &save); t && ni < 16; t = strtok_r(NULL, ",", &save))
+    iv[ni++] = (uint32_t)strtoul(t, NULL, 10);
+  mode off = {"off", 0};
+  uint64_t c;
+  ckpt_stats cs;
+  double before = run_abs(&off, workers, keys, seconds, &c, &cs);
+  emit_abs(&off, workers, keys, seconds, before, 1, 0, &cs);
+  if (before <= 0) return 1;
+  for (int i = 0; i < ni; i++) {
+    double rate[8];
+    uint64_t ck[8];
+    ckpt_stats st[8];
+    for (int j = 0; j < nm; j++) {
+      mode m = {mv[j], iv[i]};
+      rate[j] = run_abs(&m, workers, keys, seconds, &ck[j], &st[j]);
+    }
+    double after = run_abs(&off, workers, keys, seconds, &c, &cs);
+    if (after <= 0) return 1;
+    double base = (before + after) / 2;
+    for (int j = 0; j < nm; j++) {
+      mode m = {mv[j], iv[i]};
+      emit_abs(&m, workers, keys, seconds, rate[j], rate[j] > 0 ? rate[j] / base : 0, ck[j],
+               &st[j]);
+    }
+    emit_abs(&off, workers, keys, seconds, after, 1, 0, &cs);
+    before = after;
+  }
+  return 0;
+}
+
+/* ---- latency ---------------------------------------------------------------- */
+
+static int bench_latency(uint64_t rate, uint32_t interval_ms, int workers, uint64_t keys,
+                         double seconds) {
+  for (int c = 0; c < 2; c++) {
+    uint32_t iv = c ? interval_ms : 0;
+    lat_arg *la = weir_calloc(1, sizeof *la);
+    pthread_mutex_init(&la->mu, NULL);
+    la->skip_before = (int64_t)(weir_clock_mono_ns() + (uint64_t)(seconds * 0.2 * 1e9));
+    timed_arg ta = {rate, keys};
+    rekey_arg rk = {keys, 0};
+    weir_job *job = NULL;
+    weir_job_create(&job, "latency");
+    int rc = build_abs(weir_source(job, "timed", &timed_vt, &ta, workers), &rk, workers, la);
+    weir_run_opts o = {.workers = workers};
+    if (iv) {
+      rmrf(dir);
+      o.state_dir = dir;
+      o.checkpoint_interval_ms = iv;
+    }
+    stopper st = {job, seconds, "timed", 0};
+    pthread_t th;
+    pthread_create(&th, NULL, stopper_main, &st);
+    if (!rc) rc = weir_job_run(job, &o);
+    pthread_join(th, NULL);
+    uint64_t ck = weir_job_run_info(job)->checkpoints;
+    if (rc) fprintf(stderr, "bench_abs: latency: %s\n", weir_job_error(job));
+    weir_job_destroy(job);
+    if (iv) rmrf(dir);
+    if (rc) return 1;
+    double p50 = percentile(&la->total, 0.5) / 1e3, p99 = percentile(&la->total, 0.99) / 1e3;
+    double p999 = percentile(&la->total, 0.999) / 1e3, mx = (double)la->total.max / 1e3;
+    double achieved = (double)st.emitted / seconds;
+    printf("  latency  ckpt %5u ms  rate %.0f/s (achieved %.0f/s)  p50 %.0f us  p99 %.0f us  "
+           "p99.9 %.0f us  max %.0f us  %llu ckpts\n",
+           iv, (double)rate, achieved, p50, p99, p999, mx, (unsigned long long)ck);
+    fflush(stdout);
+    if (jsonl) {
+      fprintf(jsonl,
+              "{\"bench\": \"latency\", \"interval_ms\": %u, \"workers\": %d, \"rate\": %llu, "
+              "\"achieved\": %.0f, \"p50_us\": %.1f, \"p99_us\": %.1f, \"p999_us\": %.1f, "
+              "\"max_us\": %.1f, \"checkpoints\": %llu}\n",
+              iv, workers, (unsigned long long)rate, achieved, p50, p99, p999, mx,
+              (unsigned long long)ck);
+      fflush(jsonl);
+    }
+    pthread_mutex_destroy(&la->mu);
+    weir_free(la);
+  }
+  return 0;
+}
+
+/* ---- memory per key --------------------------------------------------------- */
+
+/* Peak resident set size in bytes. */
+static double maxrss_bytes(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+#ifdef __APPLE__
+  return (double)ru.ru_maxrss; /* bytes on macOS */
+#else
+  return (double)ru.ru_maxrss * 1024.0; /* KiB on Linux and the BSDs */
+#endif
+}
+
+static int bench_memory(uint64_t keys, int workers) {
+  double before = maxrss_bytes();
+  rmrf(dir);
+  weir_job *job = NULL;
+  weir_job_create(&job, "counter");
+  weir_gen_opts g = {.records = 2 * keys, .keys = keys};
+  weir_stream *s = weir_count(weir_key_by(weir_gen(job, "gen", &g, workers)), "count", workers);
+  int rc = weir_sink_to(s, "sink", "null", NULL, workers);
+  weir_run_opts o = {.workers = workers, .state_dir = dir};
+  uint64_t t0 = weir_clock_mono_ns();
+  if (!rc) rc = weir_job_run(job, &o);
+  double secs = (double)(weir_clock_mono_ns() - t0) / 1e9;
+  if (rc) fprintf(stderr, "bench_abs: memory: %s\n", weir_job_error(job));
+  weir_job_destroy(job);
+  double after = maxrss_bytes();
+  ckpt_stats cs;
+  store_stats(&cs);
+  rmrf(dir);
+  if (rc) return 1;
+  double per_key = (after - before) / (double)keys;
+  printf("  memory  %llu keys  peak RSS +%.0f MB  %.1f bytes/key  final checkpoint %.1f MB in "
+         "%.0f ms  (run %.2f s)\n",
+         (unsigned long long)keys, (after - before) / 1e6, per_key, cs.bytes / 1e6, cs.ms, secs);
+  if (jsonl)
+    fprintf(jsonl,
+            "{\"bench\": \"memory\", \"keys\": %llu, \"workers\": %d, \"rss_bytes\": %.0f, "
+            "\"bytes_per_key\": %.2f, \"ckpt_bytes\": %.0f, \"ckpt_ms\": %.1f, \"run_s\": %.3f}\n",
+            (unsigned long long)keys, workers, after - before, per_key, cs.bytes, cs.ms, secs);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  int workers = 2;
+  uint64_t keys = 1000000, lat_rate = 0, mem_keys = 0;
+  uint32_t lat_iv = 1000;
+  double seconds = 3;
+  char modes[256] = "aligned,unaligned,sync", intervals[256] = "100,1000";
+  const char *jpath = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!v) goto usage;
+    if (!strcmp(a, "--workers"))
+      workers = atoi(v);
+    else if (!strcmp(a, "--keys"))
+      keys = strtoull(v, NULL, 10);
+    else if (!strcmp(a, "--seconds"))
+      seconds = atof(v);
+    else if (!strcmp(a, "--modes"))
+      snprintf(modes, sizeof modes, "%s", v);
+    else if (!strcmp(a, "--intervals"))
+      snprintf(intervals, sizeof intervals, "%s", v);
+    else if (!strcmp(a, "--latency"))
+      lat_rate = strtoull(v, NULL, 10);
+    else if (!strcmp(a, "--latency-interval"))
+      lat_iv = (uint32_t)strtoul(v, NULL, 10);
+    else if (!strcmp(a, "--memory"))
+      mem_keys = strtoull(v, NULL, 10);
+    else if (!strcmp(a, "--skew-us"))
+      skew_us = (uint32_t)strtoul(v, NULL, 10);
+    else if (!strcmp(a, "--jsonl"))
+      jpath = v;
+    else
+      goto usage;
+    i++;
+  }
+  if (workers < 1 || workers > 256 || !keys || !(seconds > 0 && seconds <= 3600) ||
+      skew_us > 100000)
+    goto usage;
+  weir_log_set_level(WEIR_LOG_WARN);
+  if (jpath && !(jsonl = fopen(jpath, "a"))) {
+    perror("bench_abs: --jsonl");
+    return 1;
+  }
+  const char *tmp = getenv("TMPDIR");
+  snprintf(dir, sizeof dir, "%s/bench-abs-%ld", tmp && *tmp ? tmp : "/tmp", (long)getpid());
+  int rc;
+  if (mem_keys)
+    rc = bench_memory(mem_keys, workers);
+  else if (lat_rate)
+    rc = bench_latency(lat_rate, lat_iv, workers, keys, seconds);
+  else
+    rc = bench_throughput(modes, intervals, workers, keys, seconds);
+  rmrf(dir);
+  if (jsonl) fclose(jsonl);
+  return rc;
+usage:
+  fprintf(stderr, "usage: bench_abs [--workers W] [--keys K] [--seconds S] [--modes LIST] "
+                  "[--intervals LIST] [--skew-us U] [--latency R [--latency-interval MS]] "
+                  "[--memory K] [--jsonl FILE]\n");
+  return 2;
+}
