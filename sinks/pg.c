@@ -50,7 +50,8 @@
  * sink (all subtasks, in pg_prepared_xacts): on restore from checkpoint r
  * those of checkpoints <= r are committed and the rest rolled back; a fresh
  * start rolls back every one (no checkpoint of the run completed). Two
- * subtasks resolving at once is harmless (42704/55006 are skipped). Then it
+ * subtasks resolving at once is harmless (42704, and "busy" 55000/55006,
+ * are skipped; a commit that finds its transaction busy retries). Then it
  * refuses a rewind (committed markers after r: restoring r would duplicate
  * their rows), and bumps the fence row to its owner epoch with
  * lock_timeout: a stale owner's prepared transaction holds the row FOR
@@ -312,6 +313,12 @@ static PGresult *exec(PGconn *c, const char *sql, int n, const char *const *para
   return NULL;
 }
 
+/* A prepared transaction another session is finishing right now: 55000
+ * ("prepared transaction ... is busy") or 55006 (object in use). */
+static int busy_elsewhere(const char *state) {
+  return !strcmp(state, "55000") || !strcmp(state, "55006");
+}
+
 /* exec for statements whose result is not needed. Returns 0 or -1. */
 static int run(PGconn *c, const char *sql, int n, const char *const *params, char *err,
                size_t errlen, char state[6]) {
@@ -421,7 +428,7 @@ static int resolve(weir_ctx *ctx, pgdest *d, uint64_t r, int restored) {
     PQfreemem(lit);
     if (run(d->conn, sql, 0, NULL, m, sizeof m, st) < 0) {
       /* Resolved by another subtask meanwhile (gone, or busy there). */
-      if (!strcmp(st, "42704") || !strcmp(st, "55006")) continue;
+      if (!strcmp(st, "42704") || busy_elsewhere(st)) continue;
       rc = fail(ctx, d, WEIR_EIO,
                 commit ? "cannot commit a prepared transaction"
                        : "cannot roll back a prepared transaction",
@@ -865,7 +872,7 @@ static int pg_commit(void *dest, weir_sink_commit *c) {
   if (run(d->cconn, sql, 0, NULL, m, sizeof m, st) < 0) {
     if (PQstatus(d->cconn) != CONNECTION_OK) return retry_later(d, c, m);
     weir_sink_io_count(c->io, WEIR_SINK_RESPONSES, 1);
-    if (!strcmp(st, "55006")) return WEIR_EAGAIN; /* being resolved elsewhere */
+    if (busy_elsewhere(st)) return WEIR_EAGAIN; /* retried: then done, or 42704 below */
     if (strcmp(st, "42704") != 0) {
       snprintf(c->err, c->errlen, "PostgreSQL at %s: cannot commit %s: %s", d->cwhere, gid, m);
       return WEIR_EIO;

@@ -428,6 +428,24 @@ TX_FN uint64_t rnd(void) { /* splitmix64 */
   return z ^ (z >> 31);
 }
 
+/* Runs j up to `attempts` times, each SIGKILLed min_ms + rnd() % spread_ms
+ * after its start unless it ended first, every run after the first with
+ * --restore latest, and all with --source `source` unless it is NULL.
+ * Returns how many kills landed (a run that ends stops the loop). */
+TX_FN int kill_at_random(job *j, int attempts, int min_ms, int spread_ms, const char *source) {
+  const char *src = source ? "--source" : NULL;
+  int kills = 0;
+  for (int a = 0; a < attempts; a++) {
+    int delay = min_ms + (int)(rnd() % (uint64_t)spread_ms);
+    int rc = a ? run_kill_after(j, delay, "--restore", "latest", src, source, NULL)
+               : run_kill_after(j, delay, src, source, NULL);
+    cr_assert(rc == 0 || rc == KILLED, "exit %d\nhistory: %s", rc, j->history);
+    if (rc == 0) break;
+    kills++;
+  }
+  return kills;
+}
+
 TX_FN uint64_t seed_from_env(const char *what) {
   const char *env = getenv("WEIR_TEST_SEED");
   uint64_t seed = env && *env ? strtoull(env, NULL, 10)

@@ -293,15 +293,7 @@ Test(nats, sink_random_kills) {
     job *j = job_new(N_RECORDS, N_KEYS, N_RATE, N_INTERVAL);
     hist(j, "seed %llu, job %d: ", (ull)seed, n);
     nats_sink(j, &t, NULL);
-    int want = 1 + (int)(rnd() % 2);
-    for (int a = 0; a < want; a++) {
-      int delay = 20 + (int)(rnd() % 500);
-      int rc = a ? run_kill_after(j, delay, "--restore", "latest", NULL)
-                 : run_kill_after(j, delay, NULL);
-      cr_assert(rc == 0 || rc == KILLED, "exit %d\nhistory: %s", rc, j->history);
-      if (rc == 0) break;
-      kills++;
-    }
+    kills += kill_at_random(j, 1 + (int)(rnd() % 2), 20, 500, NULL);
     restore_until_done(j);
     check_stream(j, &t);
     job_free(j);
@@ -474,14 +466,7 @@ Test(nats, source_random_kills_exact_files) {
     char url[512];
     src_url(&t, url, sizeof url, N_RATE);
     hist(j, "seed %llu, job %d: ", (ull)seed, n);
-    for (int a = 0; a < 2; a++) {
-      int delay = 50 + (int)(rnd() % 400);
-      int rc = a ? run_kill_after(j, delay, "--restore", "latest", "--source", url, NULL)
-                 : run_kill_after(j, delay, "--source", url, NULL);
-      cr_assert(rc == 0 || rc == KILLED, "exit %d\nhistory: %s", rc, j->history);
-      if (rc == 0) break;
-      kills++;
-    }
+    kills += kill_at_random(j, 2, 50, 400, url);
     char *err = NULL;
     int rc = run_job(j, NULL, &err, "--restore", "latest", "--source", url, NULL);
     cr_assert_eq(rc, 0, "%s\nhistory: %s", err, j->history);
@@ -558,14 +543,7 @@ Test(nats, end_to_end_random_kills) {
     nats_sink(j, &t, NULL);
     char url[512];
     src_url(&t, url, sizeof url, N_RATE);
-    for (int a = 0; a < 3; a++) {
-      int delay = 50 + (int)(rnd() % 400);
-      int rc = a ? run_kill_after(j, delay, "--restore", "latest", "--source", url, NULL)
-                 : run_kill_after(j, delay, "--source", url, NULL);
-      cr_assert(rc == 0 || rc == KILLED, "exit %d\nhistory: %s", rc, j->history);
-      if (rc == 0) break;
-      kills++;
-    }
+    kills += kill_at_random(j, 3, 50, 400, url);
     char *err = NULL;
     int rc = run_job(j, NULL, &err, "--restore", "latest", "--source", url, NULL);
     cr_assert_eq(rc, 0, "%s\nhistory: %s", err, j->history);
@@ -634,14 +612,7 @@ Test(nats, end_to_end_into_postgresql) {
     publish_input(&t, j->records, j->keys);
     char url[512];
     src_url(&t, url, sizeof url, N_RATE);
-    for (int a = 0; a < 3; a++) {
-      int delay = 50 + (int)(rnd() % 400);
-      int rc = a ? run_kill_after(j, delay, "--restore", "latest", "--source", url, NULL)
-                 : run_kill_after(j, delay, "--source", url, NULL);
-      cr_assert(rc == 0 || rc == KILLED, "exit %d\nhistory: %s", rc, j->history);
-      if (rc == 0) break;
-      kills++;
-    }
+    kills += kill_at_random(j, 3, 50, 400, url);
     char *err = NULL;
     int rc = run_job(j, NULL, &err, "--restore", "latest", "--source", url, NULL);
     cr_assert_eq(rc, 0, "%s\nhistory: %s", err, j->history);

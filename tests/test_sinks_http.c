@@ -139,15 +139,7 @@ Test(http_tx, random_kills) {
     receiver r;
     recv_start(&r, j, NULL);
     http_sink(j, &r, NULL);
-    int want = 1 + (int)(rnd() % 2);
-    for (int a = 0; a < want; a++) {
-      int delay = 20 + (int)(rnd() % 600);
-      int rc = a ? run_kill_after(j, delay, "--restore", "latest", NULL)
-                 : run_kill_after(j, delay, NULL);
-      cr_assert(rc == 0 || rc == KILLED, "exit %d\nhistory: %s", rc, j->history);
-      if (rc == 0) break;
-      kills++;
-    }
+    kills += kill_at_random(j, 1 + (int)(rnd() % 2), 20, 600, NULL);
     restore_until_done(j);
     check_receiver(j, &r);
     recv_stop(&r);

@@ -461,15 +461,7 @@ Test(pg_tx, random_kills) {
   for (int n = 0; n < 10; n++) {
     job *j = pg_job(P_RECORDS, P_KEYS, P_RATE, P_INTERVAL);
     hist(j, "seed %llu, job %d: ", (ull)seed, n);
-    int want = 1 + (int)(rnd() % 2);
-    for (int a = 0; a < want; a++) {
-      int delay = 30 + (int)(rnd() % 450);
-      int rc = a ? run_kill_after(j, delay, "--restore", "latest", NULL)
-                 : run_kill_after(j, delay, NULL);
-      cr_assert(rc == 0 || rc == KILLED, "exit %d\nhistory: %s", rc, j->history);
-      if (rc == 0) break;
-      kills++;
-    }
+    kills += kill_at_random(j, 1 + (int)(rnd() % 2), 30, 450, NULL);
     restore_until_done(j);
     check_pg(j, c);
     pg_job_free(j);

@@ -103,15 +103,7 @@ Test(file_tx, random_kills) {
   for (int n = 0; n < 10; n++) {
     job *j = job_new(F_RECORDS, F_KEYS, F_RATE, F_INTERVAL);
     hist(j, "seed %llu, job %d: ", (ull)seed, n);
-    int want = 1 + (int)(rnd() % 2);
-    for (int a = 0; a < want; a++) {
-      int delay = 20 + (int)(rnd() % 700);
-      int rc = a ? run_kill_after(j, delay, "--restore", "latest", NULL)
-                 : run_kill_after(j, delay, NULL);
-      cr_assert(rc == 0 || rc == KILLED, "exit %d\nhistory: %s", rc, j->history);
-      if (rc == 0) break;
-      kills++;
-    }
+    kills += kill_at_random(j, 1 + (int)(rnd() % 2), 20, 700, NULL);
     restore_until_done(j);
     check_files(j);
     job_free(j);
