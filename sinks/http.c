@@ -106,13 +106,11 @@ int weir__http_available(void) {
   return curl_ok;
 }
 
-/* One subtask's destination. `open`, `nopen` and `scratch` are the task
+/* One subtask's destination. `ops` is the task
  * thread's; `curl` and `hdrs` the commit thread's. */
 typedef struct hdest {
   const weir__sink_arg *a;
-  weir_sink_buf open; /* the open transaction's entries */
-  uint32_t nopen;
-  weir_sink_buf scratch;
+  weir__oplog ops; /* the open transaction's operations */
   CURL *curl;
   int replayed;   /* the last response had Idempotent-Replayed: true */
   int fenced;     /* the last response had Weir-Fenced */
@@ -128,38 +126,15 @@ static int http_open(weir_ctx *ctx, void **out) {
   return 0;
 }
 
-static int put_text(weir_ctx *ctx, hdest *h, size_t (*fn)(const weir_record *, char *, size_t),
-                    const weir_record *r) {
-  return weir_sink_buf_text(ctx, &h->open, &h->scratch, fn, r);
-}
-
 static int http_write(weir_ctx *ctx, void *dest, const weir_record *r) {
   hdest *h = dest;
-  if (h->nopen == UINT32_MAX) return WEIR_ETOOBIG;
-  int rc = put_text(ctx, h, h->a->fmt, r);
-  if (rc < 0) return rc;
-  if (h->a->opid && h->a->idempotent) {
-    rc = put_text(ctx, h, h->a->opid, r);
-  } else {
-    weir_sink_buf_u32(&h->open, 0);
-  }
-  h->nopen++;
-  return rc;
+  return weir__oplog_add(ctx, &h->ops, h->a->fmt, h->a->idempotent ? h->a->opid : NULL, r);
 }
 
 static int http_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *out) {
-  hdest *h = dest;
+  (void)ctx;
   (void)epoch;
-  if (!h->nopen) return 1;
-  weir_sink_buf_u32(out, h->nopen);
-  weir_sink_buf_put(out, h->open.data, h->open.len);
-  h->open.len = 0;
-  h->nopen = 0;
-  return 0;
-}
-
-static uint32_t get_u32(const uint8_t *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+  return weir__oplog_take(&((hdest *)dest)->ops, out);
 }
 
 static size_t on_header(char *b, size_t size, size_t n, void *user) {
@@ -204,16 +179,6 @@ static CURL *make_curl(hdest *h) {
   curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
   curl_easy_setopt(c, CURLOPT_XFERINFODATA, h);
   return c;
-}
-
-/* The operation id of record i of c into buf. */
-static void op_id(const weir_sink_commit *c, uint64_t i, const uint8_t *content, uint32_t clen,
-                  char *buf, size_t cap) {
-  if (clen)
-    snprintf(buf, cap, "%s/%s/c/%.*s", c->job_id, c->sink, (int)clen, (const char *)content);
-  else
-    snprintf(buf, cap, "%s/%s/w/%u/%llu/%llu", c->job_id, c->sink, (unsigned)c->subtask,
-             (unsigned long long)c->epoch, (unsigned long long)i);
 }
 
 /* Sends one operation until the destination answered it. */
@@ -334,26 +299,15 @@ static int http_commit(void *dest, weir_sink_commit *c) {
     snprintf(c->err, c->errlen, "cannot create a libcurl handle");
     return WEIR_ENOMEM;
   }
-  if (c->len < 4) goto bad;
-  uint32_t n = get_u32(c->handle);
-  size_t off = 4;
-  char id[512];
-  for (uint64_t i = 0; i < n; i++) {
-    if (c->len - off < 4) goto bad;
-    uint32_t blen = get_u32(c->handle + off);
-    if (c->len - off - 4 < blen) goto bad;
-    const uint8_t *body = c->handle + off + 4;
-    off += 4 + (size_t)blen;
-    if (c->len - off < 4) goto bad;
-    uint32_t clen = get_u32(c->handle + off);
-    if (c->len - off - 4 < clen) goto bad;
-    const uint8_t *content = c->handle + off + 4;
-    off += 4 + (size_t)clen;
-    if (i < c->progress) continue; /* sent in an earlier attempt of this process */
-    op_id(c, i, content, clen, id, sizeof id);
-    int rc = send_op(h, c, id, body, blen);
+  weir__oplog_reader rd;
+  weir__op op;
+  if (weir__oplog_open(c, &rd) < 0) goto bad;
+  while (rd.i < rd.n) {
+    if (weir__oplog_next(&rd, &op) < 0) goto bad;
+    if (op.index < c->progress) continue; /* sent in an earlier attempt of this process */
+    int rc = send_op(h, c, op.id, op.body, op.blen);
     if (rc < 0) return rc;
-    c->progress = i + 1;
+    c->progress = op.index + 1;
   }
   return 0;
 bad:
@@ -364,8 +318,7 @@ bad:
 static void http_close(weir_ctx *ctx, void *dest) {
   hdest *h = dest;
   if (h->curl) curl_easy_cleanup(h->curl);
-  weir_sink_buf_free(&h->open);
-  weir_sink_buf_free(&h->scratch);
+  weir__oplog_free(&h->ops);
   weir_free(h);
 }
 

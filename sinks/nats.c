@@ -78,14 +78,12 @@ static void nats_close(weir_ctx *ctx, void *dest) {}
 
 #else
 
-/* One subtask's destination. `open`, `nopen` and `scratch` are the task
+/* One subtask's destination. `ops` is the task
  * thread's; `first_*` the commit thread's; the ack fields are under `mu`. */
 typedef struct ndest {
   const weir__sink_arg *a;
   const weir__nats_url *u;
-  weir_sink_buf open;
-  uint32_t nopen;
-  weir_sink_buf scratch;
+  weir__oplog ops; /* the open transaction's operations */
   natsConnection *nc;
   jsCtx *js;
   uint64_t window_ms; /* the stream's duplicate window */
@@ -194,48 +192,15 @@ static int nats_open(weir_ctx *ctx, void **out) {
   return 0;
 }
 
-static int put_text(weir_ctx *ctx, ndest *h, size_t (*fn)(const weir_record *, char *, size_t),
-                    const weir_record *r) {
-  return weir_sink_buf_text(ctx, &h->open, &h->scratch, fn, r);
-}
-
 static int nats_write(weir_ctx *ctx, void *dest, const weir_record *r) {
   ndest *h = dest;
-  if (h->nopen == UINT32_MAX) return WEIR_ETOOBIG;
-  int rc = put_text(ctx, h, h->a->fmt, r);
-  if (rc < 0) return rc;
-  if (h->a->opid) {
-    rc = put_text(ctx, h, h->a->opid, r);
-  } else {
-    weir_sink_buf_u32(&h->open, 0);
-  }
-  h->nopen++;
-  return rc;
+  return weir__oplog_add(ctx, &h->ops, h->a->fmt, h->a->opid, r);
 }
 
 static int nats_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *out) {
-  ndest *h = dest;
+  (void)ctx;
   (void)epoch;
-  if (!h->nopen) return 1;
-  weir_sink_buf_u32(out, h->nopen);
-  weir_sink_buf_put(out, h->open.data, h->open.len);
-  h->open.len = 0;
-  h->nopen = 0;
-  return 0;
-}
-
-static uint32_t get_u32(const uint8_t *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-/* The operation id of record i of c into buf. */
-static void op_id(const weir_sink_commit *c, uint64_t i, const uint8_t *content, uint32_t clen,
-                  char *buf, size_t cap) {
-  if (clen)
-    snprintf(buf, cap, "%s/%s/c/%.*s", c->job_id, c->sink, (int)clen, (const char *)content);
-  else
-    snprintf(buf, cap, "%s/%s/w/%u/%llu/%llu", c->job_id, c->sink, (unsigned)c->subtask,
-             (unsigned long long)c->epoch, (unsigned long long)i);
+  return weir__oplog_take(&((ndest *)dest)->ops, out);
 }
 
 /* Waits until at most `max` publishes are unacknowledged, the subtask
@@ -314,23 +279,13 @@ static int nats_commit(void *dest, weir_sink_commit *c) {
   h->ackerr[0] = '\0';
   pthread_mutex_unlock(&h->mu);
 
-  uint32_t n = get_u32(c->handle);
-  size_t off = 4;
-  char id[512];
+  weir__oplog_reader rd;
+  weir__op op;
   int rc = 0;
   natsStatus ps = NATS_OK;
-  for (uint64_t i = 0; i < n; i++) {
-    if (c->len - off < 4) goto bad;
-    uint32_t blen = get_u32(c->handle + off);
-    if (c->len - off - 4 < blen) goto bad;
-    const uint8_t *body = c->handle + off + 4;
-    off += 4 + (size_t)blen;
-    if (c->len - off < 4) goto bad;
-    uint32_t clen = get_u32(c->handle + off);
-    if (c->len - off - 4 < clen) goto bad;
-    const uint8_t *content = c->handle + off + 4;
-    off += 4 + (size_t)clen;
-    op_id(c, i, content, clen, id, sizeof id);
+  if (weir__oplog_open(c, &rd) < 0) goto bad;
+  while (rd.i < rd.n) {
+    if (weir__oplog_next(&rd, &op) < 0) goto bad;
     int w = wait_inflight(h, io, h->pending - 1);
     if (w) {
       rc = w > 0 ? WEIR_ECANCELED : WEIR_EAGAIN;
@@ -338,13 +293,13 @@ static int nats_commit(void *dest, weir_sink_commit *c) {
     }
     jsPubOptions po;
     jsPubOptions_Init(&po);
-    po.MsgId = id;
+    po.MsgId = op.id;
     po.MaxWait = ACK_TIMEOUT_MS;
     pthread_mutex_lock(&h->mu);
     h->inflight++;
     pthread_mutex_unlock(&h->mu);
     h->published = 1;
-    ps = js_PublishAsync(h->js, u->subject, body, (int)blen, &po);
+    ps = js_PublishAsync(h->js, u->subject, op.body, (int)op.blen, &po);
     if (ps != NATS_OK) {
       pthread_mutex_lock(&h->mu);
       h->inflight--;
@@ -373,7 +328,7 @@ static int nats_commit(void *dest, weir_sink_commit *c) {
     WEIR_LOG_I("sink '%s' subtask %u: epoch %llu: %llu of %u messages were duplicates (Nats-Msg-Id "
                "already in stream %s)",
                c->sink, (unsigned)c->subtask, (unsigned long long)c->epoch,
-               (unsigned long long)dups, n, u->stream);
+               (unsigned long long)dups, rd.n, u->stream);
   if (rc == WEIR_ECANCELED) return rc;
   if (rc == 0 && failed) rc = WEIR_EAGAIN;
   if (rc == WEIR_EAGAIN) {
@@ -384,7 +339,7 @@ static int nats_commit(void *dest, weir_sink_commit *c) {
                              : "no acknowledgement in time");
     return rc;
   }
-  c->progress = n;
+  c->progress = rd.n;
   return 0;
 bad:
   snprintf(c->err, c->errlen, "epoch %llu: malformed handle", (unsigned long long)c->epoch);
@@ -398,8 +353,7 @@ static void nats_close(weir_ctx *ctx, void *dest) {
   weir__nats_disconnect(h->nc, h->js);
   pthread_mutex_destroy(&h->mu);
   pthread_cond_destroy(&h->cv);
-  weir_sink_buf_free(&h->open);
-  weir_sink_buf_free(&h->scratch);
+  weir__oplog_free(&h->ops);
   weir_free(h);
 }
 

@@ -68,6 +68,42 @@ typedef struct weir__linebuf {
   void *sink;
 } weir__linebuf;
 
+/* oplog.c: the operation log of the idempotent sinks (http, nats): an
+ * open epoch's records as the operations a commit sends. Task thread. */
+typedef struct weir__oplog {
+  weir_sink_buf open;    /* the open epoch's operations */
+  weir_sink_buf scratch; /* formatting space */
+  uint32_t n;            /* operations in `open` */
+} weir__oplog;
+/* Appends r: its text by fmt, and its content id by opid (NULL: none, the
+ * id is then derived from its place). WEIR_ETOOBIG past 2^32 operations or
+ * 4 GiB of text; WEIR_EINVAL if a formatter asks for another length the
+ * second time. */
+int weir__oplog_add(weir_ctx *ctx, weir__oplog *l, weir_format_fn fmt, weir_opid_fn opid,
+                    const weir_record *r);
+/* pre_commit: moves the open operations into the handle `out`; 1 if there
+ * are none (nothing to commit). */
+int weir__oplog_take(weir__oplog *l, weir_sink_buf *out);
+void weir__oplog_free(weir__oplog *l);
+
+/* Reading a handle back in commit. */
+typedef struct weir__oplog_reader {
+  const weir_sink_commit *c;
+  uint32_t n; /* operations in the handle */
+  uint32_t i; /* the next one's index */
+  size_t off;
+} weir__oplog_reader;
+typedef struct weir__op {
+  const uint8_t *body; /* the formatted record, in the handle */
+  uint32_t blen;
+  uint64_t index;
+  char id[512]; /* its operation id: <job>/<sink>/c/<content> or .../w/<subtask>/<epoch>/<index> */
+} weir__op;
+/* WEIR_ECORRUPT if the handle is too short to hold a count. */
+int weir__oplog_open(const weir_sink_commit *c, weir__oplog_reader *rd);
+/* The next of rd->n operations; WEIR_ECORRUPT if the handle is malformed. */
+int weir__oplog_next(weir__oplog_reader *rd, weir__op *op);
+
 /* Allocates the buffer; cannot fail (out of memory aborts). */
 void weir__linebuf_init(weir__linebuf *lb, size_t cap, size_t flush_at,
                         int (*write)(weir_ctx *, void *, const char *, size_t), void *sink);

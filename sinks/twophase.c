@@ -75,26 +75,6 @@ void weir_sink_buf_free(weir_sink_buf *b) {
   memset(b, 0, sizeof *b);
 }
 
-int weir_sink_buf_text(weir_ctx *ctx, weir_sink_buf *b, weir_sink_buf *scratch,
-                       size_t (*fn)(const weir_record *, char *, size_t), const weir_record *r) {
-  if (scratch->cap == 0) {
-    scratch->cap = 256;
-    scratch->data = weir_malloc(scratch->cap);
-  }
-  size_t n = fn(r, (char *)scratch->data, scratch->cap);
-  if (n >= scratch->cap) {
-    scratch->cap = n + 1;
-    scratch->data = weir_realloc(scratch->data, scratch->cap);
-    if (fn(r, (char *)scratch->data, scratch->cap) != n)
-      return weir_ctx_fail(ctx, WEIR_EINVAL, "sink '%s': a formatter contradicted itself",
-                           weir_ctx_name(ctx));
-  }
-  if (n > UINT32_MAX) return WEIR_ETOOBIG;
-  weir_sink_buf_u32(b, (uint32_t)n);
-  weir_sink_buf_put(b, scratch->data, n);
-  return 0;
-}
-
 /* ---- per subtask ---------------------------------------------------------- */
 
 /* One pre-committed transaction. Owned by the task thread, except while

@@ -87,13 +87,6 @@ void weir_sink_buf_put(weir_sink_buf *b, const void *p, size_t n);
 void weir_sink_buf_u32(weir_sink_buf *b, uint32_t v); /* little-endian */
 void weir_sink_buf_u64(weir_sink_buf *b, uint64_t v); /* little-endian */
 void weir_sink_buf_free(weir_sink_buf *b);
-/* Formats r with fn (a formatter of the sink's: returns the length it
- * needs, like snprintf) into *scratch (grown as asked: its data is a text
- * buffer of cap bytes) and appends it to b as u32 length + bytes.
- * WEIR_ETOOBIG past 4 GiB; WEIR_EINVAL (and the job fails) if fn asks for
- * another length the second time. */
-int weir_sink_buf_text(weir_ctx *ctx, weir_sink_buf *b, weir_sink_buf *scratch,
-                       size_t (*fn)(const weir_record *, char *, size_t), const weir_record *r);
 
 typedef struct weir_sink_io weir_sink_io;
 
