@@ -447,12 +447,11 @@ uint64_t th_splitmix64(uint64_t *state) {
 
 /* stderr goes to a file rather than a pipe: a SIGKILLed group cannot leave
  * a reader waiting, and the polling loop below only watches the child. */
-int th_run_killable(const char *const argv[], const char *cwd, const char *failpoints, int kill_ms,
-                    int timeout_s, const char *errpath, char **err, int64_t *ms) {
+pid_t th_spawn(const char *const argv[], const char *cwd, const char *failpoints,
+               const char *errpath) {
   fflush(NULL);
-  int64_t t0 = now_ms();
   pid_t pid = fork();
-  if (pid < 0) return -2;
+  if (pid < 0) return -1;
   if (pid == 0) {
     setpgid(0, 0);
     sigset_t none;
@@ -476,6 +475,14 @@ int th_run_killable(const char *const argv[], const char *cwd, const char *failp
     _exit(127);
   }
   setpgid(pid, pid); /* also here: no window in which a kill misses the group */
+  return pid;
+}
+
+int th_run_killable(const char *const argv[], const char *cwd, const char *failpoints, int kill_ms,
+                    int timeout_s, const char *errpath, char **err, int64_t *ms) {
+  int64_t t0 = now_ms();
+  pid_t pid = th_spawn(argv, cwd, failpoints, errpath);
+  if (pid < 0) return -2;
   int64_t kill_at = kill_ms >= 0 ? t0 + kill_ms : t0 + (int64_t)timeout_s * 1000;
   int st = 0, killed = 0, rc = -1;
   for (;;) {

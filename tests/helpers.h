@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -106,6 +107,11 @@ uint64_t th_splitmix64(uint64_t *state);
  * not NULL, the wall time. */
 int th_run_killable(const char *const argv[], const char *cwd, const char *failpoints, int kill_ms,
                     int timeout_s, const char *errpath, char **err, int64_t *ms);
+/* Starts argv as th_run_killable does (own process group, stdin/stdout on
+ * /dev/null, stderr into errpath, WEIR_FAILPOINTS = failpoints) without
+ * waiting for it. Returns its pid, or -1 (errno set). */
+pid_t th_spawn(const char *const argv[], const char *cwd, const char *failpoints,
+               const char *errpath);
 
 /* Where a `weir run ... --restore latest` run said it resumed (its stderr,
  * with WEIR_LOG=info): the checkpoint id, 0 for the beginning,

@@ -149,23 +149,8 @@ TX_FN void sleep_ms(int ms) {
 TX_FN pid_t spawn_argv(job *j, const char *fp, const char *const *argv) {
   char errpath[700];
   snprintf(errpath, sizeof errpath, "%s/stderr.txt", j->dir);
-  arm(fp);
-  fflush(NULL);
-  pid_t pid = fork();
+  pid_t pid = th_spawn(argv, j->dir, fp, errpath);
   cr_assert_geq(pid, 0);
-  if (pid == 0) {
-    setpgid(0, 0);
-    int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int nul = open("/dev/null", O_RDWR);
-    if (fd < 0 || nul < 0 || chdir(j->dir) != 0) _exit(127);
-    dup2(nul, 0);
-    dup2(nul, 1);
-    dup2(fd, 2);
-    execv(argv[0], (char *const *)argv);
-    _exit(127);
-  }
-  setpgid(pid, pid);
-  arm(NULL);
   return pid;
 }
 
@@ -177,24 +162,12 @@ TX_FN int run_kill_after(job *j, int delay_ms, ...) {
   va_start(ap, delay_ms);
   int x = job_argv(j, argv, ap);
   va_end(ap);
-  pid_t pid = spawn_argv(j, NULL, argv);
-  int64_t kill_at = mono_ms() + delay_ms;
-  int st = 0, killed = 0, rc = -1;
-  for (;;) {
-    pid_t w = waitpid(pid, &st, WNOHANG);
-    if (w == pid) {
-      rc = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 255;
-      break;
-    }
-    if (w < 0 && errno != EINTR) break;
-    if (!killed && mono_ms() >= kill_at) {
-      kill(-pid, SIGKILL);
-      kill(pid, SIGKILL);
-      killed = 1;
-      continue;
-    }
-    sleep_ms(1);
-  }
+  char errpath[700], *err = NULL;
+  snprintf(errpath, sizeof errpath, "%s/stderr.txt", j->dir);
+  int rc = th_run_killable(argv, j->dir, NULL, delay_ms, 0, errpath, &err, NULL);
+  cr_assert_neq(rc, -2, "cannot fork");
+  free(err);
+  int killed = rc == KILLED;
   j->runs++;
   hist(j, "[run %d %s %d ms", j->runs, killed ? "killed at" : "ended before a kill at", delay_ms);
   for (int i = x; argv[i]; i++) hist(j, " %s", argv[i]);
