@@ -33,12 +33,7 @@
 
 /* Bytes of the protobuf varint encoding of v (1..10). */
 static inline unsigned weir__varint_len(uint64_t v) {
-  unsigned n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    n++;
-  }
-  return n;
+  return 1u + (unsigned)(63 - __builtin_clzll(v | 1)) / 7u;
 }
 
 /* Test hook (fault injection, as SQLite fails the Nth allocation): after the
@@ -134,6 +129,15 @@ typedef struct weir__chunk_id {
  *   blob:  data_len. */
 size_t weir__u64_chunk_encode(weir__chunk_id id, const uint64_t *keys, const uint64_t *values,
                               size_t n, uint8_t *buf);
+/* Encodes the longest prefix of entries [0, avail) that keeps within the
+ * budget (the greedy cut the u64 rule above plans) as one u64 chunk into
+ * buf; *taken = the entries it holds. */
+size_t weir__u64_chunk_fill(weir__chunk_id id, const uint64_t *keys, const uint64_t *values,
+                            size_t avail, uint8_t *buf, size_t *taken);
+/* The same value as weir__u64_chunk_encode, made by protobuf-c's generic
+ * packer: for tests, which check that the two agree byte for byte. */
+size_t weir__u64_chunk_encode_pb(weir__chunk_id id, const uint64_t *keys, const uint64_t *values,
+                                 size_t n, uint8_t *buf);
 size_t weir__bytes_chunk_encode(weir__chunk_id id, const uint64_t *route, const uint32_t *klen,
                                 const uint32_t *vlen, size_t n, const uint8_t *data,
                                 size_t data_len, uint8_t *buf);

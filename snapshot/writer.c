@@ -436,15 +436,10 @@ static int chunker_next(chunker *c, uint8_t *buf, size_t *len) {
         c->i = c->d = c->dend = 0;
         continue;
       }
-      uint64_t j = c->i, used = 0;
-      while (j < sn->n_u64) {
-        uint64_t need = 8 + weir__varint_len(sn->u64_values[j]);
-        if (used + need > budget) break;
-        used += need;
-        j++;
-      }
-      *len = weir__u64_chunk_encode(c->id, sn->u64_keys + c->i, sn->u64_values + c->i,
-                                    (size_t)(j - c->i), buf);
+      size_t taken = 0;
+      *len = weir__u64_chunk_fill(c->id, sn->u64_keys + c->i, sn->u64_values + c->i,
+                                  (size_t)(sn->n_u64 - c->i), buf, &taken);
+      uint64_t j = c->i + taken;
       c->i = j;
       c->chunks[0]++;
       c->id.seq++;
@@ -673,7 +668,13 @@ static void exec_write(weir_store *s, weir__req *r) {
       }
     }
   }
-  if (rc == 0 && sn->n_u64 > 1) {
+  if (rc == 0 && sn->n_u64 > 1 && sn->u64_in_order) {
+#ifdef WEIR_DEBUG
+    for (uint64_t i = 1; i < sn->n_u64; i++)
+      WEIR_DEBUG_ASSERT(weir_store_u64_rank(sn->u64_keys[i - 1]) <
+                        weir_store_u64_rank(sn->u64_keys[i]));
+#endif
+  } else if (rc == 0 && sn->n_u64 > 1) {
     sort_u64(sn->u64_keys, sn->u64_values, sn->n_u64);
     for (uint64_t i = 1; i < sn->n_u64; i++) {
       if (sn->u64_keys[i] == sn->u64_keys[i - 1]) {

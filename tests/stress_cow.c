@@ -10,8 +10,8 @@
  * through doublings, deleting with backward shifts, and in the last rounds
  * closing the map while the reader is still at work. Every extraction must
  * equal the expected snapshot exactly: each key once, with its value at the
- * moment the view opened. Also: a second view while one is unread is
- * refused (NULL), and one is granted again once the first was read.
+ * moment the view opened, in strictly ascending hash order. Also: a second view while one is unread
+ * is refused (NULL), and one is granted again once the first was read.
  *
  * A plain main() program (Criterion cannot start under ThreadSanitizer):
  * prints "N passed, N failed" and exits non-zero on failure.
@@ -100,6 +100,11 @@ static int check(const reader *r, int round) {
   }
   for (uint64_t e = 0; e < r->n; e++) {
     uint64_t k = r->keys[e], i;
+    if (e > 0 && r->keys[e - 1] * WEIR__U64_HASH_MUL >= k * WEIR__U64_HASH_MUL) {
+      fprintf(stderr, "round %d: entry %llu (key %llu) is not after entry %llu in hash order\n",
+              round, (unsigned long long)e, (unsigned long long)k, (unsigned long long)e - 1);
+      return 0;
+    }
     if (k == WEIR__U64_EMPTY) {
       i = KEYS;
     } else {

@@ -561,6 +561,53 @@ Test(codec, metadata_semantic_checks) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
+/* The direct u64 chunk encoder writes exactly protobuf-c's bytes, and
+ * weir__u64_chunk_fill takes exactly the entries that fit the budget: ids
+ * with zero fields (left out in proto3), no entries, one entry, and runs
+ * up to twice a chunk of values of every varint length. */
+Test(codec, u64_chunk_direct_encoder_matches_protobuf_c) {
+  uint8_t *a = weir_malloc(WEIR__CHUNK_MAX), *b = weir_malloc(WEIR__CHUNK_MAX);
+  uint64_t *keys = weir_malloc(2 * WEIR__MAX_U64_PER_CHUNK * 8);
+  uint64_t *vals = weir_malloc(2 * WEIR__MAX_U64_PER_CHUNK * 8);
+  uint64_t x = 88172645463325252ull;
+  const weir__chunk_id ids[] = {
+      {1, 0, 0}, {9, 2, 5}, {UINT64_MAX, UINT32_MAX, UINT32_MAX}, {300, 0, 7}};
+  for (int round = 0; round < 200; round++) {
+    /* Up to twice what fits: fill takes the greedy cut of codec.h. */
+    size_t want = round == 0 ? 0 : round == 1 ? 1 : (size_t)(x % (2 * WEIR__MAX_U64_PER_CHUNK)) + 1;
+    for (size_t i = 0; i < want; i++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      keys[i] = x * 31;
+      vals[i] = x >> (x % 64); /* every varint length, 0 included */
+    }
+    size_t fit = 0, used = 0;
+    while (fit < want && used + 8 + weir__varint_len(vals[fit]) <= WEIR__CHUNK_BUDGET)
+      used += 8 + weir__varint_len(vals[fit++]);
+    weir__chunk_id id = ids[round % 4];
+    size_t taken = SIZE_MAX;
+    size_t la = weir__u64_chunk_fill(id, keys, vals, want, a, &taken);
+    cr_assert_eq(taken, fit, "round %d: took %zu of %zu entries, %zu fit", round, taken, want, fit);
+    size_t lb = weir__u64_chunk_encode_pb(id, keys, vals, fit, b);
+    cr_assert_eq(la, lb, "round %d (%zu entries): %zu bytes, protobuf-c %zu", round, fit, la, lb);
+    cr_assert_eq(memcmp(a, b, la), 0, "round %d (%zu entries): the bytes differ", round, fit);
+    if (fit == want) {
+      cr_assert_eq(weir__u64_chunk_encode(id, keys, vals, fit, a), la);
+      cr_assert_eq(memcmp(a, b, la), 0);
+    }
+  }
+  for (uint64_t v = 1; v; v <<= 1) {
+    unsigned n = 1;
+    for (uint64_t t = v - 1; t >= 0x80; t >>= 7) n++;
+    cr_assert_eq(weir__varint_len(v - 1), n, "varint_len(%llu)", (unsigned long long)(v - 1));
+  }
+  cr_assert_eq(weir__varint_len(UINT64_MAX), 10);
+  weir_free(a);
+  weir_free(b);
+  weir_free(keys);
+  weir_free(vals);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
 Test(codec, chunks) {
   uint8_t *buf = weir_malloc(WEIR__CHUNK_MAX);
   char err[256];

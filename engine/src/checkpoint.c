@@ -153,6 +153,7 @@ static void fill_from_view(void *arg, weir_subtask_snapshot *s, int run) {
   if (run) {
     weir__cow_extract(v, &s->u64_keys, &s->u64_values, &s->n_u64);
     s->u64_release = weir_pool_free;
+    s->u64_in_order = 1;
   }
   weir__cow_release(v);
 }

@@ -165,45 +165,81 @@ static inline void cow_write(weir__u64map *m, uint64_t j) {
  * table's slots, give or take the keys linear probing displaced. */
 _Static_assert(WEIR__U64_HASH_MUL == WEIR_STORE_U64_RANK, "tables are laid out in store order");
 
-static void take_page(const uint64_t *sl, uint64_t n, uint64_t *keys, uint64_t *values,
-                      uint64_t *k) {
-  for (uint64_t i = 0; i < n; i++) {
-    if (sl[2 * i] == WEIR__U64_EMPTY) continue;
-    keys[*k] = sl[2 * i];
-    values[(*k)++] = sl[2 * i + 1];
+static inline uint64_t rank_of(uint64_t key) {
+  return key * WEIR__U64_HASH_MUL;
+}
+
+/* Moves the entries from `from` on into place, so that keys[0, to) is in
+ * strictly ascending hash order given that keys[0, from) was. Linear
+ * probing displaces a key only forward within its cluster, so an entry
+ * moves back a few places at most, and the common case is one comparison
+ * against the largest rank so far. */
+static void order_from(uint64_t *keys, uint64_t *values, uint64_t from, uint64_t to) {
+  if (to == 0) return;
+  if (from == 0) from = 1;
+  uint64_t top = rank_of(keys[from - 1]);
+  for (uint64_t i = from; i < to; i++) {
+    uint64_t kk = keys[i], r = rank_of(kk);
+    if (r > top) {
+      top = r;
+      continue;
+    }
+    uint64_t vv = values[i], j = i;
+    for (; j > 0 && rank_of(keys[j - 1]) > r; j--) {
+      keys[j] = keys[j - 1];
+      values[j] = values[j - 1];
+    }
+    keys[j] = kk;
+    values[j] = vv;
   }
+}
+
+/* Appends the page's entries at keys[k], values[k] (which have room for
+ * one more entry than the page holds) and returns the new count. Without
+ * a branch on the slot: about half the slots are empty, at random, so a
+ * branch would mispredict on every other one. */
+static uint64_t take_page(const uint64_t *sl, uint64_t n, uint64_t *keys, uint64_t *values,
+                          uint64_t k) {
+  for (uint64_t i = 0; i < n; i++) {
+    keys[k] = sl[2 * i];
+    values[k] = sl[2 * i + 1];
+    k += sl[2 * i] != WEIR__U64_EMPTY;
+  }
+  return k;
 }
 
 /* Page 0, whose first cluster may hold keys that wrapped around from the
  * table's end: those go to wrapped[] (to be put last, where hash order
  * has them), the rest to keys[]. */
-static void take_first_page(const uint64_t *sl, uint64_t n, unsigned shift, uint64_t *keys,
-                            uint64_t *values, uint64_t *k, uint64_t *wrapped, uint64_t *nw) {
+static uint64_t take_first_page(const uint64_t *sl, uint64_t n, unsigned shift, uint64_t *keys,
+                                uint64_t *values, uint64_t k, uint64_t *wrapped, uint64_t *nw) {
   uint64_t i = 0;
   for (; i < n && sl[2 * i] != WEIR__U64_EMPTY; i++) {
     uint64_t key = sl[2 * i];
-    if (((key * WEIR__U64_HASH_MUL) >> shift) > i) {
+    if ((rank_of(key) >> shift) > i) {
       wrapped[2 * *nw] = key;
       wrapped[2 * (*nw)++ + 1] = sl[2 * i + 1];
     } else {
-      keys[*k] = key;
-      values[(*k)++] = sl[2 * i + 1];
+      keys[k] = key;
+      values[k++] = sl[2 * i + 1];
     }
   }
-  take_page(sl + 2 * i, n - i, keys, values, k);
+  return take_page(sl + 2 * i, n - i, keys, values, k);
 }
 
 void weir__cow_extract(weir__cow *c, uint64_t **keys, uint64_t **values, uint64_t *n) {
-  /* At most cap / 2 entries (load factor), plus the EMPTY key. */
-  uint64_t max = c->cap / 2 + 1, k = 0, nw = 0;
+  /* At most cap / 2 entries (load factor), plus the EMPTY key, plus the
+   * slot take_page writes past the last entry. */
+  uint64_t max = c->cap / 2 + 2, k = 0, nw = 0;
   /* From the pool: the arrays of the previous checkpoint, already touched
    * (the caller releases them with weir_pool_free). */
   uint64_t *ks = weir_pool_alloc(max * sizeof *ks), *vs = weir_pool_alloc(max * sizeof *vs);
   uint64_t *wrapped = c->cap ? weir_malloc(WEIR__COW_PAGE * 16) : NULL;
   unsigned shift = c->cap ? 64 - (unsigned)__builtin_ctzll(c->cap) : 0;
   /* The EMPTY key's rank: with the keys whose slots come before it. */
-  uint64_t empty_at = c->has_empty_key ? (WEIR__U64_EMPTY * WEIR__U64_HASH_MUL) >> shift : 0;
+  uint64_t empty_at = c->has_empty_key ? rank_of(WEIR__U64_EMPTY) >> shift : 0;
   for (uint64_t p = 0; p < c->npages; p++) {
+    uint64_t k0 = k;
     if (c->has_empty_key && empty_at / WEIR__COW_PAGE == p) {
       ks[k] = WEIR__U64_EMPTY;
       vs[k++] = c->empty_key_value;
@@ -216,12 +252,15 @@ void weir__cow_extract(weir__cow *c, uint64_t **keys, uint64_t **values, uint64_
     /* If not, COPIED: the owner copied it (published by the acquire above). */
     sl = (reading ? c->slots : c->arena) + 2 * p * WEIR__COW_PAGE;
     if (p == 0)
-      take_first_page(sl, cnt, shift, ks, vs, &k, wrapped, &nw);
+      k = take_first_page(sl, cnt, shift, ks, vs, k, wrapped, &nw);
     else
-      take_page(sl, cnt, ks, vs, &k);
+      k = take_page(sl, cnt, ks, vs, k);
     if (reading) atomic_store_explicit(&c->state[p], PAGE_DONE, memory_order_release);
-    WEIR_ASSERT(k + nw <= max);
+    WEIR_ASSERT(k + nw < max);
+    /* While the page's entries are in the cache. */
+    order_from(ks, vs, k0, k);
   }
+  uint64_t k0 = k;
   if (c->has_empty_key && c->npages == 0) {
     ks[k] = WEIR__U64_EMPTY;
     vs[k++] = c->empty_key_value;
@@ -230,6 +269,7 @@ void weir__cow_extract(weir__cow *c, uint64_t **keys, uint64_t **values, uint64_
     ks[k] = wrapped[2 * i];
     vs[k++] = wrapped[2 * i + 1];
   }
+  order_from(ks, vs, k0, k);
   weir_free(wrapped);
   if (!k) {
     weir_pool_free(ks);

@@ -132,7 +132,8 @@ static inline void weir__u64_prefetch(const weir__u64map *m, uint64_t key) {
 weir__cow *weir__u64_cow_begin(weir__u64map *m);
 /* Any thread, once: the view's entries in arrays of *n (from
  * weir_pool_alloc: the caller releases them with weir_pool_free; NULL when
- * empty), nearly in hash order (the table's). */
+ * empty), in strictly ascending hash order (the store's, WEIR_STORE_U64_RANK),
+ * sorted page by page as they are read. */
 void weir__cow_extract(weir__cow *c, uint64_t **keys, uint64_t **values, uint64_t *n);
 /* Lets go of the view for its reader (after extracting or instead of it). */
 void weir__cow_release(weir__cow *c);

@@ -135,6 +135,10 @@ typedef struct weir_subtask_snapshot {
   /* How u64_keys and u64_values are released: NULL = weir_free; otherwise
    * called with each (e.g. weir_pool_free). */
   void (*u64_release)(void *array);
+  /* Set if u64_keys are already in strictly ascending hash order (distinct,
+   * as a copy-on-write extract of a table gives them): the store then does
+   * not sort them or look for repeats (a debug build checks). */
+  int u64_in_order;
   /* Byte-string keyed state: entry i has routing key b_route[i], key of
    * b_klen[i] bytes then value of b_vlen[i] bytes, entries back to back in
    * b_data. */
