@@ -27,14 +27,21 @@
  *                every derived record); a sink written here records
  *                now - ts per record in a histogram: p50, p99, p99.9, max
  *                over the run after the first 20%, without checkpoints and
- *                with aligned checkpoints every --latency-interval ms.
+ *                with aligned checkpoints every --latency-interval ms, and
+ *                with aligned checkpoints every --align-interval ms (default
+ *                100; 0: not run): for each checkpointed run also the
+ *                alignment time per checkpoint (the longest any task waited
+ *                between its first and last barrier), p50, p99 and max in
+ *                microseconds; at a rate the job keeps up with, that is
+ *                alignment without backpressure.
  *   --memory K   the counter job (gen -> key_by -> count -> null) over K keys,
  *                2K records, with only the final checkpoint: peak RSS
  *                (getrusage) growth per key, and the final checkpoint's size
  *                and duration. Run it in a fresh process per K.
  *
  *   bench_abs [--workers W] [--keys K] [--seconds S] [--modes LIST]
- *             [--intervals LIST] [--skew-us U] [--latency R [--latency-interval MS]]
+ *             [--intervals LIST] [--skew-us U]
+ *             [--latency R [--latency-interval MS] [--align-interval MS]]
  *             [--memory K] [--jsonl FILE]
  */
 #include <pthread.h>
@@ -425,10 +432,22 @@ static int bench_throughput(char *modes, char *intervals, int workers, uint64_t 
 
 /* ---- latency ---------------------------------------------------------------- */
 
-static int bench_latency(uint64_t rate, uint32_t interval_ms, int workers, uint64_t keys,
-                         double seconds) {
-  for (int c = 0; c < 2; c++) {
-    uint32_t iv = c ? interval_ms : 0;
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Nearest-rank percentile of n sorted values. */
+static uint32_t rank_pct(const uint32_t *v, uint32_t n, double q) {
+  uint32_t i = (uint32_t)(q * n + 0.999999);
+  return v[i == 0 ? 0 : i > n ? n - 1 : i - 1];
+}
+
+static int bench_latency(uint64_t rate, uint32_t interval_ms, uint32_t align_ms, int workers,
+                         uint64_t keys, double seconds) {
+  for (int c = 0; c < 3; c++) {
+    uint32_t iv = c == 0 ? 0 : c == 1 ? interval_ms : align_ms;
+    if (c == 2 && (align_ms == 0 || align_ms == interval_ms)) break;
     lat_arg *la = weir_calloc(1, sizeof *la);
     pthread_mutex_init(&la->mu, NULL);
     la->skip_before = (int64_t)(weir_clock_mono_ns() + (uint64_t)(seconds * 0.2 * 1e9));
@@ -448,7 +467,15 @@ static int bench_latency(uint64_t rate, uint32_t interval_ms, int workers, uint6
     pthread_create(&th, NULL, stopper_main, &st);
     if (!rc) rc = weir_job_run(job, &o);
     pthread_join(th, NULL);
-    uint64_t ck = weir_job_run_info(job)->checkpoints;
+    const weir_run_info *ri = weir_job_run_info(job);
+    uint64_t ck = ri->checkpoints;
+    /* Alignment per checkpoint, the final one left out (it comes after the
+     * stop, when sources end). */
+    uint32_t al[WEIR_RUN_INFO_DURATIONS], nal = ri->checkpoint_ms_n ? ri->checkpoint_ms_n - 1 : 0;
+    memcpy(al, ri->alignment_us, nal * sizeof *al);
+    qsort(al, nal, sizeof *al, cmp_u32);
+    uint32_t a50 = nal ? rank_pct(al, nal, 0.5) : 0, a99 = nal ? rank_pct(al, nal, 0.99) : 0;
+    uint32_t amax = nal ? al[nal - 1] : 0;
     if (rc) fprintf(stderr, "bench_abs: latency: %s\n", weir_job_error(job));
     weir_job_destroy(job);
     if (iv) rmrf(dir);
@@ -457,16 +484,19 @@ static int bench_latency(uint64_t rate, uint32_t interval_ms, int workers, uint6
     double p999 = percentile(&la->total, 0.999) / 1e3, mx = (double)la->total.max / 1e3;
     double achieved = (double)st.emitted / seconds;
     printf("  latency  ckpt %5u ms  rate %.0f/s (achieved %.0f/s)  p50 %.0f us  p99 %.0f us  "
-           "p99.9 %.0f us  max %.0f us  %llu ckpts\n",
+           "p99.9 %.0f us  max %.0f us  %llu ckpts",
            iv, (double)rate, achieved, p50, p99, p999, mx, (unsigned long long)ck);
+    if (nal) printf("  alignment p50 %u us  p99 %u us  max %u us (%u ckpts)", a50, a99, amax, nal);
+    printf("\n");
     fflush(stdout);
     if (jsonl) {
       fprintf(jsonl,
               "{\"bench\": \"latency\", \"interval_ms\": %u, \"workers\": %d, \"rate\": %llu, "
               "\"achieved\": %.0f, \"p50_us\": %.1f, \"p99_us\": %.1f, \"p999_us\": %.1f, "
-              "\"max_us\": %.1f, \"checkpoints\": %llu}\n",
+              "\"max_us\": %.1f, \"checkpoints\": %llu, \"align_n\": %u, \"align_p50_us\": %u, "
+              "\"align_p99_us\": %u, \"align_max_us\": %u}\n",
               iv, workers, (unsigned long long)rate, achieved, p50, p99, p999, mx,
-              (unsigned long long)ck);
+              (unsigned long long)ck, nal, a50, a99, amax);
       fflush(jsonl);
     }
     pthread_mutex_destroy(&la->mu);
@@ -522,7 +552,7 @@ static int bench_memory(uint64_t keys, int workers) {
 int main(int argc, char **argv) {
   int workers = 2;
   uint64_t keys = 1000000, lat_rate = 0, mem_keys = 0;
-  uint32_t lat_iv = 1000;
+  uint32_t lat_iv = 1000, align_iv = 100;
   double seconds = 3;
   char modes[256] = "aligned,unaligned,sync", intervals[256] = "100,1000";
   const char *jpath = NULL;
@@ -543,6 +573,8 @@ int main(int argc, char **argv) {
       lat_rate = strtoull(v, NULL, 10);
     else if (!strcmp(a, "--latency-interval"))
       lat_iv = (uint32_t)strtoul(v, NULL, 10);
+    else if (!strcmp(a, "--align-interval"))
+      align_iv = (uint32_t)strtoul(v, NULL, 10);
     else if (!strcmp(a, "--memory"))
       mem_keys = strtoull(v, NULL, 10);
     else if (!strcmp(a, "--skew-us"))
@@ -567,7 +599,7 @@ int main(int argc, char **argv) {
   if (mem_keys)
     rc = bench_memory(mem_keys, workers);
   else if (lat_rate)
-    rc = bench_latency(lat_rate, lat_iv, workers, keys, seconds);
+    rc = bench_latency(lat_rate, lat_iv, align_iv, workers, keys, seconds);
   else
     rc = bench_throughput(modes, intervals, workers, keys, seconds);
   rmrf(dir);
@@ -575,7 +607,8 @@ int main(int argc, char **argv) {
   return rc;
 usage:
   fprintf(stderr, "usage: bench_abs [--workers W] [--keys K] [--seconds S] [--modes LIST] "
-                  "[--intervals LIST] [--skew-us U] [--latency R [--latency-interval MS]] "
+                  "[--intervals LIST] [--skew-us U] [--latency R [--latency-interval MS] "
+                  "[--align-interval MS]] "
                   "[--memory K] [--jsonl FILE]\n");
   return 2;
 }

@@ -198,6 +198,11 @@ def collect(d):
         for p in ("p50", "p99", "p999"):
             F.add("latency", "latency.%s.%dms" % (p, iv), "%s latency, %s, %s rec/s" % (p.replace("p999", "p99.9"), c, kname(r["rate"])),
                   "us", r[p + "_us"], interval_ms=iv, rate=r["rate"])
+        if iv and r.get("align_n"):
+            for p in ("p50", "p99", "max"):
+                F.add("latency", "alignment.%s.%dms" % (p, iv),
+                      "%s alignment time, %s, %s rec/s (%d checkpoints)" % (p, c, kname(r["rate"]), r["align_n"]),
+                      "us", r["align_%s_us" % p], interval_ms=iv, rate=r["rate"])
     # state
     for r in jl(os.path.join(raw, "memory*.jsonl")):
         k = kname(r["keys"])
@@ -311,6 +316,14 @@ def goals(figs, cores):
     p0, p1 = get(figs, "latency.p99.0ms"), get(figs, "latency.p99.1000ms")
     add("p99 latency with 1 s checkpoints / without", None if not p0 or p1 is None else p1 / p0, "<= 2",
         p0 and p1 is not None and p1 / p0 <= 2)
+    # Alignment without backpressure: the fixed-rate runs, the shortest
+    # interval (the most checkpoints).
+    for iv in (100, 1000):
+        a50, a99 = get(figs, "alignment.p50.%dms" % iv), get(figs, "alignment.p99.%dms" % iv)
+        if a50 is not None:
+            add("alignment p50 without backpressure (%d ms checkpoints), us" % iv, a50, "<= 500", a50 <= 500)
+            add("alignment p99 without backpressure (%d ms checkpoints), us" % iv, a99, "<= 2000", a99 <= 2000)
+            break
     for k in ("10M", "1M"):
         s = get(figs, "restore_s_per_gb.keys=%s" % k)
         if s is not None:

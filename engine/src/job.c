@@ -369,8 +369,12 @@ static void ck_progress(coord *c) {
                (unsigned long long)(ck.align_ns / 1000000u), un, ck.final ? ", final" : "");
     job->info.unaligned_checkpoints += ck.unaligned ? 1 : 0;
     job->info.channel_state_bytes += ck.channel_bytes;
-    if (job->info.checkpoint_ms_n < WEIR_RUN_INFO_DURATIONS)
+    if (job->info.checkpoint_ms_n < WEIR_RUN_INFO_DURATIONS) {
+      uint64_t us = ck.align_ns / 1000u;
+      job->info.alignment_us[job->info.checkpoint_ms_n] =
+          us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
       job->info.checkpoint_ms[job->info.checkpoint_ms_n++] = (uint32_t)ms;
+    }
     job->info.last_checkpoint = ck.id;
     job->info.checkpoints++;
     c->failures = 0;

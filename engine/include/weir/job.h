@@ -449,9 +449,12 @@ typedef struct weir_run_info {
   uint64_t unaligned_checkpoints;
   uint64_t channel_state_bytes;
   /* Durations (trigger to durable, ms) of the first WEIR_RUN_INFO_DURATIONS
-   * checkpoints this run completed, for benchmarks. */
+   * checkpoints this run completed, for benchmarks, and their alignment
+   * times in microseconds (the longest any task waited from its first
+   * barrier to its last; sync mode: trigger to drained). */
   uint32_t checkpoint_ms_n;
   uint32_t checkpoint_ms[256];
+  uint32_t alignment_us[256];
   /* The restore, when there was one: the checkpoint's stored bytes, the
    * time to read and check them, and the time the slowest subtask took to
    * rebuild its state from them (subtasks rebuild in parallel). */
