@@ -9,8 +9,9 @@
  * Every operator emits one record per input, so the sink sees every record.
  *
  * Modes (one JSON object per run, appended to --jsonl FILE):
- *   default      throughput of the job with an unbounded generator, stopped
- *                after --seconds S, for checkpoints off and each of
+ *   default      throughput of the job with an unbounded generator, measured
+ *                over the --seconds S from its first records (stopper.h)
+ *                and then stopped, for checkpoints off and each of
  *                --modes (aligned, unaligned, sync) at each of --intervals.
  *                Runs go off, modes at interval 1, off, modes at interval 2,
  *                off ...; a run's ratio is its rate over the mean of the off
@@ -57,6 +58,7 @@
 #include "weir/log.h"
 #include "weir/store.h"
 #include "weir/weir.h"
+#include "stopper.h"
 
 /* The unaligned-checkpoint engine defines this with weir_run_opts.unaligned. */
 #ifdef WEIR_CHANNEL_STATE_SUFFIX
@@ -274,24 +276,6 @@ static int build_abs(weir_stream *s, rekey_arg *rk, int p, lat_arg *lat) {
 
 /* ---- runs ------------------------------------------------------------------- */
 
-typedef struct stopper {
-  weir_job *job;
-  double seconds;
-  const char *src;
-  uint64_t emitted;
-} stopper;
-
-static void *stopper_main(void *p) {
-  stopper *st = p;
-  struct timespec ts = {(time_t)st->seconds,
-                        (long)((st->seconds - (double)(time_t)st->seconds) * 1e9)};
-  while (nanosleep(&ts, &ts) != 0) {
-  }
-  weir_job_operator_counts(st->job, st->src, NULL, &st->emitted);
-  weir_job_stop(st->job);
-  return NULL;
-}
-
 typedef struct ckpt_stats {
   double n, bytes, ms, align_ms;
 } ckpt_stats;
@@ -354,11 +338,10 @@ static double run_abs(const mode *m, int workers, uint64_t keys, double seconds,
     o.unaligned = unaligned;
 #endif
   }
-  stopper st = {job, seconds, "gen", 0};
-  pthread_t th;
-  pthread_create(&th, NULL, stopper_main, &st);
+  bench_stopper st;
+  bench_stopper_start(&st, job, "gen", seconds);
   if (!rc) rc = weir_job_run(job, &o);
-  pthread_join(th, NULL);
+  double rate = bench_stopper_join(&st);
   if (rc) fprintf(stderr, "bench_abs: %s: %s\n", m->name, weir_job_error(job));
   *ckpts = weir_job_run_info(job)->checkpoints;
   weir_job_destroy(job);
@@ -366,7 +349,7 @@ static double run_abs(const mode *m, int workers, uint64_t keys, double seconds,
     store_stats(cs);
     rmrf(dir);
   }
-  return rc ? -1 : (double)st.emitted / seconds;
+  return rc ? -1 : rate;
 }
 
 static void emit_abs(const mode *m, int workers, uint64_t keys, double seconds, double rate,
@@ -462,11 +445,10 @@ static int bench_latency(uint64_t rate, uint32_t interval_ms, uint32_t align_ms,
       o.state_dir = dir;
       o.checkpoint_interval_ms = iv;
     }
-    stopper st = {job, seconds, "timed", 0};
-    pthread_t th;
-    pthread_create(&th, NULL, stopper_main, &st);
+    bench_stopper st;
+    bench_stopper_start(&st, job, "timed", seconds);
     if (!rc) rc = weir_job_run(job, &o);
-    pthread_join(th, NULL);
+    double achieved = bench_stopper_join(&st);
     const weir_run_info *ri = weir_job_run_info(job);
     uint64_t ck = ri->checkpoints;
     /* Alignment per checkpoint, the final one left out (it comes after the
@@ -482,7 +464,6 @@ static int bench_latency(uint64_t rate, uint32_t interval_ms, uint32_t align_ms,
     if (rc) return 1;
     double p50 = percentile(&la->total, 0.5) / 1e3, p99 = percentile(&la->total, 0.99) / 1e3;
     double p999 = percentile(&la->total, 0.999) / 1e3, mx = (double)la->total.max / 1e3;
-    double achieved = (double)st.emitted / seconds;
     printf("  latency  ckpt %5u ms  rate %.0f/s (achieved %.0f/s)  p50 %.0f us  p99 %.0f us  "
            "p99.9 %.0f us  max %.0f us  %llu ckpts",
            iv, (double)rate, achieved, p50, p99, p999, mx, (unsigned long long)ck);

@@ -17,8 +17,10 @@
  * (removed after each run). Each repetition runs none, M1, none, M2, none,
  * M3, none, M4, none (A B A B), and a mode's ratio is its rate over the mean
  * of the two runs without checkpoints around it, so drift cancels; then the
- * median over repetitions. The rate is the generator's records at the stop
- * over S (the drain and the last checkpoint after the stop are not timed).
+ * median over repetitions. The rate is what the generator emitted in the S
+ * seconds from its first record (stopper.h: the store's opening and the
+ * lease, which only checkpointed runs have, come before it; the drain and
+ * the last checkpoint after the stop are not timed either).
  *
  * With --restore, instead: restore time per stored GB. Each repetition
  * runs the counter job (W workers, K keys, unbounded, checkpoints every
@@ -46,6 +48,7 @@
 #include "weir/log.h"
 #include "weir/store.h"
 #include "weir/weir.h"
+#include "stopper.h"
 
 typedef struct table {
   uint64_t *slots;
@@ -150,26 +153,8 @@ static void remove_store(const char *dir) {
   rmdir(p);
 }
 
-/* Stops a job after `seconds`, noting what its generator emitted by then. */
-typedef struct stopper {
-  weir_job *job;
-  double seconds;
-  uint64_t emitted;
-} stopper;
-
-static void *stopper_main(void *p) {
-  stopper *st = p;
-  struct timespec ts = {(time_t)st->seconds,
-                        (long)((st->seconds - (double)(time_t)st->seconds) * 1e9)};
-  while (nanosleep(&ts, &ts) != 0) {
-  }
-  weir_job_operator_counts(st->job, "gen", NULL, &st->emitted);
-  weir_job_stop(st->job);
-  return NULL;
-}
-
-/* records == 0: unbounded, stopped after `seconds`; the rate is then what
- * the generator emitted until the stop over `seconds`. */
+/* records == 0: unbounded, stopped `seconds` after the generator's first
+ * records; the rate is then what it emitted in that window (stopper.h). */
 static double run_engine_ckpt(uint64_t records, uint64_t keys, int workers, const ckpt_mode *m,
                               const char *dir, uint64_t *checkpoints, double seconds) {
   weir_job *job;
@@ -185,13 +170,12 @@ static double run_engine_ckpt(uint64_t records, uint64_t keys, int workers, cons
     o.checkpoint_interval_ms = m->interval_ms;
     o.sync_checkpoints = m->sync;
   }
-  stopper st = {job, seconds, 0};
-  pthread_t th;
-  if (!records) pthread_create(&th, NULL, stopper_main, &st);
+  bench_stopper st;
+  if (!records) bench_stopper_start(&st, job, "gen", seconds);
   uint64_t t0 = weir_clock_mono_ns();
   if (!rc) rc = weir_job_run(job, &o);
-  double sec = (double)(weir_clock_mono_ns() - t0) / 1e9;
-  if (!records) pthread_join(th, NULL);
+  double sec = (double)(weir_clock_mono_ns() - t0) / 1e9, rate = 0;
+  if (!records) rate = bench_stopper_join(&st);
   if (checkpoints) *checkpoints = weir_job_run_info(job)->checkpoints;
   if (m->interval_ms) remove_store(dir);
   if (rc) {
@@ -201,7 +185,7 @@ static double run_engine_ckpt(uint64_t records, uint64_t keys, int workers, cons
   uint64_t in = 0;
   weir_job_operator_counts(job, "sink", &in, NULL);
   weir_job_destroy(job);
-  if (!records) return (double)st.emitted / seconds;
+  if (!records) return rate;
   if (in != records) {
     fprintf(stderr, "bench_counter: sink saw %llu records, expected %llu\n", (unsigned long long)in,
             (unsigned long long)records);
