@@ -66,10 +66,8 @@ static int count_process_batch(weir_ctx *ctx, const weir_batch *b) {
       int rc = weir_state_add_u64(ctx, k[i], 1, &counts[i]);
       if (rc < 0) return not_keyed(ctx, rc);
     }
-    for (uint32_t i = 0; i < n; i++) {
-      int rc = weir_emit_u64_from(ctx, b, base + i, k[i], counts[i]);
-      if (rc < 0) return rc;
-    }
+    int rc = weir_emit_u64_from_n(ctx, b, base, n, k, counts);
+    if (rc < 0) return rc;
   }
   return 0;
 }

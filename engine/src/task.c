@@ -233,6 +233,19 @@ int weir_emit_u64_from(weir_ctx *ctx, const weir_batch *b, uint32_t i, uint64_t 
   return emit_raw(ctx, key, b->ts[i], next_id(ctx, b->ids[i]), buf, 8);
 }
 
+int weir_emit_u64_from_n(weir_ctx *ctx, const weir_batch *b, uint32_t first, uint32_t n,
+                         const uint64_t *keys, const uint64_t *values) {
+  if (first > b->len || n > b->len - first) return WEIR_EINVAL;
+  /* The record path inlined into one loop: no call per record. */
+  for (uint32_t k = 0; k < n; k++) {
+    uint8_t buf[8];
+    put_u64(buf, values[k]);
+    int rc = emit_raw(ctx, keys[k], b->ts[first + k], next_id(ctx, b->ids[first + k]), buf, 8);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 int weir_emit_record(weir_ctx *ctx, const weir_record *r) {
   return emit_raw(ctx, r->key, r->ts, r->id, r->payload, r->len);
 }
