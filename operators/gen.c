@@ -40,9 +40,10 @@ typedef struct gen_arg {
 } gen_arg;
 
 typedef struct gen_split {
-  uint64_t next;  /* the next i of this split */
-  uint64_t key;   /* next % keys */
-  uint32_t index; /* j */
+  uint64_t next;   /* the next i of this split */
+  uint64_t key;    /* next % keys */
+  uint64_t idbase; /* weir_source_record_id(ctx, j, 0): ids are idbase + i */
+  uint32_t index;  /* j */
 } gen_split;
 
 /* One subtask's position; owned by the subtask's thread. */
@@ -83,7 +84,9 @@ static int gen_open(weir_ctx *ctx) {
   for (uint64_t j = sub; j < S; j += p) g->nsplits++;
   g->s = weir_calloc(g->nsplits ? g->nsplits : 1, sizeof *g->s);
   uint32_t k = 0;
-  for (uint64_t j = sub; j < S; j += p) g->s[k++] = (gen_split){j, j % a->keys, (uint32_t)j};
+  for (uint64_t j = sub; j < S; j += p)
+    g->s[k++] =
+        (gen_split){j, j % a->keys, weir_source_record_id(ctx, (uint32_t)j, 0), (uint32_t)j};
   g->nlive = g->nsplits;
   prune(g);
   if (a->rate && g->nsplits) {
@@ -118,7 +121,7 @@ static int emit_n(weir_ctx *ctx, gen_state *g, uint64_t keys, uint64_t n) {
     gen_split *sp = &g->s[g->cur];
     r.key = sp->key;
     r.ts = (int64_t)sp->next;
-    r.id = weir_source_record_id(ctx, sp->index, sp->next);
+    r.id = sp->idbase + sp->next; /* consecutive within a split (weir/job.h) */
     rc = weir_emit_record(ctx, &r);
     if (rc < 0) break;
     k++;
@@ -195,7 +198,8 @@ static int gen_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
       return weir_ctx_fail(ctx, WEIR_ECORRUPT,
                            "generator split %llu: position %llu is not one of its records",
                            (unsigned long long)j, (unsigned long long)next);
-    g->s[k++] = (gen_split){next, next % a->keys, (uint32_t)j};
+    g->s[k++] =
+        (gen_split){next, next % a->keys, weir_source_record_id(ctx, (uint32_t)j, 0), (uint32_t)j};
   }
   g->nlive = k;
   g->cur = 0;

@@ -6,8 +6,9 @@
  * process_batch: while it adds 1 to key i it prefetches the state of key
  * i + PREFETCH_AHEAD, hiding the cache miss of a large state table behind
  * useful work (measured here with 1M keys: ~3x the throughput without
- * prefetch; distances 12 to 24 perform alike). `process` exists for
- * engines or tests that call record by record.
+ * prefetch; distances 12 to 24 perform alike). count increments a whole
+ * batch before it emits anything (see count_process_batch). `process`
+ * exists for engines or tests that call record by record.
  *
  * Both need a keyed input (weir_key_by). Whether the input is keyed is only
  * known at run time, when the first state call returns WEIR_ENOTKEYED; the
@@ -19,6 +20,9 @@
 
 /* How many records ahead the batch loops prefetch state. */
 #define PREFETCH_AHEAD 16u
+/* Records counted before their emissions (count_process_batch): a batch of
+ * the default size at once, on the stack. */
+#define COUNT_CHUNK 1024u
 
 /* Turns WEIR_ENOTKEYED into a failure that says what to do (count has no
  * arg, reduce always has one); passes other errors through. */
@@ -40,17 +44,29 @@ static int count_process(weir_ctx *ctx, const weir_record *r) {
   return weir_emit_u64(ctx, r->key, n);
 }
 
+/* Two passes over the batch: first every increment (the probes of a table
+ * larger than the caches, prefetched PREFETCH_AHEAD records ahead, with
+ * nothing else in the loop, so many misses are in flight at once), then
+ * every emission. One loop doing both kept fewer misses in flight: the
+ * emit path's stores and calls filled the window between them. The state
+ * and the output are the same: a batch's emissions reach the successor
+ * only after process_batch returns or its link batch fills, and neither
+ * reads this operator's state. */
 static int count_process_batch(weir_ctx *ctx, const weir_batch *b) {
   const uint32_t len = b->len;
   const uint64_t *keys = b->keys;
-  uint32_t ahead = len < PREFETCH_AHEAD ? len : PREFETCH_AHEAD;
-  for (uint32_t i = 0; i < ahead; i++) weir_state_prefetch_u64(ctx, keys[i]);
-  for (uint32_t i = 0; i < len; i++) {
-    if (i + PREFETCH_AHEAD < len) weir_state_prefetch_u64(ctx, keys[i + PREFETCH_AHEAD]);
-    uint64_t n;
-    int rc = weir_state_add_u64(ctx, keys[i], 1, &n);
-    if (rc < 0) return not_keyed(ctx, rc);
-    rc = weir_emit_u64_from(ctx, b, i, keys[i], n);
+  uint64_t counts[COUNT_CHUNK];
+  for (uint32_t base = 0; base < len; base += COUNT_CHUNK) {
+    uint32_t n = len - base < COUNT_CHUNK ? len - base : COUNT_CHUNK;
+    const uint64_t *k = keys + base;
+    uint32_t ahead = n < PREFETCH_AHEAD ? n : PREFETCH_AHEAD;
+    for (uint32_t i = 0; i < ahead; i++) weir_state_prefetch_u64(ctx, k[i]);
+    for (uint32_t i = 0; i < n; i++) {
+      if (i + PREFETCH_AHEAD < n) weir_state_prefetch_u64(ctx, k[i + PREFETCH_AHEAD]);
+      int rc = weir_state_add_u64(ctx, k[i], 1, &counts[i]);
+      if (rc < 0) return not_keyed(ctx, rc);
+    }
+    int rc = weir_emit_u64_from_n(ctx, b, base, n, k, counts);
     if (rc < 0) return rc;
   }
   return 0;

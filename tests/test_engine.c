@@ -1046,6 +1046,65 @@ Test(engine, ids_deterministic_across_runs) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
+/* (key ^ 5, key * 3 + 1) per record: record by record, or in runs of up to
+ * 7 through weir_emit_u64_from_n (arg non-NULL), which must emit the same
+ * records with the same ids. */
+static int u64s_batch(weir_ctx *ctx, const weir_batch *b) {
+  uint64_t keys[7], vals[7];
+  if (!weir_ctx_arg(ctx)) {
+    for (uint32_t i = 0; i < b->len; i++) {
+      int rc = weir_emit_u64_from(ctx, b, i, b->keys[i] ^ 5, b->keys[i] * 3 + 1);
+      if (rc) return rc;
+    }
+    return 0;
+  }
+  if (weir_emit_u64_from_n(ctx, b, b->len, 1, keys, vals) != WEIR_EINVAL) return WEIR_EIO;
+  if (weir_emit_u64_from_n(ctx, b, 0, b->len + 1, keys, vals) != WEIR_EINVAL) return WEIR_EIO;
+  for (uint32_t first = 0; first < b->len; first += 7) {
+    uint32_t n = b->len - first < 7 ? b->len - first : 7;
+    for (uint32_t k = 0; k < n; k++) {
+      keys[k] = b->keys[first + k] ^ 5;
+      vals[k] = b->keys[first + k] * 3 + 1;
+    }
+    int rc = weir_emit_u64_from_n(ctx, b, first, n, keys, vals);
+    if (rc) return rc;
+  }
+  return weir_emit_u64_from_n(ctx, b, b->len, 0, keys, vals);
+}
+static const weir_operator_vt u64s_vt = {.name = "u64s", .process_batch = u64s_batch};
+
+Test(engine, emit_u64_from_n_equals_record_by_record) {
+  got *out[2];
+  size_t nout[2];
+  static int on = 1;
+  for (int run = 0; run < 2; run++) {
+    weir_job *job = new_job("u64s");
+    src_cfg cfg = {.n = 1000};
+    sinkbuf sb = {0};
+    weir_stream *s = weir_source(job, "src", &src_vt, &cfg, 1);
+    s = weir_process(s, "u64s", &u64s_vt, run ? &on : NULL, 1);
+    cr_assert_eq(weir_sink(s, "out", &sink_vt, &sb, 1), 0);
+    cr_assert_eq(run_w(job, 1), 0, "%s", weir_job_error(job));
+    nout[run] = sb.n[0];
+    out[run] = malloc(sb.n[0] * sizeof(got));
+    memcpy(out[run], sb.v[0], sb.n[0] * sizeof(got));
+    weir_job_destroy(job);
+    sink_free(&sb);
+  }
+  cr_assert_eq(nout[0], 1000);
+  cr_assert_eq(nout[1], 1000);
+  for (size_t i = 0; i < 1000; i++) {
+    cr_assert_eq(out[1][i].key, out[0][i].key, "key %zu differs", i);
+    cr_assert_eq(out[1][i].idx, out[0][i].idx, "value %zu differs", i);
+    cr_assert_eq(out[1][i].idx, (out[1][i].key ^ 5) * 3 + 1);
+    cr_assert_eq(out[1][i].id, out[0][i].id, "id %zu differs", i);
+    cr_assert_eq(out[1][i].len, 8);
+  }
+  free(out[0]);
+  free(out[1]);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
 Test(engine, empty_input_still_finishes) {
   weir_job *job = new_job("nothing");
   src_cfg cfg = {.n = 0};

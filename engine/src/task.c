@@ -82,8 +82,27 @@ static inline void router_push(weir__router *r, uint32_t j, weir__batch *b) {
 
 /* ---- output routing ---------------------------------------------------- */
 
-static inline void route_append(weir__router *r, uint32_t j, uint64_t key, int64_t ts, uint64_t id,
-                                const void *p, uint32_t len) {
+/* The per-record emit path (emit_raw -> link batch or router -> batch)
+ * is inlined into each emit call of the API, and everything that happens
+ * once per batch (taking a batch from a channel, pushing a full one,
+ * growing an arena, flushing a link) or never (an oversized record) is
+ * kept out of line, so the record path is a few compares and the column
+ * stores. */
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define HOT static inline __attribute__((always_inline))
+#define COLD static __attribute__((noinline, cold))
+
+/* Nonzero if b takes a record of len payload bytes as it is (no growth):
+ * the test of weir__batch_fits() that decides the common case. */
+static inline int batch_room(const weir__batch *b, uint32_t len) {
+  return b->len < b->cap && len <= b->arena_cap - b->used;
+}
+
+/* Out of line: channel j of r has no current batch, or it lacks room for
+ * len bytes. Pushes a batch that cannot take the record (growing one that
+ * can), takes a new one if needed; returns the batch to append to. */
+COLD weir__batch *route_batch(weir__router *r, uint32_t j, uint32_t len) {
   weir__batch *b = r->cur[j];
   if (!b) {
     b = r->cur[j] = weir__chan_batch(r->chans[j]);
@@ -92,16 +111,26 @@ static inline void route_append(weir__router *r, uint32_t j, uint64_t key, int64
     b = r->cur[j] = weir__chan_batch(r->chans[j]);
   }
   if (!weir__batch_fits(b, len)) WEIR_ASSERT(0 && "an empty batch takes any record");
-  weir__batch_append(b, key, ts, id, p, len);
-  if (r->loop) r->loop_inc++;
-  if (b->len == b->cap) {
-    router_push(r, j, b);
-    r->cur[j] = NULL;
-  }
+  return b;
 }
 
-static inline void emit_routers(weir__task *t, uint64_t key, int64_t ts, uint64_t id, const void *p,
-                                uint32_t len) {
+/* Out of line: pushes channel j's batch, which just became full. */
+COLD void route_full(weir__router *r, uint32_t j, weir__batch *b) {
+  router_push(r, j, b);
+  r->cur[j] = NULL;
+}
+
+HOT void route_append(weir__router *r, uint32_t j, uint64_t key, int64_t ts, uint64_t id,
+                      const void *p, uint32_t len) {
+  weir__batch *b = r->cur[j];
+  if (UNLIKELY(!b || !batch_room(b, len))) b = route_batch(r, j, len);
+  weir__batch_append(b, key, ts, id, p, len);
+  if (r->loop) r->loop_inc++;
+  if (UNLIKELY(b->len == b->cap)) route_full(r, j, b);
+}
+
+HOT void emit_routers(weir__task *t, uint64_t key, int64_t ts, uint64_t id, const void *p,
+                      uint32_t len) {
   for (uint32_t k = 0; k < t->nrouters; k++) {
     weir__router *r = &t->routers[k];
     switch (r->part) {
@@ -132,20 +161,32 @@ static int flush_link(weir_ctx *ctx) {
   return rc;
 }
 
-static inline int emit_raw(weir_ctx *ctx, uint64_t key, int64_t ts, uint64_t id, const void *p,
-                           size_t len) {
-  if (len > ctx->max_record)
-    return weir_ctx_fail(ctx, WEIR_ETOOBIG, "record of %zu bytes exceeds the maximum of %u", len,
-                         ctx->max_record);
+/* Out of line: the link lacks room for len bytes without growing. Grows it
+ * if the record still fits, else processes it and grows the empty one. */
+COLD int link_room(weir_ctx *ctx, uint32_t len) {
+  if (weir__batch_fits(ctx->link, len)) return 0;
+  int rc = flush_link(ctx);
+  if (rc) return rc;
+  (void)weir__batch_fits(ctx->link, len); /* grows an empty batch */
+  return 0;
+}
+
+COLD int too_big(weir_ctx *ctx, size_t len) {
+  return weir_ctx_fail(ctx, WEIR_ETOOBIG, "record of %zu bytes exceeds the maximum of %u", len,
+                       ctx->max_record);
+}
+
+HOT int emit_raw(weir_ctx *ctx, uint64_t key, int64_t ts, uint64_t id, const void *p, size_t len) {
+  if (UNLIKELY(len > ctx->max_record)) return too_big(ctx, len);
   ctx->n_out++;
-  if (ctx->next) {
-    if (!weir__batch_fits(ctx->link, (uint32_t)len)) {
-      int rc = flush_link(ctx);
+  weir__batch *l = ctx->link;
+  if (l) { /* a chained successor */
+    if (UNLIKELY(!batch_room(l, (uint32_t)len))) {
+      int rc = link_room(ctx, (uint32_t)len);
       if (rc) return rc;
-      (void)weir__batch_fits(ctx->link, (uint32_t)len); /* grows an empty batch */
     }
-    weir__batch_append(ctx->link, key, ts, id, p, (uint32_t)len);
-    if (ctx->link->len == ctx->link->cap) return flush_link(ctx);
+    weir__batch_append(l, key, ts, id, p, (uint32_t)len);
+    if (UNLIKELY(l->len == l->cap)) return flush_link(ctx);
     return 0;
   }
   emit_routers(ctx->task, key, ts, id, p, (uint32_t)len);
@@ -164,9 +205,14 @@ int weir_emit(weir_ctx *ctx, uint64_t key, const void *payload, size_t len) {
   return emit_raw(ctx, key, ctx->cur_ts, next_id(ctx, ctx->cur_id), payload, len);
 }
 
-/* A u64 payload: 8 little-endian bytes (weir_payload_u64 reads it back). */
+/* A u64 payload: 8 little-endian bytes (weir_payload_u64 reads it back),
+ * stored as one word: a byte loop here cost a store-forwarding stall when
+ * the batch append read the 8 bytes back as one load. */
 static inline void put_u64(uint8_t buf[8], uint64_t value) {
-  for (int i = 0; i < 8; i++) buf[i] = (uint8_t)(value >> (8 * i));
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  value = __builtin_bswap64(value);
+#endif
+  memcpy(buf, &value, 8);
 }
 
 int weir_emit_u64(weir_ctx *ctx, uint64_t key, uint64_t value) {
@@ -185,6 +231,19 @@ int weir_emit_u64_from(weir_ctx *ctx, const weir_batch *b, uint32_t i, uint64_t 
   uint8_t buf[8];
   put_u64(buf, value);
   return emit_raw(ctx, key, b->ts[i], next_id(ctx, b->ids[i]), buf, 8);
+}
+
+int weir_emit_u64_from_n(weir_ctx *ctx, const weir_batch *b, uint32_t first, uint32_t n,
+                         const uint64_t *keys, const uint64_t *values) {
+  if (first > b->len || n > b->len - first) return WEIR_EINVAL;
+  /* The record path inlined into one loop: no call per record. */
+  for (uint32_t k = 0; k < n; k++) {
+    uint8_t buf[8];
+    put_u64(buf, values[k]);
+    int rc = emit_raw(ctx, keys[k], b->ts[first + k], next_id(ctx, b->ids[first + k]), buf, 8);
+    if (rc) return rc;
+  }
+  return 0;
 }
 
 int weir_emit_record(weir_ctx *ctx, const weir_record *r) {
