@@ -17,16 +17,19 @@
  *   chunks  [ckpt id BE u64][record BE u32][seq BE u32] -> envelope(chunk)
  * A subtask write gets the checkpoint's next record number; its chunks are
  * its u64 state in hash order (store.h), then its byte-string entries, then
- * its blob,
- * each chunk at most WEIR__CHUNK_MAX bytes, written WEIR__TXN_CHUNKS per
- * transaction (MDB_APPEND when the keys land past the current last key).
+ * its blob, each chunk at most WEIR__CHUNK_MAX bytes. Subtask writes queued
+ * together share write transactions of at most WEIR__TXN_CHUNKS chunks
+ * ("grouped subtask writes" below: one durable commit for many writes),
+ * each write in a nested transaction of its own (MDB_APPEND when the keys
+ * land past the current last key).
  * What was written is remembered per checkpoint (weir__pending) for the
  * commit.
  *
  * Commit protocol: the commit is ONE write transaction holding the
  * checkpoint's metadata (every subtask written for it) and the job record's
- * `latest` (and `finished`). Chunks are durable before it starts (each chunk
- * transaction committed with fsync), so once the metadata is visible all it
+ * `latest` (and `finished`). Chunks are durable before it starts (a chunk
+ * transaction commits with fdatasync, and done() of a write runs only once
+ * its last chunks are durable), so once the metadata is visible all it
  * names is on disk; before it, the checkpoint does not exist. A checkpoint
  * with a failed subtask write is never committed: its chunks are discarded.
  * Retention runs after the commit in its own short transactions: metadata
@@ -39,13 +42,15 @@
  * Fencing (lease.c): with a lease, every write transaction checks it right
  * after it begins (begin_write), and a commit checks it again once durable;
  * the metadata records the committing owner's epoch.
- * Full disks and I/O errors: a failed write transaction fails the subtask
- * write (and so its checkpoint's commit) with a message that names the
+ * Full disks and I/O errors: a failed put fails its subtask write, a failed
+ * shared transaction every subtask write with chunks in it (and so their
+ * checkpoints' commits), each with a message that names the
  * store's path, the LMDB error, the space the file system has left (or the
  * map size and how much of it is used) and what the subtask needs; what
  * the checkpoint wrote is discarded. Earlier checkpoints are untouched.
- * Failpoints store.write_chunk (before each chunk put) and store.commit
- * (before the commit's metadata put) simulate such failures for tests
+ * Failpoints store.write_chunk (before each chunk put), store.chunk_txn_commit
+ * (before a shared chunk transaction's commit) and store.commit (before the
+ * commit's metadata put) simulate such failures for tests
  * (WEIR_FAILPOINTS=store.write_chunk=enospc@3).
  */
 #include <errno.h>
@@ -587,7 +592,14 @@ static uint64_t subtask_bytes(uint64_t id, uint32_t record, const weir_subtask_s
  * Invariants: members are reported in queue order; a member is registered
  * in its checkpoint's pending entries when written (so a later write of the
  * same operator subtask is refused as before); a failed member sets its
- * checkpoint's status, so the commit fails whatever the entries say. */
+ * checkpoint's status, so the commit fails whatever the entries say.
+ *
+ * A checkpoint's commit (metadata + latest pointer) never joins a group:
+ * the coordinator queues it only after done() of every write of that
+ * checkpoint, i.e. after the transactions holding them are durable, so it
+ * is never queued behind its own writes; behind it there can only be a
+ * later checkpoint's writes (none while one checkpoint is in flight), and
+ * sharing their transaction would tie a failure of theirs to it. */
 
 #define GROUP_MAX 256u /* writes taken into one group (bounds its array) */
 
@@ -678,23 +690,25 @@ static void group_report(weir_store *s, wgroup *g) {
   }
 }
 
-/* Commits the shared transaction (if `ok`, else aborts it as failed with
- * `rc`, an LMDB or errno code, and `fp` naming a simulated failure) and
- * settles its members: written ones become durable, the rest carry their
- * durable bytes on; on failure every member with chunks in it fails. */
+/* Ends the shared transaction and settles its members: with rc 0 commits
+ * it (written members become durable, a partly written one carries its
+ * durable bytes on); otherwise (rc an LMDB or errno code, fp naming a
+ * simulated failure) aborts it. A failed commit or an abort fails every
+ * member with chunks in it, each with its own message. A transaction
+ * without chunks (every put in it failed) is only aborted. */
 static void group_end_txn(weir_store *s, wgroup *g, int rc, const char *fp) {
   WEIR_ASSERT(g->txn != NULL);
-  if (rc == 0 && (rc = simulated("store.chunk_txn_commit")) != 0)
+  int empty = g->chunks == 0;
+  if (!empty && rc == 0 && (rc = simulated("store.chunk_txn_commit")) != 0)
     fp = " [simulated by failpoint store.chunk_txn_commit]";
-  if (rc == 0) {
-    uint32_t puts = g->chunks;
-    rc = mdb_txn_commit(g->txn);
-    if (rc == 0 && puts > 0) s->test_chunk_txns++;
+  if (rc == 0 && !empty) {
+    rc = mdb_txn_commit(g->txn); /* durable: the data, then the meta page, each synced */
+    if (rc == 0) s->test_chunk_txns++;
   } else {
     mdb_txn_abort(g->txn);
   }
   g->txn = NULL;
-  if (rc == 0)
+  if (rc == 0 && !empty)
     WEIR_LOG_D("store %s: %u subtask writes in one transaction (%u chunks, %llu bytes)", s->path,
                g->writers, g->chunks, (ull)g->bytes);
   char note[128] = "";
@@ -727,8 +741,7 @@ static void group_end_txn(weir_store *s, wgroup *g, int rc, const char *fp) {
   g->writers = 0;
 }
 
-/* Checks a write before any chunk of it is put (the checks exec_write made
- * one request at a time) and sorts its u64 state; registers its checkpoint
+/* Checks a write before any chunk of it is put and sorts its u64 state; registers its checkpoint
  * as pending and gives it a record number. 0 or an error (message set). */
 static int prepare(weir_store *s, gmember *m) {
   weir_subtask_snapshot *sn = &m->r->snap;
