@@ -92,7 +92,8 @@ struct weir_store {
   size_t nfin, fin_cap;
   uint8_t *chunk_buf; /* WEIR__CHUNK_MAX bytes */
 
-  int test_child_signal; /* tests: verify's child raises this signal */
+  int test_child_signal;    /* tests: verify's child raises this signal */
+  uint64_t test_chunk_txns; /* writer thread: chunk transactions committed */
 };
 
 /* Sets the store's error message and returns rc (for `return fail(...)`). */
@@ -134,6 +135,10 @@ int weir__collect_orphans(weir_store *s, uint64_t *chunks, uint64_t *ckpts);
 
 /* Tests: makes verify's child raise `sig` before reading (0: off). */
 void weir__store_test_child_signal(weir_store *s, int sig);
+/* Tests: how many write transactions holding chunks the writer committed
+ * (subtask writes grouped into one count once). Read it after
+ * weir_store_flush, which orders it after the writer's updates. */
+uint64_t weir__store_test_chunk_txns(weir_store *s);
 /* Tests: the largest chunk value size and the number of chunk values of
  * checkpoint id (read transaction). */
 int weir__store_test_chunk_stats(weir_store *s, uint64_t id, size_t *max_len, uint64_t *count);

@@ -17,16 +17,19 @@
  *   chunks  [ckpt id BE u64][record BE u32][seq BE u32] -> envelope(chunk)
  * A subtask write gets the checkpoint's next record number; its chunks are
  * its u64 state in hash order (store.h), then its byte-string entries, then
- * its blob,
- * each chunk at most WEIR__CHUNK_MAX bytes, written WEIR__TXN_CHUNKS per
- * transaction (MDB_APPEND when the keys land past the current last key).
+ * its blob, each chunk at most WEIR__CHUNK_MAX bytes. Subtask writes queued
+ * together share write transactions of at most WEIR__TXN_CHUNKS chunks
+ * ("grouped subtask writes" below: one durable commit for many writes),
+ * each write in a nested transaction of its own (MDB_APPEND when the keys
+ * land past the current last key).
  * What was written is remembered per checkpoint (weir__pending) for the
  * commit.
  *
  * Commit protocol: the commit is ONE write transaction holding the
  * checkpoint's metadata (every subtask written for it) and the job record's
- * `latest` (and `finished`). Chunks are durable before it starts (each chunk
- * transaction committed with fsync), so once the metadata is visible all it
+ * `latest` (and `finished`). Chunks are durable before it starts (a chunk
+ * transaction commits with fdatasync, and done() of a write runs only once
+ * its last chunks are durable), so once the metadata is visible all it
  * names is on disk; before it, the checkpoint does not exist. A checkpoint
  * with a failed subtask write is never committed: its chunks are discarded.
  * Retention runs after the commit in its own short transactions: metadata
@@ -39,13 +42,15 @@
  * Fencing (lease.c): with a lease, every write transaction checks it right
  * after it begins (begin_write), and a commit checks it again once durable;
  * the metadata records the committing owner's epoch.
- * Full disks and I/O errors: a failed write transaction fails the subtask
- * write (and so its checkpoint's commit) with a message that names the
+ * Full disks and I/O errors: a failed put fails its subtask write, a failed
+ * shared transaction every subtask write with chunks in it (and so their
+ * checkpoints' commits), each with a message that names the
  * store's path, the LMDB error, the space the file system has left (or the
  * map size and how much of it is used) and what the subtask needs; what
  * the checkpoint wrote is discarded. Earlier checkpoints are untouched.
- * Failpoints store.write_chunk (before each chunk put) and store.commit
- * (before the commit's metadata put) simulate such failures for tests
+ * Failpoints store.write_chunk (before each chunk put), store.chunk_txn_commit
+ * (before a shared chunk transaction's commit) and store.commit (before the
+ * commit's metadata put) simulate such failures for tests
  * (WEIR_FAILPOINTS=store.write_chunk=enospc@3).
  */
 #include <errno.h>
@@ -552,18 +557,288 @@ static uint64_t subtask_bytes(uint64_t id, uint32_t record, const weir_subtask_s
   return total;
 }
 
-/* Writes the chunks of one subtask under [id][record]; fills the entry's
- * chunk counts and bytes. */
-static int write_chunks(weir_store *s, uint64_t id, uint32_t record,
-                        const weir_subtask_snapshot *sn, weir__sub_entry *e,
-                        weir_store_written *w) {
+/* ---- grouped subtask writes ------------------------------------------------ */
+
+/* The writer thread takes a subtask write off its queue together with every
+ * write queued right behind it and puts them into ONE shared write
+ * transaction (a group commit: a durable LMDB commit costs two fdatasyncs,
+ * which dominated a checkpoint of many small writes). The shared
+ * transaction is committed when it holds WEIR__TXN_CHUNKS chunks (a large
+ * state still commits in pieces of at most ~4 MB) or when no write is left
+ * to add; done() of a write runs once the transaction holding its last
+ * chunks is durable, never while a write transaction is open (a done()
+ * callback may run a synchronous request inline, which opens its own).
+ *
+ * Each write puts its chunks in a nested transaction of the shared one, so
+ * a write that fails while putting (a full map, a failpoint, a bad value)
+ * is undone alone and the others go on; a shared transaction that fails to
+ * begin or to commit fails every write that had chunks in it, each with its
+ * own message. Only a consecutive run of writes is taken off the queue:
+ * commits, aborts and synchronous requests keep their order.
+ *
+ * A member's life (g.m[i]):
+ *
+ *   queued --prepare fails-------------------------------> failed
+ *   queued --chunks put, nested txn committed into shared-> written
+ *   written (and every chunk of it in a committed txn) ---> durable
+ *   written/partly put --shared txn fails to begin/commit-> failed
+ *   failed, durable --no shared txn open------------------> reported (done())
+ *
+ * Invariants: members are reported in queue order; a member is registered
+ * in its checkpoint's pending entries when written (so a later write of the
+ * same operator subtask is refused as before); a failed member sets its
+ * checkpoint's status, so the commit fails whatever the entries say.
+ *
+ * A checkpoint's commit (metadata + latest pointer) never joins a group:
+ * the coordinator queues it only after done() of every write of that
+ * checkpoint, i.e. after the transactions holding them are durable, so it
+ * is never queued behind its own writes; behind it there can only be a
+ * later checkpoint's writes (none while one checkpoint is in flight), and
+ * sharing their transaction would tie a failure of theirs to it. */
+
+#define GROUP_MAX 256u /* writes taken into one group (bounds its array) */
+
+typedef enum { M_QUEUED, M_WRITING, M_WRITTEN, M_DURABLE, M_FAILED, M_REPORTED } mstate;
+
+typedef struct gmember {
+  weir__req *r;
+  int own; /* taken off the queue by the group: freed by it */
+  mstate state;
+  int status; /* M_FAILED: the error */
+  char *why;  /* M_FAILED: its message (weir_malloc'd) */
+  uint64_t id;
+  uint32_t record, subtask;
+  char *op;             /* a copy, for messages after the snapshot is gone */
+  uint64_t need;        /* its chunks' bytes with keys, once written */
+  weir_store_written w; /* durable so far */
+  uint64_t txn_bytes;   /* values of its chunks in the shared transaction */
+  uint32_t txn_chunks;
+} gmember;
+
+typedef struct wgroup {
+  MDB_txn *txn;     /* the shared transaction, or NULL */
+  uint32_t chunks;  /* chunk puts in it */
+  uint64_t bytes;   /* their values' bytes */
+  uint32_t writers; /* members with chunks in it */
+  gmember *m;
+  size_t n, cap, reported;
+} wgroup;
+
+static void group_add(wgroup *g, weir__req *r, int own) {
+  if (g->n == g->cap) {
+    g->cap = g->cap ? 2 * g->cap : 16;
+    g->m = weir_realloc(g->m, g->cap * sizeof *g->m);
+  }
+  g->m[g->n++] = (gmember){.r = r, .own = own, .state = M_QUEUED, .id = r->id};
+}
+
+/* Takes the consecutive writes at the head of the queue into the group (at
+ * most GROUP_MAX members in all); returns how many. Only on the writer
+ * thread: an inline write (no thread yet) has nothing queued. */
+static size_t group_pull(weir_store *s, wgroup *g) {
+  if (!weir__on_writer(s)) return 0;
+  size_t got = 0;
+  pthread_mutex_lock(&s->q_mu);
+  while (g->n < GROUP_MAX && s->head != NULL && s->head->type == WEIR__REQ_WRITE) {
+    weir__req *r = s->head;
+    s->head = r->next;
+    if (s->head == NULL) s->tail = NULL;
+    group_add(g, r, 1);
+    got++;
+  }
+  pthread_mutex_unlock(&s->q_mu);
+  return got;
+}
+
+/* Marks m failed with the store's current message (set by the caller with
+ * weir__store_fail) and its checkpoint as no longer whole. */
+static void member_fail(weir_store *s, gmember *m, int rc) {
+  char msg[sizeof s->err];
+  weir_store_error(s, msg, sizeof msg);
+  weir_free(m->why);
+  m->why = weir_strdup(msg);
+  m->status = rc;
+  m->state = M_FAILED;
+  m->txn_bytes = 0;
+  m->txn_chunks = 0;
+  weir__pending *pc = pending_find(s, m->id);
+  if (pc != NULL && pc->status == 0) pc->status = rc;
+  weir_subtask_snapshot_free(&m->r->snap);
+}
+
+/* Runs done() of every member that is finished, in queue order, up to the
+ * first one that is not. Never with a transaction open. */
+static void group_report(weir_store *s, wgroup *g) {
+  WEIR_ASSERT(g->txn == NULL);
+  while (g->reported < g->n) {
+    gmember *m = &g->m[g->reported];
+    if (m->state != M_FAILED && m->state != M_DURABLE) break;
+    weir__req *r = m->r;
+    int rc = 0;
+    if (m->state == M_FAILED) {
+      /* done() reads the store's message: this member's, set just before. */
+      rc = weir__store_fail(s, m->status, "%s", m->why);
+    }
+    m->state = M_REPORTED;
+    g->reported++;
+    if (r->done) r->done(r->user, rc, &m->w);
+  }
+}
+
+/* Ends the shared transaction and settles its members: with rc 0 commits
+ * it (written members become durable, a partly written one carries its
+ * durable bytes on); otherwise (rc an LMDB or errno code, fp naming a
+ * simulated failure) aborts it. A failed commit or an abort fails every
+ * member with chunks in it, each with its own message. A transaction
+ * without chunks (every put in it failed) is only aborted. */
+static void group_end_txn(weir_store *s, wgroup *g, int rc, const char *fp) {
+  WEIR_ASSERT(g->txn != NULL);
+  int empty = g->chunks == 0;
+  if (!empty && rc == 0 && (rc = simulated("store.chunk_txn_commit")) != 0)
+    fp = " [simulated by failpoint store.chunk_txn_commit]";
+  if (rc == 0 && !empty) {
+    rc = mdb_txn_commit(g->txn); /* durable: the data, then the meta page, each synced */
+    if (rc == 0) s->test_chunk_txns++;
+  } else {
+    mdb_txn_abort(g->txn);
+  }
+  g->txn = NULL;
+  if (rc == 0 && !empty)
+    WEIR_LOG_D("store %s: %u subtask writes in one transaction (%u chunks, %llu bytes)", s->path,
+               g->writers, g->chunks, (ull)g->bytes);
+  char note[128] = "";
+  int code = rc != 0 ? write_err(s, rc, g->bytes, note, sizeof note) : 0;
+  for (size_t i = g->reported; i < g->n; i++) {
+    gmember *m = &g->m[i];
+    if (m->state != M_WRITING && m->state != M_WRITTEN) continue;
+    if (rc == 0 || m->txn_chunks == 0) {
+      m->w.bytes += m->txn_bytes;
+      m->w.chunks += m->txn_chunks;
+      m->txn_bytes = 0;
+      m->txn_chunks = 0;
+      if (m->state == M_WRITTEN) m->state = M_DURABLE;
+      continue;
+    }
+    uint64_t need = m->state == M_WRITTEN
+                        ? m->need
+                        : subtask_bytes(m->id, m->record, &m->r->snap, s->chunk_buf);
+    weir__store_fail(s, code,
+                     "store %s: writing checkpoint %llu, operator \"%s\" subtask %u: %s%s%s; the "
+                     "subtask needs %llu bytes (and LMDB's page overhead), %llu bytes were being "
+                     "written in this transaction (%llu of them this subtask's; it held %u "
+                     "subtask writes), %llu bytes of this subtask were already durable",
+                     s->path, (ull)m->id, m->op, m->subtask, weir__mdb_text(rc), note, fp,
+                     (ull)need, (ull)g->bytes, (ull)m->txn_bytes, g->writers, (ull)m->w.bytes);
+    member_fail(s, m, code);
+  }
+  g->chunks = 0;
+  g->bytes = 0;
+  g->writers = 0;
+}
+
+/* Checks a write before any chunk of it is put and sorts its u64 state; registers its checkpoint
+ * as pending and gives it a record number. 0 or an error (message set). */
+static int prepare(weir_store *s, gmember *m) {
+  weir_subtask_snapshot *sn = &m->r->snap;
+  weir_subtask_snapshot_fill(sn); /* a copy-on-write view: read it here */
+  uint64_t id = m->id;
+  m->subtask = sn->subtask;
+  m->op = weir_strdup(sn->op ? sn->op : "");
+  int rc = check_open_id(s, id);
+  if (rc < 0) {
+    char why[512];
+    weir_store_error(s, why, sizeof why);
+    return weir__store_fail(s, rc, "%s: operator \"%s\" subtask %u not written", why, sn->op,
+                            sn->subtask);
+  }
+  weir__pending *pc = pending_get(s, id);
+  if (pc->status < 0)
+    return weir__store_fail(s, WEIR_ESTATE,
+                            "store %s: checkpoint %llu already failed: operator \"%s\" subtask %u "
+                            "not written",
+                            s->path, (ull)id, sn->op, sn->subtask);
+  for (uint32_t i = 0; i < pc->nsub; i++) {
+    const weir__sub_entry *o = &pc->subs[i];
+    if (strcmp(o->op, sn->op) != 0) continue;
+    if (o->subtask == sn->subtask)
+      return weir__store_fail(s, WEIR_EINVAL,
+                              "store %s: checkpoint %llu: operator \"%s\" subtask %u written twice",
+                              s->path, (ull)id, sn->op, sn->subtask);
+    if (o->parallelism != sn->parallelism)
+      return weir__store_fail(s, WEIR_EINVAL,
+                              "store %s: checkpoint %llu: operator \"%s\" written with "
+                              "parallelism %u and %u",
+                              s->path, (ull)id, sn->op, o->parallelism, sn->parallelism);
+  }
+  if (sn->n_u64 > 1 && sn->u64_in_order) {
+#ifdef WEIR_DEBUG
+    for (uint64_t i = 1; i < sn->n_u64; i++)
+      WEIR_DEBUG_ASSERT(weir_store_u64_rank(sn->u64_keys[i - 1]) <
+                        weir_store_u64_rank(sn->u64_keys[i]));
+#endif
+  } else if (sn->n_u64 > 1) {
+    sort_u64(sn->u64_keys, sn->u64_values, sn->n_u64);
+    for (uint64_t i = 1; i < sn->n_u64; i++) {
+      if (sn->u64_keys[i] == sn->u64_keys[i - 1])
+        return weir__store_fail(s, WEIR_EINVAL,
+                                "store %s: checkpoint %llu: operator \"%s\" subtask %u: u64 key "
+                                "%llu appears twice",
+                                s->path, (ull)id, sn->op, sn->subtask, (ull)sn->u64_keys[i]);
+    }
+  }
+  m->record = pc->next_record++; /* consumed even on failure: chunks may exist */
+  return 0;
+}
+
+/* Registers a written member in its checkpoint's pending entries (taking
+ * its snapshot's name and positions) and lets go of its snapshot. */
+static void member_written(weir_store *s, gmember *m, const chunker *c) {
+  weir_subtask_snapshot *sn = &m->r->snap;
+  weir__pending *pc = pending_get(s, m->id);
+  weir__sub_entry e = {0};
+  e.record = m->record;
+  e.u64_chunks = c->chunks[0];
+  e.bytes_chunks = c->chunks[1];
+  e.blob_chunks = c->chunks[2];
+  e.bytes = m->w.bytes + m->txn_bytes;
+  e.op = sn->op;
+  sn->op = NULL;
+  e.subtask = sn->subtask;
+  e.parallelism = sn->parallelism;
+  e.u64_entries = sn->n_u64;
+  e.bytes_entries = sn->n_bytes;
+  e.bytes_data_len = sn->b_data_len;
+  e.blob_len = sn->blob_len;
+  e.npos = sn->npos;
+  e.pos = sn->pos;
+  sn->pos = NULL;
+  sn->npos = 0;
+  if (pc->nsub == pc->cap) {
+    pc->cap = pc->cap ? 2 * pc->cap : 8;
+    pc->subs = weir_realloc(pc->subs, pc->cap * sizeof *pc->subs);
+  }
+  pc->subs[pc->nsub++] = e;
+  m->state = M_WRITTEN;
+  weir_subtask_snapshot_free(sn);
+}
+
+/* Puts the chunks of member m under [id][record] into the group's shared
+ * transaction (beginning one when none is open), in a nested transaction
+ * of it; at WEIR__TXN_CHUNKS chunks the shared transaction is committed
+ * (and finished members reported) and a new one begun. On failure m is
+ * failed (message set), the shared transaction stays usable unless it was
+ * the one that failed. */
+static void write_chunks(weir_store *s, wgroup *g, gmember *m) {
   if (s->chunk_buf == NULL) s->chunk_buf = weir_malloc(WEIR__CHUNK_MAX);
+  const weir_subtask_snapshot *sn = &m->r->snap;
+  uint64_t id = m->id;
+  uint32_t record = m->record;
   chunker c = {.snap = sn, .id = {id, record, 0}};
-  MDB_txn *txn = NULL;
+  MDB_txn *txn = NULL; /* m's nested transaction */
   int append = 0, rc = 0;
-  uint32_t in_txn = 0;
-  uint64_t txn_bytes = 0, failing = 0;
+  uint64_t failing = 0, need = 0;
   const char *fp = "";
+  m->state = M_WRITING;
   for (;;) {
     size_t len = 0;
     uint32_t seq = c.id.seq;
@@ -571,8 +846,16 @@ static int write_chunks(weir_store *s, uint64_t id, uint32_t record,
     if (more) {
       uint8_t kb[WEIR__CHUNK_KEY];
       weir__key_chunk(kb, id, record, seq);
+      if (g->txn == NULL) {
+        group_report(s, g); /* no transaction open: done() may run */
+        rc = begin_write(s, &g->txn);
+        if (rc != 0) {
+          g->txn = NULL;
+          break;
+        }
+      }
       if (txn == NULL) {
-        rc = begin_write(s, &txn);
+        rc = mdb_txn_begin(s->env, g->txn, 0, &txn);
         if (rc != 0) {
           txn = NULL;
           break;
@@ -588,134 +871,85 @@ static int write_chunks(weir_store *s, uint64_t id, uint32_t record,
       rc = mdb_put(txn, s->dbi_chunks, &key, &val, append ? MDB_APPEND : MDB_NOOVERWRITE);
       if (rc == 0 && weir_failpoint("store.in_chunk_txn")) rc = EIO; /* tests */
       if (rc != 0) break;
-      in_txn++;
-      txn_bytes += len;
       failing = 0;
+      need += len + WEIR__CHUNK_KEY;
+      if (m->txn_chunks++ == 0) g->writers++;
+      m->txn_bytes += len;
+      g->chunks++;
+      g->bytes += len;
     }
-    if (txn != NULL && (!more || in_txn == WEIR__TXN_CHUNKS)) {
-      rc = mdb_txn_commit(txn);
+    if (txn != NULL && (!more || g->chunks >= WEIR__TXN_CHUNKS)) {
+      rc = mdb_txn_commit(txn); /* into the shared transaction: no I/O */
       txn = NULL;
-      if (rc != 0) break;
-      w->bytes += txn_bytes;
-      w->chunks += in_txn;
-      in_txn = 0;
-      txn_bytes = 0;
+      if (rc != 0) { /* the shared one may be half merged: fail it all */
+        group_end_txn(s, g, rc, "");
+        return;
+      }
     }
-    if (!more) break;
+    if (!more) {
+      m->need = need;
+      member_written(s, m, &c);
+    }
+    if (g->txn != NULL && g->chunks >= WEIR__TXN_CHUNKS) group_end_txn(s, g, 0, "");
+    if (!more || m->state == M_FAILED) return;
   }
+  /* A failure of m's own: its nested transaction is undone, the shared one
+   * goes on (unless beginning it failed: then there is none). */
   if (txn != NULL) mdb_txn_abort(txn);
-  if (rc != 0) {
-    char map[128];
-    int code = write_err(s, rc, txn_bytes + failing, map, sizeof map);
-    uint64_t need = subtask_bytes(id, record, sn, s->chunk_buf);
-    return weir__store_fail(s, code,
-                            "store %s: writing checkpoint %llu, operator \"%s\" subtask %u: "
-                            "%s%s%s; the subtask needs %llu bytes (and LMDB's page overhead), "
-                            "%llu bytes were being written in this transaction, %llu bytes of "
-                            "this subtask were already durable",
-                            s->path, (ull)id, sn->op, sn->subtask, weir__mdb_text(rc), map, fp,
-                            (ull)need, (ull)(txn_bytes + failing), (ull)w->bytes);
-  }
-  e->u64_chunks = c.chunks[0];
-  e->bytes_chunks = c.chunks[1];
-  e->blob_chunks = c.chunks[2];
-  e->bytes = w->bytes;
-  return 0;
+  if (m->txn_chunks > 0 && g->writers > 0) g->writers--;
+  g->chunks -= m->txn_chunks;
+  g->bytes -= m->txn_bytes;
+  char map[128];
+  uint64_t inflight = m->txn_bytes + failing;
+  int code = write_err(s, rc, inflight, map, sizeof map);
+  need = subtask_bytes(id, record, sn, s->chunk_buf);
+  weir__store_fail(s, code,
+                   "store %s: writing checkpoint %llu, operator \"%s\" subtask %u: "
+                   "%s%s%s; the subtask needs %llu bytes (and LMDB's page overhead), "
+                   "%llu bytes were being written in this transaction, %llu bytes of "
+                   "this subtask were already durable",
+                   s->path, (ull)id, m->op, m->subtask, weir__mdb_text(rc), map, fp, (ull)need,
+                   (ull)inflight, (ull)m->w.bytes);
+  member_fail(s, m, code);
 }
 
 /* ---- requests ----------------------------------------------------------------- */
 
-static void exec_write(weir_store *s, weir__req *r) {
-  weir_subtask_snapshot *sn = &r->snap;
-  weir_store_written w = {0, 0};
-  weir_subtask_snapshot_fill(sn); /* a copy-on-write view: read it here */
-  uint64_t id = r->id;
-  int rc = check_open_id(s, id);
-  weir__pending *pc = NULL;
-  if (rc < 0) {
-    char why[512];
-    weir_store_error(s, why, sizeof why);
-    rc = weir__store_fail(s, rc, "%s: operator \"%s\" subtask %u not written", why, sn->op,
-                          sn->subtask);
-    weir_subtask_snapshot_free(sn);
-    if (r->done) r->done(r->user, rc, &w);
-    return;
-  }
-  if (rc == 0) {
-    pc = pending_get(s, id);
-    if (pc->status < 0) {
-      rc = weir__store_fail(s, WEIR_ESTATE,
-                            "store %s: checkpoint %llu already failed: operator \"%s\" subtask %u "
-                            "not written",
-                            s->path, (ull)id, sn->op, sn->subtask);
+/* Runs the write `first` and, on the writer thread, every write queued
+ * right behind it as one group (above). Frees the requests it pulled off
+ * the queue; `first` stays the caller's. */
+static void exec_writes(weir_store *s, weir__req *first) {
+  wgroup g = {0};
+  group_add(&g, first, 0);
+  for (size_t i = 0;; i++) {
+    if (i == g.n) {
+      /* Room left in an open transaction: take what queued meanwhile. */
+      if (g.txn == NULL || g.chunks >= WEIR__TXN_CHUNKS || group_pull(s, &g) == 0) break;
+    }
+    gmember *m = &g.m[i];
+    int rc = prepare(s, m);
+    if (rc < 0) {
+      member_fail(s, m, rc);
     } else {
-      for (uint32_t i = 0; i < pc->nsub; i++) {
-        const weir__sub_entry *o = &pc->subs[i];
-        if (strcmp(o->op, sn->op) != 0) continue;
-        if (o->subtask == sn->subtask) {
-          rc = weir__store_fail(
-              s, WEIR_EINVAL, "store %s: checkpoint %llu: operator \"%s\" subtask %u written twice",
-              s->path, (ull)id, sn->op, sn->subtask);
-          break;
-        }
-        if (o->parallelism != sn->parallelism) {
-          rc = weir__store_fail(s, WEIR_EINVAL,
-                                "store %s: checkpoint %llu: operator \"%s\" written with "
-                                "parallelism %u and %u",
-                                s->path, (ull)id, sn->op, o->parallelism, sn->parallelism);
-          break;
-        }
-      }
+      write_chunks(s, &g, m);
     }
+    if (m->state == M_WRITTEN && m->txn_chunks == 0 && g.txn == NULL)
+      m->state = M_DURABLE; /* nothing of it waits for a commit */
+    if (g.txn == NULL) group_report(s, &g);
   }
-  if (rc == 0 && sn->n_u64 > 1 && sn->u64_in_order) {
-#ifdef WEIR_DEBUG
-    for (uint64_t i = 1; i < sn->n_u64; i++)
-      WEIR_DEBUG_ASSERT(weir_store_u64_rank(sn->u64_keys[i - 1]) <
-                        weir_store_u64_rank(sn->u64_keys[i]));
-#endif
-  } else if (rc == 0 && sn->n_u64 > 1) {
-    sort_u64(sn->u64_keys, sn->u64_values, sn->n_u64);
-    for (uint64_t i = 1; i < sn->n_u64; i++) {
-      if (sn->u64_keys[i] == sn->u64_keys[i - 1]) {
-        rc = weir__store_fail(s, WEIR_EINVAL,
-                              "store %s: checkpoint %llu: operator \"%s\" subtask %u: u64 key %llu "
-                              "appears twice",
-                              s->path, (ull)id, sn->op, sn->subtask, (ull)sn->u64_keys[i]);
-        break;
-      }
-    }
+  if (g.txn != NULL) group_end_txn(s, &g, 0, "");
+  for (size_t i = g.reported; i < g.n; i++)
+    if (g.m[i].state == M_WRITTEN) g.m[i].state = M_DURABLE; /* no chunks: none to wait for */
+  group_report(s, &g);
+  WEIR_ASSERT(g.reported == g.n);
+  for (size_t i = 0; i < g.n; i++) {
+    gmember *m = &g.m[i];
+    weir_free(m->why);
+    weir_free(m->op);
+    weir_subtask_snapshot_free(&m->r->snap);
+    if (m->own) weir_free(m->r);
   }
-  weir__sub_entry e = {0};
-  if (rc == 0) {
-    e.record = pc->next_record++; /* consumed even on failure: chunks may exist */
-    rc = write_chunks(s, id, e.record, sn, &e, &w);
-  }
-  if (rc == 0) {
-    e.op = sn->op;
-    sn->op = NULL;
-    e.subtask = sn->subtask;
-    e.parallelism = sn->parallelism;
-    e.u64_entries = sn->n_u64;
-    e.bytes_entries = sn->n_bytes;
-    e.bytes_data_len = sn->b_data_len;
-    e.blob_len = sn->blob_len;
-    e.npos = sn->npos;
-    e.pos = sn->pos;
-    sn->pos = NULL;
-    sn->npos = 0;
-    if (pc->nsub == pc->cap) {
-      pc->cap = pc->cap ? 2 * pc->cap : 8;
-      pc->subs = weir_realloc(pc->subs, pc->cap * sizeof *pc->subs);
-    }
-    pc->subs[pc->nsub++] = e;
-  } else {
-    /* The checkpoint can no longer be whole: its commit must fail. */
-    if (pc == NULL) pc = pending_get(s, id);
-    if (pc->status == 0) pc->status = rc;
-  }
-  weir_subtask_snapshot_free(sn);
-  if (r->done) r->done(r->user, rc, &w);
+  weir_free(g.m);
 }
 
 static int cmp_entry(const void *a, const void *b) {
@@ -1053,7 +1287,7 @@ static int update_job(weir_store *s, weir__req *r) {
 static void execute(weir_store *s, weir__req *r) {
   switch (r->type) {
   case WEIR__REQ_WRITE:
-    exec_write(s, r);
+    exec_writes(s, r);
     break;
   case WEIR__REQ_COMMIT:
     exec_commit(s, r);
@@ -1070,6 +1304,10 @@ static void execute(weir_store *s, weir__req *r) {
     r->status = 0;
     break;
   }
+}
+
+uint64_t weir__store_test_chunk_txns(weir_store *s) {
+  return s->test_chunk_txns;
 }
 
 /* ---- the thread ---------------------------------------------------------------- */

@@ -40,6 +40,7 @@
 #include "helpers.h"
 #include "store_impl.h"
 #include "weir/alloc.h"
+#include "weir/failpoint.h"
 #include "weir/store.h"
 
 typedef unsigned long long ull;
@@ -1557,6 +1558,246 @@ Test(store, read_only_beside_a_writer) {
   write_commit(s, next_id(s), &sn, 0);
   weir_store_close(s);
   weir_subtask_snapshot_free(&keep);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* ---- store: grouped writes ------------------------------------------------------------ */
+
+/* Holds the writer thread in a done() callback (no transaction is open
+ * there) until released, so that the writes queued meanwhile are all
+ * waiting when it goes on: no timing involved. */
+typedef struct gate {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int entered, open;
+} gate;
+
+static gate g_gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+
+static void gate_done(void *user, int status, const weir_store_written *w) {
+  (void)user;
+  (void)status;
+  (void)w;
+  pthread_mutex_lock(&g_gate.mu);
+  g_gate.entered = 1;
+  pthread_cond_broadcast(&g_gate.cv);
+  while (!g_gate.open) pthread_cond_wait(&g_gate.cv, &g_gate.mu);
+  pthread_mutex_unlock(&g_gate.mu);
+}
+
+/* Queues an empty write of ("gate", 0) for id and waits until the writer
+ * sits in its done(). */
+static void gate_close(weir_store *s, uint64_t id) {
+  weir_subtask_snapshot sn;
+  snap_u64(&sn, "gate", 0, 1, 0);
+  cr_assert_eq(weir_store_write_subtask(s, id, &sn, gate_done, NULL), 0);
+  pthread_mutex_lock(&g_gate.mu);
+  while (!g_gate.entered) pthread_cond_wait(&g_gate.cv, &g_gate.mu);
+  pthread_mutex_unlock(&g_gate.mu);
+}
+
+static void gate_open(void) {
+  pthread_mutex_lock(&g_gate.mu);
+  g_gate.open = 1;
+  pthread_cond_broadcast(&g_gate.cv);
+  pthread_mutex_unlock(&g_gate.mu);
+}
+
+/* What a done() callback saw, with the store's message at that moment (the
+ * failed write's own). */
+typedef struct seen_msg {
+  seen s;
+  weir_store *store;
+  char msg[1024];
+} seen_msg;
+
+static void on_done_msg(void *user, int status, const weir_store_written *w) {
+  seen_msg *r = user;
+  on_done(&r->s, status, w);
+  if (status < 0) weir_store_error(r->store, r->msg, sizeof r->msg);
+}
+
+#define NGROUP 10
+
+/* Writes queued behind a busy writer are written in one transaction (one
+ * durable commit), a group larger than WEIR__TXN_CHUNKS chunks in as many
+ * transactions as it needs, and everything loads back exactly. */
+Test(store, queued_writes_commit_in_one_transaction, .timeout = 60) {
+  weir_store *s = open_with_job(NULL);
+  uint64_t id = next_id(s);
+  gate_close(s, id);
+  uint64_t before = weir__store_test_chunk_txns(s); /* ordered by the gate's mutex */
+  weir_subtask_snapshot keep[NGROUP];
+  seen w[NGROUP] = {{0}};
+  for (uint32_t i = 0; i < NGROUP; i++) {
+    weir_subtask_snapshot sn;
+    snap_u64(&sn, "w", i, NGROUP, 100 + i);
+    keep[i] = copy_snap(&sn);
+    cr_assert_eq(weir_store_write_subtask(s, id, &sn, on_done, &w[i]), 0);
+  }
+  gate_open();
+  weir_store_flush(s);
+  cr_assert_eq(weir__store_test_chunk_txns(s) - before, 1, "%llu transactions",
+               (ull)(weir__store_test_chunk_txns(s) - before));
+  for (int i = 0; i < NGROUP; i++) {
+    cr_assert_eq(w[i].calls, 1);
+    cr_assert_eq(w[i].status, 0, "write %d: %s", i, err_of(s));
+    cr_assert_gt(w[i].w.chunks, 0);
+  }
+  seen c = {0};
+  weir_store_commit_info ci = {.id = id, .subtasks = NGROUP + 1};
+  cr_assert_eq(weir_store_commit(s, &ci, on_done, &c), 0);
+  weir_store_flush(s);
+  cr_assert_eq(c.status, 0, "%s", err_of(s));
+  for (uint32_t i = 0; i < NGROUP; i++) {
+    weir_subtask_snapshot got;
+    cr_assert_eq(weir_store_load(s, id, "w", i, &got), 0, "%s", err_of(s));
+    assert_same(&keep[i], &got);
+    weir_subtask_snapshot_free(&got);
+    weir_subtask_snapshot_free(&keep[i]);
+  }
+
+  /* Three 3 MB blobs behind the gate: one group, committed every
+   * WEIR__TXN_CHUNKS chunks. */
+  g_gate.entered = g_gate.open = 0;
+  uint64_t id2 = next_id(s);
+  gate_close(s, id2);
+  before = weir__store_test_chunk_txns(s);
+  seen b[3] = {{0}};
+  for (uint32_t i = 0; i < 3; i++) {
+    weir_subtask_snapshot sn;
+    snap_u64(&sn, "b", i, 3, 0);
+    sn.blob_len = 3u << 20;
+    sn.blob = weir_malloc(sn.blob_len);
+    for (uint64_t k = 0; k < sn.blob_len; k++) sn.blob[k] = (uint8_t)(k * 7 + i);
+    keep[i] = copy_snap(&sn);
+    cr_assert_eq(weir_store_write_subtask(s, id2, &sn, on_done, &b[i]), 0);
+  }
+  gate_open();
+  weir_store_flush(s);
+  size_t max;
+  uint64_t count;
+  cr_assert_eq(weir__store_test_chunk_stats(s, id2, &max, &count), 0);
+  uint64_t txns = weir__store_test_chunk_txns(s) - before;
+  cr_assert_eq(txns, (count + WEIR__TXN_CHUNKS - 1) / WEIR__TXN_CHUNKS, "%llu chunks, %llu txns",
+               (ull)count, (ull)txns);
+  cr_assert_gt(txns, 1);
+  for (int i = 0; i < 3; i++) cr_assert_eq(b[i].status, 0, "blob %d: %s", i, err_of(s));
+  ci = (weir_store_commit_info){.id = id2, .subtasks = 4};
+  cr_assert_eq(weir_store_commit(s, &ci, on_done, &c), 0);
+  weir_store_flush(s);
+  cr_assert_eq(c.status, 0, "%s", err_of(s));
+  for (uint32_t i = 0; i < 3; i++) {
+    weir_subtask_snapshot got;
+    cr_assert_eq(weir_store_load(s, id2, "b", i, &got), 0, "%s", err_of(s));
+    assert_same(&keep[i], &got);
+    weir_subtask_snapshot_free(&got);
+    weir_subtask_snapshot_free(&keep[i]);
+  }
+  cr_assert_eq(weir_store_verify(s, id2), 0, "%s", err_of(s));
+  weir_store_close(s);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* The commit of a group's transaction fails: every write in it fails, each
+ * with a message naming the store, the checkpoint, its own operator
+ * subtask and the failure; the checkpoint is not committed, nothing of it
+ * is left, and the next one commits. */
+Test(store, failed_group_transaction_fails_every_write_in_it) {
+  setenv("WEIR_FAILPOINTS", "store.chunk_txn_commit=error@2", 1);
+  weir_failpoint_reload();
+  weir_store *s = open_with_job(NULL);
+  uint64_t id0 = next_id(s), id = next_id(s), id2 = next_id(s);
+  weir_subtask_snapshot sn;
+  snap_u64(&sn, "op", 0, 1, 10);
+  write_commit(s, id0, &sn, 0); /* the failpoint's first hit */
+  gate_close(s, id);
+  seen_msg w[NGROUP];
+  memset(w, 0, sizeof w);
+  for (uint32_t i = 0; i < NGROUP; i++) {
+    w[i].store = s;
+    snap_u64(&sn, "w", i, NGROUP, 50);
+    cr_assert_eq(weir_store_write_subtask(s, id, &sn, on_done_msg, &w[i]), 0);
+  }
+  gate_open();
+  seen c = {0};
+  weir_store_commit_info ci = {.id = id};
+  cr_assert_eq(weir_store_commit(s, &ci, on_done, &c), 0);
+  weir_store_flush(s);
+  cr_assert_eq(weir_failpoint_hits("store.chunk_txn_commit"), 2);
+  for (uint32_t i = 0; i < NGROUP; i++) {
+    cr_assert_eq(w[i].s.calls, 1);
+    cr_assert_eq(w[i].s.status, WEIR_EIO, "write %u: %d", i, w[i].s.status);
+    char want[128];
+    snprintf(want, sizeof want, "writing checkpoint %llu, operator \"w\" subtask %u: ", (ull)id, i);
+    cr_assert(strstr(w[i].msg, want) != NULL, "no '%s' in: %s", want, w[i].msg);
+    cr_assert(strstr(w[i].msg, g_dir) != NULL, "no path in: %s", w[i].msg);
+    cr_assert(strstr(w[i].msg, "[simulated by failpoint store.chunk_txn_commit]") != NULL, "%s",
+              w[i].msg);
+    cr_assert(strstr(w[i].msg, "it held 10 subtask writes") != NULL, "%s", w[i].msg);
+    cr_assert(strstr(w[i].msg, "the subtask needs ") != NULL, "%s", w[i].msg);
+  }
+  cr_assert_lt(c.status, 0);
+  cr_assert(strstr(err_of(s), "not committed") != NULL, "%s", err_of(s));
+  size_t max;
+  uint64_t count;
+  cr_assert_eq(weir__store_test_chunk_stats(s, id, &max, &count), 0);
+  cr_assert_eq(count, 0);
+  snap_u64(&sn, "op", 0, 1, 10);
+  write_commit(s, id2, &sn, 0);
+  weir_store_job j;
+  cr_assert_eq(weir_store_job_get(s, &j), 1);
+  cr_assert_eq(j.latest, id2);
+  weir_store_close(s);
+  unsetenv("WEIR_FAILPOINTS");
+  weir_failpoint_reload();
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* A chunk put fails for one write of a group (its own nested transaction
+ * is undone): that write fails with its message, the writes before it in
+ * the group stay in the transaction and are durable, the ones after it are
+ * refused as before (their checkpoint already failed). */
+Test(store, failed_put_fails_only_its_write) {
+  setenv("WEIR_FAILPOINTS", "store.write_chunk=enospc@3", 1);
+  weir_failpoint_reload();
+  weir_store *s = open_with_job(NULL);
+  uint64_t id = next_id(s);
+  gate_close(s, id);
+  uint64_t before = weir__store_test_chunk_txns(s);
+  seen_msg w[5];
+  memset(w, 0, sizeof w);
+  for (uint32_t i = 0; i < 5; i++) {
+    weir_subtask_snapshot sn;
+    w[i].store = s;
+    snap_u64(&sn, "w", i, 5, 50); /* one chunk each: the third put is subtask 2's */
+    cr_assert_eq(weir_store_write_subtask(s, id, &sn, on_done_msg, &w[i]), 0);
+  }
+  gate_open();
+  weir_store_flush(s);
+  cr_assert_eq(weir__store_test_chunk_txns(s) - before, 1);
+  for (uint32_t i = 0; i < 5; i++) cr_assert_eq(w[i].s.calls, 1);
+  cr_assert_eq(w[0].s.status, 0, "%s", w[0].msg);
+  cr_assert_eq(w[1].s.status, 0, "%s", w[1].msg);
+  cr_assert_eq(w[2].s.status, WEIR_ENOSPC, "%d", w[2].s.status);
+  cr_assert(strstr(w[2].msg, "operator \"w\" subtask 2: ") != NULL, "%s", w[2].msg);
+  cr_assert(strstr(w[2].msg, "[simulated by failpoint store.write_chunk]") != NULL, "%s", w[2].msg);
+  for (uint32_t i = 3; i < 5; i++) {
+    cr_assert_eq(w[i].s.status, WEIR_ESTATE, "%d", w[i].s.status);
+    cr_assert(strstr(w[i].msg, "already failed") != NULL, "%s", w[i].msg);
+  }
+  size_t max;
+  uint64_t count;
+  cr_assert_eq(weir__store_test_chunk_stats(s, id, &max, &count), 0);
+  cr_assert_eq(count, 2); /* until the failed commit discards them */
+  seen c = {0};
+  weir_store_commit_info ci = {.id = id};
+  cr_assert_eq(weir_store_commit(s, &ci, on_done, &c), 0);
+  weir_store_flush(s);
+  cr_assert_lt(c.status, 0);
+  weir_store_close(s);
+  unsetenv("WEIR_FAILPOINTS");
+  weir_failpoint_reload();
   cr_assert_eq(th_leak_check(), 0);
 }
 
