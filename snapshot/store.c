@@ -209,8 +209,14 @@ static uint8_t *blob_alloc(uint64_t len, void (**release)(uint8_t *, uint64_t)) 
   return weir_malloc(len);
 }
 
+/* `sink`, when not NULL (and out is not), receives the u64 entries chunk by
+ * chunk, each chunk once it passed every check that concerns it alone or
+ * its predecessors; out->u64_* stay empty. The checks of the whole (counts,
+ * stored bytes, nothing after the last chunk) come after the last chunk: on
+ * an error the sink has seen entries that the caller must discard. */
 static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_entry *e,
-                      uint64_t file_size, weir_subtask_snapshot *out, char *err, size_t errlen) {
+                      uint64_t file_size, const weir_store_u64_sink *sink,
+                      weir_subtask_snapshot *out, char *err, size_t errlen) {
   char why[512];
   int rc = 0;
   MDB_cursor *cur = NULL;
@@ -233,7 +239,9 @@ static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
     out->op = weir_strdup(e->op);
     out->subtask = e->subtask;
     out->parallelism = e->parallelism;
-    if (e->u64_entries) {
+    if (sink)
+      sink->begin(sink->user, e->u64_entries); /* bounded by file_size (meta_decode) */
+    else if (e->u64_entries) {
       out->u64_keys = weir_malloc_big(e->u64_entries * sizeof(uint64_t));
       out->u64_values = weir_malloc_big(e->u64_entries * sizeof(uint64_t));
     }
@@ -284,7 +292,9 @@ static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
       if (nu > 0 && weir__u64_order(c.format, c.keys[0]) <= weir__u64_order(c.format, lastkey))
         BAD(WEIR_ECORRUPT, "chunk %u: u64 key %llu after key %llu", seq, (ull)c.keys[0],
             (ull)lastkey);
-      if (out) {
+      if (out && sink) {
+        sink->chunk(sink->user, c.keys, c.values, c.n);
+      } else if (out) {
         memcpy(out->u64_keys + nu, c.keys, c.n * sizeof(uint64_t));
         memcpy(out->u64_values + nu, c.values, c.n * sizeof(uint64_t));
       }
@@ -349,7 +359,7 @@ static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
         (ull)e->bytes);
   mdb_cursor_close(cur);
   if (out) {
-    out->n_u64 = nu;
+    out->n_u64 = sink ? 0 : nu;
     out->n_bytes = nb;
     out->b_data_len = nd;
     out->blob_len = nblob;
@@ -360,6 +370,70 @@ fail:
   weir__chunk_free(&c);
   if (cur) mdb_cursor_close(cur);
   if (out) weir_subtask_snapshot_free(out);
+  snprintf(err, errlen, "checkpoint %llu: operator \"%s\" subtask %u: %s", (ull)id, e->op,
+           e->subtask, why);
+  return rc < 0 ? rc : WEIR_ECORRUPT;
+}
+
+/* What a load of entry e reads from LMDB, without decoding it: every chunk
+ * looked up as read_entry looks it up, every page of its value touched,
+ * and the key after the last one. For the probe child (weir_store_probe):
+ * a damaged page faults here, not in the loader; the values are checked by
+ * read_entry when they are loaded. */
+static int walk_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_entry *e,
+                      uint64_t file_size, char *err, size_t errlen) {
+  char why[300];
+  int rc = 0;
+  MDB_cursor *cur = NULL;
+  uint64_t nchunks = weir__sub_chunks(e);
+  volatile uint8_t sink = 0;
+#define BAD(code, ...)                                                                             \
+  do {                                                                                             \
+    snprintf(why, sizeof why, __VA_ARGS__);                                                        \
+    rc = (code);                                                                                   \
+    goto fail;                                                                                     \
+  } while (0)
+  if (e->bytes > file_size)
+    BAD(WEIR_ECORRUPT, "claims %llu stored bytes, more than the store file's %llu", (ull)e->bytes,
+        (ull)file_size);
+  rc = mdb_cursor_open(txn, dbi, &cur);
+  if (rc != 0) {
+    cur = NULL;
+    BAD(weir__mdb_err(rc), "reading chunks: %s", weir__mdb_text(rc));
+  }
+  for (uint32_t seq = 0; seq < nchunks; seq++) {
+    uint8_t kb[WEIR__CHUNK_KEY];
+    weir__key_chunk(kb, id, e->record, seq);
+    MDB_val key = {sizeof kb, kb}, val;
+    rc = mdb_cursor_get(cur, &key, &val, MDB_SET_KEY);
+    if (rc == MDB_NOTFOUND) BAD(WEIR_ECORRUPT, "chunk %u of %llu is missing", seq, (ull)nchunks);
+    if (rc != 0) BAD(weir__mdb_err(rc), "chunk %u: %s", seq, weir__mdb_text(rc));
+    if (val.mv_size > WEIR__CHUNK_MAX)
+      BAD(WEIR_ECORRUPT, "chunk %u: %zu bytes, more than a chunk may hold", seq, val.mv_size);
+    const uint8_t *v = val.mv_data;
+    for (size_t off = 0; off < val.mv_size; off += 4096) sink ^= v[off];
+    if (val.mv_size) sink ^= v[val.mv_size - 1];
+  }
+  {
+    MDB_val key, val;
+    rc = nchunks ? mdb_cursor_get(cur, &key, &val, MDB_NEXT) : MDB_NOTFOUND;
+    if (nchunks == 0) {
+      uint8_t kb[WEIR__CHUNK_KEY];
+      weir__key_chunk(kb, id, e->record, 0);
+      key.mv_size = sizeof kb;
+      key.mv_data = kb;
+      rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE);
+    }
+    if (rc != 0 && rc != MDB_NOTFOUND)
+      BAD(weir__mdb_err(rc), "after the last chunk: %s", weir__mdb_text(rc));
+    rc = 0;
+  }
+  mdb_cursor_close(cur);
+  (void)sink;
+  return 0;
+#undef BAD
+fail:
+  if (cur) mdb_cursor_close(cur);
   snprintf(err, errlen, "checkpoint %llu: operator \"%s\" subtask %u: %s", (ull)id, e->op,
            e->subtask, why);
   return rc < 0 ? rc : WEIR_ECORRUPT;
@@ -442,8 +516,9 @@ static int cmp_u32(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Reads and checks every value of checkpoint id (in a child). */
-static int verify_child(const weir_store *s, uint64_t id, char *msg, size_t len) {
+/* Reads and checks every value of checkpoint id (in a child); pages_only:
+ * walks what loading it reads without decoding the chunks (walk_entry). */
+static int check_child(const weir_store *s, uint64_t id, int pages_only, char *msg, size_t len) {
   MDB_env *env = NULL;
   MDB_txn *txn = NULL;
   int rc = child_env(s, &env, &txn, msg, len);
@@ -491,7 +566,8 @@ static int verify_child(const weir_store *s, uint64_t id, char *msg, size_t len)
   if (rc < 0) goto out;
   uint64_t fsize = env_file_size(env);
   for (uint32_t i = 0; i < m.nsub; i++) {
-    rc = read_entry(txn, dc, id, &m.subs[i], fsize, NULL, msg, len);
+    rc = pages_only ? walk_entry(txn, dc, id, &m.subs[i], fsize, msg, len)
+                    : read_entry(txn, dc, id, &m.subs[i], fsize, NULL, NULL, msg, len);
     if (rc < 0) goto out;
   }
   /* Every chunk under this checkpoint must belong to one of its subtasks. */
@@ -533,6 +609,14 @@ out:
   mdb_txn_abort(txn);
   mdb_env_close(env);
   return rc;
+}
+
+static int verify_child(const weir_store *s, uint64_t id, char *msg, size_t len) {
+  return check_child(s, id, 0, msg, len);
+}
+
+static int probe_ckpt_child(const weir_store *s, uint64_t id, char *msg, size_t len) {
+  return check_child(s, id, 1, msg, len);
 }
 
 static const char *signame(int sig) {
@@ -1216,8 +1300,20 @@ int weir_store_verify(weir_store *s, uint64_t id) {
   return run_in_child(s, verify_child, id, what);
 }
 
+int weir_store_probe(weir_store *s, uint64_t id) {
+  if (s == NULL) return WEIR_EINVAL;
+  char what[48];
+  snprintf(what, sizeof what, "checkpoint %llu", (ull)id);
+  return run_in_child(s, probe_ckpt_child, id, what);
+}
+
 int weir_store_load(weir_store *s, uint64_t id, const char *op, uint32_t subtask,
                     weir_subtask_snapshot *out) {
+  return weir_store_load_stream(s, id, op, subtask, NULL, out);
+}
+
+int weir_store_load_stream(weir_store *s, uint64_t id, const char *op, uint32_t subtask,
+                           const weir_store_u64_sink *sink, weir_subtask_snapshot *out) {
   if (out) memset(out, 0, sizeof *out);
   if (s == NULL || op == NULL || out == NULL) return WEIR_EINVAL;
   MDB_txn *txn;
@@ -1237,7 +1333,7 @@ int weir_store_load(weir_store *s, uint64_t id, const char *op, uint32_t subtask
                           (ull)id, op, subtask);
   } else {
     char err[768];
-    rc = read_entry(txn, s->dbi_chunks, id, e, env_file_size(s->env), out, err, sizeof err);
+    rc = read_entry(txn, s->dbi_chunks, id, e, env_file_size(s->env), sink, out, err, sizeof err);
     if (rc < 0) weir__store_fail(s, rc, "%s", err);
   }
   mdb_txn_abort(txn);

@@ -120,6 +120,7 @@ void weir_job_stop(weir_job *job) {
 const weir_run_info *weir_job_run_info(const weir_job *job) {
   weir_job *j = (weir_job *)job; /* the build time is gathered from the subtasks */
   j->info.restore_build_ms = (double)atomic_load(&j->restore_build_ns) / 1e6;
+  j->info.restore_ms = j->info.restore_read_ms + (double)atomic_load(&j->restore_install_ns) / 1e6;
   return &job->info;
 }
 
@@ -490,6 +491,9 @@ typedef struct load_item {
   int subtask;
   weir_subtask_snapshot *snap;
   int rc;
+  /* Keyed operators: u64 state goes straight into the subtask's table. */
+  weir__u64_build build;
+  uint64_t build_ns; /* time spent filling the table */
 } load_item;
 
 typedef struct loader {
@@ -500,24 +504,60 @@ typedef struct loader {
   atomic_size_t next;
 } loader;
 
+static void sink_begin(void *user, uint64_t entries) {
+  load_item *it = user;
+  uint64_t t0 = uv_hrtime();
+  weir__u64_build_begin(&it->build, &it->node->ctx[it->subtask]->state.u, entries);
+  it->build_ns += uv_hrtime() - t0;
+}
+
+static void sink_chunk(void *user, const uint64_t *keys, const uint64_t *values, size_t n) {
+  load_item *it = user;
+  uint64_t t0 = uv_hrtime();
+  weir__u64_build_add(&it->build, keys, values, n);
+  it->build_ns += uv_hrtime() - t0;
+}
+
+/* Loads one item: a keyed operator's u64 state streams into its table as
+ * the chunks are read and checked (no intermediate arrays; reading and
+ * building alternate per chunk on this thread), the rest (byte-string
+ * entries, positions, blobs: small) into the snapshot installed at open. */
+static void load_one(loader *l, load_item *it) {
+  weir_ctx *c = it->node->ctx[it->subtask];
+  int stream = it->node->keyed && !c->state.u.slots && !c->state.u.cow;
+  weir_store_u64_sink sink = {sink_begin, sink_chunk, it};
+  it->snap = weir_calloc(1, sizeof *it->snap);
+  it->rc = weir_store_load_stream(l->store, l->id, it->node->name, (uint32_t)it->subtask,
+                                  stream ? &sink : NULL, it->snap);
+  if (stream && it->build.m) {
+    uint64_t t0 = uv_hrtime();
+    if (it->rc == 0)
+      weir__u64_build_end(&it->build);
+    else { /* entries of a checkpoint that failed a later check */
+      weir__state_close(&c->state);
+      weir__state_init(&c->state);
+    }
+    it->build_ns += uv_hrtime() - t0;
+  }
+  c->restore_stream_ns = it->build_ns;
+  if (it->rc) {
+    weir_free(it->snap);
+    it->snap = NULL;
+  }
+}
+
 static void *load_items(void *p) {
   loader *l = p;
-  for (size_t i; (i = atomic_fetch_add(&l->next, 1)) < l->n;) {
-    load_item *it = &l->items[i];
-    it->snap = weir_calloc(1, sizeof *it->snap);
-    it->rc = weir_store_load(l->store, l->id, it->node->name, (uint32_t)it->subtask, it->snap);
-    if (it->rc) {
-      weir_free(it->snap);
-      it->snap = NULL;
-    }
-  }
+  for (size_t i; (i = atomic_fetch_add(&l->next, 1)) < l->n;) load_one(l, &l->items[i]);
   return NULL;
 }
 
-/* Loads the items on up to `threads` threads (the caller's included):
- * reading and decoding a large state is the bulk of a restore, and each
- * subtask's state is independent. Hands each state to its subtask; the
- * first error (but WEIR_ENOENT: nothing stored) fails the job. */
+/* Loads the items on up to `threads` threads (the caller's included), each
+ * with its own read transaction: reading, checking and building a large
+ * state is the bulk of a restore, and each subtask's state is independent.
+ * Hands each state to its subtask; the first error (but WEIR_ENOENT:
+ * nothing stored) fails the job, and then every table built here is
+ * dropped again. */
 static int load_parallel(weir_job *job, uint64_t id, load_item *items, size_t n, int threads) {
   loader l = {job->store, id, items, n, 0};
   pthread_t th[64];
@@ -538,6 +578,12 @@ static int load_parallel(weir_job *job, uint64_t id, load_item *items, size_t n,
       store_fail(job, rc, "cannot restore");
     }
   }
+  if (rc)
+    for (size_t i = 0; i < n; i++) {
+      weir_ctx *c = items[i].node->ctx[items[i].subtask];
+      weir__state_close(&c->state);
+      weir__state_init(&c->state);
+    }
   return rc;
 }
 
@@ -594,7 +640,10 @@ static int load_rescaled(weir_job *job, uint64_t id, weir__node *n, uint32_t p0,
  * restore, which runs nothing but those notifications). */
 static int load_checkpoint(weir_job *job, uint64_t id, int notified_only) {
   uint64_t t0 = uv_hrtime();
-  int rc = weir_store_verify(job->store, id);
+  /* Only the pages, in a child: the values are checked as they are loaded
+   * (in parallel, below), and a damaged one fails the restore there. */
+  int rc = weir_store_probe(job->store, id);
+  job->info.restore_probe_ms = (double)(uv_hrtime() - t0) / 1e6;
   if (rc) return store_fail(job, rc, "cannot restore");
   weir_store_ckpt_info *info = NULL;
   rc = weir_store_info(job->store, id, &info);
@@ -783,7 +832,8 @@ static int prepare_store(weir_job *job) {
     rc = load_checkpoint(job, from, 0);
     if (rc) return rc;
     job->info.restored_from = from;
-    WEIR_LOG_I("restored job %s from checkpoint %llu (%.1f MB read and checked in %.0f ms)",
+    WEIR_LOG_I("restored job %s from checkpoint %llu (%.1f MB read, checked and built in %.0f "
+               "ms)",
                rec.job_id, (unsigned long long)from, (double)job->info.restored_bytes / 1e6,
                job->info.restore_read_ms);
   }
