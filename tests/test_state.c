@@ -384,7 +384,10 @@ Test(state, u64_build_in_batches) {
     weir__state s;
     weir__state_init(&s);
     weir__u64_build b;
-    weir__u64_build_begin(&b, &s.u, announced);
+    /* Into prefaulted memory every other round (of the wrong size when
+     * miscounted: freed, a table of the right size made). */
+    uint64_t bytes = 0, *mem = round % 2 ? weir__u64_table_prefault(n, &bytes) : NULL;
+    weir__u64_build_begin(&b, &s.u, announced, mem, bytes);
     for (size_t at = 0; at < given;) {
       size_t take = 1 + rnd(&g) % 300;
       if (take > given - at) take = given - at;

@@ -117,12 +117,24 @@ typedef struct weir__u64_build {
 } weir__u64_build;
 
 /* m has no table (nor view): sizes one for n entries (the table grows if
- * more come). */
-void weir__u64_build_begin(weir__u64_build *b, weir__u64map *m, uint64_t n);
+ * more come). Takes ownership of `mem` (NULL: none), memory from
+ * weir__u64_table_prefault of `bytes`: the table if it has the size n
+ * needs, else freed. */
+void weir__u64_build_begin(weir__u64_build *b, weir__u64map *m, uint64_t n, uint64_t *mem,
+                           uint64_t bytes);
 void weir__u64_build_add(weir__u64_build *b, const uint64_t *keys, const uint64_t *values,
                          uint64_t n);
 /* Initialises what the pass did not reach: the table is usable. */
 void weir__u64_build_end(weir__u64_build *b);
+/* Memory for the table of n entries (*bytes of it; NULL if n is 0) with
+ * every page already faulted in: the kernel zeroes fresh pages on first
+ * touch, which a build over fresh memory would otherwise wait for. Any
+ * thread (a restore does it while something else runs). Contents
+ * unspecified. */
+uint64_t *weir__u64_table_prefault(uint64_t n, uint64_t *bytes);
+/* Frees what weir__u64_table_prefault returned and no build took (NULL:
+ * no-op). */
+void weir__u64_table_free(uint64_t *mem, uint64_t bytes);
 
 static inline void weir__u64_prefetch(const weir__u64map *m, uint64_t key) {
   if (m->slots) {
