@@ -376,17 +376,20 @@ fail:
 }
 
 /* What a load of entry e reads from LMDB, without decoding it: every chunk
- * looked up as read_entry looks it up, every page of its value touched,
- * and the key after the last one. For the probe child (weir_store_probe):
- * a damaged page faults here, not in the loader; the values are checked by
- * read_entry when they are loaded. */
+ * looked up as read_entry looks it up (the tree pages on the way), and the
+ * key after the last one. For the probe child (weir_store_probe): a damaged
+ * tree page faults here, not in the loader. A chunk's value must lie in
+ * the store file, within [map, map + file_size) of the child's map: then
+ * reading it cannot fault (SIGBUS past the end of a truncated file, SIGSEGV
+ * outside the map). The values are not touched (mapping the pages of a
+ * large checkpoint costs more than reading them once the loader has them)
+ * and their contents are checked by read_entry when they are loaded. */
 static int walk_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_entry *e,
-                      uint64_t file_size, char *err, size_t errlen) {
+                      const uint8_t *map, uint64_t file_size, char *err, size_t errlen) {
   char why[300];
   int rc = 0;
   MDB_cursor *cur = NULL;
   uint64_t nchunks = weir__sub_chunks(e);
-  volatile uint8_t sink = 0;
 #define BAD(code, ...)                                                                             \
   do {                                                                                             \
     snprintf(why, sizeof why, __VA_ARGS__);                                                        \
@@ -411,8 +414,10 @@ static int walk_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
     if (val.mv_size > WEIR__CHUNK_MAX)
       BAD(WEIR_ECORRUPT, "chunk %u: %zu bytes, more than a chunk may hold", seq, val.mv_size);
     const uint8_t *v = val.mv_data;
-    for (size_t off = 0; off < val.mv_size; off += 4096) sink ^= v[off];
-    if (val.mv_size) sink ^= v[val.mv_size - 1];
+    if (v < map || (uint64_t)(v - map) > file_size || val.mv_size > file_size - (uint64_t)(v - map))
+      BAD(WEIR_ECORRUPT,
+          "chunk %u is damaged: its %zu bytes lie outside the store file (%llu bytes)", seq,
+          val.mv_size, (ull)file_size);
   }
   {
     MDB_val key, val;
@@ -429,7 +434,6 @@ static int walk_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
     rc = 0;
   }
   mdb_cursor_close(cur);
-  (void)sink;
   return 0;
 #undef BAD
 fail:
@@ -437,6 +441,38 @@ fail:
   snprintf(err, errlen, "checkpoint %llu: operator \"%s\" subtask %u: %s", (ull)id, e->op,
            e->subtask, why);
   return rc < 0 ? rc : WEIR_ECORRUPT;
+}
+
+/* The start of this process's mapping that holds address p (Linux: from
+ * /proc/self/maps), or NULL. For the probe child: the map of its own
+ * environment is the one that holds a value it read (the parent's map of
+ * the same file, inherited across fork, lies elsewhere). */
+static const uint8_t *mapping_of(const void *p) {
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  size_t cap = 1 << 16, have = 0;
+  char *buf = weir_malloc(cap);
+  for (;;) {
+    if (have + 1 == cap) buf = weir_realloc(buf, cap *= 2);
+    ssize_t n = read(fd, buf + have, cap - 1 - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    have += (size_t)n;
+  }
+  close(fd);
+  buf[have] = '\0';
+  const uint8_t *found = NULL;
+  uintptr_t at = (uintptr_t)p;
+  for (char *line = buf; *line && !found;) { /* "lo-hi perms offset ..." */
+    char *end;
+    uintptr_t lo = (uintptr_t)strtoull(line, &end, 16), hi = 0;
+    if (*end == '-') hi = (uintptr_t)strtoull(end + 1, NULL, 16);
+    if (lo <= at && at < hi) found = (const uint8_t *)lo;
+    char *nl = strchr(line, '\n');
+    line = nl ? nl + 1 : line + strlen(line);
+  }
+  weir_free(buf);
+  return found;
 }
 
 static uint64_t env_file_size(MDB_env *env) {
@@ -565,8 +601,17 @@ static int check_child(const weir_store *s, uint64_t id, int pages_only, char *m
   rc = weir__meta_decode(val.mv_data, val.mv_size, id, rc == 1 ? job.job_id : NULL, &m, msg, len);
   if (rc < 0) goto out;
   uint64_t fsize = env_file_size(env);
+  /* LMDB maps the file from offset 0: the mapping that holds the metadata
+   * value is the map. */
+  const uint8_t *map = pages_only ? mapping_of(val.mv_data) : NULL;
+  if (pages_only && (map == NULL || fsize == UINT64_MAX)) {
+    snprintf(msg, len, "checkpoint %llu: cannot see where the store file is mapped or its size",
+             (ull)id);
+    rc = WEIR_EIO;
+    goto out;
+  }
   for (uint32_t i = 0; i < m.nsub; i++) {
-    rc = pages_only ? walk_entry(txn, dc, id, &m.subs[i], fsize, msg, len)
+    rc = pages_only ? walk_entry(txn, dc, id, &m.subs[i], map, fsize, msg, len)
                     : read_entry(txn, dc, id, &m.subs[i], fsize, NULL, NULL, msg, len);
     if (rc < 0) goto out;
   }

@@ -281,14 +281,15 @@ void weir_store_ckpt_info_free(weir_store_ckpt_info *info);
  * with the message in weir_store_error(). Blocks until the child is done. */
 int weir_store_verify(weir_store *s, uint64_t id);
 
-/* Walks, in a forked child as weir_store_verify does, every LMDB page that
+/* Walks, in a forked child as weir_store_verify does, the LMDB pages that
  * loading checkpoint `id` reads: its metadata, each chunk looked up as a
- * load looks it up, every page of each chunk's value touched, and the
- * chunk keys of the checkpoint (none may belong to no subtask). A damaged
- * page then crashes the child, not the caller. The chunks' contents are
- * not decoded here: weir_store_load and weir_store_load_stream check every
- * value completely as they read it. Returns as weir_store_verify. Blocks
- * until the child is done. */
+ * load looks it up (every chunk present, each value inside the store
+ * file, so that reading it cannot fault), and the chunk keys of the
+ * checkpoint (none may belong to no subtask). A damaged tree page then
+ * crashes the child, not the caller. The chunks' contents are not read
+ * here: weir_store_load and weir_store_load_stream check every value
+ * completely as they read it. Returns as weir_store_verify. Blocks until
+ * the child is done. */
 int weir_store_probe(weir_store *s, uint64_t id);
 
 /* Loads one subtask's state of completed checkpoint `id` into *out (fully
