@@ -134,7 +134,7 @@ static void restore_exact(const char *state, int p, uint64_t id) {
   /* The largest counts carry over from run 1 (a key may have ended there). */
   uint64_t before = 0;
   for (uint64_t k = 0; k < K; k++) before += atomic_load(&cfg.max[0][k]) == N / K;
-  cr_assert_lt(before, K / 10, "%llu of %u keys ended in run 1: too few left to check",
+  cr_assert_lt(before, K / 2, "%llu of %u keys ended in run 1: too few left to check",
                (unsigned long long)before, K);
   atomic_store(&cfg.seen, 0);
   cfg.stop_after = 0;
@@ -186,6 +186,45 @@ static uint64_t be64(const uint8_t *p) {
 
 static uint32_t be32(const uint8_t *p) {
   return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Deletes chunk `seq` of the first record of checkpoint id that has more
+ * than seq + 1 chunks, through LMDB itself. */
+static void delete_chunk(const char *state, uint64_t id, uint32_t seq) {
+  char store[700];
+  snprintf(store, sizeof store, "%s/store", state);
+  MDB_env *env = NULL;
+  cr_assert_eq(mdb_env_create(&env), 0);
+  cr_assert_eq(mdb_env_set_maxdbs(env, 4), 0);
+  cr_assert_eq(mdb_env_set_mapsize(env, 1ull << 30), 0);
+  cr_assert_eq(mdb_env_open(env, store, MDB_NOTLS, 0644), 0);
+  MDB_txn *txn = NULL;
+  cr_assert_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
+  MDB_dbi dbi;
+  cr_assert_eq(mdb_dbi_open(txn, "chunks", 0, &dbi), 0);
+  MDB_cursor *cur = NULL;
+  cr_assert_eq(mdb_cursor_open(txn, dbi, &cur), 0);
+  uint8_t kb[16] = {0};
+  for (int i = 0; i < 8; i++) kb[i] = (uint8_t)(id >> (56 - 8 * i));
+  MDB_val key = {16, kb}, val;
+  int done = 0;
+  for (int rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == 0 && !done;
+       rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+    if (key.mv_size != 16 || be64(key.mv_data) != id) break;
+    if (be32((const uint8_t *)key.mv_data + 12) == seq + 1) {
+      uint8_t target[16];
+      memcpy(target, key.mv_data, 16);
+      target[15] = (uint8_t)seq;
+      target[14] = target[13] = target[12] = 0;
+      MDB_val tk = {16, target};
+      cr_assert_eq(mdb_del(txn, dbi, &tk, NULL), 0);
+      done = 1;
+    }
+  }
+  cr_assert(done, "no record of checkpoint %llu has %u chunks", (unsigned long long)id, seq + 2);
+  mdb_cursor_close(cur);
+  cr_assert_eq(mdb_txn_commit(txn), 0);
+  mdb_env_close(env);
 }
 
 /* Flips a payload byte of chunk `seq` of the first record of checkpoint id
@@ -277,6 +316,36 @@ Test(restore, damaged_chunk_mid_stream_fails_cleanly) {
   weir_job_destroy(cfg.job);
   cr_assert_eq(th_leak_check(), 0);
   restore_exact(state, 3, mid);
+  th_rmrf(dir);
+  free(dir);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* A chunk missing from one subtask's record: the probe child finds it
+ * (after the tables were prefaulted for the load that then does not run):
+ * WEIR_ECORRUPT naming it, nothing run, nothing leaked. */
+Test(restore, missing_chunk_fails_in_the_probe) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char state[600];
+  snprintf(state, sizeof state, "%s/state", dir);
+  uint64_t mid, last;
+  run_stopped(state, 2, &mid, &last);
+  delete_chunk(state, mid, 1);
+  atomic_store(&cfg.seen, 0);
+  cfg.stop_after = 0;
+  cfg.job = build(2);
+  weir_run_opts o = opts(state);
+  o.restore = WEIR_RESTORE_ID;
+  o.restore_id = mid;
+  int rc = weir_job_run(cfg.job, &o);
+  cr_assert_eq(rc, WEIR_ECORRUPT, "rc %d: %s", rc, weir_job_error(cfg.job));
+  const char *msg = weir_job_error(cfg.job);
+  char want[64];
+  snprintf(want, sizeof want, "checkpoint %llu: operator \"", (unsigned long long)mid);
+  cr_assert(strstr(msg, want) && strstr(msg, "chunk 1 of "), "unclear message: %s", msg);
+  cr_assert_eq(atomic_load(&cfg.seen), 0, "a refused restore ran records");
+  weir_job_destroy(cfg.job);
   th_rmrf(dir);
   free(dir);
   cr_assert_eq(th_leak_check(), 0);
