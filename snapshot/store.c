@@ -28,7 +28,15 @@
  * exits. The parent reports a child killed by a signal, or silent, or slow,
  * as a damaged store. weir_store_verify does this for one checkpoint (every
  * value); weir_store_open does it for the structure (every page the open
- * path and the writer's scans touch) before touching any page itself.
+ * path and the writer's scans touch) before touching any page itself;
+ * weir_store_probe, before a restore, for the pages a load of one
+ * checkpoint walks (every chunk found, each value inside the file), leaving
+ * the values' checks to the load itself, which runs them all.
+ *
+ * Streamed loads (weir_store_load_stream, a restore's loader threads, each
+ * with its own read transaction) hand each u64 chunk to a sink as soon as
+ * it passed its checks, and read the values with pread at their offset in
+ * the file rather than through the map (read_entry).
  */
 #include <errno.h>
 #include <fcntl.h>
