@@ -350,3 +350,21 @@ Test(restore, missing_chunk_fails_in_the_probe) {
   free(dir);
   cr_assert_eq(th_leak_check(), 0);
 }
+
+/* Where /proc/self/maps cannot be read (WEIR_NO_PROC_MAPS: as on systems
+ * without it), the probe touches the values' pages and the load reads them
+ * through the map: the same state restores. */
+Test(restore, without_proc_maps) {
+  setenv("WEIR_NO_PROC_MAPS", "1", 1);
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char state[600];
+  snprintf(state, sizeof state, "%s/state", dir);
+  uint64_t mid, last;
+  run_stopped(state, 3, &mid, &last);
+  restore_exact(state, 3, mid);
+  th_rmrf(dir);
+  free(dir);
+  unsetenv("WEIR_NO_PROC_MAPS");
+  cr_assert_eq(th_leak_check(), 0);
+}
