@@ -453,8 +453,9 @@ typedef struct weir_run_info {
   uint32_t checkpoint_ms_n;
   uint32_t checkpoint_ms[256];
   /* The restore, when there was one: the checkpoint's stored bytes;
-   * restore_read_ms, the wall time to load them: the page walk in a child
-   * (restore_probe_ms, part of it), then every subtask's chunks read,
+   * restore_read_ms, the wall time to load them: the metadata and the
+   * page walk in a child (restore_probe_ms, the first part of it; the
+   * tables are prefaulted meanwhile), then every subtask's chunks read,
    * checked and, for keyed u64 state, built into its table as they are
    * read (subtasks in parallel); restore_build_ms, the slowest subtask's
    * time building its state: filling its table during the load (inside
