@@ -28,7 +28,15 @@
  * exits. The parent reports a child killed by a signal, or silent, or slow,
  * as a damaged store. weir_store_verify does this for one checkpoint (every
  * value); weir_store_open does it for the structure (every page the open
- * path and the writer's scans touch) before touching any page itself.
+ * path and the writer's scans touch) before touching any page itself;
+ * weir_store_probe, before a restore, for the pages a load of one
+ * checkpoint walks (every chunk found, each value inside the file), leaving
+ * the values' checks to the load itself, which runs them all.
+ *
+ * Streamed loads (weir_store_load_stream, a restore's loader threads, each
+ * with its own read transaction) hand each u64 chunk to a sink as soon as
+ * it passed its checks, and read the values with pread at their offset in
+ * the file rather than through the map (read_entry).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -209,10 +217,26 @@ static uint8_t *blob_alloc(uint64_t len, void (**release)(uint8_t *, uint64_t)) 
   return weir_malloc(len);
 }
 
+/* `sink`, when not NULL (and out is not), receives the u64 entries chunk by
+ * chunk, each chunk once it passed every check that concerns it alone or
+ * its predecessors; out->u64_* stay empty. The checks of the whole (counts,
+ * stored bytes, nothing after the last chunk) come after the last chunk: on
+ * an error the sink has seen entries that the caller must discard. */
+static const uint8_t *mapping_of(const void *p);
+
+/* `fd` >= 0: the store file's descriptor, and the chunk values are read
+ * from it with pread(2) at their offset in the file (LMDB maps the file
+ * from offset 0, and a read transaction keeps its pages unchanged) instead
+ * of through the map: mapping a large checkpoint's pages costs more than
+ * copying them here (about 1 ms per MB in a paravirtualised guest), and a
+ * value outside the file is an error, not a fault. */
 static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_entry *e,
-                      uint64_t file_size, weir_subtask_snapshot *out, char *err, size_t errlen) {
+                      uint64_t file_size, int fd, const weir_store_u64_sink *sink,
+                      weir_subtask_snapshot *out, char *err, size_t errlen) {
   char why[512];
   int rc = 0;
+  const uint8_t *base = NULL; /* fd >= 0: where the map starts */
+  uint8_t *rbuf = NULL;       /* fd >= 0: the value read */
   MDB_cursor *cur = NULL;
   weir__chunk c = {0};
   uint64_t nchunks = weir__sub_chunks(e);
@@ -233,7 +257,9 @@ static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
     out->op = weir_strdup(e->op);
     out->subtask = e->subtask;
     out->parallelism = e->parallelism;
-    if (e->u64_entries) {
+    if (sink)
+      sink->begin(sink->user, e->u64_entries); /* bounded by file_size (meta_decode) */
+    else if (e->u64_entries) {
       out->u64_keys = weir_malloc_big(e->u64_entries * sizeof(uint64_t));
       out->u64_values = weir_malloc_big(e->u64_entries * sizeof(uint64_t));
     }
@@ -264,6 +290,31 @@ static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
     if (rc != 0) BAD(weir__mdb_err(rc), "chunk %u: %s", seq, weir__mdb_text(rc));
     if (val.mv_size > WEIR__CHUNK_MAX)
       BAD(WEIR_ECORRUPT, "chunk %u: %zu bytes, more than a chunk may hold", seq, val.mv_size);
+    if (fd >= 0) {
+      const uint8_t *v = val.mv_data;
+      if (!base && !(base = mapping_of(v))) {
+        fd = -1; /* no /proc/self/maps: read through the map */
+        goto decode;
+      }
+      uint64_t off = (uint64_t)(v - base);
+      if (v < base || off > file_size || val.mv_size > file_size - off)
+        BAD(WEIR_ECORRUPT,
+            "chunk %u is damaged: its %zu bytes lie outside the store file (%llu bytes)", seq,
+            val.mv_size, (ull)file_size);
+      if (!rbuf) rbuf = weir_malloc(WEIR__CHUNK_MAX);
+      for (size_t got = 0; got < val.mv_size;) {
+        ssize_t n = pread(fd, rbuf + got, val.mv_size - got, (off_t)(off + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          int e2 = n < 0 ? errno : 0;
+          BAD(e2 ? -e2 : WEIR_ECORRUPT, "chunk %u: reading %zu bytes at %llu of the store file: %s",
+              seq, val.mv_size, (ull)off, e2 ? strerror(e2) : "the file ends first");
+        }
+        got += (size_t)n;
+      }
+      val.mv_data = rbuf;
+    }
+  decode:;
     weir__chunk_id want = {id, e->record, seq};
     char cerr[300];
     rc = weir__chunk_decode(val.mv_data, val.mv_size, want, &c, cerr, sizeof cerr);
@@ -284,7 +335,9 @@ static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
       if (nu > 0 && weir__u64_order(c.format, c.keys[0]) <= weir__u64_order(c.format, lastkey))
         BAD(WEIR_ECORRUPT, "chunk %u: u64 key %llu after key %llu", seq, (ull)c.keys[0],
             (ull)lastkey);
-      if (out) {
+      if (out && sink) {
+        sink->chunk(sink->user, c.keys, c.values, c.n);
+      } else if (out) {
         memcpy(out->u64_keys + nu, c.keys, c.n * sizeof(uint64_t));
         memcpy(out->u64_values + nu, c.values, c.n * sizeof(uint64_t));
       }
@@ -348,8 +401,9 @@ static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
     BAD(WEIR_ECORRUPT, "chunks take %llu bytes, the metadata records %llu", (ull)bytes,
         (ull)e->bytes);
   mdb_cursor_close(cur);
+  weir_free(rbuf);
   if (out) {
-    out->n_u64 = nu;
+    out->n_u64 = sink ? 0 : nu;
     out->n_bytes = nb;
     out->b_data_len = nd;
     out->blob_len = nblob;
@@ -358,11 +412,121 @@ static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
 #undef BAD
 fail:
   weir__chunk_free(&c);
+  weir_free(rbuf);
   if (cur) mdb_cursor_close(cur);
   if (out) weir_subtask_snapshot_free(out);
   snprintf(err, errlen, "checkpoint %llu: operator \"%s\" subtask %u: %s", (ull)id, e->op,
            e->subtask, why);
   return rc < 0 ? rc : WEIR_ECORRUPT;
+}
+
+/* What a load of entry e reads from LMDB, without decoding it: every chunk
+ * looked up as read_entry looks it up (the tree pages on the way), and the
+ * key after the last one. For the probe child (weir_store_probe): a damaged
+ * tree page faults here, not in the loader. A chunk's value must lie in
+ * the store file, within [map, map + file_size) of the child's map: then
+ * reading it cannot fault (SIGBUS past the end of a truncated file, SIGSEGV
+ * outside the map). The values are not touched (mapping the pages of a
+ * large checkpoint costs more than reading them once the loader has them)
+ * and their contents are checked by read_entry when they are loaded. */
+static int walk_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_entry *e,
+                      const uint8_t *map, uint64_t file_size, char *err, size_t errlen) {
+  char why[300];
+  int rc = 0;
+  MDB_cursor *cur = NULL;
+  uint64_t nchunks = weir__sub_chunks(e);
+#define BAD(code, ...)                                                                             \
+  do {                                                                                             \
+    snprintf(why, sizeof why, __VA_ARGS__);                                                        \
+    rc = (code);                                                                                   \
+    goto fail;                                                                                     \
+  } while (0)
+  if (e->bytes > file_size)
+    BAD(WEIR_ECORRUPT, "claims %llu stored bytes, more than the store file's %llu", (ull)e->bytes,
+        (ull)file_size);
+  rc = mdb_cursor_open(txn, dbi, &cur);
+  if (rc != 0) {
+    cur = NULL;
+    BAD(weir__mdb_err(rc), "reading chunks: %s", weir__mdb_text(rc));
+  }
+  for (uint32_t seq = 0; seq < nchunks; seq++) {
+    uint8_t kb[WEIR__CHUNK_KEY];
+    weir__key_chunk(kb, id, e->record, seq);
+    MDB_val key = {sizeof kb, kb}, val;
+    rc = mdb_cursor_get(cur, &key, &val, MDB_SET_KEY);
+    if (rc == MDB_NOTFOUND) BAD(WEIR_ECORRUPT, "chunk %u of %llu is missing", seq, (ull)nchunks);
+    if (rc != 0) BAD(weir__mdb_err(rc), "chunk %u: %s", seq, weir__mdb_text(rc));
+    if (val.mv_size > WEIR__CHUNK_MAX)
+      BAD(WEIR_ECORRUPT, "chunk %u: %zu bytes, more than a chunk may hold", seq, val.mv_size);
+    const uint8_t *v = val.mv_data;
+    if (map == NULL) { /* no /proc/self/maps: touch every page of it instead */
+      volatile uint8_t sink = 0;
+      for (size_t off = 0; off < val.mv_size; off += 4096) sink ^= v[off];
+      if (val.mv_size) sink ^= v[val.mv_size - 1];
+      (void)sink;
+      continue;
+    }
+    if (v < map || (uint64_t)(v - map) > file_size || val.mv_size > file_size - (uint64_t)(v - map))
+      BAD(WEIR_ECORRUPT,
+          "chunk %u is damaged: its %zu bytes lie outside the store file (%llu bytes)", seq,
+          val.mv_size, (ull)file_size);
+  }
+  {
+    MDB_val key, val;
+    rc = nchunks ? mdb_cursor_get(cur, &key, &val, MDB_NEXT) : MDB_NOTFOUND;
+    if (nchunks == 0) {
+      uint8_t kb[WEIR__CHUNK_KEY];
+      weir__key_chunk(kb, id, e->record, 0);
+      key.mv_size = sizeof kb;
+      key.mv_data = kb;
+      rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE);
+    }
+    if (rc != 0 && rc != MDB_NOTFOUND)
+      BAD(weir__mdb_err(rc), "after the last chunk: %s", weir__mdb_text(rc));
+    rc = 0;
+  }
+  mdb_cursor_close(cur);
+  return 0;
+#undef BAD
+fail:
+  if (cur) mdb_cursor_close(cur);
+  snprintf(err, errlen, "checkpoint %llu: operator \"%s\" subtask %u: %s", (ull)id, e->op,
+           e->subtask, why);
+  return rc < 0 ? rc : WEIR_ECORRUPT;
+}
+
+/* The start of this process's mapping that holds address p (Linux: from
+ * /proc/self/maps), or NULL. For the probe child: the map of its own
+ * environment is the one that holds a value it read (the parent's map of
+ * the same file, inherited across fork, lies elsewhere). */
+static const uint8_t *mapping_of(const void *p) {
+  /* WEIR_NO_PROC_MAPS (tests): as on a system without /proc. */
+  if (getenv("WEIR_NO_PROC_MAPS")) return NULL;
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NULL;
+  size_t cap = 1 << 16, have = 0;
+  char *buf = weir_malloc(cap);
+  for (;;) {
+    if (have + 1 == cap) buf = weir_realloc(buf, cap *= 2);
+    ssize_t n = read(fd, buf + have, cap - 1 - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    have += (size_t)n;
+  }
+  close(fd);
+  buf[have] = '\0';
+  const uint8_t *found = NULL;
+  uintptr_t at = (uintptr_t)p;
+  for (char *line = buf; *line && !found;) { /* "lo-hi perms offset ..." */
+    char *end;
+    uintptr_t lo = (uintptr_t)strtoull(line, &end, 16), hi = 0;
+    if (*end == '-') hi = (uintptr_t)strtoull(end + 1, NULL, 16);
+    if (lo <= at && at < hi) found = (const uint8_t *)lo;
+    char *nl = strchr(line, '\n');
+    line = nl ? nl + 1 : line + strlen(line);
+  }
+  weir_free(buf);
+  return found;
 }
 
 static uint64_t env_file_size(MDB_env *env) {
@@ -442,8 +606,9 @@ static int cmp_u32(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Reads and checks every value of checkpoint id (in a child). */
-static int verify_child(const weir_store *s, uint64_t id, char *msg, size_t len) {
+/* Reads and checks every value of checkpoint id (in a child); pages_only:
+ * walks what loading it reads without decoding the chunks (walk_entry). */
+static int check_child(const weir_store *s, uint64_t id, int pages_only, char *msg, size_t len) {
   MDB_env *env = NULL;
   MDB_txn *txn = NULL;
   int rc = child_env(s, &env, &txn, msg, len);
@@ -490,8 +655,17 @@ static int verify_child(const weir_store *s, uint64_t id, char *msg, size_t len)
   rc = weir__meta_decode(val.mv_data, val.mv_size, id, rc == 1 ? job.job_id : NULL, &m, msg, len);
   if (rc < 0) goto out;
   uint64_t fsize = env_file_size(env);
+  /* LMDB maps the file from offset 0: the mapping that holds the metadata
+   * value is the map. */
+  const uint8_t *map = pages_only ? mapping_of(val.mv_data) : NULL;
+  if (pages_only && fsize == UINT64_MAX) {
+    snprintf(msg, len, "checkpoint %llu: cannot see the size of the store file", (ull)id);
+    rc = WEIR_EIO;
+    goto out;
+  }
   for (uint32_t i = 0; i < m.nsub; i++) {
-    rc = read_entry(txn, dc, id, &m.subs[i], fsize, NULL, msg, len);
+    rc = pages_only ? walk_entry(txn, dc, id, &m.subs[i], map, fsize, msg, len)
+                    : read_entry(txn, dc, id, &m.subs[i], fsize, -1, NULL, NULL, msg, len);
     if (rc < 0) goto out;
   }
   /* Every chunk under this checkpoint must belong to one of its subtasks. */
@@ -533,6 +707,14 @@ out:
   mdb_txn_abort(txn);
   mdb_env_close(env);
   return rc;
+}
+
+static int verify_child(const weir_store *s, uint64_t id, char *msg, size_t len) {
+  return check_child(s, id, 0, msg, len);
+}
+
+static int probe_ckpt_child(const weir_store *s, uint64_t id, char *msg, size_t len) {
+  return check_child(s, id, 1, msg, len);
 }
 
 static const char *signame(int sig) {
@@ -1216,8 +1398,20 @@ int weir_store_verify(weir_store *s, uint64_t id) {
   return run_in_child(s, verify_child, id, what);
 }
 
+int weir_store_probe(weir_store *s, uint64_t id) {
+  if (s == NULL) return WEIR_EINVAL;
+  char what[48];
+  snprintf(what, sizeof what, "checkpoint %llu", (ull)id);
+  return run_in_child(s, probe_ckpt_child, id, what);
+}
+
 int weir_store_load(weir_store *s, uint64_t id, const char *op, uint32_t subtask,
                     weir_subtask_snapshot *out) {
+  return weir_store_load_stream(s, id, op, subtask, NULL, out);
+}
+
+int weir_store_load_stream(weir_store *s, uint64_t id, const char *op, uint32_t subtask,
+                           const weir_store_u64_sink *sink, weir_subtask_snapshot *out) {
   if (out) memset(out, 0, sizeof *out);
   if (s == NULL || op == NULL || out == NULL) return WEIR_EINVAL;
   MDB_txn *txn;
@@ -1237,7 +1431,11 @@ int weir_store_load(weir_store *s, uint64_t id, const char *op, uint32_t subtask
                           (ull)id, op, subtask);
   } else {
     char err[768];
-    rc = read_entry(txn, s->dbi_chunks, id, e, env_file_size(s->env), out, err, sizeof err);
+    /* A streamed load (a restore) reads the values with pread. */
+    int fd = -1;
+    if (sink && mdb_env_get_fd(s->env, &fd) != 0) fd = -1;
+    rc = read_entry(txn, s->dbi_chunks, id, e, env_file_size(s->env), fd, sink, out, err,
+                    sizeof err);
     if (rc < 0) weir__store_fail(s, rc, "%s", err);
   }
   mdb_txn_abort(txn);

@@ -381,9 +381,10 @@ int weir__ctx_restore(weir_ctx *c) {
     rc = weir_ctx_fail(c, WEIR_ECORRUPT, "checkpoint holds keyed state for a non-keyed operator");
   }
   uint64_t t0 = uv_hrtime();
-  /* Entries in hash order (format 2) are laid out in one pass. In key order
-   * (format 1): one allocation, and inserts with the slot of the entry 16
-   * ahead prefetched (the table is probed in hash order). */
+  /* Keyed u64 state read with the operator's own parallelism was built
+   * while loading (job.c); rescaled state comes here in arrays. Entries in
+   * hash order (format 2) are laid out in one pass; in key order (format
+   * 1), inserted with prefetching (state.h, weir__u64_build). */
   if (!rc && s->n_u64 && !weir__u64_load(&c->state.u, s->u64_keys, s->u64_values, s->n_u64)) {
     weir__u64_reserve(&c->state.u, s->n_u64);
     for (uint64_t i = 0; i < s->n_u64; i++) {
@@ -403,8 +404,12 @@ int weir__ctx_restore(weir_ctx *c) {
     weir_snapshot_reader r = {s};
     rc = cb(c, &r);
   }
-  uint64_t ns = uv_hrtime() - t0, was = atomic_load(&c->job->restore_build_ns);
-  while (ns > was && !atomic_compare_exchange_weak(&c->job->restore_build_ns, &was, ns)) {
+  uint64_t ns = uv_hrtime() - t0, was = atomic_load(&c->job->restore_install_ns);
+  while (ns > was && !atomic_compare_exchange_weak(&c->job->restore_install_ns, &was, ns)) {
+  }
+  uint64_t built = ns + c->restore_stream_ns; /* with what the load built */
+  was = atomic_load(&c->job->restore_build_ns);
+  while (built > was && !atomic_compare_exchange_weak(&c->job->restore_build_ns, &was, built)) {
   }
   WEIR_LOG_D("restored '%s' subtask %u: %llu u64 and %llu byte-string entries in %.1f ms",
              c->node->name, c->subtask, (unsigned long long)s->n_u64,

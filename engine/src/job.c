@@ -120,6 +120,7 @@ void weir_job_stop(weir_job *job) {
 const weir_run_info *weir_job_run_info(const weir_job *job) {
   weir_job *j = (weir_job *)job; /* the build time is gathered from the subtasks */
   j->info.restore_build_ms = (double)atomic_load(&j->restore_build_ns) / 1e6;
+  j->info.restore_ms = j->info.restore_read_ms + (double)atomic_load(&j->restore_install_ns) / 1e6;
   return &job->info;
 }
 
@@ -494,6 +495,12 @@ typedef struct load_item {
   int subtask;
   weir_subtask_snapshot *snap;
   int rc;
+  /* Keyed operators: u64 state goes straight into the subtask's table. */
+  weir__u64_build build;
+  uint64_t build_ns; /* time spent filling the table */
+  uint64_t entries;  /* u64 entries the metadata records */
+  /* The table prefaulted for them (owned until the build takes it). */
+  uint64_t *table, table_bytes;
 } load_item;
 
 typedef struct loader {
@@ -504,24 +511,96 @@ typedef struct loader {
   atomic_size_t next;
 } loader;
 
-static void *load_items(void *p) {
-  loader *l = p;
-  for (size_t i; (i = atomic_fetch_add(&l->next, 1)) < l->n;) {
-    load_item *it = &l->items[i];
-    it->snap = weir_calloc(1, sizeof *it->snap);
-    it->rc = weir_store_load(l->store, l->id, it->node->name, (uint32_t)it->subtask, it->snap);
-    if (it->rc) {
-      weir_free(it->snap);
-      it->snap = NULL;
+static void sink_begin(void *user, uint64_t entries) {
+  load_item *it = user;
+  uint64_t t0 = uv_hrtime();
+  weir__u64_build_begin(&it->build, &it->node->ctx[it->subtask]->state.u, entries, it->table,
+                        it->table_bytes);
+  it->table = NULL; /* the build's now */
+  it->build_ns += uv_hrtime() - t0;
+}
+
+static void sink_chunk(void *user, const uint64_t *keys, const uint64_t *values, size_t n) {
+  load_item *it = user;
+  uint64_t t0 = uv_hrtime();
+  weir__u64_build_add(&it->build, keys, values, n);
+  it->build_ns += uv_hrtime() - t0;
+}
+
+/* Loads one item: a keyed operator's u64 state streams into its table as
+ * the chunks are read and checked (no intermediate arrays; reading and
+ * building alternate per chunk on this thread), the rest (byte-string
+ * entries, positions, blobs: small) into the snapshot installed at open. */
+static void load_one(loader *l, load_item *it) {
+  weir_ctx *c = it->node->ctx[it->subtask];
+  int stream = it->node->keyed && !c->state.u.slots && !c->state.u.cow;
+  weir_store_u64_sink sink = {sink_begin, sink_chunk, it};
+  it->snap = weir_calloc(1, sizeof *it->snap);
+  it->rc = weir_store_load_stream(l->store, l->id, it->node->name, (uint32_t)it->subtask,
+                                  stream ? &sink : NULL, it->snap);
+  if (stream && it->build.m) {
+    uint64_t t0 = uv_hrtime();
+    if (it->rc == 0)
+      weir__u64_build_end(&it->build);
+    else { /* entries of a checkpoint that failed a later check */
+      weir__state_close(&c->state);
+      weir__state_init(&c->state);
     }
+    it->build_ns += uv_hrtime() - t0;
+  }
+  c->restore_stream_ns = it->build_ns;
+  if (it->rc) {
+    weir_free(it->snap);
+    it->snap = NULL;
+  }
+}
+
+/* Prefaulting the tables of the items while the probe child runs: one
+ * thread per worker (the caller only waits for the child meanwhile). */
+typedef struct prefaulter {
+  load_item *items;
+  size_t n;
+  atomic_size_t next;
+  pthread_t th[64];
+  int started;
+} prefaulter;
+
+static void *prefault_items(void *p) {
+  prefaulter *pf = p;
+  for (size_t i; (i = atomic_fetch_add(&pf->next, 1)) < pf->n;) {
+    load_item *it = &pf->items[i];
+    if (it->entries) it->table = weir__u64_table_prefault(it->entries, &it->table_bytes);
   }
   return NULL;
 }
 
-/* Loads the items on up to `threads` threads (the caller's included):
- * reading and decoding a large state is the bulk of a restore, and each
- * subtask's state is independent. Hands each state to its subtask; the
- * first error (but WEIR_ENOENT: nothing stored) fails the job. */
+static void prefault_start(prefaulter *pf, load_item *items, size_t n, int threads) {
+  memset(pf, 0, sizeof *pf);
+  pf->items = items;
+  pf->n = n;
+  atomic_init(&pf->next, 0);
+  for (int t = 0; t < threads && t < 64 && (size_t)t < n; t++) {
+    if (pthread_create(&pf->th[pf->started], NULL, prefault_items, pf) != 0) break;
+    pf->started++;
+  }
+}
+
+static void prefault_join(prefaulter *pf) {
+  for (int t = 0; t < pf->started; t++) pthread_join(pf->th[t], NULL);
+}
+
+static void *load_items(void *p) {
+  loader *l = p;
+  for (size_t i; (i = atomic_fetch_add(&l->next, 1)) < l->n;) load_one(l, &l->items[i]);
+  return NULL;
+}
+
+/* Loads the items on up to `threads` threads (the caller's included), each
+ * with its own read transaction: reading, checking and building a large
+ * state is the bulk of a restore, and each subtask's state is independent.
+ * Hands each state to its subtask; the first error (but WEIR_ENOENT:
+ * nothing stored) fails the job, and then every table built here is
+ * dropped again. */
 static int load_parallel(weir_job *job, uint64_t id, load_item *items, size_t n, int threads) {
   loader l = {job->store, id, items, n, 0};
   pthread_t th[64];
@@ -542,6 +621,12 @@ static int load_parallel(weir_job *job, uint64_t id, load_item *items, size_t n,
       store_fail(job, rc, "cannot restore");
     }
   }
+  if (rc)
+    for (size_t i = 0; i < n; i++) {
+      weir_ctx *c = items[i].node->ctx[items[i].subtask];
+      weir__state_close(&c->state);
+      weir__state_init(&c->state);
+    }
   return rc;
 }
 
@@ -598,10 +683,10 @@ static int load_rescaled(weir_job *job, uint64_t id, weir__node *n, uint32_t p0,
  * restore, which runs nothing but those notifications). */
 static int load_checkpoint(weir_job *job, uint64_t id, int notified_only) {
   uint64_t t0 = uv_hrtime();
-  int rc = weir_store_verify(job->store, id);
-  if (rc) return store_fail(job, rc, "cannot restore");
+  /* The metadata first: weir_store_open's child already walked every
+   * metadata value (probe_child in store.c), so reading it cannot fault. */
   weir_store_ckpt_info *info = NULL;
-  rc = weir_store_info(job->store, id, &info);
+  int rc = weir_store_info(job->store, id, &info);
   if (rc) return store_fail(job, rc, "cannot restore");
   uint32_t kg = (uint32_t)job->opts.max_parallelism;
   /* Checkpoints that did not record it were taken with the default. */
@@ -642,7 +727,43 @@ static int load_checkpoint(weir_job *job, uint64_t id, int notified_only) {
       p0[k] = st->parallelism;
     }
   }
+  /* What to load, and how: operators restored with their own parallelism
+   * (and key groups) stream on parallel threads (load_parallel); the others
+   * are redistributed (load_rescaled). */
+  size_t nitems = 0;
+  load_item *items = NULL;
+  weir__node **resc = weir_calloc(job->nnodes, sizeof *resc);
+  uint32_t nresc = 0;
+  for (uint32_t k = 0; k < job->nnodes && !rc; k++) {
+    weir__node *n = job->nodes[k];
+    if (!p0[k]) continue;
+    if (notified_only && !(n->ovt && n->ovt->checkpoint_complete)) continue;
+    if (p0[k] != (uint32_t)n->parallelism || (n->keyed && old_kg != kg)) {
+      resc[nresc++] = n;
+      continue;
+    }
+    items = weir_realloc(items, (nitems + (size_t)n->parallelism) * sizeof *items);
+    for (int s = 0; s < n->parallelism; s++) {
+      load_item *it = &items[nitems++];
+      *it = (load_item){.node = n, .subtask = s};
+      for (uint32_t i = 0; i < info->nsubtasks && n->keyed; i++)
+        if (info->subtasks[i].subtask == (uint32_t)s && !strcmp(info->subtasks[i].op, n->name))
+          it->entries = info->subtasks[i].u64_entries;
+    }
+  }
   weir_store_ckpt_info_free(info);
+  /* Only the pages, in a child: the values are checked as they are loaded
+   * (in parallel, below), and a damaged one fails the restore there. While
+   * the child walks, this process has nothing to read: it has the kernel
+   * zero the tables the load will fill (prefault). */
+  if (!rc) {
+    prefaulter pf;
+    prefault_start(&pf, items, nitems, (int)job->nworkers);
+    rc = weir_store_probe(job->store, id);
+    job->info.restore_probe_ms = (double)(uv_hrtime() - t0) / 1e6;
+    prefault_join(&pf);
+    if (rc) store_fail(job, rc, "cannot restore");
+  }
   /* Channel state holds records per output channel and in flight to each
    * subtask: it restores only into the same tasks and channels (the same
    * parallelism everywhere, the same key groups). */
@@ -681,23 +802,17 @@ static int load_checkpoint(weir_job *job, uint64_t id, int notified_only) {
     }
   }
   weir_free(pc);
-  size_t nitems = 0;
-  load_item *items = NULL;
-  for (uint32_t k = 0; k < job->nnodes && !rc; k++) {
-    weir__node *n = job->nodes[k];
-    if (!p0[k]) continue;
-    if (notified_only && !(n->ovt && n->ovt->checkpoint_complete)) continue;
-    if (p0[k] != (uint32_t)n->parallelism || (n->keyed && old_kg != kg)) {
-      WEIR_LOG_I("checkpoint %llu: redistributing the state of '%s' from %u to %d subtasks",
-                 (unsigned long long)id, n->name, p0[k], n->parallelism);
-      rc = load_rescaled(job, id, n, p0[k], kg);
-      continue;
-    }
-    items = weir_realloc(items, (nitems + (size_t)n->parallelism) * sizeof *items);
-    for (int s = 0; s < n->parallelism; s++) items[nitems++] = (load_item){.node = n, .subtask = s};
+  for (uint32_t r = 0; r < nresc && !rc; r++) {
+    weir__node *n = resc[r];
+    WEIR_LOG_I("checkpoint %llu: redistributing the state of '%s' from %u to %d subtasks",
+               (unsigned long long)id, n->name, p0[n->index], n->parallelism);
+    rc = load_rescaled(job, id, n, p0[n->index], kg);
   }
+  weir_free(resc);
   weir_free(p0);
   if (!rc) rc = load_parallel(job, id, items, nitems, (int)job->nworkers);
+  for (size_t i = 0; i < nitems; i++) /* tables prefaulted for a load that did not run */
+    weir__u64_table_free(items[i].table, items[i].table_bytes);
   weir_free(items);
   if (rc) return rc;
   job->info.restore_read_ms = (double)(uv_hrtime() - t0) / 1e6;
@@ -787,7 +902,8 @@ static int prepare_store(weir_job *job) {
     rc = load_checkpoint(job, from, 0);
     if (rc) return rc;
     job->info.restored_from = from;
-    WEIR_LOG_I("restored job %s from checkpoint %llu (%.1f MB read and checked in %.0f ms)",
+    WEIR_LOG_I("restored job %s from checkpoint %llu (%.1f MB read, checked and built in %.0f "
+               "ms)",
                rec.job_id, (unsigned long long)from, (double)job->info.restored_bytes / 1e6,
                job->info.restore_read_ms);
   }

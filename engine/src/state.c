@@ -335,32 +335,121 @@ void weir__u64_reserve(weir__u64map *m, uint64_t n) {
   if (!m->slots || cap > m->cap) u64_rehash(m, cap);
 }
 
-int weir__u64_load(weir__u64map *m, const uint64_t *keys, const uint64_t *values, uint64_t n) {
-  if (m->slots || m->cow || n == 0) return 0;
-  for (uint64_t i = 1; i < n; i++)
-    if (keys[i] * WEIR__U64_HASH_MUL <= keys[i - 1] * WEIR__U64_HASH_MUL) return 0;
+/* The capacity of a table for n entries (a load factor of at most 1/2). */
+static uint64_t cap_for(uint64_t n) {
   uint64_t cap = MIN_CAP;
   while (n * 2 > cap) cap *= 2;
-  m->slots = table_alloc(cap * 16); /* not filled with EMPTY: the pass below does it */
+  return cap;
+}
+
+uint64_t *weir__u64_table_prefault(uint64_t n, uint64_t *bytes) {
+  *bytes = 0;
+  if (n == 0) return NULL;
+  *bytes = cap_for(n) * 16;
+  uint64_t *p = table_alloc(*bytes);
+  /* A write per 4 KiB page (a read would map the shared zero page): with
+   * huge pages, the first of each 2 MiB faults it all in. */
+  for (uint64_t off = 0; off < *bytes; off += 4096) p[off / 8] = 0;
+  return p;
+}
+
+void weir__u64_table_free(uint64_t *mem, uint64_t bytes) {
+  table_free(mem, bytes);
+}
+
+void weir__u64_build_begin(weir__u64_build *b, weir__u64map *m, uint64_t n, uint64_t *mem,
+                           uint64_t bytes) {
+  WEIR_ASSERT(!m->slots && !m->cow);
+  memset(b, 0, sizeof *b);
+  b->m = m;
+  b->ordered = 1;
+  uint64_t cap = cap_for(n);
+  if (mem && (n == 0 || bytes != cap * 16)) {
+    table_free(mem, bytes);
+    mem = NULL;
+  }
+  if (n == 0) {
+    b->ordered = 0; /* no table yet: inserts make one */
+    return;
+  }
+  /* Not filled with EMPTY: the pass does it. Fresh pages (huge ones for a
+   * big table) are zeroed by the kernel as the pass first touches them,
+   * unless they were prefaulted. */
+  m->slots = mem ? mem : table_alloc(cap * 16);
   m->cap = cap;
   m->shift = 64 - (unsigned)__builtin_ctzll(cap);
-  uint64_t pos = 0, i = 0;
-  for (; i < n && pos < cap; i++) {
-    uint64_t k = keys[i];
-    if (k == WEIR__U64_EMPTY) {
-      m->has_empty_key = 1;
-      m->empty_key_value = values[i];
-      continue;
+}
+
+/* Leaves the in-order pass: every slot not yet written becomes EMPTY. */
+static void build_unordered(weir__u64_build *b) {
+  weir__u64map *m = b->m;
+  if (m->slots)
+    for (; b->pos < m->cap; b->pos++) m->slots[2 * b->pos] = WEIR__U64_EMPTY;
+  b->ordered = 0;
+}
+
+void weir__u64_build_add(weir__u64_build *b, const uint64_t *keys, const uint64_t *values,
+                         uint64_t n) {
+  weir__u64map *m = b->m;
+  uint64_t i = 0;
+  if (b->ordered) {
+    /* Locals, not m's fields: stores into the table could alias them. */
+    uint64_t *sl = m->slots, cap = m->cap, pos = b->pos, last = b->last, added = 0;
+    unsigned shift = m->shift;
+    int any = b->any;
+    for (; i < n; i++) {
+      uint64_t k = keys[i], h = k * WEIR__U64_HASH_MUL;
+      if (any && h <= last) break; /* out of hash order (or repeated) */
+      /* The last cluster ran past the table's end: the rest wraps around to
+       * the free slots at its start, as inserts put them (every slot is
+       * written by now; more entries than announced grow the table). */
+      if (pos == cap && k != WEIR__U64_EMPTY) break;
+      any = 1;
+      last = h;
+      if (k == WEIR__U64_EMPTY) {
+        m->has_empty_key = 1;
+        m->empty_key_value = values[i];
+        continue;
+      }
+      /* The free slots before the key's home: usually a few, their number
+       * unpredictable. So eight are written EMPTY without a branch (those
+       * past the key are written again by the keys after it, or stay
+       * free), and a loop takes the rest. */
+      uint64_t home = h >> shift;
+      if (pos + 8 <= cap) {
+        for (int g = 0; g < 8; g++) sl[2 * (pos + g)] = WEIR__U64_EMPTY;
+        for (uint64_t q = pos + 8; q < home; q++) sl[2 * q] = WEIR__U64_EMPTY;
+      } else {
+        for (uint64_t q = pos; q < home; q++) sl[2 * q] = WEIR__U64_EMPTY;
+      }
+      pos = home > pos ? home : pos;
+      sl[2 * pos] = k;
+      sl[2 * pos++ + 1] = values[i];
+      added++;
     }
-    for (uint64_t home = u64_index(m, k); pos < home; pos++) m->slots[2 * pos] = WEIR__U64_EMPTY;
-    m->slots[2 * pos] = k;
-    m->slots[2 * pos++ + 1] = values[i];
-    m->n++;
+    m->n += added;
+    b->pos = pos;
+    b->last = last;
+    b->any = any;
+    if (i == n) return;
+    build_unordered(b);
   }
-  for (; pos < cap; pos++) m->slots[2 * pos] = WEIR__U64_EMPTY;
-  /* The last cluster ran past the table's end: the rest wraps around to the
-   * free slots at its start, as inserts would put them. */
-  for (; i < n; i++) *weir__u64_upsert_slow(m, keys[i]) = values[i];
+  for (; i < n; i++) {
+    if (i + 16 < n) weir__u64_prefetch(m, keys[i + 16]);
+    *weir__u64_upsert_slow(m, keys[i]) = values[i];
+  }
+}
+
+void weir__u64_build_end(weir__u64_build *b) {
+  if (b->ordered) build_unordered(b);
+}
+
+int weir__u64_load(weir__u64map *m, const uint64_t *keys, const uint64_t *values, uint64_t n) {
+  if (m->slots || m->cow || n == 0) return 0;
+  weir__u64_build b;
+  weir__u64_build_begin(&b, m, n, NULL, 0);
+  weir__u64_build_add(&b, keys, values, n);
+  weir__u64_build_end(&b);
   return 1;
 }
 

@@ -92,12 +92,49 @@ int weir__u64_del(weir__u64map *m, uint64_t key);
 /* Grows the table once so that n more entries fit without growing again
  * (a restore: one allocation instead of a doubling per power of two). */
 void weir__u64_reserve(weir__u64map *m, uint64_t n);
-/* Builds a table that has none yet from n distinct entries in hash order
- * (ascending key * WEIR__U64_HASH_MUL, as a format 2 checkpoint stores
- * them), in one pass over fresh memory: each entry lands at its home slot
- * or right after the entry before it. Returns 1 if done, 0 (nothing
- * changed) if the table exists or the entries are not in hash order. */
+/* Builds a table that has none yet from n entries (weir__u64_build_*, in
+ * one batch). Returns 1 if done, 0 (nothing changed) if the table exists
+ * or n is 0. */
 int weir__u64_load(weir__u64map *m, const uint64_t *keys, const uint64_t *values, uint64_t n);
+
+/* Building a table that has none yet from entries that arrive in batches
+ * (a restore, chunk by chunk as it reads them). Entries in hash order
+ * (ascending key * WEIR__U64_HASH_MUL, as a format 2 checkpoint stores
+ * them) are laid out in one pass over fresh memory, every slot written
+ * once: each entry lands at its home slot or right after the entry before
+ * it, the free slots between get EMPTY as the pass goes (no separate
+ * initialisation pass). From the first entry out of that order on (a
+ * format 1 checkpoint stores key order), the rest of the table is
+ * initialised and entries are inserted, their slots prefetched ahead.
+ * A key given twice keeps the later value. Between begin and end the table
+ * is not usable; the builder only borrows m. */
+typedef struct weir__u64_build {
+  weir__u64map *m; /* borrowed */
+  uint64_t pos;    /* in order: slots [0, pos) are written */
+  uint64_t last;   /* in order: the hash of the last key placed */
+  int ordered;     /* 0 once a key came out of hash order */
+  int any;         /* a key was placed in order */
+} weir__u64_build;
+
+/* m has no table (nor view): sizes one for n entries (the table grows if
+ * more come). Takes ownership of `mem` (NULL: none), memory from
+ * weir__u64_table_prefault of `bytes`: the table if it has the size n
+ * needs, else freed. */
+void weir__u64_build_begin(weir__u64_build *b, weir__u64map *m, uint64_t n, uint64_t *mem,
+                           uint64_t bytes);
+void weir__u64_build_add(weir__u64_build *b, const uint64_t *keys, const uint64_t *values,
+                         uint64_t n);
+/* Initialises what the pass did not reach: the table is usable. */
+void weir__u64_build_end(weir__u64_build *b);
+/* Memory for the table of n entries (*bytes of it; NULL if n is 0) with
+ * every page already faulted in: the kernel zeroes fresh pages on first
+ * touch, which a build over fresh memory would otherwise wait for. Any
+ * thread (a restore does it while something else runs). Contents
+ * unspecified. */
+uint64_t *weir__u64_table_prefault(uint64_t n, uint64_t *bytes);
+/* Frees what weir__u64_table_prefault returned and no build took (NULL:
+ * no-op). */
+void weir__u64_table_free(uint64_t *mem, uint64_t bytes);
 
 static inline void weir__u64_prefetch(const weir__u64map *m, uint64_t key) {
   if (m->slots) {

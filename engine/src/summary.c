@@ -73,9 +73,9 @@ int weir_job_write_summary(const weir_job *job, const char *path) {
   if (ri->restored_from)
     fprintf(f,
             ",\n  \"restore\": {\"checkpoint\": %llu, \"bytes\": %llu, \"read_ms\": %.3f, "
-            "\"build_ms\": %.3f}",
+            "\"build_ms\": %.3f, \"probe_ms\": %.3f, \"total_ms\": %.3f}",
             (unsigned long long)ri->restored_from, (unsigned long long)ri->restored_bytes,
-            ri->restore_read_ms, ri->restore_build_ms);
+            ri->restore_read_ms, ri->restore_build_ms, ri->restore_probe_ms, ri->restore_ms);
   fprintf(f, "\n}\n");
   int bad = ferror(f);
   if (fclose(f) != 0 || bad) return WEIR_EIO;

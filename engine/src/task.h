@@ -51,8 +51,10 @@ struct weir_ctx {
   atomic_uint ncounters;
   weir__counter counters[WEIR__MAX_COUNTERS];
   weir__state state;
-  /* State loaded from a checkpoint, installed when the task opens. */
+  /* State loaded from a checkpoint, installed when the task opens (a keyed
+   * operator's u64 state is already in `state`, built while loading). */
   struct weir_subtask_snapshot *restore;
+  uint64_t restore_stream_ns; /* time the load spent building `state` */
   /* Chain heads: the task's channel state in that checkpoint, if any. */
   struct weir_subtask_snapshot *restore_chan;
   /* Source pacing: wake-up requested by weir_ctx_wake_after. */

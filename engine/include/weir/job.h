@@ -462,11 +462,19 @@ typedef struct weir_run_info {
   uint32_t checkpoint_ms_n;
   uint32_t checkpoint_ms[256];
   uint32_t alignment_us[256];
-  /* The restore, when there was one: the checkpoint's stored bytes, the
-   * time to read and check them, and the time the slowest subtask took to
-   * rebuild its state from them (subtasks rebuild in parallel). */
+  /* The restore, when there was one: the checkpoint's stored bytes;
+   * restore_read_ms, the wall time to load them: the metadata and the
+   * page walk in a child (restore_probe_ms, the first part of it; the
+   * tables are prefaulted meanwhile), then every subtask's chunks read,
+   * checked and, for keyed u64 state, built into its table as they are
+   * read (subtasks in parallel); restore_build_ms, the slowest subtask's
+   * time building its state: filling its table during the load (inside
+   * restore_read_ms) plus installing the rest when it opens; restore_ms,
+   * the restore's wall time: restore_read_ms plus the slowest installation
+   * after open. */
   uint64_t restored_bytes;
   double restore_read_ms, restore_build_ms;
+  double restore_probe_ms, restore_ms;
 } weir_run_info;
 #define WEIR_RUN_INFO_DURATIONS 256
 

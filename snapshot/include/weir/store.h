@@ -285,6 +285,17 @@ void weir_store_ckpt_info_free(weir_store_ckpt_info *info);
  * with the message in weir_store_error(). Blocks until the child is done. */
 int weir_store_verify(weir_store *s, uint64_t id);
 
+/* Walks, in a forked child as weir_store_verify does, the LMDB pages that
+ * loading checkpoint `id` reads: its metadata, each chunk looked up as a
+ * load looks it up (every chunk present, each value inside the store
+ * file, so that reading it cannot fault), and the chunk keys of the
+ * checkpoint (none may belong to no subtask). A damaged tree page then
+ * crashes the child, not the caller. The chunks' contents are not read
+ * here: weir_store_load and weir_store_load_stream check every value
+ * completely as they read it. Returns as weir_store_verify. Blocks until
+ * the child is done. */
+int weir_store_probe(weir_store *s, uint64_t id);
+
 /* Loads one subtask's state of completed checkpoint `id` into *out (fully
  * validated; on error *out is empty). WEIR_ENOENT if the checkpoint has no
  * such operator subtask. u64 state comes back in the order stored (hash
@@ -294,6 +305,29 @@ int weir_store_verify(weir_store *s, uint64_t id);
  * damaged. */
 int weir_store_load(weir_store *s, uint64_t id, const char *op, uint32_t subtask,
                     weir_subtask_snapshot *out);
+
+/* Takes one subtask's u64 state as it is read (weir_store_load_stream). */
+typedef struct weir_store_u64_sink {
+  /* Called once, before any chunk, with the number of u64 entries the
+   * metadata records (0 if none; bounded by the store file's size). */
+  void (*begin)(void *user, uint64_t entries);
+  /* Called for each u64 chunk in stored order, once the chunk passed every
+   * check that concerns it and the chunks before it (envelope, checksum,
+   * decoding, its keys ordered and after the previous chunk's, no more
+   * entries than recorded). keys and values are valid during the call. */
+  void (*chunk)(void *user, const uint64_t *keys, const uint64_t *values, size_t n);
+  void *user;
+} weir_store_u64_sink;
+
+/* As weir_store_load, but the u64 state goes to `sink` chunk by chunk
+ * instead of into out->u64_* (which stay empty; NULL sink: as
+ * weir_store_load). Every check of weir_store_load still runs; those of the
+ * whole state (totals, nothing after the last chunk) after the last chunk,
+ * so on an error the sink may have seen entries: the caller discards them.
+ * Opens its own read transaction: several loads may run at once, on
+ * different threads. */
+int weir_store_load_stream(weir_store *s, uint64_t id, const char *op, uint32_t subtask,
+                           const weir_store_u64_sink *sink, weir_subtask_snapshot *out);
 
 #ifdef __cplusplus
 }

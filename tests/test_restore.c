@@ -1,0 +1,370 @@
+/* test_restore.c: the streamed restore (engine/src/job.c loading,
+ * weir_store_load_stream, weir__u64_build_*), in process.
+ *
+ * The job: a generator (N records over K keys, key = i mod K) -> key_by ->
+ * two keyed counters, one in the u64 map (weir_count: its state streams
+ * into the tables while it is read) and one in the byte-string map (a test
+ * operator keyed by the key's decimal text: restored from the loaded
+ * snapshot at open) -> a sink per counter that keeps the largest count seen
+ * per key. Run 1 is stopped part-way; run 2 restores a checkpoint of it
+ * with the same parallelism and runs to the end. Restored exactly, every
+ * key's largest count is N/K in both counters: a key whose state was lost
+ * or wrong restarts low or ends high.
+ *
+ * With K large, each subtask's u64 state takes several chunks; a chunk
+ * damaged in the middle of one subtask's stream must fail the restore with
+ * WEIR_ECORRUPT naming the checkpoint, operator, subtask and chunk, run
+ * nothing, and leak nothing (the tables other subtasks built, and the one
+ * half built, are dropped).
+ */
+#include <criterion/criterion.h>
+
+#include <lmdb.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "envelope.h"
+#include "helpers.h"
+#include "weir/alloc.h"
+#include "weir/operators.h"
+#include "weir/store.h"
+#include "weir/weir.h"
+
+#define N 360000u
+#define K 60000u
+
+typedef struct run_cfg {
+  _Atomic uint64_t max[2][K]; /* per counter, per key: the largest count */
+  _Atomic uint64_t seen;      /* records at the sinks */
+  uint64_t stop_after;        /* ask for a stop after this many (0 = never) */
+  weir_job *job;
+} run_cfg;
+
+static run_cfg cfg;
+
+static void note_max(_Atomic uint64_t *m, uint64_t v) {
+  uint64_t cur = atomic_load(m);
+  while (v > cur && !atomic_compare_exchange_weak(m, &cur, v)) {
+  }
+}
+
+static int sink_process(weir_ctx *ctx, const weir_record *r) {
+  int which = *(const int *)weir_ctx_arg(ctx);
+  uint64_t count = 0;
+  cr_assert_eq(r->len, 8);
+  memcpy(&count, r->payload, 8);
+  if (r->key >= K)
+    return weir_ctx_fail(ctx, WEIR_EINVAL, "key %llu out of range", (unsigned long long)r->key);
+  note_max(&cfg.max[which][r->key], count);
+  uint64_t n = atomic_fetch_add(&cfg.seen, 1) + 1;
+  if (cfg.stop_after && n == cfg.stop_after) weir_job_stop(cfg.job);
+  return 0;
+}
+static const weir_operator_vt sink_vt = {.name = "max", .process = sink_process};
+static const int which0 = 0, which1 = 1;
+
+/* A counter in the byte-string map, keyed by the key's decimal text. */
+static int bcount_process(weir_ctx *ctx, const weir_record *r) {
+  char k[24];
+  int kl = snprintf(k, sizeof k, "%llu", (unsigned long long)r->key);
+  const void *v = NULL;
+  size_t vl = 0;
+  uint64_t c = 0;
+  int rc = weir_state_get_bytes(ctx, k, (size_t)kl, &v, &vl);
+  if (rc < 0) return rc;
+  if (rc == 1) {
+    cr_assert_eq(vl, 8);
+    memcpy(&c, v, 8);
+  }
+  c++;
+  rc = weir_state_put_bytes(ctx, k, (size_t)kl, &c, 8);
+  if (rc < 0) return rc;
+  return weir_emit_u64(ctx, r->key, c);
+}
+static const weir_operator_vt bcount_vt = {.name = "bcount", .process = bcount_process};
+
+static weir_job *build(int p) {
+  weir_job *job = NULL;
+  cr_assert_eq(weir_job_create(&job, "restore"), 0);
+  weir_gen_opts go = {.records = N, .keys = K};
+  weir_stream *keyed = weir_key_by(weir_gen(job, "gen", &go, p));
+  cr_assert_eq(weir_sink(weir_count(keyed, "count", p), "max-u64", &sink_vt, (void *)&which0, p), 0,
+               "%s", weir_job_error(job));
+  cr_assert_eq(weir_sink(weir_process(keyed, "bcount", &bcount_vt, NULL, p), "max-bytes", &sink_vt,
+                         (void *)&which1, p),
+               0, "%s", weir_job_error(job));
+  return job;
+}
+
+static weir_run_opts opts(const char *state) {
+  weir_run_opts o = {
+      .workers = 2, .state_dir = state, .checkpoint_interval_ms = 20, .retain = 1000};
+  return o;
+}
+
+/* Run 1 at parallelism p, stopped after a third of the records (every key
+ * has state by then). Returns the id of a checkpoint from its middle in
+ * *mid and its last in *last. */
+static void run_stopped(const char *state, int p, uint64_t *mid, uint64_t *last) {
+  memset(&cfg, 0, sizeof cfg);
+  cfg.stop_after = 2 * N / 3; /* two sinks: a third of the records each */
+  cfg.job = build(p);
+  weir_run_opts o = opts(state);
+  cr_assert_eq(weir_job_run(cfg.job, &o), 0, "run 1: %s", weir_job_error(cfg.job));
+  cr_assert(weir_job_stopped(cfg.job), "run 1 was not stopped");
+  weir_job_destroy(cfg.job);
+  weir_store *st = NULL;
+  weir_store_opts so = {.read_only = 1};
+  cr_assert_eq(weir_store_open(&st, state, &so), 0);
+  weir_store_ckpt *list = NULL;
+  size_t n = 0;
+  cr_assert_eq(weir_store_list(st, &list, &n), 0);
+  cr_assert_gt(n, 0, "no checkpoint completed");
+  *mid = list[n / 2].id;
+  *last = list[n - 1].id;
+  weir_free(list);
+  weir_store_close(st);
+}
+
+/* Run 2 at parallelism p from checkpoint id, to the end: exact counts. */
+static void restore_exact(const char *state, int p, uint64_t id) {
+  /* The largest counts carry over from run 1 (a key may have ended there). */
+  uint64_t before = 0;
+  for (uint64_t k = 0; k < K; k++) before += atomic_load(&cfg.max[0][k]) == N / K;
+  cr_assert_lt(before, K / 2, "%llu of %u keys ended in run 1: too few left to check",
+               (unsigned long long)before, K);
+  atomic_store(&cfg.seen, 0);
+  cfg.stop_after = 0;
+  cfg.job = build(p);
+  weir_run_opts o = opts(state);
+  o.restore = WEIR_RESTORE_ID;
+  o.restore_id = id;
+  int rc = weir_job_run(cfg.job, &o);
+  cr_assert_eq(rc, 0, "restore of checkpoint %llu at %d: %s", (unsigned long long)id, p,
+               weir_job_error(cfg.job));
+  const weir_run_info *ri = weir_job_run_info(cfg.job);
+  cr_assert_eq(ri->restored_from, id);
+  cr_assert_gt(ri->restored_bytes, 0);
+  cr_assert_geq(ri->restore_ms, ri->restore_read_ms);
+  cr_assert_geq(ri->restore_read_ms, ri->restore_probe_ms);
+  weir_job_destroy(cfg.job);
+  for (int w = 0; w < 2; w++)
+    for (uint64_t k = 0; k < K; k++)
+      cr_assert_eq(atomic_load(&cfg.max[w][k]), N / K,
+                   "parallelism %d from checkpoint %llu: %s counter, key %llu ends at %llu, "
+                   "expected %u",
+                   p, (unsigned long long)id, w ? "byte-string" : "u64", (unsigned long long)k,
+                   (unsigned long long)atomic_load(&cfg.max[w][k]), N / K);
+}
+
+TestSuite(restore, .timeout = 180);
+
+/* Six subtasks (three per loader thread), several chunks each: exactly the
+ * stored state, from a checkpoint taken while the job ran and from the
+ * one its stop took. */
+Test(restore, many_subtasks_exact) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char state[600];
+  snprintf(state, sizeof state, "%s/state", dir);
+  uint64_t mid, last;
+  run_stopped(state, 6, &mid, &last);
+  restore_exact(state, 6, mid);
+  th_rmrf(dir);
+  free(dir);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+static uint64_t be64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
+  return v;
+}
+
+static uint32_t be32(const uint8_t *p) {
+  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* Deletes chunk `seq` of the first record of checkpoint id that has more
+ * than seq + 1 chunks, through LMDB itself. */
+static void delete_chunk(const char *state, uint64_t id, uint32_t seq) {
+  char store[700];
+  snprintf(store, sizeof store, "%s/store", state);
+  MDB_env *env = NULL;
+  cr_assert_eq(mdb_env_create(&env), 0);
+  cr_assert_eq(mdb_env_set_maxdbs(env, 4), 0);
+  cr_assert_eq(mdb_env_set_mapsize(env, 1ull << 30), 0);
+  cr_assert_eq(mdb_env_open(env, store, MDB_NOTLS, 0644), 0);
+  MDB_txn *txn = NULL;
+  cr_assert_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
+  MDB_dbi dbi;
+  cr_assert_eq(mdb_dbi_open(txn, "chunks", 0, &dbi), 0);
+  MDB_cursor *cur = NULL;
+  cr_assert_eq(mdb_cursor_open(txn, dbi, &cur), 0);
+  uint8_t kb[16] = {0};
+  for (int i = 0; i < 8; i++) kb[i] = (uint8_t)(id >> (56 - 8 * i));
+  MDB_val key = {16, kb}, val;
+  int done = 0;
+  for (int rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == 0 && !done;
+       rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+    if (key.mv_size != 16 || be64(key.mv_data) != id) break;
+    if (be32((const uint8_t *)key.mv_data + 12) == seq + 1) {
+      uint8_t target[16];
+      memcpy(target, key.mv_data, 16);
+      target[15] = (uint8_t)seq;
+      target[14] = target[13] = target[12] = 0;
+      MDB_val tk = {16, target};
+      cr_assert_eq(mdb_del(txn, dbi, &tk, NULL), 0);
+      done = 1;
+    }
+  }
+  cr_assert(done, "no record of checkpoint %llu has %u chunks", (unsigned long long)id, seq + 2);
+  mdb_cursor_close(cur);
+  cr_assert_eq(mdb_txn_commit(txn), 0);
+  mdb_env_close(env);
+}
+
+/* Flips a payload byte of chunk `seq` of the first record of checkpoint id
+ * whose chunks 0..seq+1 hold u64 state (one subtask's stream, in its
+ * middle), through LMDB itself. Returns that record. */
+static uint32_t damage_u64_chunk(const char *state, uint64_t id, uint32_t seq) {
+  char store[700];
+  snprintf(store, sizeof store, "%s/store", state);
+  MDB_env *env = NULL;
+  cr_assert_eq(mdb_env_create(&env), 0);
+  cr_assert_eq(mdb_env_set_maxdbs(env, 4), 0);
+  cr_assert_eq(mdb_env_set_mapsize(env, 1ull << 30), 0);
+  int rc = mdb_env_open(env, store, MDB_NOTLS, 0644);
+  cr_assert_eq(rc, 0, "mdb_env_open %s: %s", store, mdb_strerror(rc));
+  MDB_txn *txn = NULL;
+  cr_assert_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
+  MDB_dbi dbi;
+  cr_assert_eq(mdb_dbi_open(txn, "chunks", 0, &dbi), 0);
+  MDB_cursor *cur = NULL;
+  cr_assert_eq(mdb_cursor_open(txn, dbi, &cur), 0);
+  uint8_t kb[16] = {0};
+  for (int i = 0; i < 8; i++) kb[i] = (uint8_t)(id >> (56 - 8 * i));
+  MDB_val key = {16, kb}, val;
+  uint32_t record = UINT32_MAX, run = 0, cur_rec = UINT32_MAX;
+  uint8_t target[16];
+  for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == 0;
+       rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+    if (key.mv_size != 16 || be64(key.mv_data) != id) break;
+    const uint8_t *k = key.mv_data, *v = val.mv_data;
+    uint32_t rec = be32(k + 8), s = be32(k + 12);
+    int u64 = val.mv_size > WEIR__ENV_HDR + 64 && v[6] == WEIR__KIND_U64 && v[7] == 0;
+    if (rec != cur_rec) {
+      cur_rec = rec;
+      run = 0;
+    }
+    if (u64 && s == run) run++;
+    if (run == seq + 2) {
+      record = rec;
+      memcpy(target, k, 16);
+      break;
+    }
+  }
+  cr_assert_neq(record, UINT32_MAX, "no record of checkpoint %llu has %u u64 chunks",
+                (unsigned long long)id, seq + 2);
+  target[15] = (uint8_t)seq;
+  target[14] = target[13] = target[12] = 0;
+  mdb_cursor_close(cur);
+  key = (MDB_val){16, target};
+  cr_assert_eq(mdb_get(txn, dbi, &key, &val), 0);
+  uint8_t *bad = malloc(val.mv_size);
+  memcpy(bad, val.mv_data, val.mv_size);
+  bad[WEIR__ENV_HDR + val.mv_size / 3] ^= 0x5a;
+  MDB_val nv = {val.mv_size, bad};
+  cr_assert_eq(mdb_put(txn, dbi, &key, &nv, 0), 0);
+  cr_assert_eq(mdb_txn_commit(txn), 0);
+  mdb_env_close(env);
+  free(bad);
+  return record;
+}
+
+/* A damaged chunk in the middle of one subtask's stream, while other
+ * subtasks stream theirs on the other loader thread: WEIR_ECORRUPT naming
+ * the checkpoint, the operator, a subtask and the chunk; nothing runs;
+ * nothing leaks. The older checkpoint, intact, still restores exactly. */
+Test(restore, damaged_chunk_mid_stream_fails_cleanly) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char state[600];
+  snprintf(state, sizeof state, "%s/state", dir);
+  uint64_t mid, last;
+  run_stopped(state, 3, &mid, &last);
+  cr_assert_neq(mid, last, "one checkpoint only");
+  damage_u64_chunk(state, last, 1);
+  atomic_store(&cfg.seen, 0);
+  cfg.stop_after = 0;
+  cfg.job = build(3);
+  weir_run_opts o = opts(state);
+  o.restore = WEIR_RESTORE_ID;
+  o.restore_id = last;
+  int rc = weir_job_run(cfg.job, &o);
+  cr_assert_eq(rc, WEIR_ECORRUPT, "rc %d: %s", rc, weir_job_error(cfg.job));
+  const char *msg = weir_job_error(cfg.job);
+  char want[64];
+  snprintf(want, sizeof want, "checkpoint %llu: operator \"count\" subtask ",
+           (unsigned long long)last);
+  cr_assert(strstr(msg, want) && strstr(msg, "chunk 1: "), "unclear message: %s", msg);
+  if (getenv("WEIR_TEST_VERBOSE")) fprintf(stderr, "refused: %s\n", msg);
+  cr_assert_eq(atomic_load(&cfg.seen), 0, "a refused restore ran records");
+  weir_job_destroy(cfg.job);
+  cr_assert_eq(th_leak_check(), 0);
+  restore_exact(state, 3, mid);
+  th_rmrf(dir);
+  free(dir);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* A chunk missing from one subtask's record: the probe child finds it
+ * (after the tables were prefaulted for the load that then does not run):
+ * WEIR_ECORRUPT naming it, nothing run, nothing leaked. */
+Test(restore, missing_chunk_fails_in_the_probe) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char state[600];
+  snprintf(state, sizeof state, "%s/state", dir);
+  uint64_t mid, last;
+  run_stopped(state, 2, &mid, &last);
+  delete_chunk(state, mid, 1);
+  atomic_store(&cfg.seen, 0);
+  cfg.stop_after = 0;
+  cfg.job = build(2);
+  weir_run_opts o = opts(state);
+  o.restore = WEIR_RESTORE_ID;
+  o.restore_id = mid;
+  int rc = weir_job_run(cfg.job, &o);
+  cr_assert_eq(rc, WEIR_ECORRUPT, "rc %d: %s", rc, weir_job_error(cfg.job));
+  const char *msg = weir_job_error(cfg.job);
+  char want[64];
+  snprintf(want, sizeof want, "checkpoint %llu: operator \"", (unsigned long long)mid);
+  cr_assert(strstr(msg, want) && strstr(msg, "chunk 1 of "), "unclear message: %s", msg);
+  cr_assert_eq(atomic_load(&cfg.seen), 0, "a refused restore ran records");
+  weir_job_destroy(cfg.job);
+  th_rmrf(dir);
+  free(dir);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* Where /proc/self/maps cannot be read (WEIR_NO_PROC_MAPS: as on systems
+ * without it), the probe touches the values' pages and the load reads them
+ * through the map: the same state restores. */
+Test(restore, without_proc_maps) {
+  setenv("WEIR_NO_PROC_MAPS", "1", 1);
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char state[600];
+  snprintf(state, sizeof state, "%s/state", dir);
+  uint64_t mid, last;
+  run_stopped(state, 3, &mid, &last);
+  restore_exact(state, 3, mid);
+  th_rmrf(dir);
+  free(dir);
+  unsetenv("WEIR_NO_PROC_MAPS");
+  cr_assert_eq(th_leak_check(), 0);
+}
