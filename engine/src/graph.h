@@ -133,6 +133,7 @@ struct weir_job {
   uint32_t nloops;
   weir__loop **loops;
   /* Plan (after freeze). */
+  atomic_int planned; /* the operators' contexts exist (read their counts) */
   weir_run_opts opts;
   uint32_t nchains;
   weir__chain *chains;

@@ -287,10 +287,13 @@ int weir__plan_freeze(weir_job *job) {
   if (job->nworkers > maxp) job->nworkers = maxp;
   if (job->nworkers == 0) job->nworkers = 1;
   assign_workers(job);
+  /* Another thread may be asking for operator counts (summary.c). */
+  atomic_store_explicit(&job->planned, 1, memory_order_release);
   return 0;
 }
 
 void weir__plan_free(weir_job *job) {
+  atomic_store_explicit(&job->planned, 0, memory_order_relaxed);
   for (uint32_t i = 0; i < job->ntasks; i++) {
     weir__task *t = job->tasks[i];
     for (uint32_t k = 0; k < t->nrouters; k++) {

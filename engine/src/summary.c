@@ -16,7 +16,10 @@ int weir_job_operator_counts(const weir_job *job, const char *name, uint64_t *re
     weir__node *n = job->nodes[i];
     if (strcmp(n->name, name) != 0) continue;
     uint64_t in = 0, out = 0;
-    for (int s = 0; n->ctx && s < n->parallelism; s++) {
+    /* Asked from another thread before the run has made the contexts:
+     * nothing counted yet. */
+    int planned = atomic_load_explicit(&job->planned, memory_order_acquire);
+    for (int s = 0; planned && n->ctx && s < n->parallelism; s++) {
       in += atomic_load_explicit(&n->ctx[s]->pub_in, memory_order_relaxed);
       out += atomic_load_explicit(&n->ctx[s]->pub_out, memory_order_relaxed);
     }

@@ -499,8 +499,9 @@ const char *weir_job_error(const weir_job *job);
  * named counters, elapsed time, throughput) to `path`. After weir_job_run. */
 int weir_job_write_summary(const weir_job *job, const char *path);
 
-/* Per-operator totals after (or during) a run; returns WEIR_ENOENT for an
- * unknown operator name. */
+/* Per-operator totals after (or during) a run, also from another thread
+ * (zeros until the run has started); returns WEIR_ENOENT for an unknown
+ * operator name. */
 int weir_job_operator_counts(const weir_job *job, const char *name, uint64_t *records_in,
                              uint64_t *records_out);
 
