@@ -36,6 +36,7 @@ typedef struct run_cfg {
   _Atomic uint64_t max[2][K]; /* per counter, per key: the largest count */
   _Atomic uint64_t seen;      /* records at the sinks */
   uint64_t stop_after;        /* ask for a stop after this many (0 = never) */
+  uint64_t rate;              /* the generator's records/s (0: as fast as it can) */
   int any_key;                /* keys beyond K are fine (a file source) */
   weir_job *job;
 } run_cfg;
@@ -116,7 +117,7 @@ static weir_job *build(job_shape sh) {
     weir_file_source_opts fo = {0};
     src = weir_file_source(job, "lines", sh.path, &fo, sh.p);
   } else {
-    weir_gen_opts go = {.records = N, .keys = K};
+    weir_gen_opts go = {.records = N, .keys = K, .rate = cfg.rate};
     src = weir_gen(job, "gen", &go, sh.p);
   }
   if (sh.with_blob) src = weir_process(src, "blobby", &blob_vt, NULL, sh.p);
@@ -165,7 +166,11 @@ static void rescale(job_shape a, job_shape b, int from_mid) {
 
   memset(&cfg, 0, sizeof cfg);
   cfg.stop_after = N / 2; /* two sinks: a quarter of the records each */
+  /* About a second for all the records, so that the stop, asked for a
+   * quarter of the way, lands long before the generator is done. */
+  cfg.rate = N;
   cfg.job = build(a);
+  cfg.rate = 0;
   weir_run_opts o = opts(state, a);
   cr_assert_eq(weir_job_run(cfg.job, &o), 0, "run 1: %s", weir_job_error(cfg.job));
   cr_assert(weir_job_stopped(cfg.job), "run 1 was not stopped");
