@@ -14,13 +14,14 @@
  * worker), an unaligned one overtakes them.
  *
  * In one invocation, W workers and parallelism W (default 2), an unbounded
- * generator stopped after --seconds S (default 4), a checkpoint every
+ * generator measured over --seconds S (default 4) from its first records
+ * and then stopped (stopper.h), a checkpoint every
  * --interval MS (default 100), channels of --channel-batches batches of
  * --batch-records records (defaults 8 and 1024: the engine's defaults).
  * Each repetition runs none, aligned, none, unaligned, none, timeout, none
  * (A B A B), where timeout is aligned with --alignment-timeout T (default
- * 10 ms). For each mode: throughput (the generator's records at the stop
- * over S) and its ratio to the mean of the two runs without checkpoints
+ * 10 ms). For each mode: throughput (the generator's records in those S
+ * seconds) and its ratio to the mean of the two runs without checkpoints
  * around it (median over repetitions); checkpoint duration, trigger to
  * durable, p50 and p99 over every checkpoint of every repetition (the final
  * one excluded); the share of checkpoints with unaligned cuts and the
@@ -41,6 +42,7 @@
 #include "weir/clock.h"
 #include "weir/log.h"
 #include "weir/weir.h"
+#include "stopper.h"
 
 typedef struct cfg {
   double seconds;
@@ -72,23 +74,6 @@ static int pick_one(weir_ctx *ctx, void *user, const weir_record *in) {
   (void)user;
   if (((uint64_t)in->ts / 2) % weir_ctx_parallelism(ctx) != weir_ctx_subtask(ctx)) return 0;
   return weir_emit(ctx, in->key, in->payload, in->len);
-}
-
-typedef struct stopper {
-  weir_job *job;
-  double seconds;
-  uint64_t emitted;
-} stopper;
-
-static void *stopper_main(void *p) {
-  stopper *st = p;
-  struct timespec ts = {(time_t)st->seconds,
-                        (long)((st->seconds - (double)(time_t)st->seconds) * 1e9)};
-  while (nanosleep(&ts, &ts) != 0) {
-  }
-  weir_job_operator_counts(st->job, "gen", NULL, &st->emitted);
-  weir_job_stop(st->job);
-  return NULL;
 }
 
 static void remove_store(const char *dir) {
@@ -136,18 +121,17 @@ static void run(const cfg *c, const mode *m, const char *dir, result *out) {
     o.alignment_timeout_ms = m->timeout;
     o.restore = WEIR_RESTORE_FRESH;
   }
-  stopper st = {job, c->seconds, 0};
-  pthread_t th;
-  pthread_create(&th, NULL, stopper_main, &st);
+  bench_stopper st;
+  bench_stopper_start(&st, job, "gen", c->seconds);
   if (!rc) rc = weir_job_run(job, &o);
-  pthread_join(th, NULL);
+  double rate = bench_stopper_join(&st);
   if (rc) {
     fprintf(stderr, "bench_unaligned: job failed: %s\n", weir_job_error(job));
     exit(1);
   }
   const weir_run_info *ri = weir_job_run_info(job);
   memset(out, 0, sizeof *out);
-  out->rate = (double)st.emitted / c->seconds;
+  out->rate = rate;
   /* The last one completed is the final checkpoint, after the stop. */
   out->n = ri->checkpoint_ms_n ? ri->checkpoint_ms_n - 1 : 0;
   memcpy(out->ms, ri->checkpoint_ms, out->n * sizeof out->ms[0]);
