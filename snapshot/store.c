@@ -176,11 +176,20 @@ int weir__txn_job(weir_store *s, MDB_txn *txn, MDB_dbi dbi, weir__job_rec *out) 
 
 /* ---- reading one subtask's chunks ---------------------------------------- */
 
-/* Reads every chunk of entry e of checkpoint id and checks it against the
- * metadata; assembles the state into *out when out != NULL (on error *out is
- * left empty). `file_size` bounds what the metadata may claim, so that a
- * lying count cannot make us allocate more than the store holds. Safe to run
- * in a forked child: no store, no lock, messages into err. */
+/* Moves cur to whatever follows the last chunk of record `record` of
+ * checkpoint id (with no chunks, to where its first would be): 0 with *key
+ * set to the key found there, MDB_NOTFOUND, or an LMDB error. */
+static int after_last_chunk(MDB_cursor *cur, uint64_t id, uint32_t record, uint64_t nchunks,
+                            MDB_val *key) {
+  MDB_val val;
+  if (nchunks) return mdb_cursor_get(cur, key, &val, MDB_NEXT);
+  uint8_t kb[WEIR__CHUNK_KEY];
+  weir__key_chunk(kb, id, record, 0);
+  key->mv_size = sizeof kb;
+  key->mv_data = kb;
+  return mdb_cursor_get(cur, key, &val, MDB_SET_RANGE);
+}
+
 /* Blobs of 64 MiB and more (a loop's back-edge log can be larger than
  * memory) are read into an unlinked scratch file in $TMPDIR, mapped shared:
  * the kernel can write its pages out instead of holding them. The bound can
@@ -217,14 +226,21 @@ static uint8_t *blob_alloc(uint64_t len, void (**release)(uint8_t *, uint64_t)) 
   return weir_malloc(len);
 }
 
-/* `sink`, when not NULL (and out is not), receives the u64 entries chunk by
+static const uint8_t *mapping_of(const void *p);
+
+/* Reads every chunk of entry e of checkpoint id and checks it against the
+ * metadata; assembles the state into *out when out != NULL (on error *out is
+ * left empty). `file_size` bounds what the metadata may claim, so that a
+ * lying count cannot make us allocate more than the store holds. Safe to run
+ * in a forked child: no store, no lock, messages into err.
+ *
+ * `sink`, when not NULL (and out is not), receives the u64 entries chunk by
  * chunk, each chunk once it passed every check that concerns it alone or
  * its predecessors; out->u64_* stay empty. The checks of the whole (counts,
  * stored bytes, nothing after the last chunk) come after the last chunk: on
- * an error the sink has seen entries that the caller must discard. */
-static const uint8_t *mapping_of(const void *p);
-
-/* `fd` >= 0: the store file's descriptor, and the chunk values are read
+ * an error the sink has seen entries that the caller must discard.
+ *
+ * `fd` >= 0: the store file's descriptor, and the chunk values are read
  * from it with pread(2) at their offset in the file (LMDB maps the file
  * from offset 0, and a read transaction keeps its pages unchanged) instead
  * of through the map: mapping a large checkpoint's pages costs more than
@@ -371,15 +387,8 @@ static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
   }
   /* Nothing may follow the last chunk of the record. */
   {
-    MDB_val key, val;
-    rc = nchunks ? mdb_cursor_get(cur, &key, &val, MDB_NEXT) : MDB_NOTFOUND;
-    if (nchunks == 0) {
-      uint8_t kb[WEIR__CHUNK_KEY];
-      weir__key_chunk(kb, id, e->record, 0);
-      key.mv_size = sizeof kb;
-      key.mv_data = kb;
-      rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE);
-    }
+    MDB_val key;
+    rc = after_last_chunk(cur, id, e->record, nchunks, &key);
     if (rc != 0 && rc != MDB_NOTFOUND)
       BAD(weir__mdb_err(rc), "after the last chunk: %s", weir__mdb_text(rc));
     if (rc == 0 && key.mv_size >= 12 && weir__be64(key.mv_data) == id &&
@@ -472,15 +481,8 @@ static int walk_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
           val.mv_size, (ull)file_size);
   }
   {
-    MDB_val key, val;
-    rc = nchunks ? mdb_cursor_get(cur, &key, &val, MDB_NEXT) : MDB_NOTFOUND;
-    if (nchunks == 0) {
-      uint8_t kb[WEIR__CHUNK_KEY];
-      weir__key_chunk(kb, id, e->record, 0);
-      key.mv_size = sizeof kb;
-      key.mv_data = kb;
-      rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE);
-    }
+    MDB_val key;
+    rc = after_last_chunk(cur, id, e->record, nchunks, &key);
     if (rc != 0 && rc != MDB_NOTFOUND)
       BAD(weir__mdb_err(rc), "after the last chunk: %s", weir__mdb_text(rc));
     rc = 0;
