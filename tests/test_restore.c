@@ -303,6 +303,26 @@ static uint32_t damage_u64_chunk(const char *state, uint64_t id, uint32_t seq) {
   return record;
 }
 
+/* Restores checkpoint id at parallelism p, which must be refused as
+ * damaged with a message holding both `want` and `chunk`, before any record
+ * runs. */
+static void refused_restore(const char *state, int p, uint64_t id, const char *want,
+                            const char *chunk) {
+  atomic_store(&cfg.seen, 0);
+  cfg.stop_after = 0;
+  cfg.job = build(p);
+  weir_run_opts o = opts(state);
+  o.restore = WEIR_RESTORE_ID;
+  o.restore_id = id;
+  int rc = weir_job_run(cfg.job, &o);
+  cr_assert_eq(rc, WEIR_ECORRUPT, "rc %d: %s", rc, weir_job_error(cfg.job));
+  const char *msg = weir_job_error(cfg.job);
+  cr_assert(strstr(msg, want) && strstr(msg, chunk), "unclear message: %s", msg);
+  if (getenv("WEIR_TEST_VERBOSE")) fprintf(stderr, "refused: %s\n", msg);
+  cr_assert_eq(atomic_load(&cfg.seen), 0, "a refused restore ran records");
+  weir_job_destroy(cfg.job);
+}
+
 /* A damaged chunk in the middle of one subtask's stream, while other
  * subtasks stream theirs on the other loader thread: WEIR_ECORRUPT naming
  * the checkpoint, the operator, a subtask and the chunk; nothing runs;
@@ -316,22 +336,10 @@ Test(restore, damaged_chunk_mid_stream_fails_cleanly) {
   run_stopped(state, 3, &mid, &last);
   cr_assert_neq(mid, last, "one checkpoint only");
   damage_u64_chunk(state, last, 1);
-  atomic_store(&cfg.seen, 0);
-  cfg.stop_after = 0;
-  cfg.job = build(3);
-  weir_run_opts o = opts(state);
-  o.restore = WEIR_RESTORE_ID;
-  o.restore_id = last;
-  int rc = weir_job_run(cfg.job, &o);
-  cr_assert_eq(rc, WEIR_ECORRUPT, "rc %d: %s", rc, weir_job_error(cfg.job));
-  const char *msg = weir_job_error(cfg.job);
   char want[64];
   snprintf(want, sizeof want, "checkpoint %llu: operator \"count\" subtask ",
            (unsigned long long)last);
-  cr_assert(strstr(msg, want) && strstr(msg, "chunk 1: "), "unclear message: %s", msg);
-  if (getenv("WEIR_TEST_VERBOSE")) fprintf(stderr, "refused: %s\n", msg);
-  cr_assert_eq(atomic_load(&cfg.seen), 0, "a refused restore ran records");
-  weir_job_destroy(cfg.job);
+  refused_restore(state, 3, last, want, "chunk 1: ");
   cr_assert_eq(th_leak_check(), 0);
   restore_exact(state, 3, mid);
   th_rmrf(dir);
@@ -350,20 +358,9 @@ Test(restore, missing_chunk_fails_in_the_probe) {
   uint64_t mid, last;
   run_stopped(state, 2, &mid, &last);
   delete_chunk(state, mid, 1);
-  atomic_store(&cfg.seen, 0);
-  cfg.stop_after = 0;
-  cfg.job = build(2);
-  weir_run_opts o = opts(state);
-  o.restore = WEIR_RESTORE_ID;
-  o.restore_id = mid;
-  int rc = weir_job_run(cfg.job, &o);
-  cr_assert_eq(rc, WEIR_ECORRUPT, "rc %d: %s", rc, weir_job_error(cfg.job));
-  const char *msg = weir_job_error(cfg.job);
   char want[64];
   snprintf(want, sizeof want, "checkpoint %llu: operator \"", (unsigned long long)mid);
-  cr_assert(strstr(msg, want) && strstr(msg, "chunk 1 of "), "unclear message: %s", msg);
-  cr_assert_eq(atomic_load(&cfg.seen), 0, "a refused restore ran records");
-  weir_job_destroy(cfg.job);
+  refused_restore(state, 2, mid, want, "chunk 1 of ");
   th_rmrf(dir);
   free(dir);
   cr_assert_eq(th_leak_check(), 0);
