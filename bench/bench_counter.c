@@ -13,14 +13,16 @@
  * With --checkpoints, instead: the engine's counter job on W = max-workers
  * workers (unbounded generator, stopped after --seconds S, default 12) with
  * checkpoints off, aligned (ABS) and synchronous (stop-the-world)
- * checkpoints every 100 ms and every 1 s, into a store under $TMPDIR
+ * checkpoints at each interval of --intervals (ms; default 100,1000; a
+ * run of S seconds has S / interval of them), into a store under $TMPDIR
  * (removed after each run). Each repetition runs none, M1, none, M2, none,
  * M3, none, M4, none (A B A B), and a mode's ratio is its rate over the mean
  * of the two runs without checkpoints around it, so drift cancels; then the
  * median over repetitions. The rate is what the generator emitted in the S
  * seconds from its first record (stopper.h: the store's opening and the
  * lease, which only checkpointed runs have, come before it; the drain and
- * the last checkpoint after the stop are not timed either).
+ * the last checkpoint after the stop are not timed either). Also the
+ * median checkpoint duration, trigger to durable.
  *
  * With --restore, instead: restore time per stored GB. Each repetition
  * runs the counter job (W workers, K keys, unbounded, checkpoints every
@@ -37,7 +39,7 @@
  * same number of keys per subtask: a fresh table filled in key order.
  *
  *   bench_counter [--records N] [--keys K] [--reps R] [--max-workers W] [--json FILE]
- *                 [--checkpoints [--seconds S] | --restore]
+ *                 [--checkpoints [--seconds S] [--intervals MS,...] | --restore]
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -139,12 +141,23 @@ static double run_hand(uint64_t records, uint64_t keys, int threads) {
 
 /* A checkpoint configuration of the engine's run. */
 typedef struct ckpt_mode {
-  const char *name;
+  char name[32];
   uint32_t interval_ms; /* 0: checkpoints off */
   int sync;
 } ckpt_mode;
 
 static const ckpt_mode no_checkpoints = {"none", 0, 0};
+
+/* What a checkpointed run reports besides its rate. */
+typedef struct ckpt_run {
+  uint64_t checkpoints;
+  double ms_p50; /* checkpoint duration (trigger to durable), the final one left out */
+} ckpt_run;
+
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
 
 /* The store of a run: <dir>/store/{data,lock}.mdb. */
 static void remove_store(const char *dir) {
@@ -160,7 +173,7 @@ static void remove_store(const char *dir) {
 /* records == 0: unbounded, stopped `seconds` after the generator's first
  * records; the rate is then what it emitted in that window (stopper.h). */
 static double run_engine_ckpt(uint64_t records, uint64_t keys, int workers, const ckpt_mode *m,
-                              const char *dir, uint64_t *checkpoints, double seconds) {
+                              const char *dir, ckpt_run *cr, double seconds) {
   weir_job *job;
   weir_job_create(&job, "counter");
   weir_gen_opts g = {.records = records, .keys = keys};
@@ -180,7 +193,14 @@ static double run_engine_ckpt(uint64_t records, uint64_t keys, int workers, cons
   if (!rc) rc = weir_job_run(job, &o);
   double sec = (double)(weir_clock_mono_ns() - t0) / 1e9, rate = 0;
   if (!records) rate = bench_stopper_join(&st);
-  if (checkpoints) *checkpoints = weir_job_run_info(job)->checkpoints;
+  if (cr) {
+    const weir_run_info *ri = weir_job_run_info(job);
+    uint32_t d[WEIR_RUN_INFO_DURATIONS], n = ri->checkpoint_ms_n ? ri->checkpoint_ms_n - 1 : 0;
+    memcpy(d, ri->checkpoint_ms, n * sizeof *d);
+    qsort(d, n, sizeof *d, cmp_u32);
+    cr->checkpoints = ri->checkpoints;
+    cr->ms_p50 = n ? (n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2.0) : 0;
+  }
   if (m->interval_ms) remove_store(dir);
   if (rc) {
     fprintf(stderr, "bench_counter: job failed: %s\n", weir_job_error(job));
@@ -213,14 +233,31 @@ static double median(double *v, int n) {
 }
 
 /* --checkpoints: the engine without checkpoints, with aligned and with
- * synchronous ones, A B A B within each repetition. */
+ * synchronous ones at each interval of `intervals` (ms, comma-separated),
+ * A B A B within each repetition. */
 static int bench_checkpoints(uint64_t keys, int reps, int workers, double seconds,
-                             const char *json) {
-  static const ckpt_mode modes[] = {{"aligned-100ms", 100, 0},
-                                    {"sync-100ms", 100, 1},
-                                    {"aligned-1s", 1000, 0},
-                                    {"sync-1s", 1000, 1}};
-  enum { NM = sizeof modes / sizeof modes[0] };
+                             const char *intervals, const char *json) {
+  ckpt_mode modes[16];
+  int NM = 0;
+  for (const char *p = intervals; *p && NM + 2 <= 16;) {
+    char *end;
+    unsigned long iv = strtoul(p, &end, 10);
+    if (end == p || iv == 0 || iv > 3600000) {
+      fprintf(stderr, "bench_counter: --intervals: not a list of milliseconds: %s\n", intervals);
+      return 2;
+    }
+    char when[16];
+    if (iv % 1000 == 0)
+      snprintf(when, sizeof when, "%lus", iv / 1000);
+    else
+      snprintf(when, sizeof when, "%lums", iv);
+    for (int sync = 0; sync < 2; sync++) {
+      snprintf(modes[NM].name, sizeof modes[NM].name, "%s-%s", sync ? "sync" : "aligned", when);
+      modes[NM].interval_ms = (uint32_t)iv;
+      modes[NM++].sync = sync;
+    }
+    p = *end == ',' ? end + 1 : end;
+  }
   const char *tmp = getenv("TMPDIR");
   char dir[4096];
   snprintf(dir, sizeof dir, "%s/bench-ckpt-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -232,6 +269,7 @@ static int bench_checkpoints(uint64_t keys, int reps, int workers, double second
   double *rate = weir_calloc((size_t)(NM * reps), sizeof(double));
   double *ratio = weir_calloc((size_t)(NM * reps), sizeof(double));
   double *ckpts = weir_calloc((size_t)(NM * reps), sizeof(double));
+  double *dur = weir_calloc((size_t)(NM * reps), sizeof(double));
   printf("counter with checkpoints: %.0f s runs, %llu keys, %d workers, %d repetitions "
          "(none, mode, none, mode, ...), store under %s\n",
          seconds, (unsigned long long)keys, workers, reps, dir);
@@ -242,11 +280,12 @@ static int bench_checkpoints(uint64_t keys, int reps, int workers, double second
       printf("  rep %d  %-14s %7.2fM/s\n", r + 1, "none", *n / 1e6);
       fflush(stdout);
       if (k == NM) break;
-      uint64_t c = 0;
-      rate[k * reps + r] = run_engine_ckpt(0, keys, workers, &modes[k], dir, &c, seconds);
-      ckpts[k * reps + r] = (double)c;
-      printf("  rep %d  %-14s %7.2fM/s  %3llu checkpoints\n", r + 1, modes[k].name,
-             rate[k * reps + r] / 1e6, (unsigned long long)c);
+      ckpt_run cr = {0};
+      rate[k * reps + r] = run_engine_ckpt(0, keys, workers, &modes[k], dir, &cr, seconds);
+      ckpts[k * reps + r] = (double)cr.checkpoints;
+      dur[k * reps + r] = cr.ms_p50;
+      printf("  rep %d  %-14s %7.2fM/s  %3llu checkpoints, p50 %.0f ms\n", r + 1, modes[k].name,
+             rate[k * reps + r] / 1e6, (unsigned long long)cr.checkpoints, cr.ms_p50);
       fflush(stdout);
     }
     for (int k = 0; k < NM; k++)
@@ -259,17 +298,18 @@ static int bench_checkpoints(uint64_t keys, int reps, int workers, double second
     fprintf(jf, "{\"seconds\": %.1f, \"keys\": %llu, \"workers\": %d, \"reps\": %d, \"modes\": [",
             seconds, (unsigned long long)keys, workers, reps);
   double mn = median(none, (NM + 1) * reps);
-  printf("%-14s %14s %12s %14s\n", "mode", "weir rec/s", "checkpoints", "ratio to none");
-  printf("%-14s %13.2fM %12s %14s\n", "none", mn / 1e6, "-", "1");
+  printf("%-14s %14s %12s %12s %14s\n", "mode", "weir rec/s", "checkpoints", "ckpt p50 ms",
+         "ratio to none");
+  printf("%-14s %13.2fM %12s %12s %14s\n", "none", mn / 1e6, "-", "-", "1");
   for (int k = 0; k < NM; k++) {
     double mr = median(ratio + k * reps, reps), me = median(rate + k * reps, reps);
-    double mc = median(ckpts + k * reps, reps);
-    printf("%-14s %13.2fM %12.0f %14.3f\n", modes[k].name, me / 1e6, mc, mr);
+    double mc = median(ckpts + k * reps, reps), md = median(dur + k * reps, reps);
+    printf("%-14s %13.2fM %12.0f %12.0f %14.3f\n", modes[k].name, me / 1e6, mc, md, mr);
     if (jf)
       fprintf(jf,
               "%s{\"mode\": \"%s\", \"weir_median\": %.0f, \"checkpoints_median\": %.0f, "
-              "\"ratio_median\": %.4f}",
-              k ? ", " : "", modes[k].name, me, mc, mr);
+              "\"ckpt_ms_median\": %.1f, \"ratio_median\": %.4f}",
+              k ? ", " : "", modes[k].name, me, mc, md, mr);
   }
   if (jf) {
     fprintf(jf, "], \"none_median\": %.0f}\n", mn);
@@ -279,6 +319,7 @@ static int bench_checkpoints(uint64_t keys, int reps, int workers, double second
   weir_free(rate);
   weir_free(ratio);
   weir_free(ckpts);
+  weir_free(dur);
   return 0;
 }
 
@@ -458,7 +499,7 @@ int main(int argc, char **argv) {
   uint64_t records = 50000000, keys = 1000000;
   int reps = 5, maxw = 2, checkpoints = 0, restore = 0;
   double seconds = 12;
-  const char *json = NULL;
+  const char *json = NULL, *intervals = "100,1000";
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--records") && i + 1 < argc)
       records = strtoull(argv[++i], NULL, 10);
@@ -476,9 +517,12 @@ int main(int argc, char **argv) {
       restore = 1;
     else if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
       seconds = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--intervals") && i + 1 < argc)
+      intervals = argv[++i];
     else {
       fprintf(stderr, "usage: bench_counter [--records N] [--keys K] [--reps R] [--max-workers W] "
-                      "[--json FILE] [--checkpoints [--seconds S] | --restore]\n");
+                      "[--json FILE] [--checkpoints [--seconds S] [--intervals MS,...] | "
+                      "--restore]\n");
       return 2;
     }
   }
@@ -493,7 +537,7 @@ int main(int argc, char **argv) {
       fprintf(stderr, "bench_counter: --seconds: 1 to 3600\n");
       return 2;
     }
-    return bench_checkpoints(keys, reps, maxw, seconds, json);
+    return bench_checkpoints(keys, reps, maxw, seconds, intervals, json);
   }
   double *hand = weir_calloc((size_t)(maxw * reps), sizeof(double));
   double *eng = weir_calloc((size_t)(maxw * reps), sizeof(double));
