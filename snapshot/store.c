@@ -502,6 +502,10 @@ fail:
  * environment is the one that holds a value it read (the parent's map of
  * the same file, inherited across fork, lies elsewhere). */
 static const uint8_t *mapping_of(const void *p) {
+#ifndef __linux__
+  (void)p;
+  return NULL; /* no /proc: the probe touches the pages, the load reads the map */
+#else
   /* WEIR_NO_PROC_MAPS (tests): as on a system without /proc. */
   if (getenv("WEIR_NO_PROC_MAPS")) return NULL;
   int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
@@ -529,6 +533,7 @@ static const uint8_t *mapping_of(const void *p) {
   }
   weir_free(buf);
   return found;
+#endif
 }
 
 static uint64_t env_file_size(MDB_env *env) {
