@@ -28,6 +28,7 @@
 
 #include "envelope.h"
 #include "helpers.h"
+#include "store_impl.h"
 #include "weir/alloc.h"
 #include "weir/operators.h"
 #include "weir/store.h"
@@ -180,99 +181,99 @@ static void restore_exact(const char *state, int p, uint64_t id) {
 
 TestSuite(restore, .timeout = 180);
 
-/* Six subtasks (three per loader thread), several chunks each: exactly the
- * stored state, from a checkpoint taken while the job ran and from the
- * one its stop took. */
-Test(restore, many_subtasks_exact) {
+/* Run 1 at parallelism p, stopped; then its middle checkpoint restores
+ * exactly at p; nothing leaks. */
+static void stopped_then_restored(int p) {
   char *dir = th_tmpdir();
   cr_assert_not_null(dir);
   char state[600];
   snprintf(state, sizeof state, "%s/state", dir);
   uint64_t mid, last;
-  run_stopped(state, 6, &mid, &last);
-  restore_exact(state, 6, mid);
+  run_stopped(state, p, &mid, &last);
+  restore_exact(state, p, mid);
   th_rmrf(dir);
   free(dir);
   cr_assert_eq(th_leak_check(), 0);
 }
 
-static uint64_t be64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
-  return v;
+/* Six subtasks (three per loader thread), several chunks each: exactly the
+ * stored state, from a checkpoint taken while the job ran and from the
+ * one its stop took. */
+Test(restore, many_subtasks_exact) {
+  stopped_then_restored(6);
 }
 
-static uint32_t be32(const uint8_t *p) {
-  return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+/* The chunks of checkpoint id, through LMDB itself: chunks_open begins a
+ * write transaction on the store of `state` and puts the cursor on the
+ * checkpoint's first chunk (returns mdb_cursor_get's answer, *key and *val
+ * set when 0). */
+typedef struct chunks_txn {
+  MDB_env *env;
+  MDB_txn *txn;
+  MDB_dbi dbi;
+  MDB_cursor *cur;
+  uint8_t kb[WEIR__CHUNK_KEY];
+} chunks_txn;
+
+static int chunks_open(chunks_txn *c, const char *state, uint64_t id, MDB_val *key, MDB_val *val) {
+  char store[700];
+  snprintf(store, sizeof store, "%s/store", state);
+  cr_assert_eq(mdb_env_create(&c->env), 0);
+  cr_assert_eq(mdb_env_set_maxdbs(c->env, 4), 0);
+  cr_assert_eq(mdb_env_set_mapsize(c->env, 1ull << 30), 0);
+  int rc = mdb_env_open(c->env, store, MDB_NOTLS, 0644);
+  cr_assert_eq(rc, 0, "mdb_env_open %s: %s", store, mdb_strerror(rc));
+  cr_assert_eq(mdb_txn_begin(c->env, NULL, 0, &c->txn), 0);
+  cr_assert_eq(mdb_dbi_open(c->txn, "chunks", 0, &c->dbi), 0);
+  cr_assert_eq(mdb_cursor_open(c->txn, c->dbi, &c->cur), 0);
+  weir__key_chunk(c->kb, id, 0, 0);
+  *key = (MDB_val){sizeof c->kb, c->kb};
+  return mdb_cursor_get(c->cur, key, val, MDB_SET_RANGE);
+}
+
+/* Commits what was changed and closes. */
+static void chunks_close(chunks_txn *c) {
+  if (c->cur) mdb_cursor_close(c->cur);
+  cr_assert_eq(mdb_txn_commit(c->txn), 0);
+  mdb_env_close(c->env);
 }
 
 /* Deletes chunk `seq` of the first record of checkpoint id that has more
  * than seq + 1 chunks, through LMDB itself. */
 static void delete_chunk(const char *state, uint64_t id, uint32_t seq) {
-  char store[700];
-  snprintf(store, sizeof store, "%s/store", state);
-  MDB_env *env = NULL;
-  cr_assert_eq(mdb_env_create(&env), 0);
-  cr_assert_eq(mdb_env_set_maxdbs(env, 4), 0);
-  cr_assert_eq(mdb_env_set_mapsize(env, 1ull << 30), 0);
-  cr_assert_eq(mdb_env_open(env, store, MDB_NOTLS, 0644), 0);
-  MDB_txn *txn = NULL;
-  cr_assert_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
-  MDB_dbi dbi;
-  cr_assert_eq(mdb_dbi_open(txn, "chunks", 0, &dbi), 0);
-  MDB_cursor *cur = NULL;
-  cr_assert_eq(mdb_cursor_open(txn, dbi, &cur), 0);
-  uint8_t kb[16] = {0};
-  for (int i = 0; i < 8; i++) kb[i] = (uint8_t)(id >> (56 - 8 * i));
-  MDB_val key = {16, kb}, val;
+  chunks_txn c = {0};
+  MDB_val key, val;
   int done = 0;
-  for (int rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == 0 && !done;
-       rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-    if (key.mv_size != 16 || be64(key.mv_data) != id) break;
-    if (be32((const uint8_t *)key.mv_data + 12) == seq + 1) {
+  for (int rc = chunks_open(&c, state, id, &key, &val); rc == 0 && !done;
+       rc = mdb_cursor_get(c.cur, &key, &val, MDB_NEXT)) {
+    if (key.mv_size != 16 || weir__be64(key.mv_data) != id) break;
+    if (weir__be32((const uint8_t *)key.mv_data + 12) == seq + 1) {
       uint8_t target[16];
       memcpy(target, key.mv_data, 16);
       target[15] = (uint8_t)seq;
       target[14] = target[13] = target[12] = 0;
       MDB_val tk = {16, target};
-      cr_assert_eq(mdb_del(txn, dbi, &tk, NULL), 0);
+      cr_assert_eq(mdb_del(c.txn, c.dbi, &tk, NULL), 0);
       done = 1;
     }
   }
   cr_assert(done, "no record of checkpoint %llu has %u chunks", (unsigned long long)id, seq + 2);
-  mdb_cursor_close(cur);
-  cr_assert_eq(mdb_txn_commit(txn), 0);
-  mdb_env_close(env);
+  chunks_close(&c);
 }
 
 /* Flips a payload byte of chunk `seq` of the first record of checkpoint id
  * whose chunks 0..seq+1 hold u64 state (one subtask's stream, in its
  * middle), through LMDB itself. Returns that record. */
 static uint32_t damage_u64_chunk(const char *state, uint64_t id, uint32_t seq) {
-  char store[700];
-  snprintf(store, sizeof store, "%s/store", state);
-  MDB_env *env = NULL;
-  cr_assert_eq(mdb_env_create(&env), 0);
-  cr_assert_eq(mdb_env_set_maxdbs(env, 4), 0);
-  cr_assert_eq(mdb_env_set_mapsize(env, 1ull << 30), 0);
-  int rc = mdb_env_open(env, store, MDB_NOTLS, 0644);
-  cr_assert_eq(rc, 0, "mdb_env_open %s: %s", store, mdb_strerror(rc));
-  MDB_txn *txn = NULL;
-  cr_assert_eq(mdb_txn_begin(env, NULL, 0, &txn), 0);
-  MDB_dbi dbi;
-  cr_assert_eq(mdb_dbi_open(txn, "chunks", 0, &dbi), 0);
-  MDB_cursor *cur = NULL;
-  cr_assert_eq(mdb_cursor_open(txn, dbi, &cur), 0);
-  uint8_t kb[16] = {0};
-  for (int i = 0; i < 8; i++) kb[i] = (uint8_t)(id >> (56 - 8 * i));
-  MDB_val key = {16, kb}, val;
+  chunks_txn c = {0};
+  MDB_val key, val;
   uint32_t record = UINT32_MAX, run = 0, cur_rec = UINT32_MAX;
   uint8_t target[16];
-  for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == 0;
-       rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-    if (key.mv_size != 16 || be64(key.mv_data) != id) break;
+  for (int rc = chunks_open(&c, state, id, &key, &val); rc == 0;
+       rc = mdb_cursor_get(c.cur, &key, &val, MDB_NEXT)) {
+    if (key.mv_size != 16 || weir__be64(key.mv_data) != id) break;
     const uint8_t *k = key.mv_data, *v = val.mv_data;
-    uint32_t rec = be32(k + 8), s = be32(k + 12);
+    uint32_t rec = weir__be32(k + 8), s = weir__be32(k + 12);
     int u64 = val.mv_size > WEIR__ENV_HDR + 64 && v[6] == WEIR__KIND_U64 && v[7] == 0;
     if (rec != cur_rec) {
       cur_rec = rec;
@@ -289,16 +290,16 @@ static uint32_t damage_u64_chunk(const char *state, uint64_t id, uint32_t seq) {
                 (unsigned long long)id, seq + 2);
   target[15] = (uint8_t)seq;
   target[14] = target[13] = target[12] = 0;
-  mdb_cursor_close(cur);
+  mdb_cursor_close(c.cur);
+  c.cur = NULL;
   key = (MDB_val){16, target};
-  cr_assert_eq(mdb_get(txn, dbi, &key, &val), 0);
+  cr_assert_eq(mdb_get(c.txn, c.dbi, &key, &val), 0);
   uint8_t *bad = malloc(val.mv_size);
   memcpy(bad, val.mv_data, val.mv_size);
   bad[WEIR__ENV_HDR + val.mv_size / 3] ^= 0x5a;
   MDB_val nv = {val.mv_size, bad};
-  cr_assert_eq(mdb_put(txn, dbi, &key, &nv, 0), 0);
-  cr_assert_eq(mdb_txn_commit(txn), 0);
-  mdb_env_close(env);
+  cr_assert_eq(mdb_put(c.txn, c.dbi, &key, &nv, 0), 0);
+  chunks_close(&c);
   free(bad);
   return record;
 }
@@ -371,15 +372,6 @@ Test(restore, missing_chunk_fails_in_the_probe) {
  * through the map: the same state restores. */
 Test(restore, without_proc_maps) {
   setenv("WEIR_NO_PROC_MAPS", "1", 1);
-  char *dir = th_tmpdir();
-  cr_assert_not_null(dir);
-  char state[600];
-  snprintf(state, sizeof state, "%s/state", dir);
-  uint64_t mid, last;
-  run_stopped(state, 3, &mid, &last);
-  restore_exact(state, 3, mid);
-  th_rmrf(dir);
-  free(dir);
+  stopped_then_restored(3);
   unsetenv("WEIR_NO_PROC_MAPS");
-  cr_assert_eq(th_leak_check(), 0);
 }
