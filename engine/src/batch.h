@@ -52,9 +52,15 @@ void weir__batch_reset(weir__batch *b);
 void weir__batch_grow(weir__batch *b, uint32_t need);
 
 /* Nonzero if a record with `len` payload bytes fits without flushing. */
+/* Nonzero if b takes a record of len payload bytes as it is, without
+ * growing: the common case, which the record path tests inline. */
+static inline int weir__batch_room(const weir__batch *b, uint32_t len) {
+  return b->len < b->cap && len <= b->arena_cap - b->used;
+}
+
 static inline int weir__batch_fits(weir__batch *b, uint32_t len) {
+  if (weir__batch_room(b, len)) return 1;
   if (b->len == b->cap) return 0;
-  if (len <= b->arena_cap - b->used) return 1;
   if (b->len == 0 || b->used + len <= WEIR__ARENA_SOFT) {
     weir__batch_grow(b, len);
     return 1;

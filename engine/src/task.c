@@ -88,16 +88,9 @@ static inline void router_push(weir__router *r, uint32_t j, weir__batch *b) {
  * growing an arena, flushing a link) or never (an oversized record) is
  * kept out of line, so the record path is a few compares and the column
  * stores. */
-#define LIKELY(x) __builtin_expect(!!(x), 1)
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define HOT static inline __attribute__((always_inline))
 #define COLD static __attribute__((noinline, cold))
-
-/* Nonzero if b takes a record of len payload bytes as it is (no growth):
- * the test of weir__batch_fits() that decides the common case. */
-static inline int batch_room(const weir__batch *b, uint32_t len) {
-  return b->len < b->cap && len <= b->arena_cap - b->used;
-}
 
 /* Out of line: channel j of r has no current batch, or it lacks room for
  * len bytes. Pushes a batch that cannot take the record (growing one that
@@ -123,7 +116,7 @@ COLD void route_full(weir__router *r, uint32_t j, weir__batch *b) {
 HOT void route_append(weir__router *r, uint32_t j, uint64_t key, int64_t ts, uint64_t id,
                       const void *p, uint32_t len) {
   weir__batch *b = r->cur[j];
-  if (UNLIKELY(!b || !batch_room(b, len))) b = route_batch(r, j, len);
+  if (UNLIKELY(!b || !weir__batch_room(b, len))) b = route_batch(r, j, len);
   weir__batch_append(b, key, ts, id, p, len);
   if (r->loop) r->loop_inc++;
   if (UNLIKELY(b->len == b->cap)) route_full(r, j, b);
@@ -181,7 +174,7 @@ HOT int emit_raw(weir_ctx *ctx, uint64_t key, int64_t ts, uint64_t id, const voi
   ctx->n_out++;
   weir__batch *l = ctx->link;
   if (l) { /* a chained successor */
-    if (UNLIKELY(!batch_room(l, (uint32_t)len))) {
+    if (UNLIKELY(!weir__batch_room(l, (uint32_t)len))) {
       int rc = link_room(ctx, (uint32_t)len);
       if (rc) return rc;
     }
