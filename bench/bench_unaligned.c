@@ -195,7 +195,7 @@ int main(int argc, char **argv) {
   if (!(c.seconds >= 0.5 && c.seconds <= 3600) || c.reps < 1 || c.reps > 100 || c.workers < 1 ||
       c.workers > 64 || !c.keys || !c.interval || !c.timeout)
     goto usage;
-  weir_log_set_level(WEIR_LOG_WARN);
+  if (!getenv("WEIR_LOG")) weir_log_set_level(WEIR_LOG_WARN);
   char tmpl[4096];
   const char *tmp = getenv("TMPDIR");
   snprintf(tmpl, sizeof tmpl, "%s/weir-bench-unaligned-XXXXXX", tmp && *tmp ? tmp : "/tmp");

@@ -979,7 +979,8 @@ int weir_store_open(weir_store **out, const char *dir, const weir_store_opts *op
     if (rc == 0) rc = mdb_env_set_maxdbs(s->env, 4);
     if (rc == 0) rc = mdb_env_set_mapsize(s->env, (size_t)map);
     if (rc == 0)
-      rc = mdb_env_open(s->env, s->path, MDB_NOTLS | (s->read_only ? MDB_RDONLY : 0), 0644);
+      rc = mdb_env_open(s->env, s->path, MDB_NOTLS | (s->read_only ? MDB_RDONLY : MDB_NOMETASYNC),
+                        0644);
     if (rc == 0) break;
     if (s->env) mdb_env_close(s->env);
     s->env = NULL;

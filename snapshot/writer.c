@@ -27,10 +27,13 @@
  *
  * Commit protocol: the commit is ONE write transaction holding the
  * checkpoint's metadata (every subtask written for it) and the job record's
- * `latest` (and `finished`). Chunks are durable before it starts (a chunk
- * transaction commits with fdatasync, and done() of a write runs only once
- * its last chunks are durable), so once the metadata is visible all it
- * names is on disk; before it, the checkpoint does not exist. A checkpoint
+ * `latest` (and `finished`). Chunks are on disk before it starts (a chunk
+ * transaction commits with fdatasync of its pages, and done() of a write
+ * runs only once its last chunks are committed), so once the metadata is
+ * visible all it names is on disk; before it, the checkpoint does not exist. Only that
+ * commit and id reservations sync LMDB's meta page (commit_durable): a
+ * power failure can undo the last chunk transaction, which no committed
+ * checkpoint names yet, never a commit. A checkpoint
  * with a failed subtask write is never committed: its chunks are discarded.
  * Retention runs after the commit in its own short transactions: metadata
  * first, then chunks, so a crash in between leaves only chunks without
@@ -204,6 +207,19 @@ static int committed_now(weir_store *s, uint64_t id) {
   rc = is_committed(s, txn, id);
   mdb_txn_abort(txn);
   return rc;
+}
+
+/* Commits txn and makes it durable. The environment is opened with
+ * MDB_NOMETASYNC: a commit syncs the data pages it wrote, and writes the
+ * meta page that makes them current without syncing it; the next commit's
+ * data sync (fdatasync of the whole file) or mdb_env_sync carries it to
+ * disk. So a power failure can undo only the last commit before it, and
+ * chunk transactions (which a checkpoint's commit always follows) and
+ * deletions cost one sync instead of two. What must be durable before
+ * anything acts on it (a checkpoint's commit, reserved ids) commits here. */
+static int commit_durable(weir_store *s, MDB_txn *txn) {
+  int rc = mdb_txn_commit(txn);
+  return rc != 0 ? rc : mdb_env_sync(s->env, 1);
 }
 
 /* Begins a write transaction and then checks the lease (lease.c, I5): the
@@ -565,8 +581,8 @@ static uint64_t subtask_bytes(uint64_t id, uint32_t record, const weir_subtask_s
 
 /* The writer thread takes a subtask write off its queue together with every
  * write queued right behind it and puts them into ONE shared write
- * transaction (a group commit: a durable LMDB commit costs two fdatasyncs,
- * which dominated a checkpoint of many small writes). The shared
+ * transaction (a group commit: each LMDB commit costs an fdatasync, which
+ * dominated a checkpoint of many small writes). The shared
  * transaction is committed when it holds WEIR__TXN_CHUNKS chunks (a large
  * state still commits in pieces of at most ~4 MB) or when no write is left
  * to add; done() of a write runs once the transaction holding its last
@@ -701,7 +717,9 @@ static void group_end_txn(weir_store *s, wgroup *g, int rc, const char *fp) {
   if (!empty && rc == 0 && (rc = simulated("store.chunk_txn_commit")) != 0)
     fp = " [simulated by failpoint store.chunk_txn_commit]";
   if (rc == 0 && !empty) {
-    rc = mdb_txn_commit(g->txn); /* durable: the data, then the meta page, each synced */
+    /* Durable once the checkpoint's commit is (commit_durable): the data
+     * is synced, the meta page with the next commit. */
+    rc = mdb_txn_commit(g->txn);
     if (rc == 0) s->test_chunk_txns++;
   } else {
     mdb_txn_abort(g->txn);
@@ -1137,7 +1155,7 @@ static void exec_commit(weir_store *s, weir__req *r) {
   /* Tests: pause (SIGSTOP) here holds LMDB's writer lock (lease.c, I5). */
   if (rc == 0 && weir_failpoint("store.in_commit_txn")) rc = EIO;
   if (rc == 0) {
-    rc = mdb_txn_commit(txn);
+    rc = commit_durable(s, txn);
     txn = NULL;
     /* Still the owner now that it is durable? If not, this process was
      * paused past its lease: the checkpoint is not reported as completed
@@ -1270,7 +1288,7 @@ static int update_job(weir_store *s, weir__req *r) {
     rc = mdb_put(txn, s->dbi_job, &key, &val, 0);
     weir_free(v);
     if (rc == 0) {
-      rc = mdb_txn_commit(txn);
+      rc = commit_durable(s, txn);
     } else {
       mdb_txn_abort(txn);
     }
