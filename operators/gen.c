@@ -75,6 +75,11 @@ static void prune(gen_state *g) {
   if (g->cur >= g->nlive) g->cur = 0;
 }
 
+/* Split j positioned at its record i = next. */
+static gen_split split_at(weir_ctx *ctx, const gen_arg *a, uint64_t j, uint64_t next) {
+  return (gen_split){next, next % a->keys, weir_source_record_id(ctx, (uint32_t)j, 0), (uint32_t)j};
+}
+
 static int gen_open(weir_ctx *ctx) {
   const gen_arg *a = weir_ctx_arg(ctx);
   uint32_t p = weir_ctx_parallelism(ctx), sub = weir_ctx_subtask(ctx);
@@ -84,9 +89,7 @@ static int gen_open(weir_ctx *ctx) {
   for (uint64_t j = sub; j < S; j += p) g->nsplits++;
   g->s = weir_calloc(g->nsplits ? g->nsplits : 1, sizeof *g->s);
   uint32_t k = 0;
-  for (uint64_t j = sub; j < S; j += p)
-    g->s[k++] =
-        (gen_split){j, j % a->keys, weir_source_record_id(ctx, (uint32_t)j, 0), (uint32_t)j};
+  for (uint64_t j = sub; j < S; j += p) g->s[k++] = split_at(ctx, a, j, j);
   g->nlive = g->nsplits;
   prune(g);
   if (a->rate && g->nsplits) {
@@ -198,8 +201,7 @@ static int gen_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
       return weir_ctx_fail(ctx, WEIR_ECORRUPT,
                            "generator split %llu: position %llu is not one of its records",
                            (unsigned long long)j, (unsigned long long)next);
-    g->s[k++] =
-        (gen_split){next, next % a->keys, weir_source_record_id(ctx, (uint32_t)j, 0), (uint32_t)j};
+    g->s[k++] = split_at(ctx, a, j, next);
   }
   g->nlive = k;
   g->cur = 0;

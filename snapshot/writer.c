@@ -30,10 +30,10 @@
  * `latest` (and `finished`). Chunks are on disk before it starts (a chunk
  * transaction commits with fdatasync of its pages, and done() of a write
  * runs only once its last chunks are committed), so once the metadata is
- * visible all it names is on disk; before it, the checkpoint does not exist. Only that
- * commit and id reservations sync LMDB's meta page (commit_durable): a
- * power failure can undo the last chunk transaction, which no committed
- * checkpoint names yet, never a commit. A checkpoint
+ * visible all it names is on disk; before it, the checkpoint does not
+ * exist. Only that commit and id reservations sync LMDB's meta page
+ * (commit_durable): a power failure can undo the last chunk transaction,
+ * which no committed checkpoint names yet, never a commit. A checkpoint
  * with a failed subtask write is never committed: its chunks are discarded.
  * Retention runs after the commit in its own short transactions: metadata
  * first, then chunks, so a crash in between leaves only chunks without
@@ -586,7 +586,7 @@ static uint64_t subtask_bytes(uint64_t id, uint32_t record, const weir_subtask_s
  * transaction is committed when it holds WEIR__TXN_CHUNKS chunks (a large
  * state still commits in pieces of at most ~4 MB) or when no write is left
  * to add; done() of a write runs once the transaction holding its last
- * chunks is durable, never while a write transaction is open (a done()
+ * chunks is committed (its pages synced), never while a write transaction is open (a done()
  * callback may run a synchronous request inline, which opens its own).
  *
  * Each write puts its chunks in a nested transaction of the shared one, so
@@ -686,6 +686,22 @@ static void member_fail(weir_store *s, gmember *m, int rc) {
   weir_subtask_snapshot_free(&m->r->snap);
 }
 
+/* Fails m with the message of a failed chunk write: rc the LMDB or errno
+ * code (code: what it is reported as, note: write_err's account of the
+ * space), fp a simulated failure, need the subtask's bytes, inflight the
+ * bytes of the transaction that failed, held what else it held ("" for
+ * m's own nested transaction). */
+static void write_failed(weir_store *s, gmember *m, int code, int rc, const char *note,
+                         const char *fp, uint64_t need, uint64_t inflight, const char *held) {
+  weir__store_fail(s, code,
+                   "store %s: writing checkpoint %llu, operator \"%s\" subtask %u: %s%s%s; the "
+                   "subtask needs %llu bytes (and LMDB's page overhead), %llu bytes were being "
+                   "written in this transaction%s, %llu bytes of this subtask were already durable",
+                   s->path, (ull)m->id, m->op, m->subtask, weir__mdb_text(rc), note, fp, (ull)need,
+                   (ull)inflight, held, (ull)m->w.bytes);
+  member_fail(s, m, code);
+}
+
 /* Runs done() of every member that is finished, in queue order, up to the
  * first one that is not. Never with a transaction open. */
 static void group_report(weir_store *s, wgroup *g) {
@@ -744,14 +760,10 @@ static void group_end_txn(weir_store *s, wgroup *g, int rc, const char *fp) {
     uint64_t need = m->state == M_WRITTEN
                         ? m->need
                         : subtask_bytes(m->id, m->record, &m->r->snap, s->chunk_buf);
-    weir__store_fail(s, code,
-                     "store %s: writing checkpoint %llu, operator \"%s\" subtask %u: %s%s%s; the "
-                     "subtask needs %llu bytes (and LMDB's page overhead), %llu bytes were being "
-                     "written in this transaction (%llu of them this subtask's; it held %u "
-                     "subtask writes), %llu bytes of this subtask were already durable",
-                     s->path, (ull)m->id, m->op, m->subtask, weir__mdb_text(rc), note, fp,
-                     (ull)need, (ull)g->bytes, (ull)m->txn_bytes, g->writers, (ull)m->w.bytes);
-    member_fail(s, m, code);
+    char held[96];
+    snprintf(held, sizeof held, " (%llu of them this subtask's; it held %u subtask writes)",
+             (ull)m->txn_bytes, g->writers);
+    write_failed(s, m, code, rc, note, fp, need, g->bytes, held);
   }
   g->chunks = 0;
   g->bytes = 0;
@@ -924,15 +936,7 @@ static void write_chunks(weir_store *s, wgroup *g, gmember *m) {
   char map[128];
   uint64_t inflight = m->txn_bytes + failing;
   int code = write_err(s, rc, inflight, map, sizeof map);
-  need = subtask_bytes(id, record, sn, s->chunk_buf);
-  weir__store_fail(s, code,
-                   "store %s: writing checkpoint %llu, operator \"%s\" subtask %u: "
-                   "%s%s%s; the subtask needs %llu bytes (and LMDB's page overhead), "
-                   "%llu bytes were being written in this transaction, %llu bytes of "
-                   "this subtask were already durable",
-                   s->path, (ull)id, m->op, m->subtask, weir__mdb_text(rc), map, fp, (ull)need,
-                   (ull)inflight, (ull)m->w.bytes);
-  member_fail(s, m, code);
+  write_failed(s, m, code, rc, map, fp, subtask_bytes(id, record, sn, s->chunk_buf), inflight, "");
 }
 
 /* ---- requests ----------------------------------------------------------------- */

@@ -148,6 +148,18 @@ static void run_stopped(const char *state, int p, uint64_t *mid, uint64_t *last)
   weir_store_close(st);
 }
 
+/* Runs the job at parallelism p restored from checkpoint id; returns
+ * weir_job_run's code (cfg.job stays for the caller to look at). */
+static int run_restored(const char *state, int p, uint64_t id) {
+  atomic_store(&cfg.seen, 0);
+  cfg.stop_after = 0;
+  cfg.job = build(p);
+  weir_run_opts o = opts(state);
+  o.restore = WEIR_RESTORE_ID;
+  o.restore_id = id;
+  return weir_job_run(cfg.job, &o);
+}
+
 /* Run 2 at parallelism p from checkpoint id, to the end: exact counts. */
 static void restore_exact(const char *state, int p, uint64_t id) {
   /* The largest counts carry over from run 1 (a key may have ended there). */
@@ -155,13 +167,7 @@ static void restore_exact(const char *state, int p, uint64_t id) {
   for (uint64_t k = 0; k < K; k++) before += atomic_load(&cfg.max[0][k]) == N / K;
   cr_assert_lt(before, K / 2, "%llu of %u keys ended in run 1: too few left to check",
                (unsigned long long)before, K);
-  atomic_store(&cfg.seen, 0);
-  cfg.stop_after = 0;
-  cfg.job = build(p);
-  weir_run_opts o = opts(state);
-  o.restore = WEIR_RESTORE_ID;
-  o.restore_id = id;
-  int rc = weir_job_run(cfg.job, &o);
+  int rc = run_restored(state, p, id);
   cr_assert_eq(rc, 0, "restore of checkpoint %llu at %d: %s", (unsigned long long)id, p,
                weir_job_error(cfg.job));
   const weir_run_info *ri = weir_job_run_info(cfg.job);
@@ -309,13 +315,7 @@ static uint32_t damage_u64_chunk(const char *state, uint64_t id, uint32_t seq) {
  * runs. */
 static void refused_restore(const char *state, int p, uint64_t id, const char *want,
                             const char *chunk) {
-  atomic_store(&cfg.seen, 0);
-  cfg.stop_after = 0;
-  cfg.job = build(p);
-  weir_run_opts o = opts(state);
-  o.restore = WEIR_RESTORE_ID;
-  o.restore_id = id;
-  int rc = weir_job_run(cfg.job, &o);
+  int rc = run_restored(state, p, id);
   cr_assert_eq(rc, WEIR_ECORRUPT, "rc %d: %s", rc, weir_job_error(cfg.job));
   const char *msg = weir_job_error(cfg.job);
   cr_assert(strstr(msg, want) && strstr(msg, chunk), "unclear message: %s", msg);

@@ -51,13 +51,14 @@ void weir__batch_reset(weir__batch *b);
  * total stays under the soft limit). */
 void weir__batch_grow(weir__batch *b, uint32_t need);
 
-/* Nonzero if a record with `len` payload bytes fits without flushing. */
 /* Nonzero if b takes a record of len payload bytes as it is, without
  * growing: the common case, which the record path tests inline. */
 static inline int weir__batch_room(const weir__batch *b, uint32_t len) {
   return b->len < b->cap && len <= b->arena_cap - b->used;
 }
 
+/* Nonzero if a record with `len` payload bytes fits without flushing
+ * (growing the batch's arena if need be). */
 static inline int weir__batch_fits(weir__batch *b, uint32_t len) {
   if (weir__batch_room(b, len)) return 1;
   if (b->len == b->cap) return 0;
