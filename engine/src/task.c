@@ -399,70 +399,33 @@ static inline int sync_mode(const weir__task *t) {
 
 /* ---- unaligned cuts -------------------------------------------------------- */
 
-static void cs_reserve(weir__task *t, uint64_t more) {
-  if (t->cs_len + more <= t->cs_cap) return;
-  uint64_t n = t->cs_cap ? t->cs_cap : 4096;
-  while (n < t->cs_len + more) n *= 2;
-  t->cs = weir_realloc(t->cs, (size_t)n);
-  t->cs_cap = n;
-}
-
-static inline void cs_put(weir__task *t, const void *p, uint64_t n) {
-  memcpy(t->cs + t->cs_len, p, (size_t)n);
-  t->cs_len += n;
-}
-
-/* Appends one record: [router u32][chan u32] (output records only), then
- * [key u64][ts i64][id u64][len u32][payload]. */
-static void cs_record(weir__task *t, int out, uint32_t k, uint32_t j, const weir__batch *b,
-                      uint32_t r) {
-  uint32_t len = b->lens[r];
-  cs_reserve(t, 36u + len);
-  if (out) {
-    cs_put(t, &k, 4);
-    cs_put(t, &j, 4);
-  }
-  cs_put(t, &b->keys[r], 8);
-  cs_put(t, &b->ts[r], 8);
-  cs_put(t, &b->ids[r], 8);
-  cs_put(t, &len, 4);
-  if (len) cs_put(t, b->data + b->off[r], len);
-}
-
-/* Starts the channel state of a cut: the header, then the output records
- * waiting on every output channel's pending list. */
+/* Starts the channel state of a cut: the output records waiting on every
+ * output channel's pending list, one run per channel. */
 static void cs_begin(weir__task *t) {
-  t->cs_len = 0;
-  t->cs_out_records = t->cs_in_records = 0;
-  cs_reserve(t, WEIR__CS_HDR);
-  memset(t->cs, 0, WEIR__CS_HDR);
-  t->cs_len = WEIR__CS_HDR;
+  weir__cs_begin(&t->cs);
   for (uint32_t k = 0; k < t->nrouters; k++) {
     weir__router *r = &t->routers[k];
-    for (uint32_t j = 0; j < r->n; j++)
-      for (weir__batch *b = r->chans[j]->pend_head; b; b = b->next) {
-        if (b->kind != WEIR__MSG_DATA) continue;
-        for (uint32_t i = 0; i < b->len; i++) cs_record(t, 1, k, j, b, i);
-        t->cs_out_records += b->len;
-      }
+    for (uint32_t j = 0; j < r->n; j++) {
+      uint64_t n = 0;
+      for (weir__batch *b = r->chans[j]->pend_head; b; b = b->next)
+        if (b->kind == WEIR__MSG_DATA) n += b->len;
+      if (!n) continue;
+      weir__cs_run(&t->cs, k, j, n);
+      for (weir__batch *b = r->chans[j]->pend_head; b; b = b->next)
+        if (b->kind == WEIR__MSG_DATA) weir__cs_batch(&t->cs, b);
+    }
   }
-  t->cs_in_start = t->cs_len;
+  weir__cs_inputs(&t->cs);
 }
 
 /* Hands the completed channel state of un.cur to the store. Returns 0 or an
  * error (the job has been failed). */
 static int cs_finish(weir__task *t) {
   uint64_t id = weir__unalign_done(&t->un);
-  uint32_t h[2] = {WEIR__CS_MAGIC, 1};
-  uint64_t q[4] = {t->cs_out_records, t->cs_in_start - WEIR__CS_HDR, t->cs_in_records,
-                   t->cs_len - t->cs_in_start};
-  memcpy(t->cs, h, 8);
-  memcpy(t->cs + 8, q, 32);
-  uint8_t *blob = t->cs;
-  uint64_t len = t->cs_len;
-  t->cs = NULL;
-  t->cs_len = t->cs_cap = 0;
-  if (!t->cs_out_records && !t->cs_in_records) {
+  int none = !t->cs.out_records && !t->cs.in_records;
+  uint64_t len;
+  uint8_t *blob = weir__cs_finish(&t->cs, &len);
+  if (none) {
     /* Nothing overtaken: no entry (one durable write less). */
     weir_free(blob);
     weir__task_no_channels(t, id);
@@ -481,8 +444,7 @@ static int cs_finish(weir__task *t) {
 /* Logs a consumed data batch of input idx if it crossed the cut. */
 static inline void un_log(weir__task *t, uint32_t idx, const weir__batch *b) {
   if (!t->job->unaligned || !weir__unalign_data(&t->un, idx, b->len)) return;
-  for (uint32_t i = 0; i < b->len; i++) cs_record(t, 0, 0, 0, b, i);
-  t->cs_in_records += b->len;
+  weir__cs_batch(&t->cs, b);
 }
 
 /* The unaligned cut of checkpoint id (passed: inputs that delivered it
@@ -492,9 +454,9 @@ static int un_cut(weir__task *t, uint64_t id, const uint8_t *passed, uint64_t al
   cs_begin(t);
   weir__unalign_result ur = weir__unalign_start(&t->un, id, passed);
   WEIR_LOG_D("checkpoint %llu: unaligned cut of task %u (%llu output records overtaken)",
-             (unsigned long long)id, t->index, (unsigned long long)t->cs_out_records);
+             (unsigned long long)id, t->index, (unsigned long long)t->cs.out_records);
   /* A source's cut overtakes only its pending output: no entry if none. */
-  int chan = t->nin > 0 || t->cs_out_records > 0;
+  int chan = t->nin > 0 || t->cs.out_records > 0;
   int rc =
       chan ? weir__task_snapshot_unaligned(t, id, align_ns) : weir__task_snapshot(t, id, align_ns);
   if (rc) return rc;
@@ -538,8 +500,7 @@ static int un_capture(weir__task *t) {
     for (uint64_t q = h; q < p; q++) {
       const weir__batch *b = ch->ring[q & ch->mask];
       if (b->kind != WEIR__MSG_DATA) continue;
-      for (uint32_t r = 0; r < b->len; r++) cs_record(t, 0, 0, 0, b, r);
-      t->cs_in_records += b->len;
+      weir__cs_batch(&t->cs, b);
       (void)weir__unalign_data(&t->un, i, b->len); /* counted */
     }
     if (weir__unalign_barrier(&t->un, i, t->un.cur) == WEIR__UN_COMPLETE) return cs_finish(t);
@@ -638,73 +599,37 @@ static int un_restore(weir__task *t) {
   weir_subtask_snapshot_free(s);
   weir_free(s);
   const char *why = NULL;
-  uint32_t h[2] = {0, 0};
-  uint64_t q[4] = {0, 0, 0, 0};
-  if (len < WEIR__CS_HDR) {
-    why = "shorter than its header";
-  } else {
-    memcpy(h, p, 8);
-    memcpy(q, p + 8, 32);
-    if (h[0] != WEIR__CS_MAGIC || h[1] != 1)
-      why = "unknown format";
-    else if (q[1] > len - WEIR__CS_HDR || q[3] != len - WEIR__CS_HDR - q[1])
-      why = "section lengths do not add up";
-  }
-  uint64_t off = WEIR__CS_HDR, end = WEIR__CS_HDR + (why ? 0 : q[1]), n = 0;
-  while (!why && off < end) {
-    uint32_t k, j, rl;
-    if (end - off < 36) {
-      why = "truncated output record";
+  weir__cs_reader rd;
+  weir__cs_rec rec;
+  int rc = weir__cs_open(&rd, p, len, c->max_record, &why);
+  while (!rc && (rc = weir__cs_next(&rd, &rec, &why)) > 0) {
+    if (rec.k >= t->nrouters || rec.j >= t->routers[rec.k].n) {
+      why = "an output record names no channel of this task";
       break;
     }
-    memcpy(&k, p + off, 4);
-    memcpy(&j, p + off + 4, 4);
-    memcpy(&rl, p + off + 32, 4);
-    if (k >= t->nrouters || j >= t->routers[k].n || rl > c->max_record || end - off - 36 < rl) {
-      why = "an output record names no channel of this task, or is malformed";
-      break;
-    }
-    uint64_t key, id;
-    int64_t ts;
-    memcpy(&key, p + off + 8, 8);
-    memcpy(&ts, p + off + 16, 8);
-    memcpy(&id, p + off + 24, 8);
-    route_append(&t->routers[k], j, key, ts, id, p + off + 36, rl);
-    off += 36u + rl;
-    n++;
+    route_append(&t->routers[rec.k], rec.j, rec.key, rec.ts, rec.id, rec.data, rec.len);
+    rc = 0;
   }
-  if (!why && n != q[0]) why = "output record count does not match";
   /* The input section: checked now, replayed later. */
-  for (uint64_t o = end, m = 0; !why && o <= len; m++) {
-    if (o == len) {
-      if (m != q[2]) why = "input record count does not match";
-      break;
-    }
-    uint32_t rl;
-    if (len - o < 28) {
-      why = "truncated input record";
-      break;
-    }
-    memcpy(&rl, p + o + 24, 4);
-    if (rl > c->max_record || len - o - 28 < rl) {
-      why = "malformed input record";
-      break;
-    }
-    o += 28u + rl;
+  if (!rc) {
+    weir__cs_to_inputs(&rd);
+    t->replay_rd = rd;
+    do rc = weir__cs_next(&rd, &rec, &why);
+    while (rc > 0);
   }
   if (why) {
     weir_blob_free(p, len, release);
     return weir_ctx_fail(c, WEIR_ECORRUPT, "restored channel state of task %u: %s", t->index, why);
   }
   flush_outputs(t);
-  if (q[0] || q[2])
+  if (rd.out_records || rd.in_records)
     WEIR_LOG_I("'%s' subtask %u: restored channel state: %llu output records, %llu input "
                "records",
-               c->node->name, c->subtask, (unsigned long long)q[0], (unsigned long long)q[2]);
-  if (q[3]) {
+               c->node->name, c->subtask, (unsigned long long)rd.out_records,
+               (unsigned long long)rd.in_records);
+  if (rd.in_records) {
     t->replay = p;
     t->replay_len = len;
-    t->replay_off = end;
     t->replay_release = release;
     t->replay_batch = weir__batch_create(t->batch_records);
   } else {
@@ -716,31 +641,31 @@ static int un_restore(weir__task *t) {
 /* Processes up to one step's worth of restored input records. Returns 1 if
  * more remain, 0 when done, or an error. */
 static int un_replay(weir__task *t) {
-  for (uint32_t n = 0; n < t->budget_batches && t->replay_off < t->replay_len; n++) {
+  weir__cs_reader *rd = &t->replay_rd;
+  weir__cs_rec rec;
+  const char *why;
+  for (uint32_t n = 0; n < t->budget_batches && rd->off < rd->end; n++) {
     weir__batch *b = t->replay_batch;
     weir__batch_reset(b);
-    while (t->replay_off < t->replay_len) {
-      const uint8_t *p = t->replay + t->replay_off;
-      uint64_t key, id;
-      int64_t ts;
-      uint32_t rl;
-      memcpy(&key, p, 8);
-      memcpy(&ts, p + 8, 8);
-      memcpy(&id, p + 16, 8);
-      memcpy(&rl, p + 24, 4);
-      if (!weir__batch_fits(b, rl)) break;
-      weir__batch_append(b, key, ts, id, p + 28, rl);
-      t->replay_off += 28u + rl;
+    for (;;) {
+      weir__cs_reader at = *rd;
+      /* Checked in un_restore: a record, or the end. */
+      if (weir__cs_next(rd, &rec, &why) <= 0) break;
+      if (!weir__batch_fits(b, rec.len)) {
+        *rd = at;
+        break;
+      }
+      weir__batch_append(b, rec.key, rec.ts, rec.id, rec.data, rec.len);
     }
     int rc = op_process(t->ops[0], b);
     if (!rc) rc = chain_flush(t, 0);
     if (rc) return rc;
     if (!outputs_writable(t)) break;
   }
-  if (t->replay_off < t->replay_len) return 1;
+  if (rd->off < rd->end) return 1;
   weir_blob_free(t->replay, t->replay_len, t->replay_release);
   t->replay = NULL;
-  t->replay_len = t->replay_off = 0;
+  t->replay_len = 0;
   weir__batch_destroy(t->replay_batch);
   t->replay_batch = NULL;
   return 0;
@@ -1268,9 +1193,7 @@ void weir__task_close(weir__task *t) {
   weir__unalign_close(&t->un);
   weir_free(t->scanned);
   t->scanned = NULL;
-  weir_free(t->cs);
-  t->cs = NULL;
-  t->cs_len = t->cs_cap = 0;
+  weir__cs_drop(&t->cs);
   if (t->replay) weir_blob_free(t->replay, t->replay_len, t->replay_release);
   t->replay = NULL;
   weir__batch_destroy(t->replay_batch);

@@ -14,6 +14,7 @@
 #include "align.h"
 #include "batch.h"
 #include "channel.h"
+#include "chanstate.h"
 #include "graph.h"
 #include "state.h"
 #include "unaligned.h"
@@ -129,14 +130,12 @@ struct weir__task {
   uint64_t *scanned; /* per input: ring position scanned for barriers up to */
   uint64_t seen_id;  /* alignment timeout: newest barrier seen, and when */
   uint64_t seen_ns;
-  uint8_t *cs; /* channel state of un.cur being recorded (blob) */
-  uint64_t cs_len, cs_cap;
-  uint64_t cs_out_records, cs_in_records;
-  uint64_t cs_in_start; /* offset of the input section in cs */
+  weir__cs_writer cs; /* channel state of un.cur being recorded */
   /* Restored channel state: input records still to replay before live
-   * input (an owned blob and a read offset). */
+   * input (an owned blob and a reader at the next record). */
   uint8_t *replay;
-  uint64_t replay_len, replay_off;
+  uint64_t replay_len;
+  weir__cs_reader replay_rd;
   void (*replay_release)(uint8_t *, uint64_t);
   weir__batch *replay_batch;
 };
@@ -168,9 +167,6 @@ int weir__task_write_channels(weir__task *t, uint64_t id, uint8_t *blob, uint64_
 /* checkpoint.c: the task's unaligned cut of checkpoint id overtook nothing:
  * the checkpoint waits for no channel state from it after all. */
 void weir__task_no_channels(weir__task *t, uint64_t id);
-/* Channel state blob: header, then output records, then input records. */
-#define WEIR__CS_MAGIC 0x53435557u /* "WUCS" */
-#define WEIR__CS_HDR WEIR_CHANNEL_STATE_HEADER
 /* checkpoint.c: the synchronous part of one operator's snapshot (a copy of
  * its managed state plus its snapshot callback's output) into *s. */
 struct weir_subtask_snapshot;

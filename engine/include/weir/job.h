@@ -481,7 +481,7 @@ typedef struct weir_run_info {
 /* A task's channel state (unaligned checkpoints) is stored in the
  * checkpoint as the operator subtask "<chain head>" WEIR_CHANNEL_STATE_SUFFIX
  * (operator names may not end with it): a blob of a 40-byte header and the
- * overtaken records (engine/src/task.c). */
+ * overtaken records (format in engine/src/chanstate.h). */
 #define WEIR_CHANNEL_STATE_SUFFIX "~channels"
 #define WEIR_CHANNEL_STATE_HEADER 40u
 const weir_run_info *weir_job_run_info(const weir_job *job);

@@ -1,0 +1,264 @@
+/* chanstate.c: owns the channel-state blob format (see chanstate.h): its
+ * writer, used on the task's thread while a cut records, and its checked
+ * reader, used on restore. */
+#include "chanstate.h"
+
+#include <string.h>
+
+#include "weir/alloc.h"
+#include "weir/assert.h"
+
+/* A record's worst case before its payload: three 9-byte values and a
+ * 5-byte length; an output run's header: two 5-byte varints and a 10-byte
+ * count. */
+#define REC_MAX 32u
+#define RUN_MAX 20u
+
+static void reserve(weir__cs_writer *w, uint64_t more) {
+  if (w->len + more <= w->cap) return;
+  uint64_t n = w->cap ? w->cap : 4096;
+  while (n < w->len + more) n *= 2;
+  w->buf = weir_realloc(w->buf, (size_t)n);
+  w->cap = n;
+}
+
+static inline uint8_t *put_varint(uint8_t *q, uint64_t v) {
+  while (v >= 0x80) {
+    *q++ = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  *q++ = (uint8_t)v;
+  return q;
+}
+
+/* Zigzag: small differences of either sign become small varints. */
+static inline uint64_t zz(uint64_t d) {
+  return (d << 1) ^ (uint64_t)((int64_t)d >> 63);
+}
+
+static inline uint64_t unzz(uint64_t u) {
+  return (u >> 1) ^ (0 - (u & 1));
+}
+
+/* A value as its zigzagged difference to the previous one, shifted left
+ * by one, when that takes at most 8 bytes; otherwise (hashed ids and
+ * keys, far apart) as the varint 1 and the value's 8 bytes. */
+#define NEAR (1ull << 55)
+
+static inline uint8_t *put_delta(uint8_t *q, uint64_t v, uint64_t prev) {
+  uint64_t u = zz(v - prev);
+  if (u < NEAR) return put_varint(q, u << 1);
+  *q++ = 1;
+  memcpy(q, &v, 8);
+  return q + 8;
+}
+
+static void section_start(weir__cs_writer *w) {
+  w->pkey = w->pid = 0;
+  w->pts = 0;
+}
+
+void weir__cs_begin(weir__cs_writer *w) {
+  weir__cs_drop(w);
+  reserve(w, WEIR__CS_HDR);
+  memset(w->buf, 0, WEIR__CS_HDR);
+  w->len = WEIR__CS_HDR;
+  section_start(w);
+}
+
+void weir__cs_run(weir__cs_writer *w, uint32_t k, uint32_t j, uint64_t n) {
+  WEIR_ASSERT(!w->in_start && n > 0);
+  reserve(w, RUN_MAX);
+  uint8_t *q = w->buf + w->len;
+  q = put_varint(q, k);
+  q = put_varint(q, j);
+  q = put_varint(q, n);
+  w->len = (uint64_t)(q - w->buf);
+}
+
+void weir__cs_batch(weir__cs_writer *w, const weir__batch *b) {
+  for (uint32_t r = 0; r < b->len; r++) {
+    uint32_t rl = b->lens[r];
+    reserve(w, REC_MAX + rl);
+    uint8_t *q = w->buf + w->len;
+    q = put_delta(q, b->keys[r], w->pkey);
+    q = put_delta(q, (uint64_t)b->ts[r], (uint64_t)w->pts);
+    q = put_delta(q, b->ids[r], w->pid);
+    q = put_varint(q, rl);
+    if (rl) memcpy(q, b->data + b->off[r], rl);
+    w->len = (uint64_t)(q + rl - w->buf);
+    w->pkey = b->keys[r];
+    w->pts = b->ts[r];
+    w->pid = b->ids[r];
+  }
+  if (w->in_start)
+    w->in_records += b->len;
+  else
+    w->out_records += b->len;
+}
+
+void weir__cs_inputs(weir__cs_writer *w) {
+  WEIR_ASSERT(!w->in_start && w->len >= WEIR__CS_HDR);
+  w->in_start = w->len;
+  section_start(w);
+}
+
+uint8_t *weir__cs_finish(weir__cs_writer *w, uint64_t *len) {
+  WEIR_ASSERT(w->in_start >= WEIR__CS_HDR);
+  uint32_t h[2] = {WEIR__CS_MAGIC, WEIR__CS_FORMAT};
+  uint64_t q[4] = {w->out_records, w->in_start - WEIR__CS_HDR, w->in_records, w->len - w->in_start};
+  memcpy(w->buf, h, 8);
+  memcpy(w->buf + 8, q, 32);
+  uint8_t *blob = w->buf;
+  *len = w->len;
+  memset(w, 0, sizeof *w);
+  return blob;
+}
+
+void weir__cs_drop(weir__cs_writer *w) {
+  weir_free(w->buf);
+  memset(w, 0, sizeof *w);
+}
+
+/* ---- reading ---------------------------------------------------------------- */
+
+/* A varint at r->off, not past r->end. */
+static int get_varint(weir__cs_reader *r, uint64_t *v) {
+  uint64_t x = 0;
+  for (unsigned s = 0; s < 70; s += 7) {
+    if (r->off >= r->end) return -1;
+    uint8_t c = r->p[r->off++];
+    if (s == 63 && c > 1) return -1; /* more than 64 bits */
+    x |= (uint64_t)(c & 0x7f) << s;
+    if (!(c & 0x80)) {
+      *v = x;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+/* A value written by put_delta. */
+static int get_delta(weir__cs_reader *r, uint64_t *v, uint64_t prev) {
+  uint64_t u;
+  if (get_varint(r, &u)) return -1;
+  if (!(u & 1)) {
+    *v = prev + unzz(u >> 1);
+    return 0;
+  }
+  if (u != 1 || r->end - r->off < 8) return -1;
+  memcpy(v, r->p + r->off, 8);
+  r->off += 8;
+  return 0;
+}
+
+static int get_fixed(weir__cs_reader *r, void *v, uint64_t n) {
+  if (r->end - r->off < n) return -1;
+  memcpy(v, r->p + r->off, (size_t)n);
+  r->off += n;
+  return 0;
+}
+
+int weir__cs_open(weir__cs_reader *r, const uint8_t *p, uint64_t len, uint32_t max_record,
+                  const char **why) {
+  memset(r, 0, sizeof *r);
+  uint32_t h[2];
+  uint64_t q[4];
+  if (len < WEIR__CS_HDR) {
+    *why = "shorter than its header";
+    return -1;
+  }
+  memcpy(h, p, 8);
+  memcpy(q, p + 8, 32);
+  if (h[0] != WEIR__CS_MAGIC || h[1] < 1 || h[1] > WEIR__CS_FORMAT) {
+    *why = "unknown format (written by a newer weir?)";
+    return -1;
+  }
+  if (q[1] > len - WEIR__CS_HDR || q[3] != len - WEIR__CS_HDR - q[1]) {
+    *why = "section lengths do not add up";
+    return -1;
+  }
+  r->p = p;
+  r->len = len;
+  r->off = WEIR__CS_HDR;
+  r->end = WEIR__CS_HDR + q[1];
+  r->format = h[1];
+  r->max_record = max_record;
+  r->out_records = q[0];
+  r->in_records = q[2];
+  return 0;
+}
+
+void weir__cs_to_inputs(weir__cs_reader *r) {
+  WEIR_ASSERT(!r->inputs && r->off == r->end);
+  r->inputs = 1;
+  r->end = r->len;
+  r->got = 0;
+  r->run_left = 0;
+  r->pkey = r->pid = 0;
+  r->pts = 0;
+}
+
+static int next_v1(weir__cs_reader *r, weir__cs_rec *rec) {
+  if (!r->inputs && (get_fixed(r, &rec->k, 4) || get_fixed(r, &rec->j, 4))) return -1;
+  if (get_fixed(r, &rec->key, 8) || get_fixed(r, &rec->ts, 8) || get_fixed(r, &rec->id, 8) ||
+      get_fixed(r, &rec->len, 4))
+    return -1;
+  return 0;
+}
+
+static int next_v2(weir__cs_reader *r, weir__cs_rec *rec, const char **why) {
+  if (!r->inputs) {
+    if (!r->run_left) {
+      uint64_t k, j, n;
+      if (get_varint(r, &k) || get_varint(r, &j) || get_varint(r, &n)) return -1;
+      if (k > UINT32_MAX || j > UINT32_MAX || n == 0) {
+        *why = "malformed output run";
+        return -1;
+      }
+      r->k = (uint32_t)k;
+      r->j = (uint32_t)j;
+      r->run_left = n;
+    }
+    r->run_left--;
+    rec->k = r->k;
+    rec->j = r->j;
+  }
+  uint64_t ts, len;
+  if (get_delta(r, &rec->key, r->pkey) || get_delta(r, &ts, (uint64_t)r->pts) ||
+      get_delta(r, &rec->id, r->pid) || get_varint(r, &len) || len > UINT32_MAX)
+    return -1;
+  rec->ts = (int64_t)ts;
+  rec->len = (uint32_t)len;
+  r->pkey = rec->key;
+  r->pts = rec->ts;
+  r->pid = rec->id;
+  return 0;
+}
+
+static int miscounted(const weir__cs_reader *r, const char **why) {
+  *why = r->inputs ? "input record count does not match" : "output record count does not match";
+  return -1;
+}
+
+int weir__cs_next(weir__cs_reader *r, weir__cs_rec *rec, const char **why) {
+  uint64_t want = r->inputs ? r->in_records : r->out_records;
+  if (r->off == r->end) {
+    if (r->run_left) {
+      *why = "an output run ends early";
+      return -1;
+    }
+    return r->got == want ? 0 : miscounted(r, why);
+  }
+  memset(rec, 0, sizeof *rec);
+  *why = NULL;
+  int rc = r->format == 1 ? next_v1(r, rec) : next_v2(r, rec, why);
+  if (!rc && (rec->len > r->max_record || r->end - r->off < rec->len)) rc = -1;
+  if (rc) {
+    if (!*why) *why = r->inputs ? "malformed input record" : "malformed output record";
+    return -1;
+  }
+  rec->data = r->p + r->off;
+  r->off += rec->len;
+  return ++r->got > want ? miscounted(r, why) : 1;
+}

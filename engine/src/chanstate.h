@@ -1,0 +1,102 @@
+/* chanstate.h: the channel-state blob of an unaligned cut: the records a
+ * task's barrier overtook, written by the task while it records (task.c)
+ * and read back on restore. Pure: no threads, no store.
+ *
+ * A blob is a 40-byte header, then the output section (records that were
+ * waiting in the task's output channels, each with the router and channel
+ * it goes to), then the input section (records consumed after the cut from
+ * inputs whose barrier had not arrived yet), both in the order they were
+ * sent. Header (host byte order, like every stored value):
+ *
+ *   u32 magic "WUCS", u32 format, u64 output records, u64 output section
+ *   bytes, u64 input records, u64 input section bytes
+ *
+ * Format 2 (written): the output section is a sequence of runs
+ * [router][channel][n] followed by n records; a record is
+ * [key][ts][id][len][payload]. Integers are LEB128 varints (at most 10
+ * bytes). Key, ts and id are each coded against the same field of the
+ * previous record of the section (0 before the first): the varint of the
+ * zigzagged difference shifted left by one when that takes at most 8
+ * bytes, else the varint 1 followed by the value's 8 bytes. Records of one
+ * batch differ little in key and time, and a source's ids are
+ * consecutive, so a counter record takes 4 to 7 bytes instead of 28; ids
+ * an operator derived by hashing take 9 (the fixed width's 8, plus one).
+ *
+ * Format 1 (read only, so checkpoints written before format 2 restore):
+ * fixed-width records, [router u32][channel u32] before each output
+ * record, then [key u64][ts i64][id u64][len u32][payload].
+ *
+ * The reader checks everything it returns: lengths against the blob and
+ * max_record, counts against the header, runs against the section end;
+ * a damaged blob gives -1 with a reason, never a read out of bounds. */
+#ifndef WEIR_CHANSTATE_H
+#define WEIR_CHANSTATE_H
+
+#include <stdint.h>
+
+#include "batch.h"
+#include "weir/job.h"
+
+#define WEIR__CS_MAGIC 0x53435557u /* "WUCS" */
+#define WEIR__CS_HDR WEIR_CHANNEL_STATE_HEADER
+#define WEIR__CS_FORMAT 2u
+
+/* One blob being written. Zero it, then weir__cs_begin(). */
+typedef struct weir__cs_writer {
+  uint8_t *buf; /* owned until weir__cs_finish() */
+  uint64_t len, cap;
+  uint64_t out_records, in_records;
+  uint64_t in_start;  /* offset of the input section, 0 while writing outputs */
+  uint64_t pkey, pid; /* the previous record of this section */
+  int64_t pts;
+} weir__cs_writer;
+
+/* Starts a blob (drops one left unfinished) at its output section. */
+void weir__cs_begin(weir__cs_writer *w);
+/* Output section: the next n records (n > 0) go to router k, channel j. */
+void weir__cs_run(weir__cs_writer *w, uint32_t k, uint32_t j, uint64_t n);
+/* Appends every record of data batch b to the current section. */
+void weir__cs_batch(weir__cs_writer *w, const weir__batch *b);
+/* Ends the output section and starts the input section. */
+void weir__cs_inputs(weir__cs_writer *w);
+/* Completes the header and hands the blob over (caller frees it with
+ * weir_free); *len is its size. The writer is empty afterwards. */
+uint8_t *weir__cs_finish(weir__cs_writer *w, uint64_t *len);
+/* Frees an unfinished blob. */
+void weir__cs_drop(weir__cs_writer *w);
+
+/* One decoded record. data points into the blob. */
+typedef struct weir__cs_rec {
+  uint32_t k, j; /* output records: router and channel */
+  uint32_t len;
+  uint64_t key, id;
+  int64_t ts;
+  const uint8_t *data;
+} weir__cs_rec;
+
+/* Reads a blob it does not own, one section after the other. */
+typedef struct weir__cs_reader {
+  const uint8_t *p;
+  uint64_t len, off, end; /* end: of the current section */
+  uint32_t format, max_record;
+  int inputs;           /* in the input section */
+  uint64_t out_records; /* the header's counts */
+  uint64_t in_records;
+  uint64_t got;      /* records of the current section read */
+  uint64_t run_left; /* format 2 outputs: records left in the run */
+  uint32_t k, j;     /* and where they go */
+  uint64_t pkey, pid;
+  int64_t pts;
+} weir__cs_reader;
+
+/* Checks the header and positions r at the output section. Returns 0, or
+ * -1 with *why set. */
+int weir__cs_open(weir__cs_reader *r, const uint8_t *p, uint64_t len, uint32_t max_record,
+                  const char **why);
+/* The next record of the current section into *rec: 1, or 0 at the
+ * section's end (its count checked), or -1 with *why set. */
+int weir__cs_next(weir__cs_reader *r, weir__cs_rec *rec, const char **why);
+/* Moves to the input section; the output section must have been read to
+ * its end. */
+void weir__cs_to_inputs(weir__cs_reader *r);
+#endif

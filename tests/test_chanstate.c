@@ -1,0 +1,390 @@
+/* test_chanstate.c: the channel-state blob (engine/src/chanstate.c):
+ * format 2 round trips (runs, deltas of either sign, extreme values,
+ * payloads), format 1 blobs still read, and a damaged blob (every
+ * truncation, every single-byte change, seeded random corruption, wrong
+ * counts, bad varints) gives a clean error or records within bounds, never
+ * a read past the blob (AddressSanitizer checks that in CI). */
+#include <criterion/criterion.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "chanstate.h"
+#include "helpers.h"
+#include "weir/alloc.h"
+
+typedef struct want {
+  uint32_t k, j, len;
+  uint64_t key, id;
+  int64_t ts;
+} want;
+
+/* Payload byte x of a record with this key. */
+static uint8_t pay_byte(uint64_t key, uint32_t x) {
+  return (uint8_t)(key * 31u + x);
+}
+
+static void fill(weir__batch *b, const want *w, uint32_t n) {
+  weir__batch_reset(b);
+  uint8_t pay[256];
+  for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t x = 0; x < w[i].len; x++) pay[x] = pay_byte(w[i].key, x);
+    cr_assert(weir__batch_fits(b, w[i].len));
+    weir__batch_append(b, w[i].key, w[i].ts, w[i].id, pay, w[i].len);
+  }
+}
+
+/* Reads one section to its end and checks it against w. */
+static void expect(weir__cs_reader *r, const want *w, uint32_t n, int out) {
+  weir__cs_rec rec;
+  const char *why = NULL;
+  for (uint32_t i = 0; i < n; i++) {
+    cr_assert_eq(weir__cs_next(r, &rec, &why), 1, "record %u: %s", i, why ? why : "");
+    cr_assert_eq(rec.key, w[i].key, "record %u key", i);
+    cr_assert_eq(rec.ts, w[i].ts, "record %u ts", i);
+    cr_assert_eq(rec.id, w[i].id, "record %u id", i);
+    cr_assert_eq(rec.len, w[i].len);
+    if (out) {
+      cr_assert_eq(rec.k, w[i].k);
+      cr_assert_eq(rec.j, w[i].j);
+    }
+    for (uint32_t x = 0; x < rec.len; x++) cr_assert_eq(rec.data[x], pay_byte(w[i].key, x));
+  }
+  cr_assert_eq(weir__cs_next(r, &rec, &why), 0, "section does not end: %s", why ? why : "");
+}
+
+static const want OUTS[] = {
+    {0, 0, 0, 10, 100, 5},
+    {0, 0, 8, 11, 101, 6},
+    {0, 0, 0, 3, 99, 4},
+    {1, 2, 3, UINT64_MAX, 0, INT64_MIN},
+    {1, 2, 0, 0, UINT64_MAX, INT64_MAX},
+};
+static const want INS[] = {
+    {0, 0, 0, 1u << 20, 7, -1},
+    {0, 0, 17, 5, 8, 0},
+    {0, 0, 0, 5, 8, 0},
+    {0, 0, 200, 0x8000000000000000ull, 9, -5},
+};
+
+/* The blob of OUTS (a run of 3 to (0,0), one of 2 to (1,2)) and INS (two
+ * batches). */
+static uint8_t *sample(uint64_t *len) {
+  weir__cs_writer w;
+  memset(&w, 0, sizeof w);
+  weir__batch *b = weir__batch_create(16);
+  weir__cs_begin(&w);
+  weir__cs_run(&w, 0, 0, 3);
+  fill(b, OUTS, 3);
+  weir__cs_batch(&w, b);
+  weir__cs_run(&w, 1, 2, 2);
+  fill(b, OUTS + 3, 2);
+  weir__cs_batch(&w, b);
+  weir__cs_inputs(&w);
+  fill(b, INS, 2);
+  weir__cs_batch(&w, b);
+  fill(b, INS + 2, 2);
+  weir__cs_batch(&w, b);
+  weir__batch_destroy(b);
+  return weir__cs_finish(&w, len);
+}
+
+/* Reads a whole blob; returns 0, or -1 (with why) at the first error. */
+static int read_all(const uint8_t *p, uint64_t len, uint32_t max_record, const char **why,
+                    uint64_t *records) {
+  weir__cs_reader r;
+  weir__cs_rec rec;
+  *records = 0;
+  if (weir__cs_open(&r, p, len, max_record, why)) return -1;
+  for (int sec = 0; sec < 2; sec++) {
+    int rc;
+    while ((rc = weir__cs_next(&r, &rec, why)) > 0) {
+      cr_assert_leq(rec.len, max_record);
+      cr_assert(rec.data >= p && rec.data + rec.len <= p + len, "record outside the blob");
+      ++*records;
+    }
+    if (rc < 0) {
+      cr_assert_not_null(*why);
+      return -1;
+    }
+    if (!sec) weir__cs_to_inputs(&r);
+  }
+  return 0;
+}
+
+Test(chanstate, format2_round_trip) {
+  uint64_t len;
+  uint8_t *blob = sample(&len);
+  uint32_t h[2];
+  memcpy(h, blob, 8);
+  cr_assert_eq(h[0], WEIR__CS_MAGIC);
+  cr_assert_eq(h[1], 2);
+  weir__cs_reader r;
+  const char *why = NULL;
+  cr_assert_eq(weir__cs_open(&r, blob, len, 256, &why), 0, "%s", why);
+  cr_assert_eq(r.out_records, 5);
+  cr_assert_eq(r.in_records, 4);
+  expect(&r, OUTS, 5, 1);
+  weir__cs_to_inputs(&r);
+  expect(&r, INS, 4, 0);
+  weir_free(blob);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* Consecutive records of a batch (the generator's: key, time and id each
+ * a step apart) take a few bytes each: key 2, ts, id and length 1. */
+Test(chanstate, format2_is_compact) {
+  weir__cs_writer w;
+  memset(&w, 0, sizeof w);
+  weir__batch *b = weir__batch_create(1024);
+  for (uint32_t i = 0; i < 1024; i++) {
+    cr_assert(weir__batch_fits(b, 0));
+    weir__batch_append(b, 1000000u + 37u * i, 5000 + 2 * i, 900000000u + 2 * i, NULL, 0);
+  }
+  weir__cs_begin(&w);
+  weir__cs_inputs(&w);
+  weir__cs_batch(&w, b);
+  uint64_t len;
+  uint8_t *blob = weir__cs_finish(&w, &len);
+  cr_assert_leq(len - WEIR__CS_HDR, 1024u * 5 + 16, "%llu bytes for 1024 records",
+                (unsigned long long)(len - WEIR__CS_HDR));
+  uint64_t n;
+  const char *why = NULL;
+  cr_assert_eq(read_all(blob, len, 0, &why, &n), 0, "%s", why);
+  cr_assert_eq(n, 1024);
+  weir_free(blob);
+  weir__batch_destroy(b);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* A blob in format 1 (fixed-width records, router and channel before each
+ * output record), as checkpoints written before format 2 hold. */
+static uint8_t *format1(uint64_t *len) {
+  uint8_t *p = weir_malloc(1024);
+  uint64_t o = WEIR__CS_HDR;
+  for (int sec = 0; sec < 2; sec++) {
+    const want *w = sec ? INS : OUTS;
+    uint32_t n = sec ? 4 : 5;
+    uint64_t start = o;
+    for (uint32_t i = 0; i < n; i++) {
+      if (!sec) {
+        memcpy(p + o, &w[i].k, 4);
+        memcpy(p + o + 4, &w[i].j, 4);
+        o += 8;
+      }
+      memcpy(p + o, &w[i].key, 8);
+      memcpy(p + o + 8, &w[i].ts, 8);
+      memcpy(p + o + 16, &w[i].id, 8);
+      memcpy(p + o + 24, &w[i].len, 4);
+      o += 28;
+      for (uint32_t x = 0; x < w[i].len; x++) p[o++] = pay_byte(w[i].key, x);
+    }
+    uint64_t q[2] = {n, o - start};
+    memcpy(p + 8 + 16 * sec, q, 16);
+  }
+  uint32_t h[2] = {WEIR__CS_MAGIC, 1};
+  memcpy(p, h, 8);
+  *len = o;
+  return p;
+}
+
+Test(chanstate, format1_still_reads) {
+  uint64_t len;
+  uint8_t *blob = format1(&len);
+  weir__cs_reader r;
+  const char *why = NULL;
+  cr_assert_eq(weir__cs_open(&r, blob, len, 256, &why), 0, "%s", why);
+  expect(&r, OUTS, 5, 1);
+  weir__cs_to_inputs(&r);
+  expect(&r, INS, 4, 0);
+  weir_free(blob);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+Test(chanstate, header_errors) {
+  uint64_t len;
+  uint8_t *blob = sample(&len);
+  const char *why = NULL;
+  uint64_t n;
+  cr_assert_eq(read_all(blob, 39, 256, &why, &n), -1);
+  cr_assert_str_eq(why, "shorter than its header");
+  uint32_t v = 3;
+  memcpy(blob + 4, &v, 4);
+  cr_assert_eq(read_all(blob, len, 256, &why, &n), -1);
+  cr_assert_str_eq(why, "unknown format (written by a newer weir?)");
+  v = 2;
+  memcpy(blob + 4, &v, 4);
+  cr_assert_eq(read_all(blob, len - 1, 256, &why, &n), -1);
+  cr_assert_str_eq(why, "section lengths do not add up");
+  /* One output record more than the header says, then one less. */
+  uint64_t c;
+  memcpy(&c, blob + 8, 8);
+  c--;
+  memcpy(blob + 8, &c, 8);
+  cr_assert_eq(read_all(blob, len, 256, &why, &n), -1);
+  cr_assert_str_eq(why, "output record count does not match");
+  c += 2;
+  memcpy(blob + 8, &c, 8);
+  cr_assert_eq(read_all(blob, len, 256, &why, &n), -1);
+  cr_assert_str_eq(why, "output record count does not match");
+  c--;
+  memcpy(blob + 8, &c, 8);
+  memcpy(&c, blob + 24, 8);
+  c++;
+  memcpy(blob + 24, &c, 8);
+  cr_assert_eq(read_all(blob, len, 256, &why, &n), -1);
+  cr_assert_str_eq(why, "input record count does not match");
+  c--;
+  memcpy(blob + 24, &c, 8);
+  /* A payload over the limit the task reads with. */
+  cr_assert_eq(read_all(blob, len, 199, &why, &n), -1);
+  cr_assert_str_eq(why, "malformed input record");
+  cr_assert_eq(read_all(blob, len, 200, &why, &n), 0, "%s", why);
+  cr_assert_eq(n, 9);
+  weir_free(blob);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* A blob of one output section: the header says `records` records in n
+ * bytes, which are s. */
+static int read_section(const uint8_t *s, uint64_t n, uint64_t records, const char **why) {
+  uint8_t p[WEIR__CS_HDR + 32];
+  cr_assert_leq(n, 32);
+  uint32_t h[2] = {WEIR__CS_MAGIC, 2};
+  uint64_t q[4] = {records, n, 0, 0};
+  memcpy(p, h, 8);
+  memcpy(p + 8, q, 32);
+  memcpy(p + WEIR__CS_HDR, s, n);
+  uint64_t got;
+  int rc = read_all(p, WEIR__CS_HDR + n, 0, why, &got);
+  if (!rc) cr_assert_eq(got, records);
+  return rc;
+}
+
+/* Varints longer than 64 bits, the escape to 8 raw bytes, runs of zero
+ * records or longer than their section. */
+Test(chanstate, bad_varints_and_runs) {
+  const char *why = NULL;
+  /* A run (0, 0, 1); key: the escape and UINT64_MAX; ts, id, len 0. */
+  uint8_t ok[15] = {0, 0, 1, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0};
+  cr_assert_eq(read_section(ok, sizeof ok, 1, &why), 0, "%s", why);
+  uint8_t s[32];
+  memcpy(s, ok, sizeof ok);
+  s[3] = 3; /* an odd value other than the escape */
+  cr_assert_eq(read_section(s, sizeof ok, 1, &why), -1);
+  cr_assert_str_eq(why, "malformed output record");
+  cr_assert_eq(read_section(ok, 10, 1, &why), -1); /* the escape's bytes cut short */
+  /* A key of eleven varint bytes; then of ten whose last carries more
+   * than the 64th bit; then of ten that fit. */
+  memset(s, 0, sizeof s);
+  s[2] = 1;
+  memset(s + 3, 0xfe, 10);
+  s[13] = 0x01;
+  cr_assert_eq(read_section(s, 17, 1, &why), -1);
+  cr_assert_str_eq(why, "malformed output record");
+  s[12] = 0x02;
+  s[13] = 0;
+  cr_assert_eq(read_section(s, 16, 1, &why), -1);
+  s[12] = 0x01;
+  cr_assert_eq(read_section(s, 16, 1, &why), 0, "%s", why);
+  s[2] = 0; /* a run of no records */
+  cr_assert_eq(read_section(s, 16, 1, &why), -1);
+  cr_assert_str_eq(why, "malformed output run");
+  s[2] = 2; /* a run longer than its section */
+  cr_assert_eq(read_section(s, 16, 2, &why), -1);
+  cr_assert_str_eq(why, "an output run ends early");
+}
+
+/* Every truncation of the last section, every single-byte change and
+ * seeded random corruption: an error or records within bounds. */
+Test(chanstate, damaged_blobs_stay_in_bounds) {
+  uint64_t len;
+  uint8_t *blob = sample(&len);
+  const char *why;
+  uint64_t n;
+  for (uint64_t cut = WEIR__CS_HDR; cut < len; cut++) {
+    /* Keep the header consistent, so the sections themselves are read. */
+    uint8_t *p = weir_malloc(cut);
+    memcpy(p, blob, cut);
+    uint64_t q[4];
+    memcpy(q, p + 8, 32);
+    if (cut < WEIR__CS_HDR + q[1]) q[1] = cut - WEIR__CS_HDR;
+    q[3] = cut - WEIR__CS_HDR - q[1];
+    memcpy(p + 8, q, 32);
+    why = NULL;
+    cr_assert_eq(read_all(p, cut, 256, &why, &n), -1, "cut at %llu read", (unsigned long long)cut);
+    weir_free(p);
+  }
+  uint8_t *p = weir_malloc(len);
+  for (uint64_t i = WEIR__CS_HDR; i < len; i++)
+    for (int bit = 0; bit < 8; bit++) {
+      memcpy(p, blob, len);
+      p[i] ^= (uint8_t)(1u << bit);
+      (void)read_all(p, len, 256, &why, &n);
+    }
+  const char *env = getenv("WEIR_TEST_SEED");
+  uint64_t seed = env && *env ? strtoull(env, NULL, 10) : 20261201u;
+  for (int round = 0; round < 20000; round++) {
+    memcpy(p, blob, len);
+    int m = 1 + (int)(th_splitmix64(&seed) % 4);
+    for (int k = 0; k < m; k++)
+      p[WEIR__CS_HDR + th_splitmix64(&seed) % (len - WEIR__CS_HDR)] = (uint8_t)th_splitmix64(&seed);
+    (void)read_all(p, len, 256, &why, &n);
+  }
+  weir_free(p);
+  weir_free(blob);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* Seeded random records (keys, times and ids near and far apart, payloads
+ * of any length) in runs and batches of random sizes read back exactly. */
+Test(chanstate, random_round_trips) {
+  const char *env = getenv("WEIR_TEST_SEED");
+  uint64_t seed = env && *env ? strtoull(env, NULL, 10) : 20261202u;
+  enum { N = 3000 };
+  want *w = weir_malloc(N * sizeof *w);
+  weir__batch *b = weir__batch_create(64);
+  for (int round = 0; round < 50; round++) {
+    uint32_t nout = (uint32_t)(th_splitmix64(&seed) % N), nin = N - nout;
+    for (uint32_t i = 0; i < N; i++) {
+      uint64_t x = th_splitmix64(&seed);
+      int far = x % 8 == 0;
+      uint64_t pk = i ? w[i - 1].key : 0, pi = i ? w[i - 1].id : 0;
+      int64_t pt = i ? w[i - 1].ts : 0;
+      w[i].key = far ? th_splitmix64(&seed) : pk + (x >> 8) % 100 - 50;
+      w[i].ts = far ? (int64_t)th_splitmix64(&seed) : pt + (int64_t)((x >> 16) % 7) - 3;
+      w[i].id = far ? th_splitmix64(&seed) : pi + (x >> 24) % 5;
+      w[i].len = (x >> 32) % 4 == 0 ? (uint32_t)((x >> 40) % 200) : 0;
+      w[i].k = i < nout ? (uint32_t)(i * 3 / (nout ? nout : 1)) : 0;
+      w[i].j = w[i].k % 2;
+    }
+    weir__cs_writer cw;
+    memset(&cw, 0, sizeof cw);
+    weir__cs_begin(&cw);
+    for (uint32_t i = 0; i < N;) {
+      if (i == nout) weir__cs_inputs(&cw);
+      uint32_t lim = i < nout ? nout : N, n = 1 + (uint32_t)(th_splitmix64(&seed) % 64);
+      if (n > lim - i) n = lim - i;
+      if (i < nout) /* a run within one channel */
+        for (uint32_t m = 1; m < n; m++)
+          if (w[i + m].k != w[i].k) n = m;
+      if (i < nout) weir__cs_run(&cw, w[i].k, w[i].j, n);
+      fill(b, w + i, n);
+      weir__cs_batch(&cw, b);
+      i += n;
+    }
+    if (nout == N) weir__cs_inputs(&cw);
+    uint64_t len;
+    uint8_t *blob = weir__cs_finish(&cw, &len);
+    weir__cs_reader r;
+    const char *why = NULL;
+    cr_assert_eq(weir__cs_open(&r, blob, len, 256, &why), 0, "%s", why);
+    expect(&r, w, nout, 1);
+    weir__cs_to_inputs(&r);
+    expect(&r, w + nout, nin, 0);
+    weir_free(blob);
+  }
+  weir__batch_destroy(b);
+  weir_free(w);
+  cr_assert_eq(th_leak_check(), 0);
+}
