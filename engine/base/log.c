@@ -1,6 +1,7 @@
 /* log.c: owns the log level and the format of log lines on stderr. */
 #include "weir/log.h"
 #include "weir/assert.h"
+#include "weir/clock.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -9,6 +10,9 @@
 #include <string.h>
 
 static atomic_int log_level = -1;
+/* WEIR_LOG=debug: lines carry seconds since the first one, to follow a
+ * checkpoint across threads. */
+static _Atomic uint64_t log_t0;
 
 static int level_from_env(void) {
   const char *s = getenv("WEIR_LOG");
@@ -35,7 +39,17 @@ void weir_log_set_level(int level) {
 void weir__log(int level, const char *fmt, ...) {
   static const char *names[] = {"error", "warn", "info", "debug"};
   char line[1024];
-  int n = snprintf(line, sizeof line, "weir: %s: ", names[level & 3]);
+  int n;
+  if (weir_log_level() >= WEIR_LOG_DEBUG) {
+    uint64_t now = weir_clock_mono_ns(), t0 = 0;
+    if (!atomic_compare_exchange_strong(&log_t0, &t0, now))
+      now = now > t0 ? now - t0 : 0;
+    else
+      now = 0;
+    n = snprintf(line, sizeof line, "weir: %s: %.6f ", names[level & 3], (double)now / 1e9);
+  } else {
+    n = snprintf(line, sizeof line, "weir: %s: ", names[level & 3]);
+  }
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
