@@ -6,7 +6,10 @@
  * A task runs in steps (the mailbox model): a step first makes sure every
  * output channel has room, then consumes up to `budget_batches` input
  * batches (or asks its source for that many batches' worth of records),
- * stopping early when an output fills up or input runs dry. Operators in a
+ * stopping early when an output fills up, input runs dry, or the step has
+ * taken WEIR__STEP_NS: a slow operator then holds up the other tasks of
+ * its worker (and the checkpoint barriers they would forward, a source's
+ * among them) for about one batch, not for its whole budget. Operators in a
  * chain hand records to each other through a link batch per chain link:
  * emissions append to it and a full link is processed by the successor at
  * once; after each input batch every link is flushed in chain order, so a
@@ -1002,6 +1005,7 @@ static int input_step(weir__task *t) {
       t->un.last >= atomic_load_explicit(&t->job->trigger_id, memory_order_relaxed) &&
       t->un.last > atomic_load_explicit(&t->job->complete_id, memory_order_relaxed))
     budget = 1;
+  uint64_t t0 = weir_clock_mono_ns();
   while (processed < budget) {
     weir__batch *b = NULL;
     uint32_t idx = 0;
@@ -1079,6 +1083,7 @@ static int input_step(weir__task *t) {
         publish_stats(t);
         return 0;
       }
+      if (weir_clock_mono_ns() - t0 > WEIR__STEP_NS) break;
     } else if (b->kind == WEIR__MSG_EOI) {
       weir__chan_release(t->in[idx]);
       if (input_ended(t, idx)) return 0;
