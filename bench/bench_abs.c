@@ -454,9 +454,8 @@ static int bench_latency(uint64_t rate, uint32_t interval_ms, uint32_t align_ms,
     double achieved = bench_stopper_join(&st);
     const weir_run_info *ri = weir_job_run_info(job);
     uint64_t ck = ri->checkpoints;
-    /* Alignment per checkpoint, the final one left out (it comes after the
-     * stop, when sources end). */
-    uint32_t al[WEIR_RUN_INFO_DURATIONS], nal = ri->checkpoint_ms_n ? ri->checkpoint_ms_n - 1 : 0;
+    /* Alignment per checkpoint of the measured window. */
+    uint32_t al[WEIR_RUN_INFO_DURATIONS], nal = bench_window_checkpoints(ri);
     memcpy(al, ri->alignment_us, nal * sizeof *al);
     /* In steady state: the checkpoints after every key exists (the source
      * reaches the last new key after keys / rate seconds; until then every

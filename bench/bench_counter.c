@@ -151,7 +151,7 @@ static const ckpt_mode no_checkpoints = {"none", 0, 0};
 /* What a checkpointed run reports besides its rate. */
 typedef struct ckpt_run {
   uint64_t checkpoints;
-  double ms_p50; /* checkpoint duration (trigger to durable), the final one left out */
+  double ms_p50; /* checkpoint duration (trigger to durable) in the measured window */
 } ckpt_run;
 
 static int cmp_u32(const void *a, const void *b) {
@@ -195,7 +195,7 @@ static double run_engine_ckpt(uint64_t records, uint64_t keys, int workers, cons
   if (!records) rate = bench_stopper_join(&st);
   if (cr) {
     const weir_run_info *ri = weir_job_run_info(job);
-    uint32_t d[WEIR_RUN_INFO_DURATIONS], n = ri->checkpoint_ms_n ? ri->checkpoint_ms_n - 1 : 0;
+    uint32_t d[WEIR_RUN_INFO_DURATIONS], n = bench_window_checkpoints(ri);
     memcpy(d, ri->checkpoint_ms, n * sizeof *d);
     qsort(d, n, sizeof *d, cmp_u32);
     cr->checkpoints = ri->checkpoints;

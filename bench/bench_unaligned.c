@@ -23,8 +23,9 @@
  * 10 ms). For each mode: throughput (the generator's records in those S
  * seconds) and its ratio to the mean of the two runs without checkpoints
  * around it (median over repetitions); checkpoint duration, trigger to
- * durable, p50 and p99 over every checkpoint of every repetition (the final
- * one excluded); the share of checkpoints with unaligned cuts and the
+ * durable, p50 and p99 over every checkpoint of every repetition (not the
+ * final one, nor one still in flight at the stop: both wait for the job
+ * to drain); the share of checkpoints with unaligned cuts and the
  * channel state per checkpoint (records the barriers overtook, average).
  *
  *   bench_unaligned [--seconds S] [--reps R] [--workers W] [--slow-us US]
@@ -132,8 +133,7 @@ static void run(const cfg *c, const mode *m, const char *dir, result *out) {
   const weir_run_info *ri = weir_job_run_info(job);
   memset(out, 0, sizeof *out);
   out->rate = rate;
-  /* The last one completed is the final checkpoint, after the stop. */
-  out->n = ri->checkpoint_ms_n ? ri->checkpoint_ms_n - 1 : 0;
+  out->n = bench_window_checkpoints(ri);
   memcpy(out->ms, ri->checkpoint_ms, out->n * sizeof out->ms[0]);
   out->unaligned = ri->unaligned_checkpoints;
   out->chan_bytes = ri->channel_state_bytes;

@@ -72,4 +72,12 @@ static double bench_stopper_join(bench_stopper *st) {
   return st->window > 0 ? (double)st->emitted / st->window : 0;
 }
 
+/* How many of ri->checkpoint_ms belong to the measured window: not the
+ * final checkpoint (after the stop, when sources end), nor one that was
+ * still in flight at the stop (it waits for the job to drain). */
+static inline uint32_t bench_window_checkpoints(const weir_run_info *ri) {
+  uint32_t n = ri->checkpoint_ms_n ? ri->checkpoint_ms_n - 1 : 0;
+  return n < ri->checkpoint_ms_before_stop ? n : ri->checkpoint_ms_before_stop;
+}
+
 #endif

@@ -121,6 +121,7 @@ const weir_run_info *weir_job_run_info(const weir_job *job) {
   weir_job *j = (weir_job *)job; /* the build time is gathered from the subtasks */
   j->info.restore_build_ms = (double)atomic_load(&j->restore_build_ns) / 1e6;
   j->info.restore_ms = j->info.restore_read_ms + (double)atomic_load(&j->restore_install_ns) / 1e6;
+  if (!atomic_load(&j->stopping)) j->info.checkpoint_ms_before_stop = j->info.checkpoint_ms_n;
   return &job->info;
 }
 
@@ -452,6 +453,7 @@ static void on_async(uv_async_t *h) {
   if (atomic_load(&job->stop_requests) && !c->handled_stops) {
     /* Graceful: sources end, everything downstream drains and finishes. */
     c->handled_stops = 1;
+    job->info.checkpoint_ms_before_stop = job->info.checkpoint_ms_n;
     WEIR_LOG_I("stopping: sources end, the job drains");
     atomic_store(&job->stopping, 1);
     for (uint32_t i = 0; i < job->ntasks; i++)

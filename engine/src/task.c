@@ -481,7 +481,8 @@ static int un_cut(weir__task *t, uint64_t id, const uint8_t *passed, uint64_t al
 }
 
 /* While recording the channel state of un.cur: an input that is still
- * logging and whose barrier un.cur is now in its queue has all its records
+ * logging and whose barrier un.cur (or end of input) is now in its queue
+ * has all its records
  * before the cut in sight; they are copied into the channel state at once
  * (they are processed later, not logged again), so the channel state
  * completes as soon as every barrier is in sight, not once the backlog in
@@ -497,6 +498,10 @@ static int un_capture(weir__task *t) {
     while (p < tl) {
       const weir__batch *b = ch->ring[p & ch->mask];
       if (b->kind == WEIR__MSG_BARRIER && b->barrier_id == t->un.cur) break;
+      /* An input whose producer finished sends no barrier: its end of
+       * input stands for one (the producer's final state answered the
+       * checkpoint, so everything before the end is before the cut). */
+      if (b->kind == WEIR__MSG_EOI) break;
       p++;
     }
     if (p == tl) continue; /* not in sight yet: logged as it is consumed */

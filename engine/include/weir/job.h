@@ -462,6 +462,10 @@ typedef struct weir_run_info {
   uint32_t checkpoint_ms_n;
   uint32_t checkpoint_ms[256];
   uint32_t alignment_us[256];
+  /* How many of those completed before weir_job_stop() was handled (all of
+   * them if it never was): one still in flight at the stop waits for the
+   * job to drain, so benchmarks leave it out with the final one. */
+  uint32_t checkpoint_ms_before_stop;
   /* The restore, when there was one: the checkpoint's stored bytes;
    * restore_read_ms, the wall time to load them: the metadata and the
    * page walk in a child (restore_probe_ms, the first part of it; the
