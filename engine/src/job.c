@@ -201,7 +201,12 @@ static int ck_trigger(coord *c, int final) {
   WEIR_LOG_D("checkpoint %llu triggered%s", (unsigned long long)id, final ? " (final)" : "");
   uv_timer_start(&c->timeout, on_timeout, job->opts.checkpoint_timeout_ms, 0);
   if (job->opts.sync_checkpoints) uv_timer_start(&c->drain, on_drain, 1, 1);
-  wake_all(job);
+  /* Sources inject the barriers: ahead of whatever their workers run. */
+  for (uint32_t i = 0; i < job->ntasks; i++)
+    if (job->tasks[i]->is_source)
+      weir__task_wake_first(job->tasks[i]);
+    else
+      weir__task_wake(job->tasks[i]);
   return 0;
 }
 

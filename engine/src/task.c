@@ -470,6 +470,7 @@ static int un_cut(weir__task *t, uint64_t id, const uint8_t *passed, uint64_t al
       b->kind = WEIR__MSG_BARRIER;
       b->barrier_id = id;
       weir__chan_push_front(r->chans[j], b);
+      weir__task_wake_first(r->chans[j]->consumer);
     }
   }
   if (ur == WEIR__UN_COMPLETE) {
@@ -1138,8 +1139,13 @@ int weir__task_run(weir__task *t) {
     }
   }
   if (t->state == WEIR__TASK_DONE) return 0;
-  /* A barrier may overtake what waits for a full output. */
-  if (t->job->unaligned && !t->is_source && un_scan(t)) return 0;
+  /* A barrier may overtake what waits for a full output. After a cut, the
+   * worker's other tasks go first (the barriers just sent are theirs). */
+  if (t->job->unaligned && !t->is_source) {
+    uint64_t before = t->un.last;
+    if (un_scan(t)) return 0;
+    if (t->un.last != before) return 1;
+  }
   if (t->job->unaligned == WEIR__UNALIGNED_ALWAYS && t->is_source &&
       t->state == WEIR__TASK_RUNNING && pending_trigger(t)) {
     /* A backpressured source injects the barrier at once, ahead of the

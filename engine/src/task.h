@@ -101,6 +101,7 @@ struct weir__task {
   weir__router *routers;
   /* Scheduling (see worker.c). */
   atomic_int queued;
+  atomic_int hurry; /* woken by weir__task_wake_first from another worker */
   weir__task *next_run;
   weir__task_state state;
   void *timer; /* uv_timer_t on the worker's loop */
@@ -153,6 +154,11 @@ void weir__task_close(weir__task *t);
 
 /* worker.c: makes t runnable from any thread (coalesces). */
 void weir__task_wake(void *t);
+/* worker.c: as weir__task_wake, and t runs next on its worker (moved to
+ * the front of its run queue, at once or when the worker takes it from its
+ * inbox): a barrier sent ahead of the data then reaches the next task
+ * without waiting for the steps of the tasks queued before it. */
+void weir__task_wake_first(weir__task *t);
 /* worker.c: arm the task's timer to wake it after `us` microseconds. */
 void weir__task_wake_after(weir__task *t, uint64_t us);
 

@@ -70,6 +70,31 @@ void weir__task_wake(void *p) {
   if (atomic_load(&w->sleeping)) uv_async_send(&w->async);
 }
 
+void weir__task_wake_first(weir__task *t) {
+  weir__worker *w = t->worker;
+  if (cur_worker != w) {
+    atomic_store(&t->hurry, 1);
+    weir__task_wake(t);
+    return;
+  }
+  if (atomic_exchange(&t->queued, 1)) {
+    if (w->rq_head == t) return;
+    /* Queued further back: unlink it (a worker runs a few tasks). */
+    weir__task *p = w->rq_head;
+    while (p && p->next_run != t) p = p->next_run;
+    if (!p) { /* in the inbox (another thread woke it): to the front from there */
+      atomic_store(&t->hurry, 1);
+      return;
+    }
+    p->next_run = t->next_run;
+    if (w->rq_tail == t) w->rq_tail = p;
+  } else if (!w->rq_head) {
+    w->rq_tail = t;
+  }
+  t->next_run = w->rq_head;
+  w->rq_head = t;
+}
+
 static void drain_inbox(weir__worker *w) {
   if (!atomic_load_explicit(&w->inbox_n, memory_order_relaxed)) return;
   pthread_mutex_lock(&w->mu);
@@ -79,7 +104,13 @@ static void drain_inbox(weir__worker *w) {
   pthread_mutex_unlock(&w->mu);
   while (t) {
     weir__task *n = t->next_run;
-    rq_push(w, t);
+    if (atomic_exchange(&t->hurry, 0)) {
+      t->next_run = w->rq_head;
+      w->rq_head = t;
+      if (!w->rq_tail) w->rq_tail = t;
+    } else {
+      rq_push(w, t);
+    }
     t = n;
   }
 }
