@@ -373,6 +373,50 @@ char *th_read_file(const char *path, size_t *len) {
   return b.p;
 }
 
+static int input_by_name(const void *a, const void *b) {
+  return strcmp(((const th_input *)a)->name, ((const th_input *)b)->name);
+}
+
+int th_read_dir(const char *dir, th_inputs *in) {
+  memset(in, 0, sizeof *in);
+  DIR *d = opendir(dir);
+  if (d == NULL) return -errno;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    size_t nl = strlen(e->d_name);
+    if (e->d_name[0] == '.' || (nl > 3 && strcmp(e->d_name + nl - 3, ".md") == 0)) continue;
+    char path[8192];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    size_t len;
+    char *data = th_read_file(path, &len);
+    char *name = strdup(e->d_name);
+    th_input *v = realloc(in->v, (in->n + 1) * sizeof *v);
+    if (data == NULL || name == NULL || v == NULL) {
+      int err = data == NULL ? errno : ENOMEM;
+      free(data);
+      free(name);
+      if (v != NULL) in->v = v;
+      closedir(d);
+      th_free_inputs(in);
+      return -err;
+    }
+    in->v = v;
+    in->v[in->n++] = (th_input){name, (uint8_t *)data, len};
+  }
+  closedir(d);
+  if (in->n > 1) qsort(in->v, in->n, sizeof *in->v, input_by_name);
+  return 0;
+}
+
+void th_free_inputs(th_inputs *in) {
+  for (size_t i = 0; i < in->n; i++) {
+    free(in->v[i].name);
+    free(in->v[i].data);
+  }
+  free(in->v);
+  memset(in, 0, sizeof *in);
+}
+
 int th_write_file(const char *path, const char *data, size_t len) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return -errno;

@@ -52,6 +52,23 @@ int th_run(const char *const argv[], const char *cwd, char **out, char **err, in
  * unreadable (errno set). The caller frees the buffer. */
 char *th_read_file(const char *path, size_t *len);
 
+/* The files of one directory, read whole (th_read_dir). */
+typedef struct th_input {
+  char *name;    /* the file's name (malloc'd) */
+  uint8_t *data; /* its bytes (th_read_file's buffer) */
+  size_t len;
+} th_input;
+typedef struct th_inputs {
+  th_input *v;
+  size_t n;
+} th_inputs;
+
+/* Reads every file of `dir` except dot files and *.md, sorted by name, into
+ * *in. Returns 0, or a negative errno (nothing allocated). Free with
+ * th_free_inputs. */
+int th_read_dir(const char *dir, th_inputs *in);
+void th_free_inputs(th_inputs *in);
+
 /* Creates or truncates `path` (mode 0644) and writes `len` bytes of `data`.
  * Returns 0 or a negative errno. Not durable (no fsync). */
 int th_write_file(const char *path, const char *data, size_t len);

@@ -3,13 +3,17 @@
  * payloads), format 1 blobs still read, and a damaged blob (every
  * truncation, every single-byte change, seeded random corruption, wrong
  * counts, bad varints) gives a clean error or records within bounds, never
- * a read past the blob (AddressSanitizer checks that in CI). */
+ * a read past the blob (AddressSanitizer checks that in CI). The fuzzer
+ * fuzz_chanstate's seeds are written and checked here, and its findings
+ * replayed through the same oracle (tests/fuzz/chanstate_input.h). */
 #include <criterion/criterion.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "chanstate.h"
+#include "chanstate_input.h"
 #include "helpers.h"
 #include "weir/alloc.h"
 
@@ -384,5 +388,84 @@ Test(chanstate, random_round_trips) {
   }
   weir__batch_destroy(b);
   weir_free(w);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* ---- the fuzzer's seeds and findings ----------------------------------------- */
+
+/* An fz_chanstate input: the max_record byte, then the blob (freed here). */
+static uint8_t *seed_input(uint8_t m, uint8_t *blob, uint64_t len, size_t *n) {
+  uint8_t *in = malloc(len + 1);
+  cr_assert_not_null(in);
+  in[0] = m;
+  memcpy(in + 1, blob, len);
+  weir_free(blob);
+  *n = len + 1;
+  return in;
+}
+
+/* The seed corpus of fuzz_chanstate (tests/fuzz/corpus-chanstate): both
+ * sample blobs, a generator's batch, and an empty blob. */
+static const char *const SEEDS[] = {"format1-sample", "format2-sample", "format2-source-batch",
+                                    "format2-empty"};
+
+static uint8_t *make_seed(int i, size_t *n) {
+  uint64_t len;
+  if (i < 2) {
+    uint8_t *blob = i == 0 ? format1(&len) : sample(&len);
+    return seed_input(16, blob, len, n);
+  }
+  weir__cs_writer w;
+  memset(&w, 0, sizeof w);
+  weir__cs_begin(&w);
+  weir__cs_inputs(&w);
+  if (i == 2) {
+    weir__batch *b = weir__batch_create(32);
+    for (uint32_t r = 0; r < 32; r++) {
+      cr_assert(weir__batch_fits(b, 8));
+      uint64_t v = r * 3u;
+      weir__batch_append(b, 5000u + 7u * r, 1000 + 2 * r, 77000u + 2 * r, &v, 8);
+    }
+    weir__cs_batch(&w, b);
+    weir__batch_destroy(b);
+  }
+  uint8_t *blob = weir__cs_finish(&w, &len);
+  return seed_input(1, blob, len, n);
+}
+
+/* Every seed is accepted and the files in tests/fuzz/corpus-chanstate are
+ * current; WEIR_WRITE_SEEDS=1 writes them (after a format change). */
+Test(chanstate, fuzz_seeds_are_current) {
+  const char *write = getenv("WEIR_WRITE_SEEDS");
+  for (int i = 0; i < (int)(sizeof SEEDS / sizeof SEEDS[0]); i++) {
+    size_t n;
+    uint8_t *in = make_seed(i, &n);
+    cr_assert_eq(fz_chanstate(in, n), 1, "seed %s refused", SEEDS[i]);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/corpus-chanstate/%s", WEIR_FUZZ_DIR, SEEDS[i]);
+    if (write && *write) {
+      cr_assert_eq(th_write_file(path, (const char *)in, n), 0, "cannot write %s", path);
+    } else {
+      size_t got;
+      char *file = th_read_file(path, &got);
+      cr_assert_not_null(file, "no seed %s: run test_chanstate with WEIR_WRITE_SEEDS=1", path);
+      cr_assert(got == n && memcmp(file, in, n) == 0,
+                "seed %s is stale: run test_chanstate with WEIR_WRITE_SEEDS=1", path);
+      free(file);
+    }
+    free(in);
+  }
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* Every finding of fuzz_chanstate, kept forever, is refused or read
+ * cleanly. */
+Test(chanstate, fuzz_regressions_replay) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/regressions-chanstate", WEIR_FUZZ_DIR);
+  th_inputs in;
+  cr_assert_eq(th_read_dir(dir, &in), 0, "cannot read %s", dir);
+  for (size_t i = 0; i < in.n; i++) (void)fz_chanstate(in.v[i].data, in.v[i].len);
+  th_free_inputs(&in);
   cr_assert_eq(th_leak_check(), 0);
 }

@@ -49,52 +49,20 @@ typedef unsigned long long ull;
 
 /* ---- inputs on disk ---------------------------------------------------------- */
 
-typedef struct input {
-  char *name;
-  uint8_t *data;
-  size_t len;
-} input;
-
-typedef struct inputs {
-  input *v;
-  size_t n;
-} inputs;
-
-static int by_name(const void *a, const void *b) {
-  return strcmp(((const input *)a)->name, ((const input *)b)->name);
-}
+typedef th_input input;
+typedef th_inputs inputs;
 
 /* Every file in WEIR_FUZZ_DIR/sub except dot files and *.md, by name. */
 static inputs read_dir(const char *sub) {
   char dir[4096];
   snprintf(dir, sizeof dir, "%s/%s", WEIR_FUZZ_DIR, sub);
-  inputs in = {0};
-  DIR *d = opendir(dir);
-  cr_assert_not_null(d, "cannot open %s", dir);
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    size_t nl = strlen(e->d_name);
-    if (e->d_name[0] == '.' || (nl > 3 && strcmp(e->d_name + nl - 3, ".md") == 0)) continue;
-    char path[8192];
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    size_t len;
-    char *data = th_read_file(path, &len);
-    cr_assert_not_null(data, "cannot read %s", path);
-    in.v = weir_realloc(in.v, (in.n + 1) * sizeof *in.v);
-    in.v[in.n++] = (input){weir_strdup(e->d_name), (uint8_t *)data, len};
-  }
-  closedir(d);
-  if (in.n > 1) qsort(in.v, in.n, sizeof *in.v, by_name);
+  inputs in;
+  cr_assert_eq(th_read_dir(dir, &in), 0, "cannot read %s", dir);
   return in;
 }
 
 static void free_inputs(inputs *in) {
-  for (size_t i = 0; i < in->n; i++) {
-    weir_free(in->v[i].name);
-    free(in->v[i].data); /* th_read_file: malloc */
-  }
-  weir_free(in->v);
-  memset(in, 0, sizeof *in);
+  th_free_inputs(in);
 }
 
 static void dump_on_death(void) {
