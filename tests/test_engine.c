@@ -16,7 +16,8 @@
  * timer always waking the worker (a watchdog turns a stall into a quick
  * failure); weir_job_write_summary; weir_job_stop before the run and twice;
  * weir_job_counter and weir_job_stopped; empty inputs and empty payloads;
- * lineage ids being deterministic across runs.
+ * lineage ids being deterministic across runs; an unaligned cut taking a
+ * finished input's queue as channel state at once.
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -26,9 +27,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "helpers.h"
+#include "weir/clock.h"
 #include "weir/job.h"
+#include "weir/log.h"
+#include "weir/weir.h"
 
 #define MAXP 8
 #define UNBOUNDED UINT64_MAX
@@ -1194,4 +1199,75 @@ Test(engine, stop_twice_is_harmless) {
   weir_job_destroy(job);
   sink_free(&sb);
   cr_assert_eq(th_leak_check(), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Unaligned cuts and a finished producer                                   */
+
+/* Sleeps 10 ms every 256 records, then passes the record on. */
+static int slow_pass(weir_ctx *ctx, void *user, const weir_record *in) {
+  uint64_t *n = user;
+  if (++*n % 256 == 0) weir_sleep_us(10000);
+  return weir_emit(ctx, in->key, in->payload, in->len);
+}
+
+static int count_seen(weir_ctx *ctx, void *user, const weir_record *in) {
+  (void)ctx;
+  (void)in;
+  atomic_fetch_add((_Atomic uint64_t *)user, 1);
+  return 0;
+}
+
+/* Source "done" emits 16 batches at once and ends; "live" runs for a few
+ * hundred ms. Both feed one slow task, which holds done's batches and its
+ * end of input in its queue when the first unaligned checkpoint comes:
+ * the cut takes them as channel state at once (the debug log says so)
+ * instead of waiting until the slow task has processed them, and nothing
+ * is lost. */
+Test(engine, unaligned_cut_takes_a_finished_inputs_queue_at_once, .timeout = 60) {
+  char dir[] = "/tmp/weir-test-eoi-XXXXXX", logpath[] = "/tmp/weir-test-eoi-log-XXXXXX";
+  cr_assert_not_null(mkdtemp(dir));
+  int lfd = mkstemp(logpath);
+  cr_assert_geq(lfd, 0);
+  weir_job *job;
+  cr_assert_eq(weir_job_create(&job, "eoi"), 0);
+  weir_gen_opts done = {.records = 4096, .keys = 7},
+                live = {.records = 6000, .keys = 5, .rate = 20000};
+  uint64_t slow_n = 0;
+  _Atomic uint64_t seen = 0;
+  weir_stream *s = weir_union(weir_gen(job, "done", &done, 1), weir_gen(job, "live", &live, 1));
+  s = weir_flat_map(s, "slow", slow_pass, &slow_n, 1);
+  s = weir_flat_map(weir_rebalance(s), "seen", count_seen, (void *)&seen, 1);
+  cr_assert_eq(weir_sink_to(s, "sink", "null", NULL, 1), 0);
+  weir_run_opts o = {.workers = 2,
+                     .batch_records = 256,
+                     .channel_batches = 32,
+                     .state_dir = dir,
+                     .checkpoint_interval_ms = 10,
+                     .unaligned = 1};
+  fflush(stderr);
+  int saved = dup(2);
+  cr_assert_geq(saved, 0);
+  cr_assert_geq(dup2(lfd, 2), 0);
+  weir_log_set_level(WEIR_LOG_DEBUG);
+  int rc = weir_job_run(job, &o);
+  weir_log_set_level(WEIR_LOG_INFO);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  close(lfd);
+  char *log = th_read_file(logpath, NULL);
+  cr_assert_not_null(log);
+  cr_assert_eq(rc, 0, "run: %s", weir_job_error(job));
+  cr_assert_eq(atomic_load(&seen), 4096 + 6000, "records lost or doubled: %llu",
+               (unsigned long long)atomic_load(&seen));
+  cr_assert_gt(weir_job_run_info(job)->unaligned_checkpoints, 0, "no unaligned checkpoint");
+  cr_assert_not_null(strstr(log, "ended behind"),
+                     "no cut took the finished input's queue as channel state:\n%s", log);
+  free(log);
+  unlink(logpath);
+  weir_job_destroy(job);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  cr_assert_eq(system(cmd), 0);
 }

@@ -506,6 +506,10 @@ static int un_capture(weir__task *t) {
       p++;
     }
     if (p == tl) continue; /* not in sight yet: logged as it is consumed */
+    if (ch->ring[p & ch->mask]->kind == WEIR__MSG_EOI)
+      WEIR_LOG_D("checkpoint %llu: task %u: input %u ended behind %llu queued batches, taken as "
+                 "channel state",
+                 (unsigned long long)t->un.cur, t->index, i, (unsigned long long)(p - h));
     for (uint64_t q = h; q < p; q++) {
       const weir__batch *b = ch->ring[q & ch->mask];
       if (b->kind != WEIR__MSG_DATA) continue;
