@@ -49,20 +49,13 @@ typedef unsigned long long ull;
 
 /* ---- inputs on disk ---------------------------------------------------------- */
 
-typedef th_input input;
-typedef th_inputs inputs;
-
 /* Every file in WEIR_FUZZ_DIR/sub except dot files and *.md, by name. */
-static inputs read_dir(const char *sub) {
+static th_inputs read_dir(const char *sub) {
   char dir[4096];
   snprintf(dir, sizeof dir, "%s/%s", WEIR_FUZZ_DIR, sub);
-  inputs in;
+  th_inputs in;
   cr_assert_eq(th_read_dir(dir, &in), 0, "cannot read %s", dir);
   return in;
-}
-
-static void free_inputs(inputs *in) {
-  th_free_inputs(in);
 }
 
 static void dump_on_death(void) {
@@ -74,7 +67,7 @@ static void dump_on_death(void) {
 /* ---- corpus and regressions ---------------------------------------------------- */
 
 Test(decode_regress, corpus_decodes) {
-  inputs in = read_dir("corpus");
+  th_inputs in = read_dir("corpus");
   cr_assert_geq(in.n, 10, "only %zu seed inputs in tests/fuzz/corpus", in.n);
   int kinds[4] = {0};
   for (size_t i = 0; i < in.n; i++) {
@@ -85,20 +78,20 @@ Test(decode_regress, corpus_decodes) {
   }
   cr_assert(kinds[FZ_ALL] && kinds[FZ_JOB] && kinds[FZ_META] && kinds[FZ_CHUNK],
             "the corpus should exercise every decoder");
-  free_inputs(&in);
+  th_free_inputs(&in);
   cr_assert_eq(th_leak_check(), 0);
 }
 
 Test(decode_regress, regressions_replay) {
   dump_on_death();
-  inputs in = read_dir("regressions");
+  th_inputs in = read_dir("regressions");
   int accepted = 0;
   for (size_t i = 0; i < in.n; i++) {
     fprintf(stderr, "regression %s (%zu bytes)\n", in.v[i].name, in.v[i].len);
     accepted += fz_decode(in.v[i].data, in.v[i].len); /* aborts on a broken promise */
   }
   cr_log_info("%zu regression inputs replayed, %d accepted", in.n, accepted);
-  free_inputs(&in);
+  th_free_inputs(&in);
   cr_assert_eq(th_leak_check(), 0);
 }
 
@@ -178,7 +171,7 @@ Test(decode_regress, random_mutations, .timeout = 120) {
   fprintf(stderr, "decode_regress.random_mutations: seed %llu (rerun with WEIR_SEED=%llu)\n",
           (ull)seed, (ull)seed);
   cr_log_info("seed %llu", (ull)seed);
-  inputs in = read_dir("corpus");
+  th_inputs in = read_dir("corpus");
   cr_assert_gt(in.n, 0);
   size_t cap = 0;
   for (size_t i = 0; i < in.n; i++)
@@ -188,7 +181,7 @@ Test(decode_regress, random_mutations, .timeout = 120) {
   const int rounds = 100000;
   int accepted = 0, resealed = 0;
   for (int r = 0; r < rounds; r++) {
-    const input *src = &in.v[below(in.n)];
+    const th_input *src = &in.v[below(in.n)];
     size_t len = src->len;
     memcpy(buf, src->data, len);
     for (int k = 1 + (int)below(4); k > 0; k--) mutate(buf, &len, cap);
@@ -206,7 +199,7 @@ Test(decode_regress, random_mutations, .timeout = 120) {
           "the rest refused cleanly\n",
           rounds, resealed, accepted);
   weir_free(buf);
-  free_inputs(&in);
+  th_free_inputs(&in);
   cr_assert_eq(th_leak_check(), 0);
 }
 
@@ -215,7 +208,7 @@ Test(decode_regress, random_mutations, .timeout = 120) {
 /* Decodes the value of a corpus input with the decoder its envelope kind
  * calls for and the input's expectations; frees the result. Returns the
  * decoder's result, and checks that an error left the result empty. */
-static int decode_seed(const input *in) {
+static int decode_seed(const th_input *in) {
   const uint8_t *h = in->data, *v = in->data + FZ_HDR;
   size_t n = in->len - FZ_HDR;
   uint64_t ckpt = 0;
@@ -281,7 +274,7 @@ static int decode_seed_op(void *arg) {
 }
 
 Test(decode_alloc, every_decode_with_each_allocation_failing) {
-  inputs in = read_dir("corpus");
+  th_inputs in = read_dir("corpus");
   int kinds = 0, total = 0;
   for (size_t i = 0; i < in.n; i++) {
     if (in.v[i].len < FZ_HDR + WEIR__ENV_HDR || (in.v[i].data[0] & FZ_RESEAL)) continue;
@@ -295,13 +288,13 @@ Test(decode_alloc, every_decode_with_each_allocation_failing) {
                    (1 << WEIR__KIND_BYTES) | (1 << WEIR__KIND_BLOB),
                "every kind of value should have been decoded");
   cr_log_info("%d allocation failures injected", total);
-  free_inputs(&in);
+  th_free_inputs(&in);
   cr_assert_eq(th_leak_check(), 0);
 }
 
 Test(decode_alloc, hook_disarms_and_leaves_others_alone) {
-  inputs in = read_dir("corpus");
-  const input *seed = NULL;
+  th_inputs in = read_dir("corpus");
+  const th_input *seed = NULL;
   for (size_t i = 0; i < in.n && seed == NULL; i++)
     if (strcmp(in.v[i].name, "meta-4-subtasks") == 0) seed = &in.v[i];
   cr_assert_not_null(seed);
@@ -330,7 +323,7 @@ Test(decode_alloc, hook_disarms_and_leaves_others_alone) {
   char err[256];
   cr_assert_eq(weir__job_decode(bad, sizeof bad, &j, err, sizeof err), WEIR_ECORRUPT, "%s", err);
   cr_assert_eq(weir__codec_fail_alloc_after(-1), 1);
-  free_inputs(&in);
+  th_free_inputs(&in);
   cr_assert_eq(th_leak_check(), 0);
 }
 

@@ -41,12 +41,12 @@ void weir__log(int level, const char *fmt, ...) {
   char line[1024];
   int n;
   if (weir_log_level() >= WEIR_LOG_DEBUG) {
+    /* The line that stores t0 finds it 0 and shows 0; so does a line of
+     * another thread whose clock was read just before t0 was. */
     uint64_t now = weir_clock_mono_ns(), t0 = 0;
-    if (!atomic_compare_exchange_strong(&log_t0, &t0, now))
-      now = now > t0 ? now - t0 : 0;
-    else
-      now = 0;
-    n = snprintf(line, sizeof line, "weir: %s: %.6f ", names[level & 3], (double)now / 1e9);
+    atomic_compare_exchange_strong(&log_t0, &t0, now);
+    double s = t0 && now > t0 ? (double)(now - t0) / 1e9 : 0;
+    n = snprintf(line, sizeof line, "weir: %s: %.6f ", names[level & 3], s);
   } else {
     n = snprintf(line, sizeof line, "weir: %s: ", names[level & 3]);
   }

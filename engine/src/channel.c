@@ -219,9 +219,6 @@ void weir__chan_push_front(weir__chan *ch, weir__batch *b) {
     ch->pend_bytes += batch_bytes(b);
     ch->npend++;
   }
-  /* The consumer may be busy with a full output of its own rather than
-   * waiting on this input: wake it anyway, so it sees the barrier now. */
-  if (ch->notify) ch->notify(ch->consumer);
 }
 
 uint32_t weir__chan_flush_pending(weir__chan *ch) {

@@ -91,8 +91,11 @@ void weir__chan_push(weir__chan *ch, weir__batch *b);
 int weir__chan_try_push(weir__chan *ch, weir__batch *b);
 /* Producer: publishes control event b ahead of every pending batch (an
  * unaligned barrier): into the ring at once if it has a slot, the spare one
- * beyond the bound included, else first on the pending list; and wakes the
- * consumer whether or not it waits. Not for feedback edges. */
+ * beyond the bound included, else first on the pending list. It does not
+ * notify: the consumer may be busy with a full output of its own rather
+ * than waiting on this input, so the caller wakes it whether or not it
+ * waits (the task: ahead of its worker's other tasks). Not for feedback
+ * edges. */
 void weir__chan_push_front(weir__chan *ch, weir__batch *b);
 /* Producer: moves pending batches into the ring; returns how many remain. */
 uint32_t weir__chan_flush_pending(weir__chan *ch);

@@ -470,6 +470,7 @@ static int un_cut(weir__task *t, uint64_t id, const uint8_t *passed, uint64_t al
       b->kind = WEIR__MSG_BARRIER;
       b->barrier_id = id;
       weir__chan_push_front(r->chans[j], b);
+      /* Whether or not it waits on this input: it sees the barrier now. */
       weir__task_wake_first(r->chans[j]->consumer);
     }
   }
@@ -496,17 +497,20 @@ static int un_capture(weir__task *t) {
     uint64_t h = atomic_load_explicit(&ch->head, memory_order_relaxed);
     uint64_t tl = atomic_load_explicit(&ch->tail, memory_order_acquire);
     uint64_t p = h;
-    while (p < tl) {
+    const weir__batch *stop = NULL;
+    for (; p < tl; p++) {
       const weir__batch *b = ch->ring[p & ch->mask];
-      if (b->kind == WEIR__MSG_BARRIER && b->barrier_id == t->un.cur) break;
       /* An input whose producer finished sends no barrier: its end of
        * input stands for one (the producer's final state answered the
        * checkpoint, so everything before the end is before the cut). */
-      if (b->kind == WEIR__MSG_EOI) break;
-      p++;
+      if ((b->kind == WEIR__MSG_BARRIER && b->barrier_id == t->un.cur) ||
+          b->kind == WEIR__MSG_EOI) {
+        stop = b;
+        break;
+      }
     }
-    if (p == tl) continue; /* not in sight yet: logged as it is consumed */
-    if (ch->ring[p & ch->mask]->kind == WEIR__MSG_EOI)
+    if (!stop) continue; /* not in sight yet: logged as it is consumed */
+    if (stop->kind == WEIR__MSG_EOI)
       WEIR_LOG_D("checkpoint %llu: task %u: input %u ended behind %llu queued batches, taken as "
                  "channel state",
                  (unsigned long long)t->un.cur, t->index, i, (unsigned long long)(p - h));
@@ -615,14 +619,14 @@ static int un_restore(weir__task *t) {
   weir__cs_reader rd;
   weir__cs_rec rec;
   int rc = weir__cs_open(&rd, p, len, c->max_record, &why);
-  while (!rc && (rc = weir__cs_next(&rd, &rec, &why)) > 0) {
-    if (rec.k >= t->nrouters || rec.j >= t->routers[rec.k].n) {
-      why = "an output record names no channel of this task";
-      break;
+  if (!rc)
+    while ((rc = weir__cs_next(&rd, &rec, &why)) > 0) {
+      if (rec.k >= t->nrouters || rec.j >= t->routers[rec.k].n) {
+        why = "an output record names no channel of this task";
+        break;
+      }
+      route_append(&t->routers[rec.k], rec.j, rec.key, rec.ts, rec.id, rec.data, rec.len);
     }
-    route_append(&t->routers[rec.k], rec.j, rec.key, rec.ts, rec.id, rec.data, rec.len);
-    rc = 0;
-  }
   /* The input section: checked now, replayed later. */
   if (!rc) {
     weir__cs_to_inputs(&rd);

@@ -41,6 +41,12 @@ static void rq_push(weir__worker *w, weir__task *t) {
   w->rq_tail = t;
 }
 
+static void rq_push_front(weir__worker *w, weir__task *t) {
+  t->next_run = w->rq_head;
+  w->rq_head = t;
+  if (!w->rq_tail) w->rq_tail = t;
+}
+
 static weir__task *rq_pop(weir__worker *w) {
   weir__task *t = w->rq_head;
   if (t) {
@@ -70,6 +76,10 @@ void weir__task_wake(void *p) {
   if (atomic_load(&w->sleeping)) uv_async_send(&w->async);
 }
 
+/* From another thread, or while t waits in the inbox, `hurry` makes
+ * drain_inbox put it first. (A hurry left over from a wake that found t
+ * already in its worker's run queue makes a later wake go first once:
+ * harmless.) */
 void weir__task_wake_first(weir__task *t) {
   weir__worker *w = t->worker;
   if (cur_worker != w) {
@@ -82,17 +92,14 @@ void weir__task_wake_first(weir__task *t) {
     /* Queued further back: unlink it (a worker runs a few tasks). */
     weir__task *p = w->rq_head;
     while (p && p->next_run != t) p = p->next_run;
-    if (!p) { /* in the inbox (another thread woke it): to the front from there */
+    if (!p) { /* in the inbox: another thread woke it */
       atomic_store(&t->hurry, 1);
       return;
     }
     p->next_run = t->next_run;
     if (w->rq_tail == t) w->rq_tail = p;
-  } else if (!w->rq_head) {
-    w->rq_tail = t;
   }
-  t->next_run = w->rq_head;
-  w->rq_head = t;
+  rq_push_front(w, t);
 }
 
 static void drain_inbox(weir__worker *w) {
@@ -104,13 +111,10 @@ static void drain_inbox(weir__worker *w) {
   pthread_mutex_unlock(&w->mu);
   while (t) {
     weir__task *n = t->next_run;
-    if (atomic_exchange(&t->hurry, 0)) {
-      t->next_run = w->rq_head;
-      w->rq_head = t;
-      if (!w->rq_tail) w->rq_tail = t;
-    } else {
+    if (atomic_exchange(&t->hurry, 0))
+      rq_push_front(w, t);
+    else
       rq_push(w, t);
-    }
     t = n;
   }
 }
