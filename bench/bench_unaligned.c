@@ -7,7 +7,10 @@
  *   gen -forward-> pace (even i; subtask 0 sleeps) --+
  *   gen -rebalance-> pass (odd i) -------------------+-broadcast-> pick -hash-> count -> null
  *
- * Subtask 0 of pace sleeps --slow-us microseconds every 1024 records, so
+ * Subtask 0 of pace sleeps --slow-us microseconds every --slow-every
+ * records (defaults 5000 and 1024: one long pause a batch; a smaller
+ * --slow-every with a proportionally smaller --slow-us spreads the same
+ * cost over the records, like an operator that is slow on every record), so
  * its input channel stays full and everything upstream of it is
  * backpressured: an aligned barrier waits behind every buffered batch on
  * the slow path (and behind the batches of the tasks that share its
@@ -29,7 +32,7 @@
  * channel state per checkpoint (records the barriers overtook, average).
  *
  *   bench_unaligned [--seconds S] [--reps R] [--workers W] [--slow-us US]
- *                   [--interval MS] [--timeout MS] [--channel-batches N]
+ *                   [--slow-every N] [--interval MS] [--timeout MS] [--channel-batches N]
  *                   [--batch-records N] [--keys K] [--json FILE]
  */
 #include <pthread.h>
@@ -48,7 +51,7 @@
 typedef struct cfg {
   double seconds;
   int reps, workers;
-  uint64_t slow_us, keys;
+  uint64_t slow_us, slow_every, keys;
   uint32_t interval, timeout, channel_batches, batch_records;
 } cfg;
 
@@ -60,14 +63,15 @@ typedef struct mode {
 
 /* pace subtask 0's record count (only its thread touches it). */
 typedef struct slow {
-  uint64_t us, n;
+  uint64_t us, every, n;
 } slow;
 
 static int keep_parity(weir_ctx *ctx, void *user, const weir_record *in) {
   slow *sl = user;
   int pace = strcmp(weir_ctx_name(ctx), "pace") == 0;
   if (((uint64_t)in->ts & 1u) != (pace ? 0u : 1u)) return 0;
-  if (pace && sl->us && weir_ctx_subtask(ctx) == 0 && ++sl->n % 1024 == 0) weir_sleep_us(sl->us);
+  if (pace && sl->us && weir_ctx_subtask(ctx) == 0 && ++sl->n % sl->every == 0)
+    weir_sleep_us(sl->us);
   return weir_emit(ctx, in->key, in->payload, in->len);
 }
 
@@ -103,7 +107,7 @@ typedef struct result {
 static void run(const cfg *c, const mode *m, const char *dir, result *out) {
   weir_job *job;
   weir_job_create(&job, "unaligned");
-  slow sl = {c->slow_us, 0};
+  slow sl = {c->slow_us, c->slow_every, 0};
   weir_gen_opts g = {.records = 0, .keys = c->keys};
   int p = c->workers;
   weir_stream *s = weir_gen(job, "gen", &g, p);
@@ -159,6 +163,7 @@ int main(int argc, char **argv) {
            .reps = 3,
            .workers = 2,
            .slow_us = 5000,
+           .slow_every = 1024,
            .keys = 100000,
            .interval = 100,
            .timeout = 10,
@@ -176,6 +181,8 @@ int main(int argc, char **argv) {
       c.workers = atoi(v);
     else if (!strcmp(a, "--slow-us"))
       c.slow_us = strtoull(v, NULL, 10);
+    else if (!strcmp(a, "--slow-every"))
+      c.slow_every = strtoull(v, NULL, 10);
     else if (!strcmp(a, "--keys"))
       c.keys = strtoull(v, NULL, 10);
     else if (!strcmp(a, "--interval"))
@@ -193,7 +200,7 @@ int main(int argc, char **argv) {
     i++;
   }
   if (!(c.seconds >= 0.5 && c.seconds <= 3600) || c.reps < 1 || c.reps > 100 || c.workers < 1 ||
-      c.workers > 64 || !c.keys || !c.interval || !c.timeout)
+      c.workers > 64 || !c.keys || !c.slow_every || !c.interval || !c.timeout)
     goto usage;
   if (!getenv("WEIR_LOG")) weir_log_set_level(WEIR_LOG_WARN);
   char tmpl[4096];
@@ -208,11 +215,11 @@ int main(int argc, char **argv) {
   mode modes[3] = {{"aligned", 1, 0, 0}, {"unaligned", 1, 1, 0}, {"timeout", 1, 0, 0}};
   modes[2].timeout = c.timeout;
   enum { NM = 3 };
-  printf("unaligned: %d workers, slow path %llu us / 1024 records, checkpoint every %u ms, "
+  printf("unaligned: %d workers, slow path %llu us / %llu records, checkpoint every %u ms, "
          "channels %u x %u records, alignment timeout %u ms, %.1f s x %d repetitions "
          "(none, mode, none, ...)\n",
-         c.workers, (unsigned long long)c.slow_us, c.interval, c.channel_batches, c.batch_records,
-         c.timeout, c.seconds, c.reps);
+         c.workers, (unsigned long long)c.slow_us, (unsigned long long)c.slow_every, c.interval,
+         c.channel_batches, c.batch_records, c.timeout, c.seconds, c.reps);
   double ratio[NM][100], rate[NM][100];
   double *ms[NM];
   size_t nms[NM] = {0};
@@ -246,11 +253,11 @@ int main(int argc, char **argv) {
   FILE *jf = json ? fopen(json, "w") : NULL;
   if (jf)
     fprintf(jf,
-            "{\"workers\": %d, \"slow_us\": %llu, \"interval_ms\": %u, \"timeout_ms\": %u, "
-            "\"channel_batches\": %u, \"batch_records\": %u, \"seconds\": %.1f, \"reps\": %d, "
-            "\"modes\": [",
-            c.workers, (unsigned long long)c.slow_us, c.interval, c.timeout, c.channel_batches,
-            c.batch_records, c.seconds, c.reps);
+            "{\"workers\": %d, \"slow_us\": %llu, \"slow_every\": %llu, \"interval_ms\": %u, "
+            "\"timeout_ms\": %u, \"channel_batches\": %u, \"batch_records\": %u, "
+            "\"seconds\": %.1f, \"reps\": %d, \"modes\": [",
+            c.workers, (unsigned long long)c.slow_us, (unsigned long long)c.slow_every, c.interval,
+            c.timeout, c.channel_batches, c.batch_records, c.seconds, c.reps);
   printf("%-10s %12s %10s %14s %14s %12s %18s\n", "mode", "rec/s", "vs none", "ckpt p50 ms",
          "ckpt p99 ms", "unaligned", "channel B/ckpt");
   for (int k = 0; k < NM; k++) {
@@ -276,7 +283,8 @@ int main(int argc, char **argv) {
   return 0;
 usage:
   fprintf(stderr, "usage: bench_unaligned [--seconds S] [--reps R] [--workers W] [--slow-us US]\n"
-                  "                       [--interval MS] [--timeout MS] [--channel-batches N]\n"
-                  "                       [--batch-records N] [--keys K] [--json FILE]\n");
+                  "                       [--slow-every N] [--interval MS] [--timeout MS]\n"
+                  "                       [--channel-batches N] [--batch-records N] [--keys K]\n"
+                  "                       [--json FILE]\n");
   return 2;
 }

@@ -17,8 +17,9 @@
  *
  * (i is the record's timestamp; pick subtask s keeps the i with
  * (i / 2) mod P == s, so each record reaches the count once.) Subtask 0 of
- * pace sleeps --slow-us microseconds after every 1024 records: one slow
- * path, whose backpressure holds aligned barriers back. With --fan-out F,
+ * pace sleeps --slow-us microseconds after every 1024 records (every
+ * --slow-every records): one slow path, whose backpressure holds aligned
+ * barriers back. With --fan-out F,
  * pace and pass emit F copies of each record (payload 0 .. F-1) and pick
  * keeps copy 0: one input batch then fills several output batches, so
  * output waits on the pending lists behind full channels (the output side
@@ -39,7 +40,7 @@ typedef struct counter_cfg {
   const char *sink;
   const char *source; /* NULL: the generator; else a nats:// URL */
   int all_edges;
-  uint64_t slow_us;
+  uint64_t slow_us, slow_every;
   uint64_t fan_out; /* copies pace and pass emit of each record (pick keeps one) */
   uint64_t paced;   /* records of pace subtask 0 (only its thread touches it) */
 } counter_cfg;
@@ -51,7 +52,7 @@ static int keep_parity(weir_ctx *ctx, void *user, const weir_record *in) {
   int pace = strcmp(weir_ctx_name(ctx), "pace") == 0;
   if (((uint64_t)in->ts & 1u) != (pace ? 0u : 1u)) return 0;
   if (pace && c->slow_us && weir_ctx_subtask(ctx) == 0) {
-    if (++c->paced % 1024 == 0) weir_sleep_us(c->slow_us);
+    if (++c->paced % c->slow_every == 0) weir_sleep_us(c->slow_us);
   }
   for (uint64_t k = 0; k < (c->fan_out ? c->fan_out : 1); k++) {
     int rc = weir_emit_u64(ctx, in->key, k);
@@ -97,6 +98,7 @@ static void counter_help(FILE *out) {
         "                   broadcast and a hash edge (same output; for tests)\n"
         "  --slow-us US     with --all-edges, one slow path: subtask 0 of the\n"
         "                   forward path sleeps US microseconds every 1024 records\n"
+        "  --slow-every N   ... every N records instead (spreads the same cost)\n"
         "  --fan-out F      with --all-edges, each record travels as F copies up\n"
         "                   to the broadcast's consumer, which keeps one (default 1)\n"
         "Checkpoint options: see 'weir help run' (state under ./state by default).\n"
@@ -110,6 +112,7 @@ static int counter_parse(cli_args *a, cli_engine *eng, void **out) {
   c->records = 20000000;
   c->keys = 1000000;
   c->sink = "null";
+  c->slow_every = 1024;
   while (a->i < a->argc) {
     int r;
     if ((r = cli_take_engine(a, eng)) != 0 ||
@@ -120,6 +123,7 @@ static int counter_parse(cli_args *a, cli_engine *eng, void **out) {
         (r = cli_take_str(a, "--source", &c->source)) != 0 ||
         (r = cli_take_bool(a, "--all-edges", &c->all_edges)) != 0 ||
         (r = cli_take_u64(a, "--slow-us", 10000000, &c->slow_us)) != 0 ||
+        (r = cli_take_u64(a, "--slow-every", UINT64_MAX, &c->slow_every)) != 0 ||
         (r = cli_take_u64(a, "--fan-out", 1024, &c->fan_out)) != 0) {
       if (r < 0) goto fail;
       continue;
@@ -129,6 +133,10 @@ static int counter_parse(cli_args *a, cli_engine *eng, void **out) {
   }
   if (c->keys == 0) {
     cli_usage("--keys: must be at least 1");
+    goto fail;
+  }
+  if (c->slow_every == 0) {
+    cli_usage("--slow-every: must be at least 1");
     goto fail;
   }
   if (cli_check_sink(c->sink, eng) < 0) goto fail;

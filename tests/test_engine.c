@@ -17,7 +17,9 @@
  * failure); weir_job_write_summary; weir_job_stop before the run and twice;
  * weir_job_counter and weir_job_stopped; empty inputs and empty payloads;
  * lineage ids being deterministic across runs; an unaligned cut taking a
- * finished input's queue as channel state at once.
+ * finished input's queue as channel state at once; a slow operator getting
+ * its batches in consecutive parts, in order and each record once, while
+ * the other tasks of its worker run in between.
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -1270,4 +1272,92 @@ Test(engine, unaligned_cut_takes_a_finished_inputs_queue_at_once, .timeout = 60)
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   cr_assert_eq(system(cmd), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* A slow operator takes its batches in parts                               */
+
+typedef struct slices {
+  _Atomic uint64_t fast; /* records the fast path has seen */
+  uint64_t next_ts;      /* the timestamp the slow operator expects next */
+  const uint64_t *end_keys;
+  const int64_t *end_ts; /* one past the previous call's records */
+  uint64_t fast_after;   /* `fast` when the previous call returned */
+  uint32_t calls, continued, interleaved, interleaved_any, max_len, min_len, out_of_order;
+} slices;
+
+/* 200 us per record; notes how its input came. */
+static int slow_batch(weir_ctx *ctx, const weir_batch *b) {
+  slices *sl = weir_ctx_arg(ctx);
+  sl->calls++;
+  if (sl->calls > 1 && atomic_load(&sl->fast) > sl->fast_after) sl->interleaved_any++;
+  if (b->keys == sl->end_keys && b->ts == sl->end_ts) {
+    /* The rest of the batch the previous call had part of. */
+    sl->continued++;
+    if (atomic_load(&sl->fast) > sl->fast_after) sl->interleaved++;
+  }
+  if (b->len > sl->max_len) sl->max_len = b->len;
+  if (!sl->min_len || b->len < sl->min_len) sl->min_len = b->len;
+  for (uint32_t i = 0; i < b->len; i++) {
+    if ((uint64_t)b->ts[i] != sl->next_ts) sl->out_of_order++;
+    sl->next_ts = (uint64_t)b->ts[i] + 1;
+    weir_sleep_us(200);
+  }
+  sl->end_keys = b->keys + b->len;
+  sl->end_ts = b->ts + b->len;
+  sl->fast_after = atomic_load(&sl->fast);
+  return 0;
+}
+
+static int count_fast(weir_ctx *ctx, void *user, const weir_record *in) {
+  (void)ctx;
+  (void)in;
+  atomic_fetch_add(&((slices *)user)->fast, 1);
+  return 0;
+}
+
+/* One worker runs both paths: 1024 records through an operator that takes
+ * 200 us each (about 50 ms for a batch of 256), and a paced source feeding
+ * a cheap one. The slow operator must get its input in parts of about a
+ * millisecond (each record once and in order), and the fast path must
+ * advance between two of them: the worker was not held for a whole batch.
+ * Behind a channel, the parts are consecutive pieces of one batch; chained
+ * to its source, the source is asked for fewer records at a time. */
+static void run_slices(int chained) {
+  weir_job *job = new_job("slices");
+  slices sl = {0};
+  weir_gen_opts slow_in = {.records = 1024, .keys = 3},
+                fast_in = {.records = 8000, .keys = 3, .rate = 20000};
+  static const weir_operator_vt slow_vt = {.name = "slow", .process_batch = slow_batch};
+  weir_stream *s = weir_gen(job, "slow_in", &slow_in, 1);
+  s = weir_process(chained ? s : weir_rebalance(s), "slow", &slow_vt, &sl, 1);
+  cr_assert_eq(weir_sink_to(s, "slow_out", "null", NULL, 1), 0);
+  s = weir_flat_map(weir_gen(job, "fast_in", &fast_in, 1), "fast", count_fast, &sl, 1);
+  cr_assert_eq(weir_sink_to(s, "fast_out", "null", NULL, 1), 0);
+  weir_run_opts o = {.workers = 1, .batch_records = 256, .channel_batches = 4};
+  cr_assert_eq(weir_job_run(job, &o), 0, "%s", weir_job_error(job));
+  cr_assert_eq(sl.next_ts, 1024, "the slow operator saw up to %llu",
+               (unsigned long long)sl.next_ts);
+  cr_assert_eq(sl.out_of_order, 0, "%u records out of order or repeated", sl.out_of_order);
+  cr_assert_eq(atomic_load(&sl.fast), 8000);
+  cr_assert_lt(sl.min_len, 16, "%u calls of %u to %u records: about 1 ms is 5 records", sl.calls,
+               sl.min_len, sl.max_len);
+  if (!chained) {
+    cr_assert_gt(sl.continued, 0, "no batch came in parts (%u calls)", sl.calls);
+    cr_assert_gt(sl.interleaved, 0,
+                 "the fast path never ran between two parts of a batch (%u parts continued one)",
+                 sl.continued);
+  }
+  cr_assert_gt(sl.interleaved_any, 0, "the fast path never ran between two calls (%u calls)",
+               sl.calls);
+  weir_job_destroy(job);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+Test(engine, slow_operator_takes_batches_in_parts, .timeout = 60) {
+  run_slices(0);
+}
+
+Test(engine, slow_operator_chained_to_its_source_takes_fewer_records, .timeout = 60) {
+  run_slices(1);
 }

@@ -15,7 +15,11 @@
  * is complete; ckpt.channel_state, when it is handed to the store;
  * ckpt.channel_state_written, on the store's writer thread once its chunks
  * are written, before the acknowledgement), and
- * restores with --restore latest until the job is done. Every injected
+ * restores with --restore latest until the job is done. The *_spread
+ * scenarios (and the timeout's failpoint) spread the slow path's cost over
+ * its records, so the slow task consumes its batches in slices and some
+ * cuts must come while a batch is consumed in part (the debug log says
+ * how many). Every injected
  * kill is asserted to have fired (the run died of SIGKILL; a failpoint's
  * run also said so), and some run must have completed a checkpoint with
  * channel state and some restore must have started from one, so a
@@ -47,10 +51,18 @@ typedef unsigned long long ull;
 /* The slow path: with these batches and bounds a run lasts about 1.5 s and
  * the barriers of most checkpoints overtake buffered data. */
 #define SLOW_US "20000"
+#define SPREAD_US "1250"
+#define SPREAD_EVERY "64"
 
 typedef struct scen {
   char *dir, *state, *out, *errpath;
   int timeout_mode; /* --alignment-timeout 1 instead of --checkpoint-mode unaligned */
+  /* The slow path's cost spread over its records (SPREAD_US every
+   * SPREAD_EVERY, the same rate): the slow task then takes its batches in
+   * slices, and cuts come while a batch is consumed in part (counted from
+   * the debug log: part_cuts). */
+  int spread;
+  int part_cuts;
   const char *parallelism;
   int runs, kills;
   int channel_ckpts;             /* checkpoints completed with channel state, all runs */
@@ -112,6 +124,15 @@ static void scan_log(scen *s, const char *err) {
       s->last_unaligned = id;
     }
   }
+  static const char cut[] = "unaligned cut of task ";
+  for (const char *p = strstr(err, cut); p; p = strstr(p + 1, cut)) {
+    unsigned task, parts;
+    ull out;
+    if (sscanf(p + sizeof cut - 1, "%u (%llu output records overtaken, %u input batches", &task,
+               &out, &parts) == 3 &&
+        parts > 0)
+      s->part_cuts++;
+  }
 }
 
 /* One run (--restore latest), killed after kill_ms (< 0: not) or by the
@@ -136,7 +157,9 @@ static int run(scen *s, const char *failpoints, int kill_ms) {
                          "--fan-out",
                          "8",
                          "--slow-us",
-                         SLOW_US,
+                         s->spread ? SPREAD_US : SLOW_US,
+                         "--slow-every",
+                         s->spread ? SPREAD_EVERY : "1024",
                          "--batch-records",
                          "128",
                          "--channel-batches",
@@ -246,8 +269,21 @@ static uint64_t seed(void) {
   return v;
 }
 
-static void random_kills(int timeout_mode) {
+/* Spread scenarios log at debug level, for the cuts (see part_cuts). */
+static void spread(scen *s) {
+  s->spread = 1;
+  setenv("WEIR_LOG", "debug", 1);
+}
+
+static void check_part_cuts(const scen *s) {
+  if (s->spread)
+    cr_assert_gt(s->part_cuts, 0, "no cut came while a batch was consumed in part\nhistory: %s",
+                 s->history);
+}
+
+static void random_kills(int timeout_mode, int spreads) {
   scen *s = scen_new(timeout_mode);
+  if (spreads) spread(s);
   uint64_t rng = seed();
   int fired = 0;
   for (int k = 0; k < 3; k++) {
@@ -257,14 +293,17 @@ static void random_kills(int timeout_mode) {
   restore_to_end(s);
   cr_assert_geq(fired, 1, "no random kill fired before the job ended\nhistory: %s", s->history);
   cr_assert_gt(s->channel_ckpts, 0, "no checkpoint with channel state\nhistory: %s", s->history);
+  check_part_cuts(s);
   check_exact(s);
   scen_free(s);
 }
 
-static void kill_at(const char *fp, int timeout_mode) {
+static void kill_at(const char *fp, int timeout_mode, int spreads) {
   scen *s = scen_new(timeout_mode);
+  if (spreads) spread(s);
   cr_assert_eq(run(s, fp, -1), KILLED, "failpoint %s did not fire\nhistory: %s", fp, s->history);
   restore_to_end(s);
+  check_part_cuts(s);
   check_exact(s);
   scen_free(s);
 }
@@ -272,31 +311,39 @@ static void kill_at(const char *fp, int timeout_mode) {
 TestSuite(unaligned_recovery, .timeout = 120, .fini = cleanup);
 
 Test(unaligned_recovery, random_kills_unaligned) {
-  random_kills(0);
+  random_kills(0, 0);
+}
+
+Test(unaligned_recovery, random_kills_unaligned_spread) {
+  random_kills(0, 1);
 }
 
 Test(unaligned_recovery, random_kills_alignment_timeout) {
-  random_kills(1);
+  random_kills(1, 0);
 }
 
 Test(unaligned_recovery, kill_in_channel_state_write) {
   /* The 6th channel state handed to the store: checkpoints before it
    * completed with channel state, so the restore replays some. */
-  kill_at("ckpt.channel_state=kill@6", 0);
+  kill_at("ckpt.channel_state=kill@6", 0, 0);
 }
 
 Test(unaligned_recovery, kill_after_channel_state_written) {
   /* On the store's writer thread, the 5th channel state's chunks written,
    * its acknowledgement not yet counted. */
-  kill_at("ckpt.channel_state_written=kill@5", 0);
+  kill_at("ckpt.channel_state_written=kill@5", 0, 0);
 }
 
 Test(unaligned_recovery, kill_in_unaligned_cut) {
-  kill_at("ckpt.unaligned_cut=kill@9", 0);
+  kill_at("ckpt.unaligned_cut=kill@9", 0, 0);
+}
+
+Test(unaligned_recovery, kill_in_unaligned_cut_spread) {
+  kill_at("ckpt.unaligned_cut=kill@9", 0, 1);
 }
 
 Test(unaligned_recovery, kill_in_channel_state_write_after_timeout) {
-  kill_at("ckpt.channel_state=kill@2", 1);
+  kill_at("ckpt.channel_state=kill@2", 1, 1);
 }
 
 Test(unaligned_recovery, restores_replay_channel_state) {

@@ -76,8 +76,8 @@ void weir__cs_run(weir__cs_writer *w, uint32_t k, uint32_t j, uint64_t n) {
   w->len = (uint64_t)(q - w->buf);
 }
 
-void weir__cs_batch(weir__cs_writer *w, const weir__batch *b) {
-  for (uint32_t r = 0; r < b->len; r++) {
+void weir__cs_records(weir__cs_writer *w, const weir__batch *b, uint32_t from, uint32_t to) {
+  for (uint32_t r = from; r < to; r++) {
     uint32_t rl = b->lens[r];
     reserve(w, REC_MAX + rl);
     uint8_t *q = w->buf + w->len;
@@ -92,9 +92,9 @@ void weir__cs_batch(weir__cs_writer *w, const weir__batch *b) {
     w->pid = b->ids[r];
   }
   if (w->in_start)
-    w->in_records += b->len;
+    w->in_records += to - from;
   else
-    w->out_records += b->len;
+    w->out_records += to - from;
 }
 
 void weir__cs_inputs(weir__cs_writer *w) {

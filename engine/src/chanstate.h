@@ -55,8 +55,12 @@ typedef struct weir__cs_writer {
 void weir__cs_begin(weir__cs_writer *w);
 /* Output section: the next n records (n > 0) go to router k, channel j. */
 void weir__cs_run(weir__cs_writer *w, uint32_t k, uint32_t j, uint64_t n);
+/* Appends records [from, to) of data batch b to the current section. */
+void weir__cs_records(weir__cs_writer *w, const weir__batch *b, uint32_t from, uint32_t to);
 /* Appends every record of data batch b to the current section. */
-void weir__cs_batch(weir__cs_writer *w, const weir__batch *b);
+static inline void weir__cs_batch(weir__cs_writer *w, const weir__batch *b) {
+  weir__cs_records(w, b, 0, b->len);
+}
 /* Ends the output section and starts the input section. */
 void weir__cs_inputs(weir__cs_writer *w);
 /* Completes the header and hands the blob over (caller frees it with

@@ -9,7 +9,13 @@
  * stopping early when an output fills up, input runs dry, or the step has
  * taken WEIR__STEP_NS: a slow operator then holds up the other tasks of
  * its worker (and the checkpoint barriers they would forward, a source's
- * among them) for about one batch, not for its whole budget. Operators in a
+ * among them) for about one batch, not for its whole budget. A chain that
+ * needs more than WEIR__STEP_NS for a whole batch (measured: `rec_ns`, the
+ * time per record of recent batches) takes its input batches in slices of
+ * about that much time, one slice a step; the rest of the batch stays at the
+ * head of its channel (`in_off`: records already consumed), so the worker's
+ * other tasks, and a barrier waiting for this one, wait about
+ * WEIR__STEP_NS, not a whole batch of a slow operator. Operators in a
  * chain hand records to each other through a link batch per chain link:
  * emissions append to it and a full link is processed by the successor at
  * once; after each input batch every link is flushed in chain order, so a
@@ -74,7 +80,7 @@
 #include "hash.h"
 #include "iteration.h"
 
-static int op_process(weir_ctx *ctx, weir__batch *b);
+static int op_process(weir_ctx *ctx, const weir__batch *b, uint32_t from, uint32_t n);
 
 /* Publishes a batch on channel j of r; inside a loop, the records it holds
  * are added to the loop's in-flight count first (see iteration.c). */
@@ -151,7 +157,7 @@ HOT void emit_routers(weir__task *t, uint64_t key, int64_t ts, uint64_t id, cons
 
 /* Processes a full link batch of ctx by its successor and empties it. */
 static int flush_link(weir_ctx *ctx) {
-  int rc = op_process(ctx->next, ctx->link);
+  int rc = op_process(ctx->next, ctx->link, 0, ctx->link->len);
   ctx->link->len = 0;
   ctx->link->used = 0;
   return rc;
@@ -248,15 +254,24 @@ int weir_emit_record(weir_ctx *ctx, const weir_record *r) {
 
 /* ---- operators ----------------------------------------------------------- */
 
-static int op_process(weir_ctx *ctx, weir__batch *b) {
+/* Runs records [from, from + n) of b through ctx's operator. */
+static int op_process(weir_ctx *ctx, const weir__batch *b, uint32_t from, uint32_t n) {
   const weir_operator_vt *vt = ctx->node->ovt;
   int rc = 0;
-  ctx->n_in += b->len;
+  ctx->n_in += n;
   if (vt->process_batch) {
     weir_batch v = weir__batch_view(b);
+    if (from || n != b->len) {
+      v.len = n;
+      v.keys += from;
+      v.ts += from;
+      v.ids += from;
+      v.off += from; /* offsets into the whole arena: data stays */
+      v.lens += from;
+    }
     rc = vt->process_batch(ctx, &v);
   } else {
-    for (uint32_t i = 0; i < b->len; i++) {
+    for (uint32_t i = from; i < from + n; i++) {
       weir_record r = {b->keys[i], b->ts[i], b->ids[i], b->lens[i] ? b->data + b->off[i] : NULL,
                        b->lens[i]};
       ctx->cur_ts = r.ts;
@@ -444,10 +459,12 @@ static int cs_finish(weir__task *t) {
   return weir__task_write_channels(t, id, blob, len);
 }
 
-/* Logs a consumed data batch of input idx if it crossed the cut. */
-static inline void un_log(weir__task *t, uint32_t idx, const weir__batch *b) {
-  if (!t->job->unaligned || !weir__unalign_data(&t->un, idx, b->len)) return;
-  weir__cs_batch(&t->cs, b);
+/* Logs records [from, from + n) of a data batch consumed from input idx
+ * if they crossed the cut. */
+static inline void un_log(weir__task *t, uint32_t idx, const weir__batch *b, uint32_t from,
+                          uint32_t n) {
+  if (!t->job->unaligned || !weir__unalign_data(&t->un, idx, n)) return;
+  weir__cs_records(&t->cs, b, from, from + n);
 }
 
 /* The unaligned cut of checkpoint id (passed: inputs that delivered it
@@ -456,8 +473,11 @@ static int un_cut(weir__task *t, uint64_t id, const uint8_t *passed, uint64_t al
   flush_outputs(t);
   cs_begin(t);
   weir__unalign_result ur = weir__unalign_start(&t->un, id, passed);
-  WEIR_LOG_D("checkpoint %llu: unaligned cut of task %u (%llu output records overtaken)",
-             (unsigned long long)id, t->index, (unsigned long long)t->cs.out_records);
+  uint32_t parts = 0;
+  for (uint32_t i = 0; i < t->nin; i++) parts += t->in_off[i] != 0;
+  WEIR_LOG_D("checkpoint %llu: unaligned cut of task %u (%llu output records overtaken, %u "
+             "input batches consumed in part)",
+             (unsigned long long)id, t->index, (unsigned long long)t->cs.out_records, parts);
   /* A source's cut overtakes only its pending output: no entry if none. */
   int chan = t->nin > 0 || t->cs.out_records > 0;
   int rc =
@@ -517,8 +537,10 @@ static int un_capture(weir__task *t) {
     for (uint64_t q = h; q < p; q++) {
       const weir__batch *b = ch->ring[q & ch->mask];
       if (b->kind != WEIR__MSG_DATA) continue;
-      weir__cs_batch(&t->cs, b);
-      (void)weir__unalign_data(&t->un, i, b->len); /* counted */
+      /* The head batch may be partly consumed already (a slice). */
+      uint32_t from = q == h ? t->in_off[i] : 0;
+      weir__cs_records(&t->cs, b, from, b->len);
+      (void)weir__unalign_data(&t->un, i, b->len - from); /* counted */
     }
     if (weir__unalign_barrier(&t->un, i, t->un.cur) == WEIR__UN_COMPLETE) return cs_finish(t);
   }
@@ -674,7 +696,7 @@ static int un_replay(weir__task *t) {
       }
       weir__batch_append(b, rec.key, rec.ts, rec.id, rec.data, rec.len);
     }
-    int rc = op_process(t->ops[0], b);
+    int rc = op_process(t->ops[0], b, 0, b->len);
     if (!rc) rc = chain_flush(t, 0);
     if (rc) return rc;
     if (!outputs_writable(t)) break;
@@ -804,6 +826,7 @@ static void task_finish(weir__task *t) {
 static int source_step(weir__task *t) {
   weir_ctx *c = t->ops[0];
   if (sync_paused(t)) return 0; /* the coordinator wakes it */
+  uint64_t t0 = weir_clock_mono_ns(), t1 = t0;
   for (uint32_t n = 0; n < t->budget_batches; n++) {
     if (atomic_load_explicit(&t->job->stopping, memory_order_relaxed)) {
       task_finish(t);
@@ -825,7 +848,15 @@ static int source_step(weir__task *t) {
       }
     }
     c->wake_after_us = 0;
-    int rc = c->node->svt->run(c, t->batch_records);
+    /* A slow chain (or source) is asked for about WEIR__STEP_NS of
+     * records at a time, as input batches are sliced. */
+    uint32_t want = t->batch_records;
+    if (t->rec_ns * want > WEIR__STEP_NS) {
+      uint64_t most = WEIR__STEP_NS / t->rec_ns;
+      want = most ? (uint32_t)most : 1;
+    }
+    uint64_t before = c->n_out;
+    int rc = c->node->svt->run(c, want);
     if (rc < 0) {
       weir__ctx_report(c, rc, "run");
       task_failed(t, rc);
@@ -836,6 +867,9 @@ static int source_step(weir__task *t) {
       task_failed(t, frc);
       return 0;
     }
+    uint64_t t2 = weir_clock_mono_ns(), made = c->n_out - before;
+    if (made) t->rec_ns = (3 * t->rec_ns + (t2 - t1) / made) / 4;
+    t1 = t2;
     if (rc == WEIR_SOURCE_DONE) {
       task_finish(t);
       return 0;
@@ -851,6 +885,7 @@ static int source_step(weir__task *t) {
       publish_stats(t);
       return 0;
     }
+    if (t2 - t0 > WEIR__STEP_NS) break;
   }
   maybe_timeout_flush(t);
   publish_stats(t);
@@ -1019,7 +1054,7 @@ static int input_step(weir__task *t) {
       t->un.last >= atomic_load_explicit(&t->job->trigger_id, memory_order_relaxed) &&
       t->un.last > atomic_load_explicit(&t->job->complete_id, memory_order_relaxed))
     budget = 1;
-  uint64_t t0 = weir_clock_mono_ns();
+  uint64_t t0 = weir_clock_mono_ns(), t1 = t0;
   while (processed < budget) {
     weir__batch *b = NULL;
     uint32_t idx = 0;
@@ -1078,26 +1113,40 @@ static int input_step(weir__task *t) {
     }
     t->rr = idx + 1 == t->nin ? 0 : idx + 1;
     if (b->kind == WEIR__MSG_DATA) {
-      uint32_t n = b->len;
+      uint32_t from = t->in_off[idx], n = b->len - from;
+      if (t->sliceable && n > 1 && t->rec_ns * n > WEIR__STEP_NS) {
+        uint64_t most = WEIR__STEP_NS / t->rec_ns;
+        n = most ? (uint32_t)most : 1;
+      }
       if (t->head_loop && weir__backlog_logging(t->backlog, idx))
-        for (uint32_t r = 0; r < n; r++)
+        for (uint32_t r = from; r < from + n; r++)
           weir__backlog_append(t->backlog, b->keys[r], b->ts[r], b->ids[r], b->data + b->off[r],
                                b->lens[r]);
-      un_log(t, idx, b);
-      int rc = op_process(t->ops[0], b);
-      weir__chan_release(t->in[idx]);
+      un_log(t, idx, b, from, n);
+      int rc = op_process(t->ops[0], b, from, n);
+      if (from + n == b->len) {
+        t->in_off[idx] = 0;
+        weir__chan_release(t->in[idx]);
+      } else {
+        t->in_off[idx] = from + n;
+      }
       if (!rc) rc = chain_flush(t, 0);
       if (rc) {
         task_failed(t, rc);
         return 0;
       }
+      /* The chain's time per record over the last few batches (with what
+       * the step did since the previous one: one clock read a batch). */
+      uint64_t t2 = weir_clock_mono_ns();
+      if (n) t->rec_ns = (3 * t->rec_ns + (t2 - t1) / n) / 4;
+      t1 = t2;
       if (t->in_loopin[idx]) weir__loop_consumed(t, n);
       processed++;
       if (!outputs_writable(t)) {
         publish_stats(t);
         return 0;
       }
-      if (weir_clock_mono_ns() - t0 > WEIR__STEP_NS) break;
+      if (t2 - t0 > WEIR__STEP_NS) break;
     } else if (b->kind == WEIR__MSG_EOI) {
       weir__chan_release(t->in[idx]);
       if (input_ended(t, idx)) return 0;
@@ -1182,6 +1231,12 @@ int weir__task_open(weir__task *t) {
     if (t->in_back[i]) weir__align_exclude(&t->align, i);
   weir__unalign_init(&t->un, t->nin);
   t->scanned = weir_calloc(t->nin ? t->nin : 1, sizeof *t->scanned);
+  t->in_off = weir_calloc(t->nin ? t->nin : 1, sizeof *t->in_off);
+  /* Loop heads log whole batches, and consumption inside a loop is
+   * counted per batch: their batches are never sliced. */
+  t->sliceable = !t->head_loop;
+  for (uint32_t i = 0; i < t->nin; i++)
+    if (t->in_loopin[i] || t->in_back[i]) t->sliceable = 0;
   if (t->head_loop && !t->backlog) {
     t->backlog = weir_calloc(1, sizeof *t->backlog);
     uint64_t bound = t->job->opts.loop_memory_bytes;
@@ -1217,6 +1272,8 @@ void weir__task_close(weir__task *t) {
   weir__unalign_close(&t->un);
   weir_free(t->scanned);
   t->scanned = NULL;
+  weir_free(t->in_off);
+  t->in_off = NULL;
   weir__cs_drop(&t->cs);
   if (t->replay) weir_blob_free(t->replay, t->replay_len, t->replay_release);
   t->replay = NULL;

@@ -108,6 +108,12 @@ struct weir__task {
   uint64_t last_flush_ns;
   uint32_t budget_batches;
   uint32_t batch_records;
+  /* Slices of slow chains (task.c): records of each input's head batch
+   * consumed already, the chain's recent time per record, and whether this
+   * task may slice at all. */
+  uint32_t *in_off;
+  uint64_t rec_ns;
+  int sliceable;
   /* Loops: set when the chain's head is an iteration head. */
   weir__loop *head_loop;
   struct weir__backlog *backlog;

@@ -96,7 +96,11 @@ static inline uint64_t weir_payload_u64(const weir_record *r) {
  *             weir_ctx_set_user().
  *   process   one record. Emit with weir_emit*().
  *   process_batch  a whole batch (preferred when both are set): lets keyed
- *             operators prefetch state across the batch.
+ *             operators prefetch state across the batch. An operator that
+ *             needs more than about a millisecond for a batch gets the
+ *             batches of its input in consecutive parts, so that the
+ *             other tasks of its worker (and checkpoint barriers) do not
+ *             wait for a whole batch.
  *   finish    end of all input: emit what is left (e.g. final aggregates).
  *   close     release per-subtask resources; called once after open
  *             succeeded, whether the job succeeded or not. Cannot fail.
