@@ -823,6 +823,20 @@ static void task_finish(weir__task *t) {
   if (outputs_writable(t) && !t->held) task_done(t);
 }
 
+/* Of n records waiting, how many the chain takes now: all, unless they
+ * would take it past WEIR__STEP_NS at its recent pace (then at least 1). */
+static inline uint32_t slice_of(const weir__task *t, uint32_t n) {
+  if (t->rec_ns * n <= WEIR__STEP_NS) return n;
+  uint64_t most = WEIR__STEP_NS / t->rec_ns;
+  return most ? (uint32_t)most : 1;
+}
+
+/* The chain took ns for n records: its time per record over the last few
+ * batches. */
+static inline void note_time(weir__task *t, uint64_t ns, uint64_t n) {
+  if (n) t->rec_ns = (3 * t->rec_ns + ns / n) / 4;
+}
+
 static int source_step(weir__task *t) {
   weir_ctx *c = t->ops[0];
   if (sync_paused(t)) return 0; /* the coordinator wakes it */
@@ -850,11 +864,7 @@ static int source_step(weir__task *t) {
     c->wake_after_us = 0;
     /* A slow chain (or source) is asked for about WEIR__STEP_NS of
      * records at a time, as input batches are sliced. */
-    uint32_t want = t->batch_records;
-    if (t->rec_ns * want > WEIR__STEP_NS) {
-      uint64_t most = WEIR__STEP_NS / t->rec_ns;
-      want = most ? (uint32_t)most : 1;
-    }
+    uint32_t want = slice_of(t, t->batch_records);
     uint64_t before = c->n_out;
     int rc = c->node->svt->run(c, want);
     if (rc < 0) {
@@ -868,7 +878,7 @@ static int source_step(weir__task *t) {
       return 0;
     }
     uint64_t t2 = weir_clock_mono_ns(), made = c->n_out - before;
-    if (made) t->rec_ns = (3 * t->rec_ns + (t2 - t1) / made) / 4;
+    note_time(t, t2 - t1, made);
     t1 = t2;
     if (rc == WEIR_SOURCE_DONE) {
       task_finish(t);
@@ -1114,10 +1124,7 @@ static int input_step(weir__task *t) {
     t->rr = idx + 1 == t->nin ? 0 : idx + 1;
     if (b->kind == WEIR__MSG_DATA) {
       uint32_t from = t->in_off[idx], n = b->len - from;
-      if (t->sliceable && n > 1 && t->rec_ns * n > WEIR__STEP_NS) {
-        uint64_t most = WEIR__STEP_NS / t->rec_ns;
-        n = most ? (uint32_t)most : 1;
-      }
+      if (t->sliceable) n = slice_of(t, n);
       if (t->head_loop && weir__backlog_logging(t->backlog, idx))
         for (uint32_t r = from; r < from + n; r++)
           weir__backlog_append(t->backlog, b->keys[r], b->ts[r], b->ids[r], b->data + b->off[r],
@@ -1138,7 +1145,7 @@ static int input_step(weir__task *t) {
       /* The chain's time per record over the last few batches (with what
        * the step did since the previous one: one clock read a batch). */
       uint64_t t2 = weir_clock_mono_ns();
-      if (n) t->rec_ns = (3 * t->rec_ns + (t2 - t1) / n) / 4;
+      note_time(t, t2 - t1, n);
       t1 = t2;
       if (t->in_loopin[idx]) weir__loop_consumed(t, n);
       processed++;

@@ -20,8 +20,9 @@
 #include "unaligned.h"
 
 #define WEIR__MAX_COUNTERS 16
-/* A step of a task that consumes input ends after the batch that takes it
- * past this much time (task.c). */
+/* A step of a task ends after the batch that takes it past this much time,
+ * and a chain slower than this per batch takes its input in slices of
+ * about this much time (task.c). */
 #define WEIR__STEP_NS 1000000u
 
 typedef struct weir__counter {
