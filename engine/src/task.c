@@ -64,7 +64,7 @@
  *
  * Restore: the output records go back into their channels when the task
  * opens, before anything it emits; the input records are processed before
- * any live input (a step at a time), and no barrier is looked for until
+ * any live input (a step at a time, sliced like live input), and no barrier is looked for until
  * they are.
  */
 #include "task.h"
@@ -282,6 +282,20 @@ static int op_process(weir_ctx *ctx, const weir__batch *b, uint32_t from, uint32
     }
   }
   return rc < 0 ? weir__ctx_report(ctx, rc, "process") : 0;
+}
+
+/* Of n records waiting, how many the chain takes now: all, unless they
+ * would take it past WEIR__STEP_NS at its recent pace (then at least 1). */
+static inline uint32_t slice_of(const weir__task *t, uint32_t n) {
+  if (t->rec_ns * n <= WEIR__STEP_NS) return n;
+  uint64_t most = WEIR__STEP_NS / t->rec_ns;
+  return most ? (uint32_t)most : 1;
+}
+
+/* The chain took ns for n records: its time per record over the last few
+ * batches. */
+static inline void note_time(weir__task *t, uint64_t ns, uint64_t n) {
+  if (n) t->rec_ns = (3 * t->rec_ns + ns / n) / 4;
 }
 
 /* Runs every non-empty link through its successor, in chain order. */
@@ -683,10 +697,13 @@ static int un_replay(weir__task *t) {
   weir__cs_reader *rd = &t->replay_rd;
   weir__cs_rec rec;
   const char *why;
+  uint64_t t0 = weir_clock_mono_ns(), t1 = t0;
   for (uint32_t n = 0; n < t->budget_batches && rd->off < rd->end; n++) {
     weir__batch *b = t->replay_batch;
     weir__batch_reset(b);
-    for (;;) {
+    /* A slow chain replays in slices too (see input_step). */
+    uint32_t want = t->sliceable ? slice_of(t, t->batch_records) : t->batch_records;
+    while (b->len < want) {
       weir__cs_reader at = *rd;
       /* Checked in un_restore: a record, or the end. */
       if (weir__cs_next(rd, &rec, &why) <= 0) break;
@@ -699,7 +716,10 @@ static int un_replay(weir__task *t) {
     int rc = op_process(t->ops[0], b, 0, b->len);
     if (!rc) rc = chain_flush(t, 0);
     if (rc) return rc;
-    if (!outputs_writable(t)) break;
+    uint64_t t2 = weir_clock_mono_ns();
+    note_time(t, t2 - t1, b->len);
+    t1 = t2;
+    if (!outputs_writable(t) || t2 - t0 > WEIR__STEP_NS) break;
   }
   if (rd->off < rd->end) return 1;
   weir_blob_free(t->replay, t->replay_len, t->replay_release);
@@ -821,20 +841,6 @@ static void task_finish(weir__task *t) {
     return;
   }
   if (outputs_writable(t) && !t->held) task_done(t);
-}
-
-/* Of n records waiting, how many the chain takes now: all, unless they
- * would take it past WEIR__STEP_NS at its recent pace (then at least 1). */
-static inline uint32_t slice_of(const weir__task *t, uint32_t n) {
-  if (t->rec_ns * n <= WEIR__STEP_NS) return n;
-  uint64_t most = WEIR__STEP_NS / t->rec_ns;
-  return most ? (uint32_t)most : 1;
-}
-
-/* The chain took ns for n records: its time per record over the last few
- * batches. */
-static inline void note_time(weir__task *t, uint64_t ns, uint64_t n) {
-  if (n) t->rec_ns = (3 * t->rec_ns + ns / n) / 4;
 }
 
 static int source_step(weir__task *t) {
