@@ -64,8 +64,8 @@
  *
  * Restore: the output records go back into their channels when the task
  * opens, before anything it emits; the input records are processed before
- * any live input (a step at a time, sliced like live input), and no barrier is looked for until
- * they are.
+ * any live input (a step at a time, sliced like live input), and no
+ * barrier is looked for until they are.
  */
 #include "task.h"
 
