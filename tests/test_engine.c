@@ -19,7 +19,8 @@
  * lineage ids being deterministic across runs; an unaligned cut taking a
  * finished input's queue as channel state at once; a slow operator getting
  * its batches in consecutive parts, in order and each record once, while
- * the other tasks of its worker run in between.
+ * the other tasks of its worker run in between; an operator whose cost is
+ * per call not being cut into ever smaller parts.
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -1278,15 +1279,16 @@ Test(engine, unaligned_cut_takes_a_finished_inputs_queue_at_once, .timeout = 60)
 /* A slow operator takes its batches in parts                               */
 
 typedef struct slices {
-  _Atomic uint64_t fast; /* records the fast path has seen */
-  uint64_t next_ts;      /* the timestamp the slow operator expects next */
+  uint32_t call_us, record_us; /* the slow operator's cost */
+  _Atomic uint64_t fast;       /* records the fast path has seen */
+  uint64_t next_ts;            /* the timestamp the slow operator expects next */
   const uint64_t *end_keys;
   const int64_t *end_ts; /* one past the previous call's records */
   uint64_t fast_after;   /* `fast` when the previous call returned */
   uint32_t calls, continued, interleaved, interleaved_any, max_len, min_len, out_of_order;
 } slices;
 
-/* 200 us per record; notes how its input came. */
+/* call_us per call and record_us per record; notes how its input came. */
 static int slow_batch(weir_ctx *ctx, const weir_batch *b) {
   slices *sl = weir_ctx_arg(ctx);
   sl->calls++;
@@ -1301,8 +1303,9 @@ static int slow_batch(weir_ctx *ctx, const weir_batch *b) {
   for (uint32_t i = 0; i < b->len; i++) {
     if ((uint64_t)b->ts[i] != sl->next_ts) sl->out_of_order++;
     sl->next_ts = (uint64_t)b->ts[i] + 1;
-    weir_sleep_us(200);
+    if (sl->record_us) weir_sleep_us(sl->record_us);
   }
+  if (sl->call_us) weir_sleep_us(sl->call_us);
   sl->end_keys = b->keys + b->len;
   sl->end_ts = b->ts + b->len;
   sl->fast_after = atomic_load(&sl->fast);
@@ -1325,7 +1328,7 @@ static int count_fast(weir_ctx *ctx, void *user, const weir_record *in) {
  * to its source, the source is asked for fewer records at a time. */
 static void run_slices(int chained) {
   weir_job *job = new_job("slices");
-  slices sl = {0};
+  slices sl = {.record_us = 200};
   weir_gen_opts slow_in = {.records = 1024, .keys = 3},
                 fast_in = {.records = 8000, .keys = 3, .rate = 20000};
   static const weir_operator_vt slow_vt = {.name = "slow", .process_batch = slow_batch};
@@ -1345,8 +1348,9 @@ static void run_slices(int chained) {
   if (!chained) {
     cr_assert_gt(sl.continued, 0, "no batch came in parts (%u calls)", sl.calls);
     cr_assert_gt(sl.interleaved, 0,
-                 "the fast path never ran between two parts of a batch (%u parts continued one)",
-                 sl.continued);
+                 "the fast path never ran between two parts of a batch (%u of %u calls, %u to "
+                 "%u records, continued a batch; fast path %llu records)",
+                 sl.continued, sl.calls, sl.min_len, sl.max_len, (unsigned long long)sl.fast_after);
   }
   cr_assert_gt(sl.interleaved_any, 0, "the fast path never ran between two calls (%u calls)",
                sl.calls);
@@ -1360,4 +1364,28 @@ Test(engine, slow_operator_takes_batches_in_parts, .timeout = 60) {
 
 Test(engine, slow_operator_chained_to_its_source_takes_fewer_records, .timeout = 60) {
   run_slices(1);
+}
+
+/* An operator whose cost is per call (4 ms, say a round trip per batch)
+ * is not cut into ever smaller slices: a slice costs as much as a batch.
+ * At most a few calls may be slices (the engine learns the cost's shape
+ * from them); everything arrives once and in order. */
+Test(engine, per_call_cost_is_not_sliced, .timeout = 60) {
+  weir_job *job = new_job("per-call");
+  slices sl = {.call_us = 4000};
+  weir_gen_opts in = {.records = 8192, .keys = 3};
+  static const weir_operator_vt slow_vt = {.name = "slow", .process_batch = slow_batch};
+  weir_stream *s =
+      weir_process(weir_rebalance(weir_gen(job, "in", &in, 1)), "slow", &slow_vt, &sl, 1);
+  cr_assert_eq(weir_sink_to(s, "out", "null", NULL, 1), 0);
+  weir_run_opts o = {.workers = 1, .batch_records = 256, .channel_batches = 4};
+  cr_assert_eq(weir_job_run(job, &o), 0, "%s", weir_job_error(job));
+  cr_assert_eq(sl.next_ts, 8192);
+  cr_assert_eq(sl.out_of_order, 0);
+  /* 32 batches of 256. */
+  cr_assert_leq(sl.calls, 40, "%u calls of %u to %u records for 32 batches", sl.calls, sl.min_len,
+                sl.max_len);
+  cr_assert_geq(sl.min_len, 32, "slices of %u records: the per-call cost was sliced", sl.min_len);
+  weir_job_destroy(job);
+  cr_assert_eq(th_leak_check(), 0);
 }

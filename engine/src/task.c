@@ -11,11 +11,17 @@
  * its worker (and the checkpoint barriers they would forward, a source's
  * among them) for about one batch, not for its whole budget. A chain that
  * needs more than WEIR__STEP_NS for a whole batch (measured: `rec_ns`, the
- * time per record of recent batches) takes its input batches in slices of
- * about that much time, one slice a step; the rest of the batch stays at the
- * head of its channel (`in_off`: records already consumed), so the worker's
- * other tasks, and a barrier waiting for this one, wait about
- * WEIR__STEP_NS, not a whole batch of a slow operator. Operators in a
+ * time per record of recent calls) takes its input batches in slices of
+ * about that much time, one slice a step; the rest of the batch stays at
+ * the head of its channel (`in_off`: records already consumed), so the
+ * worker's other tasks, and a barrier waiting for this one, wait about
+ * WEIR__STEP_NS, not a whole batch of a slow operator. That holds for a cost
+ * per record; an operator whose cost is per call (a round trip per batch)
+ * would take ever smaller slices at the same cost each. So a slice that
+ * takes far longer than its records' share does not count towards
+ * `rec_ns`, and after two in a row the chain takes whole batches for a while
+ * (16 calls, doubling up to 1024 while it keeps happening); one stall of
+ * the thread does neither. Operators in a
  * chain hand records to each other through a link batch per chain link:
  * emissions append to it and a full link is processed by the successor at
  * once; after each input batch every link is flushed in chain order, so a
@@ -287,15 +293,32 @@ static int op_process(weir_ctx *ctx, const weir__batch *b, uint32_t from, uint32
 /* Of n records waiting, how many the chain takes now: all, unless they
  * would take it past WEIR__STEP_NS at its recent pace (then at least 1). */
 static inline uint32_t slice_of(const weir__task *t, uint32_t n) {
-  if (t->rec_ns * n <= WEIR__STEP_NS) return n;
+  if (t->unsliced || t->rec_ns * n <= WEIR__STEP_NS) return n;
   uint64_t most = WEIR__STEP_NS / t->rec_ns;
   return most ? (uint32_t)most : 1;
 }
 
-/* The chain took ns for n records: its time per record over the last few
- * batches. */
-static inline void note_time(weir__task *t, uint64_t ns, uint64_t n) {
-  if (n) t->rec_ns = (3 * t->rec_ns + ns / n) / 4;
+/* The chain took ns for a call with n records, less than a whole batch if
+ * `sliced` (a slice, or the rest of a batch after one): its time per record
+ * over the last few calls. */
+static inline void note_time(weir__task *t, uint64_t ns, uint64_t n, int sliced) {
+  if (!n) return;
+  if (sliced) {
+    if (ns > 3 * t->rec_ns * n + WEIR__STEP_NS / 4) {
+      /* Not proportional to the records (or the thread stalled). */
+      if (++t->strikes == 2) {
+        t->strikes = 0;
+        t->unsliced = t->backoff;
+        if (t->backoff < 1024) t->backoff *= 2;
+      }
+      return;
+    }
+    t->strikes = 0;
+    t->backoff = 16;
+  } else if (t->unsliced) {
+    t->unsliced--;
+  }
+  t->rec_ns = t->rec_ns ? (3 * t->rec_ns + ns / n) / 4 : ns / n;
 }
 
 /* Runs every non-empty link through its successor, in chain order. */
@@ -703,6 +726,7 @@ static int un_replay(weir__task *t) {
     weir__batch_reset(b);
     /* A slow chain replays in slices too (see input_step). */
     uint32_t want = t->sliceable ? slice_of(t, t->batch_records) : t->batch_records;
+    int sliced = want < t->batch_records;
     while (b->len < want) {
       weir__cs_reader at = *rd;
       /* Checked in un_restore: a record, or the end. */
@@ -717,7 +741,7 @@ static int un_replay(weir__task *t) {
     if (!rc) rc = chain_flush(t, 0);
     if (rc) return rc;
     uint64_t t2 = weir_clock_mono_ns();
-    note_time(t, t2 - t1, b->len);
+    note_time(t, t2 - t1, b->len, sliced && b->len == want);
     t1 = t2;
     if (!outputs_writable(t) || t2 - t0 > WEIR__STEP_NS) break;
   }
@@ -884,7 +908,7 @@ static int source_step(weir__task *t) {
       return 0;
     }
     uint64_t t2 = weir_clock_mono_ns(), made = c->n_out - before;
-    note_time(t, t2 - t1, made);
+    note_time(t, t2 - t1, made, want < t->batch_records);
     t1 = t2;
     if (rc == WEIR_SOURCE_DONE) {
       task_finish(t);
@@ -1131,6 +1155,7 @@ static int input_step(weir__task *t) {
     if (b->kind == WEIR__MSG_DATA) {
       uint32_t from = t->in_off[idx], n = b->len - from;
       if (t->sliceable) n = slice_of(t, n);
+      int sliced = n < b->len;
       if (t->head_loop && weir__backlog_logging(t->backlog, idx))
         for (uint32_t r = from; r < from + n; r++)
           weir__backlog_append(t->backlog, b->keys[r], b->ts[r], b->ids[r], b->data + b->off[r],
@@ -1151,7 +1176,7 @@ static int input_step(weir__task *t) {
       /* The chain's time per record over the last few batches (with what
        * the step did since the previous one: one clock read a batch). */
       uint64_t t2 = weir_clock_mono_ns();
-      note_time(t, t2 - t1, n);
+      note_time(t, t2 - t1, n, sliced);
       t1 = t2;
       if (t->in_loopin[idx]) weir__loop_consumed(t, n);
       processed++;
@@ -1248,6 +1273,7 @@ int weir__task_open(weir__task *t) {
   /* Loop heads log whole batches, and consumption inside a loop is
    * counted per batch: their batches are never sliced. */
   t->sliceable = !t->head_loop;
+  t->backoff = 16;
   for (uint32_t i = 0; i < t->nin; i++)
     if (t->in_loopin[i] || t->in_back[i]) t->sliceable = 0;
   if (t->head_loop && !t->backlog) {

@@ -110,10 +110,13 @@ struct weir__task {
   uint32_t budget_batches;
   uint32_t batch_records;
   /* Slices of slow chains (task.c): records of each input's head batch
-   * consumed already, the chain's recent time per record, and whether this
-   * task may slice at all. */
+   * consumed already; the chain's recent time per record; slices in a row
+   * that took far longer than that (strikes), calls left without slicing
+   * after two, and how many the next such pause lasts; whether this task
+   * may slice at all. */
   uint32_t *in_off;
   uint64_t rec_ns;
+  uint32_t strikes, unsliced, backoff;
   int sliceable;
   /* Loops: set when the chain's head is an iteration head. */
   weir__loop *head_loop;
