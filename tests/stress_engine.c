@@ -14,8 +14,9 @@
  *
  * Also: a job with an unbounded source stopped with weir_job_stop() from
  * another thread (must return 0 and drain: every emitted record counted,
- * no hang), and two jobs running at once in two threads of one process (no
- * global state between jobs).
+ * no hang), two jobs running at once in two threads of one process (no
+ * global state between jobs), and checkpoints of every mode while it runs,
+ * also with one slow count subtask that takes its batches in slices.
  *
  * A plain main() program (Criterion cannot start under ThreadSanitizer):
  * prints "N passed, N failed" and exits non-zero on failure.
@@ -29,6 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "weir/clock.h"
 #include "weir/job.h"
 
 #if defined(__SANITIZE_THREAD__)
@@ -82,6 +84,10 @@ typedef struct counter {
     size_t n, cap;
   } slot[MAXP];
   _Atomic uint64_t received; /* all sink subtasks */
+  /* Count subtask 0 sleeps slow_us every 8 records (only its thread
+   * touches `paced`): it takes its batches in slices. */
+  uint32_t slow_us;
+  uint64_t paced;
   /* Stop scenario: once `received` reaches stop_at, signal the stopper. */
   uint64_t stop_at;
   pthread_mutex_t mu;
@@ -144,6 +150,8 @@ static const weir_source_vt src_vt = {
 
 /* Keyed count: emits (key, running count). */
 static int count_process(weir_ctx *ctx, const weir_record *r) {
+  counter *c = weir_ctx_arg(ctx);
+  if (c->slow_us && weir_ctx_subtask(ctx) == 0 && ++c->paced % 8 == 0) weir_sleep_us(c->slow_us);
   uint64_t n = 0;
   int rc = weir_state_add_u64(ctx, r->key, 1, &n);
   if (rc) return rc;
@@ -181,7 +189,7 @@ static const weir_operator_vt sink_vt = {.name = "collect", .process = sink_proc
  * sink_p == 0, else through another key_by into sink_p subtasks. */
 static int build(weir_job *job, counter *c, int ps, int p, int sink_p) {
   weir_stream *s = weir_source(job, "numbers", &src_vt, c, ps);
-  s = weir_process(weir_key_by(s), "count", &count_vt, NULL, p);
+  s = weir_process(weir_key_by(s), "count", &count_vt, c, p);
   if (sink_p) return weir_sink(weir_key_by(s), "collect", &sink_vt, c, sink_p);
   return weir_sink(s, "collect", &sink_vt, c, p);
 }
@@ -322,18 +330,21 @@ static int counter_job(const char *name, uint64_t n, uint64_t k, int ps, int p, 
  * unaligned (unaligned = 1: barriers overtake the rings, consumers scan
  * their producers' rings) and aligned with a 1 ms alignment timeout
  * (unaligned = 2): the output must be exact either way (nothing restores
- * here). */
+ * here). With slow_us, count subtask 0 sleeps that long every 8 records,
+ * so it takes its batches in slices and cuts come between them. */
 static void checkpoint_scenario(uint64_t n, int p, int w, int at_least_once, int sync,
-                                int unaligned) {
+                                int unaligned, uint32_t slow_us) {
   char name[160], why[256] = "", dir[] = "/tmp/weir-stress-XXXXXX";
-  snprintf(name, sizeof name, "counter P=%d W=%d, checkpoints every 2 ms%s", p, w,
+  snprintf(name, sizeof name, "counter P=%d W=%d, checkpoints every 2 ms%s%s", p, w,
            at_least_once    ? ", at-least-once"
            : sync           ? ", synchronous"
            : unaligned == 1 ? ", unaligned"
            : unaligned == 2 ? ", alignment timeout 1 ms"
-                            : "");
+                            : "",
+           slow_us ? ", one slow count subtask (sliced batches)" : "");
   counter c;
   counter_init(&c, n, 97);
+  c.slow_us = slow_us;
   weir_job *job = NULL;
   int ok = 0;
   if (!mkdtemp(dir)) {
@@ -506,14 +517,19 @@ int main(int argc, char **argv) {
     stop_scenario(1, 1, 1 + round * 500);
   }
   twin_scenario(n);
-  checkpoint_scenario(n, 2, 2, 0, 0, 0);
-  checkpoint_scenario(n, 4, 3, 0, 0, 0);
-  checkpoint_scenario(n, 3, 2, 1, 0, 0);
-  checkpoint_scenario(n, 2, 2, 0, 1, 0);
-  checkpoint_scenario(n, 4, 3, 0, 1, 0);
-  checkpoint_scenario(n, 2, 2, 0, 0, 1);
-  checkpoint_scenario(n, 4, 3, 0, 0, 1);
-  checkpoint_scenario(n, 3, 2, 0, 0, 2);
+  checkpoint_scenario(n, 2, 2, 0, 0, 0, 0);
+  checkpoint_scenario(n, 4, 3, 0, 0, 0, 0);
+  checkpoint_scenario(n, 3, 2, 1, 0, 0, 0);
+  checkpoint_scenario(n, 2, 2, 0, 1, 0, 0);
+  checkpoint_scenario(n, 4, 3, 0, 1, 0, 0);
+  checkpoint_scenario(n, 2, 2, 0, 0, 1, 0);
+  checkpoint_scenario(n, 4, 3, 0, 0, 1, 0);
+  checkpoint_scenario(n, 3, 2, 0, 0, 2, 0);
+  /* A slow subtask (200 us every 8 records, over 1 ms a 64-record batch):
+   * cuts while its batches are consumed in part. */
+  checkpoint_scenario(20000, 2, 2, 0, 0, 1, 200);
+  checkpoint_scenario(20000, 3, 2, 0, 0, 2, 200);
+  checkpoint_scenario(20000, 2, 2, 0, 0, 0, 200);
   alarm(0);
   printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed ? 1 : 0;

@@ -100,7 +100,8 @@ static inline uint64_t weir_payload_u64(const weir_record *r) {
  *             needs more than about a millisecond for a batch gets the
  *             batches of its input in consecutive parts, so that the
  *             other tasks of its worker (and checkpoint barriers) do not
- *             wait for a whole batch.
+ *             wait for a whole batch (unless its time does not shrink
+ *             with the records: a cost per call is left whole).
  *   finish    end of all input: emit what is left (e.g. final aggregates).
  *   close     release per-subtask resources; called once after open
  *             succeeded, whether the job succeeded or not. Cannot fail.
