@@ -1366,13 +1366,14 @@ Test(engine, slow_operator_chained_to_its_source_takes_fewer_records, .timeout =
   run_slices(1);
 }
 
-/* An operator whose cost is per call (4 ms, say a round trip per batch)
- * is not cut into ever smaller slices: a slice costs as much as a batch.
- * At most a few calls may be slices (the engine learns the cost's shape
- * from them); everything arrives once and in order. */
-Test(engine, per_call_cost_is_not_sliced, .timeout = 60) {
+/* An operator whose cost is per call (say a round trip per batch) is not
+ * cut into ever smaller slices, each costing as much as a batch: with 4 ms
+ * a call, at most a few calls are slices (the engine learns the cost's
+ * shape from them); with 1.5 ms, a batch takes at most two calls.
+ * Everything arrives once and in order. */
+static void run_per_call(uint32_t call_us, uint32_t max_calls) {
   weir_job *job = new_job("per-call");
-  slices sl = {.call_us = 4000};
+  slices sl = {.call_us = call_us};
   weir_gen_opts in = {.records = 8192, .keys = 3};
   static const weir_operator_vt slow_vt = {.name = "slow", .process_batch = slow_batch};
   weir_stream *s =
@@ -1383,9 +1384,17 @@ Test(engine, per_call_cost_is_not_sliced, .timeout = 60) {
   cr_assert_eq(sl.next_ts, 8192);
   cr_assert_eq(sl.out_of_order, 0);
   /* 32 batches of 256. */
-  cr_assert_leq(sl.calls, 40, "%u calls of %u to %u records for 32 batches", sl.calls, sl.min_len,
-                sl.max_len);
+  cr_assert_leq(sl.calls, max_calls, "%u calls of %u to %u records for 32 batches", sl.calls,
+                sl.min_len, sl.max_len);
   cr_assert_geq(sl.min_len, 32, "slices of %u records: the per-call cost was sliced", sl.min_len);
   weir_job_destroy(job);
   cr_assert_eq(th_leak_check(), 0);
+}
+
+Test(engine, per_call_cost_is_not_sliced, .timeout = 60) {
+  run_per_call(4000, 40);
+}
+
+Test(engine, per_call_cost_under_two_steps_takes_two_calls_at_most, .timeout = 60) {
+  run_per_call(1500, 72);
 }

@@ -17,11 +17,13 @@
  * worker's other tasks, and a barrier waiting for this one, wait about
  * WEIR__STEP_NS, not a whole batch of a slow operator. That holds for a cost
  * per record; an operator whose cost is per call (a round trip per batch)
- * would take ever smaller slices at the same cost each. So a slice that
- * takes far longer than its records' share does not count towards
- * `rec_ns`, and after two in a row the chain takes whole batches for a while
- * (16 calls, doubling up to 1024 while it keeps happening); one stall of
- * the thread does neither. Operators in a
+ * would take ever smaller slices at the same cost each if slices counted
+ * like whole batches. So `rec_ns` goes up only with whole batches (a slice
+ * may lower it: the chain got faster), a batch is cut into at most
+ * (per-call cost / WEIR__STEP_NS) slices, and after two slices in a row
+ * that took more than twice their records' share (plus a quarter step) the
+ * chain takes whole batches for a while (16 calls, doubling up to 1024
+ * while it keeps happening); one stall of the thread does neither. Operators in a
  * chain hand records to each other through a link batch per chain link:
  * emissions append to it and a full link is processed by the successor at
  * once; after each input batch every link is flushed in chain order, so a
@@ -300,25 +302,27 @@ static inline uint32_t slice_of(const weir__task *t, uint32_t n) {
 
 /* The chain took ns for a call with n records, less than a whole batch if
  * `sliced` (a slice, or the rest of a batch after one): its time per record
- * over the last few calls. */
+ * over the last few calls (see the top of the file). */
 static inline void note_time(weir__task *t, uint64_t ns, uint64_t n, int sliced) {
   if (!n) return;
-  if (sliced) {
-    if (ns > 3 * t->rec_ns * n + WEIR__STEP_NS / 4) {
-      /* Not proportional to the records (or the thread stalled). */
-      if (++t->strikes == 2) {
-        t->strikes = 0;
-        t->unsliced = t->backoff;
-        if (t->backoff < 1024) t->backoff *= 2;
-      }
-      return;
-    }
-    t->strikes = 0;
-    t->backoff = 16;
-  } else if (t->unsliced) {
-    t->unsliced--;
+  uint64_t per = ns / n;
+  if (!sliced) {
+    if (t->unsliced) t->unsliced--;
+    t->rec_ns = t->rec_ns ? (3 * t->rec_ns + per) / 4 : per;
+    return;
   }
-  t->rec_ns = t->rec_ns ? (3 * t->rec_ns + ns / n) / 4 : ns / n;
+  if (ns > 2 * t->rec_ns * n + WEIR__STEP_NS / 4) {
+    /* Not proportional to the records (or the thread stalled). */
+    if (++t->strikes == 2) {
+      t->strikes = 0;
+      t->unsliced = t->backoff;
+      if (t->backoff < 1024) t->backoff *= 2;
+    }
+    return;
+  }
+  t->strikes = 0;
+  t->backoff = 16;
+  if (per < t->rec_ns) t->rec_ns = (3 * t->rec_ns + per) / 4;
 }
 
 /* Runs every non-empty link through its successor, in chain order. */

@@ -10,7 +10,11 @@
  * costs tens of microseconds, a spinning hand-off far less), then announces
  * `sleeping`, re-checks the inbox, and blocks in uv_run until an async or a
  * timer fires. The announce/re-check pair and the waker's publish/read of
- * `sleeping` are sequentially consistent, so no wake-up is lost.
+ * `sleeping` are sequentially consistent, so no wake-up is lost. While
+ * tasks keep it busy, a worker still looks at its loop's timers (tasks
+ * waiting for a time, such as a paced source) every STEPS_PER_POLL steps or
+ * every POLL_NS, whichever comes first: steps of a slow task last about a
+ * millisecond each, and 64 of them would starve a timer for 64 ms.
  *
  * Shutdown: only the coordinator stops workers. They first wait for each
  * other on a barrier (after it, no task runs anywhere, so nobody can wake a
@@ -29,6 +33,7 @@
 
 #define SPIN_NS 50000u
 #define STEPS_PER_POLL 64u
+#define POLL_NS WEIR__STEP_NS
 
 static _Thread_local weir__worker *cur_worker;
 
@@ -139,6 +144,7 @@ static void on_async(uv_async_t *h) {
 
 static void worker_loop(weir__worker *w) {
   uint32_t steps = 0;
+  uint64_t polled = weir_clock_mono_ns();
   for (;;) {
     if (atomic_load_explicit(&w->stop, memory_order_acquire)) return;
     drain_inbox(w);
@@ -146,8 +152,10 @@ static void worker_loop(weir__worker *w) {
     if (t) {
       atomic_store(&t->queued, 0);
       if (weir__task_run(t)) weir__task_wake(t);
-      if (++steps >= STEPS_PER_POLL) {
+      uint64_t now = weir_clock_mono_ns();
+      if (++steps >= STEPS_PER_POLL || now - polled >= POLL_NS) {
         steps = 0;
+        polled = now;
         uv_run(&w->loop, UV_RUN_NOWAIT);
       }
       continue;
