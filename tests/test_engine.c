@@ -1367,10 +1367,10 @@ Test(engine, slow_operator_chained_to_its_source_takes_fewer_records, .timeout =
 }
 
 /* An operator whose cost is per call (say a round trip per batch) is not
- * cut into ever smaller slices, each costing as much as a batch: with 4 ms
- * a call, at most a few calls are slices (the engine learns the cost's
- * shape from them); with 1.5 ms, a batch takes at most two calls.
- * Everything arrives once and in order. */
+ * cut into slices, each costing as much as a batch, whether that cost is
+ * well above a step (4 ms) or just above (1.5 ms: two slices a batch would
+ * double it): at most a few calls are slices (the engine learns the cost's
+ * shape from them). Everything arrives once and in order. */
 static void run_per_call(uint32_t call_us, uint32_t max_calls) {
   weir_job *job = new_job("per-call");
   slices sl = {.call_us = call_us};
@@ -1395,6 +1395,6 @@ Test(engine, per_call_cost_is_not_sliced, .timeout = 60) {
   run_per_call(4000, 40);
 }
 
-Test(engine, per_call_cost_under_two_steps_takes_two_calls_at_most, .timeout = 60) {
-  run_per_call(1500, 72);
+Test(engine, per_call_cost_just_above_a_step_is_not_sliced, .timeout = 60) {
+  run_per_call(1500, 40);
 }

@@ -18,12 +18,13 @@
  * WEIR__STEP_NS, not a whole batch of a slow operator. That holds for a cost
  * per record; an operator whose cost is per call (a round trip per batch)
  * would take ever smaller slices at the same cost each if slices counted
- * like whole batches. So `rec_ns` goes up only with whole batches (a slice
- * may lower it: the chain got faster), a batch is cut into at most
- * (per-call cost / WEIR__STEP_NS) slices, and after two slices in a row
- * that took more than twice their records' share (plus a quarter step) the
- * chain takes whole batches for a while (16 calls, doubling up to 1024
- * while it keeps happening); one stall of the thread does neither. Operators in a
+ * like whole batches, and even a few slices a batch multiply its cost. So
+ * slices count only a batch's worth at a time: if together they took more
+ * than 1.5 times that batch's share (plus a quarter step), or if two slices
+ * in a row took more than twice their own share (plus a quarter step: a
+ * large cost per call shows at once), the chain goes back to whole batches
+ * for a while (16 calls, doubling up to 1024 while it keeps happening);
+ * otherwise their average time per record counts like one batch's. Operators in a
  * chain hand records to each other through a link batch per chain link:
  * emissions append to it and a full link is processed by the successor at
  * once; after each input batch every link is flushed in chain order, so a
@@ -305,24 +306,32 @@ static inline uint32_t slice_of(const weir__task *t, uint32_t n) {
  * over the last few calls (see the top of the file). */
 static inline void note_time(weir__task *t, uint64_t ns, uint64_t n, int sliced) {
   if (!n) return;
-  uint64_t per = ns / n;
   if (!sliced) {
     if (t->unsliced) t->unsliced--;
-    t->rec_ns = t->rec_ns ? (3 * t->rec_ns + per) / 4 : per;
+    t->rec_ns = t->rec_ns ? (3 * t->rec_ns + ns / n) / 4 : ns / n;
     return;
   }
-  if (ns > 2 * t->rec_ns * n + WEIR__STEP_NS / 4) {
-    /* Not proportional to the records (or the thread stalled). */
-    if (++t->strikes == 2) {
-      t->strikes = 0;
-      t->unsliced = t->backoff;
-      if (t->backoff < 1024) t->backoff *= 2;
+  int whole = 0; /* slicing is not worth it: back to whole batches */
+  t->sliced_ns += ns;
+  t->sliced_n += n;
+  if (ns > 2 * t->rec_ns * n + WEIR__STEP_NS / 4)
+    whole = ++t->strikes == 2; /* not proportional to the records (or a stall) */
+  else
+    t->strikes = 0;
+  if (!whole && t->sliced_n >= t->batch_records) {
+    whole = 2 * t->sliced_ns > 3 * t->rec_ns * t->sliced_n + WEIR__STEP_NS / 2;
+    if (!whole) {
+      t->backoff = 16;
+      t->rec_ns = (3 * t->rec_ns + t->sliced_ns / t->sliced_n) / 4;
     }
-    return;
+    t->sliced_ns = t->sliced_n = 0;
   }
-  t->strikes = 0;
-  t->backoff = 16;
-  if (per < t->rec_ns) t->rec_ns = (3 * t->rec_ns + per) / 4;
+  if (whole) {
+    t->strikes = 0;
+    t->sliced_ns = t->sliced_n = 0;
+    t->unsliced = t->backoff;
+    if (t->backoff < 1024) t->backoff *= 2;
+  }
 }
 
 /* Runs every non-empty link through its successor, in chain order. */

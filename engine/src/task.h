@@ -111,12 +111,14 @@ struct weir__task {
   uint32_t batch_records;
   /* Slices of slow chains (task.c): records of each input's head batch
    * consumed already; the chain's recent time per record; slices in a row
-   * that took far longer than that (strikes), calls left without slicing
-   * after two, and how many the next such pause lasts; whether this task
-   * may slice at all. */
+   * that took far longer than their share (strikes); the time and records
+   * of the slices since the last check against a batch's share; calls left
+   * without slicing, and how many the next such pause lasts; whether this
+   * task may slice at all. */
   uint32_t *in_off;
   uint64_t rec_ns;
   uint32_t strikes, unsliced, backoff;
+  uint64_t sliced_ns, sliced_n;
   int sliceable;
   /* Loops: set when the chain's head is an iteration head. */
   weir__loop *head_loop;
