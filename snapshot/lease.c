@@ -134,7 +134,6 @@ struct weir_lease {
 
   _Atomic uint64_t valid_until; /* monotonic ns: this owner's own view of its expiry */
   atomic_int lost;              /* set once: the lease is lost for good */
-  atomic_int lost_told;
 
   pthread_mutex_t mu; /* guards err, seq and hb writes */
   char err[512];
@@ -580,7 +579,11 @@ static void lease_free(weir_lease *l) {
   weir_free(l);
 }
 
-/* Marks the lease lost (once) with a message, and tells the owner. */
+/* Marks the lease lost (once) with a message, and tells the owner. Only
+ * the thread that marks it tells, once its message is in place: a second
+ * thread finding the lease lost at the same moment (the heartbeat and a
+ * check before a commit) would otherwise tell with the message still empty,
+ * and an owner that exits at once would say nothing of why. */
 static int lose(weir_lease *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int lose(weir_lease *l, const char *fmt, ...) {
   int expected = 0;
@@ -594,11 +597,7 @@ static int lose(weir_lease *l, const char *fmt, ...) {
     memcpy(l->err, buf, sizeof buf);
     pthread_mutex_unlock(&l->mu);
     WEIR_LOG_W("%s", buf);
-  }
-  if (l->lost_fn && atomic_exchange(&l->lost_told, 1) == 0) {
-    char msg[sizeof l->err];
-    weir_lease_error(l, msg, sizeof msg);
-    l->lost_fn(l->lost_user, WEIR_EFENCED, msg);
+    if (l->lost_fn) l->lost_fn(l->lost_user, WEIR_EFENCED, buf);
   }
   return WEIR_EFENCED;
 }

@@ -6,7 +6,9 @@
  * DESIGN. The unit tests drive the lease with an injected clock (a number
  * that only the test moves; sleeping moves it) and injected owners whose
  * liveness is a table, so acquisition, renewal, expiry, self-fencing and
- * takeover are checked without waiting. The process tests run the weir
+ * takeover are checked without waiting; threads that find the lease lost
+ * at the same moment must tell the owner once, with the reason. The
+ * process tests run the weir
  * binary (WEIR_BINARY) on the counter job with a file sink, as
  * test_recovery does, and check the TESTING.md invariants that belong to
  * ownership: at most one owner runs (races of two runs), a SIGKILLed owner
@@ -43,6 +45,7 @@
 #include "helpers.h"
 #include "weir/alloc.h"
 #include "weir/lease.h"
+#include "weir/log.h"
 #include "weir/store.h"
 
 typedef unsigned long long ull;
@@ -250,6 +253,71 @@ Test(lease, expired_lease_is_taken_without_wait) {
   cr_assert_eq(weir_lease_how(lb), WEIR_LEASE_EXPIRED);
   weir_lease_close(la, 0);
   weir_lease_close(lb, 1);
+}
+
+/* Threads that find the lease lost at the same moment: the owner is told
+ * once, and with the reason (a second finder used to tell with the message
+ * still empty, and the CLI, which exits at once, printed a bare "weir: "). */
+typedef struct finder {
+  weir_lease *l;
+  pthread_barrier_t *go;
+  int rc;
+} finder;
+
+static void *race_check(void *arg) {
+  finder *r = arg;
+  pthread_barrier_wait(r->go);
+  r->rc = weir_lease_check(r->l);
+  return NULL;
+}
+
+static void on_lost_racing(void *user, int err, const char *msg) {
+  lost_rec *r = user;
+  __atomic_add_fetch(&r->calls, 1, __ATOMIC_SEQ_CST);
+  r->err = err;
+  if (!strstr(msg, "lost ownership")) snprintf(r->msg, sizeof r->msg, "[%s]", msg);
+}
+
+Test(lease, concurrent_finders_tell_once_with_the_reason) {
+  enum { THREADS = 4, ROUNDS = 200 };
+  weir_log_set_level(WEIR_LOG_ERROR); /* one warning a round otherwise */
+  for (int round = 0; round < ROUNDS; round++) {
+    char *dir = th_tmpdir();
+    cr_assert_not_null(dir);
+    fclock c = {.t = 5 * MS};
+    weir_lease_owner a = fake(1, "h");
+    lost_rec lost = {0};
+    weir_lease_clock clk = {f_now, f_sleep, &c};
+    weir_lease_opts o = {.lease_ms = 1000,
+                         .clock = &clk,
+                         .as = &a,
+                         .alive = f_alive,
+                         .lost = on_lost_racing,
+                         .lost_user = &lost};
+    weir_lease *l = NULL;
+    char err[1024];
+    cr_assert_eq(weir_lease_acquire(&l, dir, &o, err, sizeof err), 0, "%s", err);
+    c.t += 2000 * MS; /* expired: every check finds it lost */
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, THREADS);
+    finder r[THREADS];
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+      r[i] = (finder){l, &go, 0};
+      cr_assert_eq(pthread_create(&th[i], NULL, race_check, &r[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++) {
+      pthread_join(th[i], NULL);
+      cr_assert_eq(r[i].rc, WEIR_EFENCED);
+    }
+    pthread_barrier_destroy(&go);
+    cr_assert_eq(lost.calls, 1, "round %d: told %d times", round, lost.calls);
+    cr_assert_eq(lost.msg[0], 0, "round %d: told without the reason: %s", round, lost.msg);
+    weir_lease_close(l, 0);
+    th_rmrf(dir);
+    free(dir);
+  }
+  weir_log_set_level(WEIR_LOG_INFO);
 }
 
 Test(lease, renewal_extends_and_self_fencing_keeps_a_margin) {

@@ -59,8 +59,10 @@ typedef struct weir_lease_clock {
 typedef struct weir_lease_opts {
   uint32_t lease_ms; /* lease duration; 0 = WEIR_LEASE_DEFAULT_MS; at least 30 */
   int wait;          /* a live owner: wait for its lease to expire instead of WEIR_EOWNED */
-  /* Called once, on the heartbeat thread, when the lease is lost (taken over,
-   * or not renewed in time): the owner must stop committing. */
+  /* Called once, when the lease is lost (taken over, or not renewed in
+   * time), on the thread that found it lost (the heartbeat thread, or one
+   * that checked the lease), with the reason: the owner must stop
+   * committing. */
   void (*lost)(void *user, int err, const char *msg);
   void *lost_user;
   /* Tests. */
