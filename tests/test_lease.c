@@ -32,6 +32,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,7 @@
 
 #include "helpers.h"
 #include "weir/alloc.h"
+#include "weir/clock.h"
 #include "weir/lease.h"
 #include "weir/log.h"
 #include "weir/store.h"
@@ -318,6 +320,60 @@ Test(lease, concurrent_finders_tell_once_with_the_reason) {
     free(dir);
   }
   weir_log_set_level(WEIR_LOG_INFO);
+}
+
+/* A clock that, once armed, stalls the heartbeat thread's next reading for
+ * 200 ms (as if the heartbeat were inside an allocation), noting when it
+ * starts and ends. */
+typedef struct stall_clock {
+  _Atomic int armed, stalling, done;
+} stall_clock;
+
+static uint64_t stall_now(void *user) {
+  stall_clock *c = user;
+  int one = 1;
+  if (atomic_load(&c->armed) && atomic_compare_exchange_strong(&c->armed, &one, 0)) {
+    atomic_store(&c->stalling, 1);
+    weir_sleep_us(200000);
+    atomic_store(&c->done, 1);
+  }
+  return weir_clock_mono_ns();
+}
+
+static void stall_sleep(void *user, uint64_t ns) {
+  (void)user;
+  weir_sleep_us(ns / 1000);
+}
+
+/* A fork while the heartbeat thread is at work waits until it is done: the
+ * child gets a copy of the heap between beats (a child that allocates
+ * would otherwise wait forever under allocators whose locks stay taken in
+ * the copy, as the store's probe child did under AddressSanitizer). */
+Test(lease, fork_waits_for_the_heartbeat_between_beats) {
+  stall_clock c = {0};
+  weir_lease_clock clk = {stall_now, stall_sleep, &c};
+  weir_lease_opts o = {.lease_ms = 1500, .clock = &clk}; /* a beat every 500 ms */
+  weir_lease *l = NULL;
+  char err[1024];
+  cr_assert_eq(weir_lease_acquire(&l, g_dir, &o, err, sizeof err), 0, "%s", err);
+  cr_assert_eq(weir_lease_start(l), 0);
+  for (int round = 0; round < 3; round++) {
+    atomic_store(&c.stalling, 0);
+    atomic_store(&c.done, 0);
+    atomic_store(&c.armed, 1);
+    for (int ms = 0; !atomic_load(&c.stalling); ms++) {
+      cr_assert_lt(ms, 5000, "round %d: the heartbeat did not read its clock in 5 s", round);
+      weir_sleep_us(1000);
+    }
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
+    if (pid == 0) _exit(atomic_load(&c.done) ? 0 : 1);
+    int st = 0;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "round %d: the child was forked while the heartbeat was at work", round);
+  }
+  weir_lease_close(l, 1);
 }
 
 Test(lease, renewal_extends_and_self_fencing_keeps_a_margin) {
