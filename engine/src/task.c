@@ -9,26 +9,24 @@
  * stopping early when an output fills up, input runs dry, or the step has
  * taken WEIR__STEP_NS: a slow operator then holds up the other tasks of
  * its worker (and the checkpoint barriers they would forward, a source's
- * among them) for about one batch, not for its whole budget. A chain that
- * needs more than WEIR__STEP_NS for a whole batch (measured: `rec_ns`, the
- * time per record of recent calls) takes its input batches in slices of
- * about that much time, one slice a step; the rest of the batch stays at
- * the head of its channel (`in_off`: records already consumed), so the
- * worker's other tasks, and a barrier waiting for this one, wait about
- * WEIR__STEP_NS, not a whole batch of a slow operator. That holds for a cost
- * per record; an operator whose cost is per call (a round trip per batch)
- * would take ever smaller slices at the same cost each if slices counted
- * like whole batches, and even a few slices a batch multiply its cost. So
- * slices count only a batch's worth at a time: if together they took more
- * than 1.5 times that batch's share (plus a quarter step), or if two slices
- * in a row took more than twice their own share (plus a quarter step: a
- * large cost per call shows at once), the chain goes back to whole batches
- * for a while (16 calls, doubling up to 1024 while it keeps happening);
- * otherwise their average time per record counts like one batch's. Operators in a
- * chain hand records to each other through a link batch per chain link:
- * emissions append to it and a full link is processed by the successor at
- * once; after each input batch every link is flushed in chain order, so a
- * record never waits inside a chain across steps.
+ * among them) for about one batch, not for its whole budget.
+ *
+ * A chain that needs more than WEIR__STEP_NS for a whole batch takes its
+ * input batches in slices of about that much time, one slice a step; the
+ * rest of the batch stays at the head of its channel (`in_off`: records
+ * already consumed), so the worker's other tasks, and a barrier waiting
+ * for this one, wait about WEIR__STEP_NS, not a whole batch of a slow
+ * operator. Slicing pays for a cost per record, not for a cost per call (a
+ * round trip per batch): every slice pays that again. So the chain's time
+ * is fitted as call_ns + rec_ns * n over its recent calls (`pace`), and
+ * only a chain whose cost per call is under a quarter step is sliced. The
+ * fit needs calls of different sizes; batches of one size are taken as all
+ * per record until slices (or the sizes input brings) tell otherwise.
+ *
+ * Operators in a chain hand records to each other through a link batch
+ * per chain link: emissions append to it and a full link is processed by
+ * the successor at once; after each input batch every link is flushed in
+ * chain order, so a record never waits inside a chain across steps.
  *
  * Output batches are pushed when full, when the task goes idle, before any
  * control event, and at the end of a busy step once the buffer timeout has
@@ -78,6 +76,7 @@
  */
 #include "task.h"
 
+#include <math.h>
 #include <stdio.h>
 
 #include "weir/alloc.h"
@@ -294,44 +293,73 @@ static int op_process(weir_ctx *ctx, const weir__batch *b, uint32_t from, uint32
 }
 
 /* Of n records waiting, how many the chain takes now: all, unless they
- * would take it past WEIR__STEP_NS at its recent pace (then at least 1). */
+ * would take it past WEIR__STEP_NS at its recent pace and its cost is not
+ * per call; then an even share of them, about a step's worth each (no
+ * short tail: a call of a few records costs a call, and tells the fit
+ * below little where a cost per record comes in lumps). */
 static inline uint32_t slice_of(const weir__task *t, uint32_t n) {
-  if (t->unsliced || t->rec_ns * n <= WEIR__STEP_NS) return n;
-  uint64_t most = WEIR__STEP_NS / t->rec_ns;
-  return most ? (uint32_t)most : 1;
+  const weir__pace *p = &t->pace;
+  double a = p->call_ns < WEIR__STEP_NS / 2 ? p->call_ns : WEIR__STEP_NS / 2;
+  if (p->per_call || p->call_ns + p->rec_ns * n <= WEIR__STEP_NS) return n;
+  double most = (WEIR__STEP_NS - a) / p->rec_ns;
+  if (most < 1) return 1;
+  uint32_t parts = (uint32_t)(n / most) + 1;
+  return (n + parts - 1) / parts;
 }
 
-/* The chain took ns for a call with n records, less than a whole batch if
- * `sliced` (a slice, or the rest of a batch after one): its time per record
- * over the last few calls (see the top of the file). */
-static inline void note_time(weir__task *t, uint64_t ns, uint64_t n, int sliced) {
+/* The chain took ns for a call with n records: refits its cost, call_ns +
+ * rec_ns * n, by least squares over its recent calls, fading by 1/8 a
+ * call. Slicing pays the cost per call again for every slice: a chain is
+ * taken to have one (and left whole) when the fit shows at least a quarter
+ * step per call beyond its scatter (two standard errors), and to have
+ * little when it shows under half a step with the scatter; in between it
+ * stays as it was. A cost per record that comes in lumps (a stall every so
+ * many records), or calls that found their thread descheduled, scatter the
+ * times, and must not pass for a cost per call, nor a few slow calls for
+ * a cost per record: a call slower than the fit and four times its scatter
+ * predict counts as only that slow. Calls of nearly one size cannot tell
+ * the two terms apart: then the cost per call found last is kept, fading
+ * (so that slices are tried again now and then), and the rest is taken as
+ * per record. */
+static inline void note_time(weir__task *t, uint64_t ns, uint64_t n) {
   if (!n) return;
-  if (!sliced) {
-    if (t->unsliced) t->unsliced--;
-    t->rec_ns = t->rec_ns ? (3 * t->rec_ns + ns / n) / 4 : ns / n;
-    return;
+  weir__pace *p = &t->pace;
+  const double keep = 7.0 / 8;
+  double x = (double)n, y = (double)ns;
+  if (p->sw * p->sw > 2.5 * p->sww) { /* three calls or more: a scatter */
+    double most = p->call_ns + p->rec_ns * x + 4 * sqrt(p->scatter) + WEIR__STEP_NS / 4;
+    if (y > most) y = most;
   }
-  int whole = 0; /* slicing is not worth it: back to whole batches */
-  t->sliced_ns += ns;
-  t->sliced_n += n;
-  if (ns > 2 * t->rec_ns * n + WEIR__STEP_NS / 4)
-    whole = ++t->strikes == 2; /* not proportional to the records (or a stall) */
-  else
-    t->strikes = 0;
-  if (!whole && t->sliced_n >= t->batch_records) {
-    whole = 2 * t->sliced_ns > 3 * t->rec_ns * t->sliced_n + WEIR__STEP_NS / 2;
-    if (!whole) {
-      t->backoff = 16;
-      t->rec_ns = (3 * t->rec_ns + t->sliced_ns / t->sliced_n) / 4;
-    }
-    t->sliced_ns = t->sliced_n = 0;
+  p->sw = p->sw * keep + 1;
+  p->sww = p->sww * keep * keep + 1;
+  p->sx = p->sx * keep + x;
+  p->sxx = p->sxx * keep + x * x;
+  p->sy = p->sy * keep + y;
+  p->sxy = p->sxy * keep + x * y;
+  p->syy = p->syy * keep + y * y;
+  double mx = p->sx / p->sw, my = p->sy / p->sw, calls = p->sw * p->sw / p->sww;
+  double vx = p->sxx / p->sw - mx * mx, vy = p->syy / p->sw - my * my;
+  double cov = p->sxy / p->sw - mx * my, a;
+  if (vx * 64 > mx * mx) { /* sizes spread by more than an eighth */
+    double b = cov > 0 ? cov / vx : 0;
+    a = my - b * mx;
+    p->scatter = vy - b * cov > 0 ? vy - b * cov : 0;
+    /* Two calls fit exactly: no scatter to go by yet (one of them may have
+     * found its thread descheduled), so they cannot show a cost per call. */
+    double err = calls > 2.5 ? 2 * sqrt(p->scatter / (calls - 2) * (1 + mx * mx / vx)) : 0;
+    if (calls > 2.5 && a - err >= WEIR__STEP_NS / 4)
+      p->per_call = 1;
+    else if (a + err < WEIR__STEP_NS / 2)
+      p->per_call = 0;
+  } else {
+    a = p->call_ns * (31.0 / 32);
+    p->scatter = vy > 0 ? vy : 0;
+    if (a < WEIR__STEP_NS / 4) p->per_call = 0;
   }
-  if (whole) {
-    t->strikes = 0;
-    t->sliced_ns = t->sliced_n = 0;
-    t->unsliced = t->backoff;
-    if (t->backoff < 1024) t->backoff *= 2;
-  }
+  if (a < 0) a = 0;
+  if (a > my) a = my;
+  p->call_ns = a;
+  p->rec_ns = (my - a) / mx;
 }
 
 /* Runs every non-empty link through its successor, in chain order. */
@@ -739,7 +767,6 @@ static int un_replay(weir__task *t) {
     weir__batch_reset(b);
     /* A slow chain replays in slices too (see input_step). */
     uint32_t want = t->sliceable ? slice_of(t, t->batch_records) : t->batch_records;
-    int sliced = want < t->batch_records;
     while (b->len < want) {
       weir__cs_reader at = *rd;
       /* Checked in un_restore: a record, or the end. */
@@ -754,7 +781,7 @@ static int un_replay(weir__task *t) {
     if (!rc) rc = chain_flush(t, 0);
     if (rc) return rc;
     uint64_t t2 = weir_clock_mono_ns();
-    note_time(t, t2 - t1, b->len, sliced && b->len == want);
+    note_time(t, t2 - t1, b->len);
     t1 = t2;
     if (!outputs_writable(t) || t2 - t0 > WEIR__STEP_NS) break;
   }
@@ -883,7 +910,7 @@ static void task_finish(weir__task *t) {
 static int source_step(weir__task *t) {
   weir_ctx *c = t->ops[0];
   if (sync_paused(t)) return 0; /* the coordinator wakes it */
-  uint64_t t0 = weir_clock_mono_ns(), t1 = t0;
+  uint64_t t0 = weir_clock_mono_ns();
   for (uint32_t n = 0; n < t->budget_batches; n++) {
     if (atomic_load_explicit(&t->job->stopping, memory_order_relaxed)) {
       task_finish(t);
@@ -908,7 +935,7 @@ static int source_step(weir__task *t) {
     /* A slow chain (or source) is asked for about WEIR__STEP_NS of
      * records at a time, as input batches are sliced. */
     uint32_t want = slice_of(t, t->batch_records);
-    uint64_t before = c->n_out;
+    uint64_t before = c->n_out, t1 = weir_clock_mono_ns();
     int rc = c->node->svt->run(c, want);
     if (rc < 0) {
       weir__ctx_report(c, rc, "run");
@@ -921,8 +948,7 @@ static int source_step(weir__task *t) {
       return 0;
     }
     uint64_t t2 = weir_clock_mono_ns(), made = c->n_out - before;
-    note_time(t, t2 - t1, made, want < t->batch_records);
-    t1 = t2;
+    note_time(t, t2 - t1, made);
     if (rc == WEIR_SOURCE_DONE) {
       task_finish(t);
       return 0;
@@ -1107,7 +1133,7 @@ static int input_step(weir__task *t) {
       t->un.last >= atomic_load_explicit(&t->job->trigger_id, memory_order_relaxed) &&
       t->un.last > atomic_load_explicit(&t->job->complete_id, memory_order_relaxed))
     budget = 1;
-  uint64_t t0 = weir_clock_mono_ns(), t1 = t0;
+  uint64_t t0 = weir_clock_mono_ns();
   while (processed < budget) {
     weir__batch *b = NULL;
     uint32_t idx = 0;
@@ -1168,7 +1194,7 @@ static int input_step(weir__task *t) {
     if (b->kind == WEIR__MSG_DATA) {
       uint32_t from = t->in_off[idx], n = b->len - from;
       if (t->sliceable) n = slice_of(t, n);
-      int sliced = n < b->len;
+      uint64_t t1 = weir_clock_mono_ns();
       if (t->head_loop && weir__backlog_logging(t->backlog, idx))
         for (uint32_t r = from; r < from + n; r++)
           weir__backlog_append(t->backlog, b->keys[r], b->ts[r], b->ids[r], b->data + b->off[r],
@@ -1186,11 +1212,10 @@ static int input_step(weir__task *t) {
         task_failed(t, rc);
         return 0;
       }
-      /* The chain's time per record over the last few batches (with what
-       * the step did since the previous one: one clock read a batch). */
+      /* Only the call's own time: a snapshot taken on a barrier
+       * between calls would look like a cost per call. */
       uint64_t t2 = weir_clock_mono_ns();
-      note_time(t, t2 - t1, n, sliced);
-      t1 = t2;
+      note_time(t, t2 - t1, n);
       if (t->in_loopin[idx]) weir__loop_consumed(t, n);
       processed++;
       if (!outputs_writable(t)) {
@@ -1286,7 +1311,6 @@ int weir__task_open(weir__task *t) {
   /* Loop heads log whole batches, and consumption inside a loop is
    * counted per batch: their batches are never sliced. */
   t->sliceable = !t->head_loop;
-  t->backoff = 16;
   for (uint32_t i = 0; i < t->nin; i++)
     if (t->in_loopin[i] || t->in_back[i]) t->sliceable = 0;
   if (t->head_loop && !t->backlog) {

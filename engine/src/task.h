@@ -79,6 +79,15 @@ typedef struct weir__router {
   int64_t loop_inc;    /* counted, not yet published to loop->inflight */
 } weir__router;
 
+/* A chain's cost per call and per record, fitted from its recent calls
+ * (task.c: note_time). */
+typedef struct weir__pace {
+  double call_ns, rec_ns;                /* the fit */
+  double scatter;                        /* its residual variance */
+  double sw, sww, sx, sxx, sy, sxy, syy; /* fading sums over (records, ns) of calls */
+  int per_call;                          /* never sliced while set */
+} weir__pace;
+
 typedef enum { WEIR__TASK_RUNNING, WEIR__TASK_FINISHING, WEIR__TASK_DONE } weir__task_state;
 
 struct weir__task {
@@ -110,15 +119,11 @@ struct weir__task {
   uint32_t budget_batches;
   uint32_t batch_records;
   /* Slices of slow chains (task.c): records of each input's head batch
-   * consumed already; the chain's recent time per record; slices in a row
-   * that took far longer than their share (strikes); the time and records
-   * of the slices since the last check against a batch's share; calls left
-   * without slicing, and how many the next such pause lasts; whether this
-   * task may slice at all. */
+   * consumed already; the chain's cost model (a call of n records takes
+   * call_ns + rec_ns * n) and the fading sums it is fitted from; whether
+   * this task may slice at all. */
   uint32_t *in_off;
-  uint64_t rec_ns;
-  uint32_t strikes, unsliced, backoff;
-  uint64_t sliced_ns, sliced_n;
+  weir__pace pace;
   int sliceable;
   /* Loops: set when the chain's head is an iteration head. */
   weir__loop *head_loop;
