@@ -24,8 +24,11 @@
  * reader fault instead of returning an error. So the checks that walk LMDB's
  * pages run in a forked child that opens its OWN read-only environment (the
  * parent's environment, locks and threads are never used after fork(); only
- * plain memory is), reports a status and a message through a pipe, and
- * exits. The parent reports a child killed by a signal, or silent, or slow,
+ * plain memory is, and the heap: glibc's malloc is safe in the child of a
+ * threaded parent, and the one thread of weir that may be inside an
+ * allocator at a restore, the lease's heartbeat, holds forks off while it
+ * works, for allocators that are not, such as AddressSanitizer's), reports
+ * a status and a message through a pipe, and exits. The parent reports a child killed by a signal, or silent, or slow,
  * as a damaged store. weir_store_verify does this for one checkpoint (every
  * value); weir_store_open does it for the structure (every page the open
  * path and the writer's scans touch) before touching any page itself;
