@@ -298,6 +298,38 @@ Test(cli, counter_engine_options_first) {
   finish(dir);
 }
 
+/* At debug level, the end of a run says where each worker's time went:
+ * asleep, spinning, the rest running tasks. A paced run (2000 records at
+ * 10k/s, ~0.2 s) leaves both workers asleep most of the time. */
+Test(cli, debug_log_says_where_each_worker_time_went) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  setenv("WEIR_LOG", "debug", 1);
+  char *err = NULL;
+  int rc = WEIR(dir, NULL, &err, "run", "--workers", "2", "counter", "--records", "2000", "--keys",
+                "7", "--rate", "10000");
+  unsetenv("WEIR_LOG");
+  cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
+  for (unsigned i = 0; i < 2; i++) {
+    char want[32];
+    snprintf(want, sizeof want, "worker %u: ", i);
+    const char *p = strstr(err, want);
+    cr_assert_not_null(p, "no '%s' line in: %s", want, err);
+    unsigned long long total = 0, asleep = 0, times = 0, spin = 0;
+    cr_assert_eq(sscanf(p + strlen(want),
+                        "%llu ms, of which asleep %llu ms (%llu times), spinning %llu ms", &total,
+                        &asleep, &times, &spin),
+                 4, "worker %u: %.120s", i, p);
+    cr_assert_geq(total, 150, "worker %u ran %llu ms for 0.2 s of paced input", i, total);
+    cr_assert_leq(asleep + spin, total, "worker %u: %.120s", i, p);
+    cr_assert_gt(asleep, total / 2, "worker %u was asleep %llu of %llu ms of paced input", i,
+                 asleep, total);
+    cr_assert_gt(times, 0);
+  }
+  free(err);
+  finish(dir);
+}
+
 /* The print sink writes records to stdout, the summary goes to stderr. */
 Test(cli, counter_print) {
   char *dir = th_tmpdir();

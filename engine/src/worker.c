@@ -29,6 +29,7 @@
 #include "weir/alloc.h"
 #include "weir/assert.h"
 #include "weir/clock.h"
+#include "weir/log.h"
 #include "task.h"
 
 #define SPIN_NS 50000u
@@ -167,10 +168,14 @@ static void worker_loop(weir__worker *w) {
            !atomic_load_explicit(&w->stop, memory_order_relaxed) &&
            weir_clock_mono_ns() - t0 < SPIN_NS)
       weir__cpu_relax();
+    uint64_t t1 = weir_clock_mono_ns();
+    w->spin_ns += t1 - t0;
     if (atomic_load(&w->inbox_n) || atomic_load(&w->stop)) continue;
     atomic_store(&w->sleeping, 1);
     if (!atomic_load(&w->inbox_n) && !atomic_load(&w->stop)) uv_run(&w->loop, UV_RUN_ONCE);
     atomic_store(&w->sleeping, 0);
+    w->sleep_ns += weir_clock_mono_ns() - t1;
+    w->sleeps++;
   }
 }
 
@@ -181,6 +186,7 @@ static void close_cb(uv_handle_t *h) {
 static void worker_main(void *arg) {
   weir__worker *w = arg;
   cur_worker = w;
+  w->started_ns = weir_clock_mono_ns();
   int failed = 0;
   for (uint32_t i = 0; i < w->ntasks && !failed; i++) {
     int rc = weir__task_open(w->tasks[i]);
@@ -189,6 +195,7 @@ static void worker_main(void *arg) {
   if (!failed)
     for (uint32_t i = 0; i < w->ntasks; i++) weir__task_wake(w->tasks[i]);
   worker_loop(w);
+  w->ended_ns = weir_clock_mono_ns();
   uv_barrier_wait(w->quiesce);
   for (uint32_t i = 0; i < w->ntasks; i++) {
     weir__task_close(w->tasks[i]);
@@ -244,6 +251,12 @@ void weir__workers_join(weir_job *job) {
   for (uint32_t i = 0; i < job->nworkers; i++) {
     weir__worker *w = job->workers[i];
     uv_thread_join(&w->thread);
+    /* Idle time is where a job on few cores loses to its checkpoints: a
+     * worker displaced by the store writer starves the others. */
+    WEIR_LOG_D("worker %u: %llu ms, of which asleep %llu ms (%llu times), spinning %llu ms", i,
+               (unsigned long long)((w->ended_ns - w->started_ns) / 1000000),
+               (unsigned long long)(w->sleep_ns / 1000000), (unsigned long long)w->sleeps,
+               (unsigned long long)(w->spin_ns / 1000000));
     bar = w->quiesce;
     for (uint32_t k = 0; k < w->ntasks; k++) {
       weir_free(w->tasks[k]->timer);
