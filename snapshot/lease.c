@@ -859,36 +859,10 @@ fail:
 
 /* ---- the heartbeat ------------------------------------------------------------------ */
 
-/* A fork (the store's probe child) must not copy the heap while the
- * heartbeat thread is at work: some allocators (AddressSanitizer's among
- * them) do not reset their locks in the child, and a child that then
- * allocates waits forever. The heartbeat holds fork_mu except while it
- * waits for the next beat, and fork() takes it first (pthread_atfork), so
- * the heartbeat is between beats in the copy. */
-static pthread_mutex_t fork_mu; /* recursive: a lost_fn called in a renewal may fork */
-static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
-
-static void fork_lock(void) {
-  pthread_mutex_lock(&fork_mu);
-}
-
-static void fork_unlock(void) {
-  pthread_mutex_unlock(&fork_mu);
-}
-
-static void fork_guard(void) {
-  pthread_mutexattr_t a;
-  pthread_mutexattr_init(&a);
-  pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
-  pthread_mutex_init(&fork_mu, &a);
-  pthread_mutexattr_destroy(&a);
-  (void)pthread_atfork(fork_lock, fork_unlock, fork_unlock);
-}
-
 static void *heartbeat_main(void *arg) {
   weir_lease *l = arg;
   uint64_t beat = (uint64_t)l->lease_ms * NS_PER_MS / 3;
-  fork_lock(); /* everything but the wait */
+  weir_fork_hold(); /* everything but the wait: see weir/alloc.h */
   for (;;) {
     uint64_t t = now_ns(l), until = atomic_load(&l->valid_until);
     /* Wake for the next beat; when the self-fencing point is nearer (the
@@ -900,20 +874,19 @@ static void *heartbeat_main(void *arg) {
     if (fence_at <= t) wait = 0;
     struct pollfd p = {.fd = l->wake[0], .events = POLLIN};
     int ms = (int)((wait + NS_PER_MS - 1) / NS_PER_MS);
-    fork_unlock();
+    weir_fork_release();
     int r = poll(&p, 1, ms);
-    fork_lock();
+    weir_fork_hold();
     if (r > 0) break; /* asked to stop */
     if (r < 0 && errno != EINTR) break;
     if (weir_lease_renew(l) == WEIR_EFENCED) break;
   }
-  fork_unlock();
+  weir_fork_release();
   return NULL;
 }
 
 int weir_lease_start(weir_lease *l) {
   if (!l || l->running) return WEIR_ESTATE;
-  (void)pthread_once(&fork_once, fork_guard);
   if (pipe(l->wake) != 0) return set_err(l, -errno, "lease: pipe: %s", strerror(errno));
   fcntl(l->wake[0], F_SETFD, FD_CLOEXEC);
   fcntl(l->wake[1], F_SETFD, FD_CLOEXEC);

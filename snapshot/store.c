@@ -21,17 +21,19 @@
  *
  * Verify-in-a-child: LMDB has no page checksums, and a damaged page (a
  * branch page pointing anywhere, a file truncated under the map) can make a
- * reader fault instead of returning an error. So the checks that walk LMDB's
- * pages run in a forked child that opens its OWN read-only environment (the
- * parent's environment, locks and threads are never used after fork(); only
- * plain memory is, and the heap: glibc's malloc is safe in the child of a
- * threaded parent, and the one thread of weir that may be inside an
- * allocator at a restore, the lease's heartbeat, holds forks off while it
- * works, for allocators that are not, such as AddressSanitizer's), reports
- * a status and a message through a pipe, and exits. The parent reports a child killed by a signal, or silent, or slow,
- * as a damaged store. weir_store_verify does this for one checkpoint (every
- * value); weir_store_open does it for the structure (every page the open
- * path and the writer's scans touch) before touching any page itself;
+ * reader fault instead of returning an error. So the checks that walk
+ * LMDB's pages run in a forked child that opens its OWN read-only
+ * environment (the parent's environment, locks and threads are never used
+ * after fork(); only plain memory is, and the heap: glibc's malloc is safe
+ * in the child of a threaded parent, and weir's threads that may be inside
+ * an allocator meanwhile (the lease's heartbeat, a restore's prefault
+ * threads) hold forks off while they work, for allocators that are
+ * not, such as AddressSanitizer's: weir_fork_hold), reports a status
+ * and a message through a pipe, and exits. The parent reports a child
+ * killed by a signal, or silent, or slow, as a damaged store.
+ * weir_store_verify does this for one checkpoint (every value);
+ * weir_store_open does it for the structure (every page the open path and
+ * the writer's scans touch) before touching any page itself;
  * weir_store_probe, before a restore, for the pages a load of one
  * checkpoint walks (every chunk found, each value inside the file), leaving
  * the values' checks to the load itself, which runs them all.

@@ -120,3 +120,28 @@ void *weir_aligned_alloc(size_t n) {
 void weir_free(void *p) {
   free(p);
 }
+
+/* Held shared by background threads at work, exclusively by fork(). */
+static pthread_rwlock_t fork_lock = PTHREAD_RWLOCK_INITIALIZER;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void) {
+  pthread_rwlock_wrlock(&fork_lock);
+}
+
+static void fork_after(void) {
+  pthread_rwlock_unlock(&fork_lock);
+}
+
+static void fork_register(void) {
+  (void)pthread_atfork(fork_prepare, fork_after, fork_after);
+}
+
+void weir_fork_hold(void) {
+  (void)pthread_once(&fork_once, fork_register);
+  pthread_rwlock_rdlock(&fork_lock);
+}
+
+void weir_fork_release(void) {
+  pthread_rwlock_unlock(&fork_lock);
+}

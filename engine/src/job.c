@@ -576,7 +576,10 @@ static void *prefault_items(void *p) {
   prefaulter *pf = p;
   for (size_t i; (i = atomic_fetch_add(&pf->next, 1)) < pf->n;) {
     load_item *it = &pf->items[i];
-    if (it->entries) it->table = weir__u64_table_prefault(it->entries, &it->table_bytes);
+    if (!it->entries) continue;
+    weir_fork_hold(); /* the probe forks meanwhile: see weir/alloc.h */
+    it->table = weir__u64_table_prefault(it->entries, &it->table_bytes);
+    weir_fork_release();
   }
   return NULL;
 }

@@ -62,7 +62,7 @@ typedef struct weir_lease_opts {
   /* Called once, when the lease is lost (taken over, or not renewed in
    * time), on the thread that found it lost (the heartbeat thread, or one
    * that checked the lease), with the reason: the owner must stop
-   * committing. */
+   * committing. It must not fork (see weir_fork_hold). */
   void (*lost)(void *user, int err, const char *msg);
   void *lost_user;
   /* Tests. */

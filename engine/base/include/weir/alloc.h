@@ -33,4 +33,14 @@ void weir_pool_free(void *p);
 void *weir_aligned_alloc(size_t n);
 void weir_free(void *p);
 
+/* The heap across fork(). A child forked by a threaded process that then
+ * allocates (the store's checks run in one) needs the allocator's locks
+ * free at the fork: glibc's malloc sees to that, AddressSanitizer's does
+ * not. Threads that may be inside the allocator while another thread forks
+ * (the lease's heartbeat, a restore's prefault threads) hold this around
+ * their work, and fork() waits until none does
+ * (pthread_atfork). A holder must not fork. */
+void weir_fork_hold(void);
+void weir_fork_release(void);
+
 #endif
