@@ -299,8 +299,8 @@ static int op_process(weir_ctx *ctx, const weir__batch *b, uint32_t from, uint32
  * below little where a cost per record comes in lumps). */
 static inline uint32_t slice_of(const weir__task *t, uint32_t n) {
   const weir__pace *p = &t->pace;
-  double a = p->call_ns < WEIR__STEP_NS / 2 ? p->call_ns : WEIR__STEP_NS / 2;
   if (p->per_call || p->call_ns + p->rec_ns * n <= WEIR__STEP_NS) return n;
+  double a = p->call_ns < WEIR__STEP_NS / 2 ? p->call_ns : WEIR__STEP_NS / 2;
   double most = (WEIR__STEP_NS - a) / p->rec_ns;
   if (most < 1) return 1;
   uint32_t parts = (uint32_t)(n / most) + 1;
