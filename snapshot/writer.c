@@ -1352,7 +1352,9 @@ static void *writer_main(void *arg) {
     if (s->head == NULL) s->tail = NULL;
     pthread_mutex_unlock(&s->q_mu);
     int stop = r->type == WEIR__REQ_STOP;
+    weir_fork_hold(); /* every request, not the wait: see weir/alloc.h */
     execute(s, r);
+    weir_fork_release();
     if (r->sync) {
       pthread_mutex_lock(&s->q_mu);
       r->finished = 1;

@@ -376,6 +376,34 @@ Test(lease, fork_waits_for_the_heartbeat_between_beats) {
   weir_lease_close(l, 1);
 }
 
+/* A child forked while the guard is in use can fork in its turn (a job
+ * process forked by a test or a supervisor forks its store's probe
+ * children): the child's copy of the guard is free. */
+Test(lease, a_forked_child_can_fork_again) {
+  weir_fork_hold(); /* registers the guard's fork handlers */
+  weir_fork_release();
+  fflush(NULL);
+  pid_t pid = fork();
+  cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
+  if (pid == 0) {
+    alarm(10); /* a child that hangs dies of SIGALRM */
+    for (int i = 0; i < 3; i++) {
+      pid_t g = fork();
+      if (g < 0) _exit(2);
+      if (g == 0) _exit(0);
+      int st = 0;
+      if (waitpid(g, &st, 0) != g || !WIFEXITED(st) || WEXITSTATUS(st) != 0) _exit(3);
+      weir_fork_hold(); /* and the guard still works in the child */
+      weir_fork_release();
+    }
+    _exit(0);
+  }
+  int st = 0;
+  cr_assert_eq(waitpid(pid, &st, 0), pid);
+  cr_assert(!WIFSIGNALED(st), "the child's fork hung (signal %d)", WTERMSIG(st));
+  cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status %d", st);
+}
+
 Test(lease, renewal_extends_and_self_fencing_keeps_a_margin) {
   fclock c = {.t = 5 * MS};
   weir_lease_owner a = fake(1, "h"), b = fake(2, "h");

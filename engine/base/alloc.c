@@ -129,12 +129,21 @@ static void fork_prepare(void) {
   pthread_rwlock_wrlock(&fork_lock);
 }
 
-static void fork_after(void) {
+static void fork_parent(void) {
   pthread_rwlock_unlock(&fork_lock);
 }
 
+/* The child cannot unlock: its thread is not the one that locked (glibc
+ * checks the writer's thread id, and takes the unlock for a reader's,
+ * leaving the lock held: the child's own first fork then waited forever).
+ * It has no other thread, so no holder: the lock starts afresh. */
+static void fork_child(void) {
+  pthread_rwlock_t fresh = PTHREAD_RWLOCK_INITIALIZER;
+  memcpy(&fork_lock, &fresh, sizeof fresh);
+}
+
 static void fork_register(void) {
-  (void)pthread_atfork(fork_prepare, fork_after, fork_after);
+  (void)pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 void weir_fork_hold(void) {

@@ -180,6 +180,8 @@ typedef struct weir_store_written {
 /* Called on the writer thread when a queued request is done: status 0 or a
  * negative error (e.g. -ENOSPC, with the path and sizes in the store's
  * error message). `w` may be NULL (a failed commit). */
+/* Runs on the store's writer thread, which holds forks off meanwhile
+ * (weir_fork_hold): a done() callback must not fork. */
 typedef void (*weir_store_done_fn)(void *user, int status, const weir_store_written *w);
 
 /* Queues the subtask's state for checkpoint `id`. Takes ownership of *snap

@@ -37,9 +37,10 @@ void weir_free(void *p);
  * allocates (the store's checks run in one) needs the allocator's locks
  * free at the fork: glibc's malloc sees to that, AddressSanitizer's does
  * not. Threads that may be inside the allocator while another thread forks
- * (the lease's heartbeat, a restore's prefault threads) hold this around
- * their work, and fork() waits until none does
- * (pthread_atfork). A holder must not fork. */
+ * (the lease's heartbeat, a store's writer, a restore's prefault threads)
+ * hold this around their work, and fork() waits until none does
+ * (pthread_atfork; a forked child starts with the guard free). A holder
+ * must not fork. */
 void weir_fork_hold(void);
 void weir_fork_release(void);
 
