@@ -581,7 +581,7 @@ int main(int argc, char **argv) {
   if (workers < 1 || workers > 256 || !keys || !(seconds > 0 && seconds <= 3600) ||
       skew_us > 100000)
     goto usage;
-  weir_log_set_level(WEIR_LOG_WARN);
+  if (!getenv("WEIR_LOG")) weir_log_set_level(WEIR_LOG_WARN);
   if (jpath && !(jsonl = fopen(jpath, "a"))) {
     perror("bench_abs: --jsonl");
     return 1;

@@ -530,7 +530,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_counter: bad arguments\n");
     return 2;
   }
-  weir_log_set_level(WEIR_LOG_WARN);
+  if (!getenv("WEIR_LOG")) weir_log_set_level(WEIR_LOG_WARN);
   if (restore) return bench_restore(keys, reps, maxw, json);
   if (checkpoints) {
     if (!(seconds >= 1 && seconds <= 3600)) {

@@ -493,55 +493,63 @@ static uint8_t *put_scalar(uint8_t *p, uint8_t tag, uint64_t v) {
   return put_varint(p, v);
 }
 
-size_t weir__u64_chunk_fill(weir__chunk_id id, const uint64_t *keys, const uint64_t *values,
-                            size_t avail, uint8_t *buf, size_t *taken) {
-  /* One pass over the values: each is encoded as it is planned, at the
-   * back of buf (the budget leaves the room: WEIR__CHUNK_MAX - scratch =
-   * WEIR__CHUNK_BUDGET), and the encoded run moves to its place once the
-   * number of keys in front of it is known. */
+static size_t scalar_len(uint64_t v) {
+  return v ? 1 + weir__varint_len(v) : 0;
+}
+
+size_t weir__u64_chunk_plan(weir__chunk_id id, const uint64_t *values, size_t avail, size_t *taken,
+                            size_t *vlen) {
   const size_t budget = WEIR__CHUNK_BUDGET;
-  uint8_t *scratch = buf + (WEIR__CHUNK_MAX - budget), *q = scratch;
-  size_t n = 0;
+  size_t n = 0, q = 0;
   for (;;) {
     /* Entries that fit whatever their values (18 bytes at most) go
      * without a test each. */
-    size_t sure = (budget - 8 * n - (size_t)(q - scratch)) / 18;
+    size_t sure = (budget - 8 * n - q) / 18;
     if (sure == 0 || n == avail) break;
     size_t end = avail - n < sure ? avail : n + sure;
-    for (; n < end; n++) q = put_varint(q, values[n]);
+    for (; n < end; n++) q += weir__varint_len(values[n]);
   }
-  while (n < avail && 8 * (n + 1) + (size_t)(q - scratch) + weir__varint_len(values[n]) <= budget)
-    q = put_varint(q, values[n++]);
-  size_t vlen = (size_t)(q - scratch);
+  while (n < avail && 8 * (n + 1) + q + weir__varint_len(values[n]) <= budget)
+    q += weir__varint_len(values[n++]);
+  *taken = n;
+  *vlen = q;
+  size_t len = scalar_len(id.ckpt) + scalar_len(id.record) + scalar_len(id.seq);
+  if (n) len += 1 + weir__varint_len(8 * (uint64_t)n) + 8 * n + 1 + weir__varint_len(q) + q;
+  return WEIR__ENV_HDR + len;
+}
+
+void weir__u64_chunk_write(weir__chunk_id id, const uint64_t *keys, const uint64_t *values,
+                           size_t n, size_t vlen, uint8_t *buf) {
   uint8_t *start = buf + WEIR__ENV_HDR, *p = start;
   p = put_scalar(p, 0x08, id.ckpt);   /* 1: checkpoint */
   p = put_scalar(p, 0x10, id.record); /* 2: record */
   p = put_scalar(p, 0x18, id.seq);    /* 3: seq */
   if (n) {
-    uint8_t head[12], *h = head;
-    *h++ = 0x22; /* 4: keys, packed fixed64 */
-    h = put_varint(h, 8 * (uint64_t)n);
-    uint8_t *keys_at = p + (h - head);
-    uint8_t tail[12], *t = tail;
-    *t++ = 0x2a; /* 5: values, packed varint */
-    t = put_varint(t, vlen);
-    uint8_t *values_at = keys_at + 8 * n + (t - tail);
-    WEIR_ASSERT(values_at + vlen <= buf + WEIR__CHUNK_MAX);
-    memmove(values_at, scratch, vlen); /* first: the keys may go where it was */
-    memcpy(p, head, (size_t)(h - head));
+    *p++ = 0x22; /* 4: keys, packed fixed64 */
+    p = put_varint(p, 8 * (uint64_t)n);
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    memcpy(keys_at, keys, 8 * n);
+    memcpy(p, keys, 8 * n);
 #else
     for (size_t i = 0; i < n; i++)
-      for (int b = 0; b < 8; b++) keys_at[8 * i + b] = (uint8_t)(keys[i] >> (8 * b));
+      for (int b = 0; b < 8; b++) p[8 * i + b] = (uint8_t)(keys[i] >> (8 * b));
 #endif
-    memcpy(keys_at + 8 * n, tail, (size_t)(t - tail));
-    p = values_at + vlen;
+    p += 8 * n;
+    *p++ = 0x2a; /* 5: values, packed varint */
+    p = put_varint(p, vlen);
+    uint8_t *v0 = p;
+    for (size_t i = 0; i < n; i++) p = put_varint(p, values[i]);
+    WEIR_ASSERT((size_t)(p - v0) == vlen); /* as planned */
   }
-  size_t len = (size_t)(p - start);
-  weir__env_seal(buf, WEIR_STORE_FORMAT, WEIR__KIND_U64, (uint32_t)len);
-  *taken = n;
-  return WEIR__ENV_HDR + len;
+  weir__env_seal(buf, WEIR_STORE_FORMAT, WEIR__KIND_U64, (uint32_t)(p - start));
+}
+
+size_t weir__u64_chunk_fill(weir__chunk_id id, const uint64_t *keys, const uint64_t *values,
+                            size_t avail, uint8_t *buf, size_t *taken) {
+  size_t vlen = 0;
+  size_t len = weir__u64_chunk_plan(id, values, avail, taken, &vlen);
+  WEIR_ASSERT(len <= WEIR__CHUNK_MAX);
+  weir__u64_chunk_write(id, keys, values, *taken, vlen, buf);
+  return len;
 }
 
 size_t weir__u64_chunk_encode(weir__chunk_id id, const uint64_t *keys, const uint64_t *values,

@@ -134,6 +134,15 @@ size_t weir__u64_chunk_encode(weir__chunk_id id, const uint64_t *keys, const uin
  * buf; *taken = the entries it holds. */
 size_t weir__u64_chunk_fill(weir__chunk_id id, const uint64_t *keys, const uint64_t *values,
                             size_t avail, uint8_t *buf, size_t *taken);
+/* weir__u64_chunk_fill in two steps, for a destination that must be sized
+ * first (a value LMDB reserves in its page: no copy of the chunk):
+ * plan returns the length of the chunk fill would make from [0, avail),
+ * with *taken its entries and *vlen the bytes of their values; write
+ * encodes exactly that into buf (the returned length's bytes). */
+size_t weir__u64_chunk_plan(weir__chunk_id id, const uint64_t *values, size_t avail, size_t *taken,
+                            size_t *vlen);
+void weir__u64_chunk_write(weir__chunk_id id, const uint64_t *keys, const uint64_t *values,
+                           size_t n, size_t vlen, uint8_t *buf);
 /* The same value as weir__u64_chunk_encode, made by protobuf-c's generic
  * packer: for tests, which check that the two agree byte for byte. */
 size_t weir__u64_chunk_encode_pb(weir__chunk_id id, const uint64_t *keys, const uint64_t *values,

@@ -92,6 +92,13 @@ struct weir_store {
   size_t nfin, fin_cap;
   uint8_t *chunk_buf; /* WEIR__CHUNK_MAX bytes */
 
+  /* writer thread (read after it is joined): where its time went, for the
+   * debug line at close. CPU from weir_clock_thread_cpu_ns, ns. */
+  struct {
+    uint64_t writes, chunks, bytes, commits;
+    uint64_t read_cpu, encode_cpu, txn_cpu, txn_wall, commit_cpu, commit_wall;
+  } stats;
+
   int test_child_signal;    /* tests: verify's child raises this signal */
   uint64_t test_chunk_txns; /* writer thread: chunk transactions committed */
 };

@@ -330,6 +330,40 @@ Test(cli, debug_log_says_where_each_worker_time_went) {
   finish(dir);
 }
 
+/* With WEIR_LOG=debug the store logs, when it closes, what its writer
+ * thread wrote and where its CPU went, by phase. */
+Test(cli, debug_log_says_where_the_store_writer_time_went) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  setenv("WEIR_LOG", "debug", 1);
+  char *err = NULL;
+  int rc = WEIR(dir, NULL, &err, "run", "--workers", "2", "--checkpoint-interval", "50", "counter",
+                "--records", "60000", "--keys", "5000", "--rate", "100000");
+  unsetenv("WEIR_LOG");
+  cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
+  const char *p = strstr(err, "writer thread: ");
+  cr_assert_not_null(p, "no writer line in: %s", err);
+  unsigned long long writes = 0, chunks = 0, commits = 0;
+  double mb = 0, cpu = 0, read = 0, enc = 0, txn = 0, txn_wall = 0, com = 0, com_wall = 0;
+  int n =
+      sscanf(p,
+             "writer thread: %llu subtask writes (%llu chunks, %lf MB) and %llu commits took "
+             "%lf ms of CPU: reading state views %lf, encoding and LMDB puts %lf, chunk "
+             "transactions %lf (%lf ms wall, syncs included), checkpoint commits %lf (%lf ms "
+             "wall)",
+             &writes, &chunks, &mb, &commits, &cpu, &read, &enc, &txn, &txn_wall, &com, &com_wall);
+  cr_assert_eq(n, 11, "%.300s", p);
+  /* 0.6 s at 50 ms: several checkpoints, each with state of every subtask
+   * of the counter and the generator (2 + 2). */
+  cr_assert_geq(commits, 3, "%.300s", p);
+  cr_assert_geq(writes, 4 * commits, "%.300s", p);
+  cr_assert_geq(chunks, commits, "%.300s", p);
+  cr_assert_gt(mb, 0, "%.300s", p);
+  cr_assert_leq(read + enc + txn + com, cpu + 2, "the phases add up to the total: %.300s", p);
+  free(err);
+  finish(dir);
+}
+
 /* The print sink writes records to stdout, the summary goes to stderr. */
 Test(cli, counter_print) {
   char *dir = th_tmpdir();
