@@ -24,6 +24,7 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,7 @@
 #include "helpers.h"
 #include "store_impl.h"
 #include "weir/alloc.h"
+#include "weir/clock.h"
 #include "weir/failpoint.h"
 #include "weir/store.h"
 
@@ -1615,6 +1617,47 @@ static void on_done_msg(void *user, int status, const weir_store_written *w) {
   seen_msg *r = user;
   on_done(&r->s, status, w);
   if (status < 0) weir_store_error(r->store, r->msg, sizeof r->msg);
+}
+
+/* A fork from another thread while the writer thread is at work (here,
+ * held in a done() callback) waits until the writer is between requests:
+ * the child gets a copy of the heap with no allocation of the writer's
+ * half done (weir_fork_hold; allocators such as AddressSanitizer's leave
+ * their locks taken in the child otherwise). */
+typedef struct forker {
+  pthread_t th;
+  atomic_int forked;
+  int status;
+} forker;
+
+static void *fork_main(void *arg) {
+  forker *f = arg;
+  pid_t pid = fork();
+  if (pid == 0) _exit(g_gate.open ? 0 : 1); /* the child's copy: the writer was let go */
+  atomic_store(&f->forked, 1);
+  int st = -1;
+  if (pid < 0 || waitpid(pid, &st, 0) != pid) st = -1;
+  f->status = st;
+  return NULL;
+}
+
+Test(store, fork_waits_for_the_writer_between_requests, .timeout = 60) {
+  weir_store *s = open_with_job(NULL);
+  uint64_t id = next_id(s);
+  gate_close(s, id); /* the writer sits in a done() callback */
+  fflush(NULL);
+  forker f = {0};
+  atomic_init(&f.forked, 0);
+  cr_assert_eq(pthread_create(&f.th, NULL, fork_main, &f), 0);
+  weir_sleep_us(200000);
+  int early = atomic_load(&f.forked);
+  gate_open();
+  pthread_join(f.th, NULL);
+  cr_assert_eq(early, 0, "fork() went ahead while the writer was at work");
+  cr_assert(f.status >= 0 && WIFEXITED(f.status) && WEXITSTATUS(f.status) == 0,
+            "the child was forked while the writer was at work (status %d)", f.status);
+  weir_store_flush(s);
+  weir_store_close(s);
 }
 
 #define NGROUP 10
