@@ -447,10 +447,9 @@ typedef struct chunker {
   uint64_t dend; /* bytes: end of the data of the headed entries */
   uint32_t chunks[3];
   /* A u64 chunk is only planned by chunker_next (its length known, its
-   * bytes not yet written): chunker_write puts it where it goes. */
+   * bytes not yet written): chunker_write puts it where it goes. It holds
+   * the pn entries before i, and had the seq before id's. */
   int planned;
-  weir__chunk_id pid;
-  uint64_t pat;
   size_t pn, pvlen;
 } chunker;
 
@@ -472,8 +471,6 @@ static int chunker_next(chunker *c, uint8_t *buf, size_t *len) {
       *len = weir__u64_chunk_plan(c->id, sn->u64_values + c->i, (size_t)(sn->n_u64 - c->i), &c->pn,
                                   &c->pvlen);
       c->planned = 1;
-      c->pid = c->id;
-      c->pat = c->i;
       c->i += c->pn;
       c->chunks[0]++;
       c->id.seq++;
@@ -533,8 +530,24 @@ static int chunker_next(chunker *c, uint8_t *buf, size_t *len) {
 /* Encodes the chunk chunker_next planned into dst (*len bytes). */
 static void chunker_write(const chunker *c, uint8_t *dst) {
   const weir_subtask_snapshot *sn = c->snap;
-  weir__u64_chunk_write(c->pid, sn->u64_keys + c->pat, sn->u64_values + c->pat, c->pn, c->pvlen,
-                        dst);
+  weir__chunk_id id = {c->id.ckpt, c->id.record, c->id.seq - 1};
+  uint64_t at = c->i - c->pn;
+  weir__u64_chunk_write(id, sn->u64_keys + at, sn->u64_values + at, c->pn, c->pvlen, dst);
+}
+
+/* The writer's own CPU time and the wall time since a span began, added
+ * to its stats (log_stats). */
+typedef struct span {
+  uint64_t cpu, wall;
+} span;
+
+static span span_begin(void) {
+  return (span){weir_clock_thread_cpu_ns(), weir_clock_mono_ns()};
+}
+
+static void span_end(span b, uint64_t *cpu, uint64_t *wall) {
+  *cpu += weir_clock_thread_cpu_ns() - b.cpu;
+  *wall += weir_clock_mono_ns() - b.wall;
 }
 
 /* Maps the failure of a write transaction that was writing `want` bytes,
@@ -751,10 +764,9 @@ static void group_end_txn(weir_store *s, wgroup *g, int rc, const char *fp) {
   if (rc == 0 && !empty) {
     /* Durable once the checkpoint's commit is (commit_durable): the data
      * is synced, the meta page with the next commit. */
-    uint64_t cpu = weir_clock_thread_cpu_ns(), wall = weir_clock_mono_ns();
+    span t = span_begin();
     rc = mdb_txn_commit(g->txn);
-    s->stats.txn_cpu += weir_clock_thread_cpu_ns() - cpu;
-    s->stats.txn_wall += weir_clock_mono_ns() - wall;
+    span_end(t, &s->stats.txn_cpu, &s->stats.txn_wall);
     if (rc == 0) s->test_chunk_txns++;
   } else {
     mdb_txn_abort(g->txn);
@@ -1348,10 +1360,9 @@ static void execute(weir_store *s, weir__req *r) {
     exec_writes(s, r);
     break;
   case WEIR__REQ_COMMIT: {
-    uint64_t cpu = weir_clock_thread_cpu_ns(), wall = weir_clock_mono_ns();
+    span t = span_begin();
     exec_commit(s, r);
-    s->stats.commit_cpu += weir_clock_thread_cpu_ns() - cpu;
-    s->stats.commit_wall += weir_clock_mono_ns() - wall;
+    span_end(t, &s->stats.commit_cpu, &s->stats.commit_wall);
     s->stats.commits++;
     break;
   }
