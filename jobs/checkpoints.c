@@ -38,7 +38,9 @@ static void help_inspect(FILE *out) {
         "\n"
         "Shows checkpoint ID: per operator and subtask, the stored bytes and chunks,\n"
         "keyed-state entries, operator state size and source positions (split:offset);\n"
-        "whether it is aligned or unaligned, and each task's channel state (an entry\n"
+        "where a subtask's u64 keys did not change since an earlier checkpoint, that\n"
+        "checkpoint holds them (\"keys of checkpoint N\"; its bytes are not counted\n"
+        "here); whether it is aligned or unaligned, and each task's channel state (an entry\n"
         "named after the task's first operator + ~channels: the records its cut\n"
         "overtook, replayed first on restore).\n"
         "For a two-phase sink subtask (file:, http://), its counters kept apart, as\n"
@@ -297,10 +299,11 @@ int cli_cmd_inspect(int argc, char **argv) {
       weir_json_string(stdout, st->op);
       printf(", \"subtask\": %u, \"parallelism\": %u, \"bytes\": %llu, \"chunks\": %llu, "
              "\"u64_entries\": %llu, \"bytes_entries\": %llu, \"operator_state\": %llu, "
-             "\"positions\": [",
+             "\"keys_of_checkpoint\": %llu, \"positions\": [",
              st->subtask, st->parallelism, (unsigned long long)st->bytes,
              (unsigned long long)st->chunks, (unsigned long long)st->u64_entries,
-             (unsigned long long)st->bytes_entries, (unsigned long long)st->blob_len);
+             (unsigned long long)st->bytes_entries, (unsigned long long)st->blob_len,
+             (unsigned long long)st->keys_ckpt);
       for (uint32_t k = 0; k < st->npos; k++)
         printf("%s{\"split\": %u, \"offset\": %llu}", k ? ", " : "", st->pos[k].split,
                (unsigned long long)st->pos[k].offset);
@@ -336,6 +339,7 @@ int cli_cmd_inspect(int argc, char **argv) {
       for (uint32_t k = 0; k < st->npos && k < 8; k++)
         printf(" %u:%llu", st->pos[k].split, (unsigned long long)st->pos[k].offset);
       if (st->npos > 8) printf(" ... (%u splits)", st->npos);
+      if (st->keys_ckpt) printf("  keys of checkpoint %llu", (unsigned long long)st->keys_ckpt);
       printf("\n");
       weir_sink_state_info si;
       if (!is_channel_state(st) && sink_state(s, id, st, &si)) print_sink_text(&si);

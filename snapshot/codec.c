@@ -224,6 +224,8 @@ void weir__meta_encode(const weir__ckpt_meta *mm, uint8_t **out, size_t *len) {
     s->bytes_entries = e->bytes_entries;
     s->bytes_data_len = e->bytes_data_len;
     s->blob_len = e->blob_len;
+    s->keys_ckpt = e->keys_ckpt;
+    s->keys_record = e->keys_record;
     s->n_pos_split = s->n_pos_offset = e->npos;
     s->pos_split = split + at;
     s->pos_offset = offset + at;
@@ -287,11 +289,17 @@ static int check_entry(const Weirpb__Subtask *s, uint64_t id, char *err, size_t 
   if (s->bytes < chunks * WEIR__ENV_HDR || s->bytes > chunks * WEIR__CHUNK_MAX)
     return BAD("%llu stored bytes cannot be %llu chunks", CTX, (unsigned long long)s->bytes,
                (unsigned long long)chunks);
-  /* Each u64 entry takes at least 9 stored bytes (key, 1-byte varint), each
-   * byte-string entry at least 10 (route, two lengths), data 1 per byte:
-   * so no count can claim more than the stored bytes allow (which load
-   * bounds by the file's size before allocating). */
-  uint64_t least = 9 * s->u64_entries + 10 * s->bytes_entries + s->bytes_data_len + s->blob_len;
+  if (s->keys_ckpt != 0 && (s->keys_ckpt >= id || s->u64_entries == 0))
+    return BAD("shares the u64 keys of checkpoint %llu, which it cannot", CTX,
+               (unsigned long long)s->keys_ckpt);
+  if (s->keys_ckpt == 0 && s->keys_record != 0)
+    return BAD("names record %u for shared keys but no checkpoint", CTX, s->keys_record);
+  /* Each u64 entry takes at least 9 stored bytes (key, 1-byte varint; 1
+   * with shared keys), each byte-string entry at least 10 (route, two
+   * lengths), data 1 per byte: so no count can claim more than the stored
+   * bytes allow (which load bounds by the file's size before allocating). */
+  uint64_t least = (s->keys_ckpt ? 1 : 9) * s->u64_entries + 10 * s->bytes_entries +
+                   s->bytes_data_len + s->blob_len;
   if (least > s->bytes)
     return BAD("its entries need at least %llu bytes, only %llu are stored", CTX,
                (unsigned long long)least, (unsigned long long)s->bytes);
@@ -335,6 +343,13 @@ int weir__meta_decode(const void *value, size_t len, uint64_t key_id, const char
     rc = fail(WEIR_ECORRUPT, err, errlen,
               "checkpoint %llu: metadata has format %u for readers of format %u", id,
               m->format_version, m->min_reader_version);
+    goto out;
+  }
+  for (size_t i = 0; i < m->n_subtasks && m->min_reader_version < WEIR_STORE_SHARED_KEYS; i++) {
+    if (m->subtasks[i]->keys_ckpt == 0) continue;
+    rc = fail(WEIR_ECORRUPT, err, errlen,
+              "checkpoint %llu: shares u64 keys but claims readers of format %u can read it", id,
+              m->min_reader_version);
     goto out;
   }
   if (m->id != key_id) {
@@ -444,6 +459,8 @@ int weir__meta_decode(const void *value, size_t len, uint64_t key_id, const char
     e->bytes_entries = s->bytes_entries;
     e->bytes_data_len = s->bytes_data_len;
     e->blob_len = s->blob_len;
+    e->keys_ckpt = s->keys_ckpt;
+    e->keys_record = s->keys_record;
     e->npos = (uint32_t)s->n_pos_split;
     if (e->npos > 0) {
       e->pos = weir_malloc(e->npos * sizeof *e->pos);
@@ -541,6 +558,29 @@ void weir__u64_chunk_write(weir__chunk_id id, const uint64_t *keys, const uint64
     WEIR_ASSERT((size_t)(p - v0) == vlen); /* as planned */
   }
   weir__env_seal(buf, WEIR_STORE_FORMAT, WEIR__KIND_U64, (uint32_t)(p - start));
+}
+
+size_t weir__u64_values_len(weir__chunk_id id, const uint64_t *values, size_t n, size_t *vlen) {
+  size_t q = 0;
+  for (size_t i = 0; i < n; i++) q += weir__varint_len(values[i]);
+  *vlen = q;
+  return WEIR__ENV_HDR + scalar_len(id.ckpt) + scalar_len(id.record) + scalar_len(id.seq) + 1 +
+         weir__varint_len(q) + q;
+}
+
+void weir__u64_values_write(weir__chunk_id id, const uint64_t *values, size_t n, size_t vlen,
+                            uint8_t *buf) {
+  WEIR_ASSERT(n > 0);
+  uint8_t *start = buf + WEIR__ENV_HDR, *p = start;
+  p = put_scalar(p, 0x08, id.ckpt);   /* 1: checkpoint */
+  p = put_scalar(p, 0x10, id.record); /* 2: record */
+  p = put_scalar(p, 0x18, id.seq);    /* 3: seq */
+  *p++ = 0x2a;                        /* 5: values, packed varint */
+  p = put_varint(p, vlen);
+  uint8_t *v0 = p;
+  for (size_t i = 0; i < n; i++) p = put_varint(p, values[i]);
+  WEIR_ASSERT((size_t)(p - v0) == vlen);
+  weir__env_seal(buf, WEIR_STORE_FORMAT, WEIR__KIND_U64_VALUES, (uint32_t)(p - start));
 }
 
 size_t weir__u64_chunk_fill(weir__chunk_id id, const uint64_t *keys, const uint64_t *values,
@@ -648,6 +688,24 @@ int weir__chunk_decode(const void *value, size_t len, weir__chunk_id expect, wei
     out->msg_ = m;
     break;
   }
+  case WEIR__KIND_U64_VALUES: {
+    Weirpb__U64Values *m = weirpb__u64_values__unpack(&pbc_alloc, n, p);
+    if (m == NULL) return undecodable(inj, "chunk", n, err, errlen);
+    weir__chunk_id got = {m->checkpoint, m->record, m->seq};
+    if ((rc = check_chunk_id(got, expect, err, errlen)) < 0) {
+    } else if (m->n_values == 0) {
+      rc = fail(WEIR_ECORRUPT, err, errlen, "u64 values chunk without values");
+    }
+    if (rc < 0) {
+      weirpb__u64_values__free_unpacked(m, &pbc_alloc);
+      return rc;
+    }
+    out->n = m->n_values;
+    out->values = m->values;
+    out->id = got;
+    out->msg_ = m;
+    break;
+  }
   case WEIR__KIND_BYTES: {
     Weirpb__BytesChunk *m = weirpb__bytes_chunk__unpack(&pbc_alloc, n, p);
     if (m == NULL) return undecodable(inj, "chunk", n, err, errlen);
@@ -705,6 +763,9 @@ void weir__chunk_free(weir__chunk *c) {
   switch (c->kind) {
   case WEIR__KIND_U64:
     weirpb__u64_chunk__free_unpacked(c->msg_, &pbc_alloc);
+    break;
+  case WEIR__KIND_U64_VALUES:
+    weirpb__u64_values__free_unpacked(c->msg_, &pbc_alloc);
     break;
   case WEIR__KIND_BYTES:
     weirpb__bytes_chunk__free_unpacked(c->msg_, &pbc_alloc);

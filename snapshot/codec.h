@@ -78,6 +78,10 @@ typedef struct weir__sub_entry {
   uint64_t u64_entries, bytes_entries, bytes_data_len, blob_len;
   uint32_t npos;
   weir_snap_position *pos;
+  /* Shared keys (format 3): the u64 keys are those of record keys_record of
+   * checkpoint keys_ckpt (0: none), and the u64 chunks hold values only. */
+  uint64_t keys_ckpt;
+  uint32_t keys_record;
 } weir__sub_entry;
 
 static inline uint64_t weir__sub_chunks(const weir__sub_entry *e) {
@@ -143,6 +147,12 @@ size_t weir__u64_chunk_plan(weir__chunk_id id, const uint64_t *values, size_t av
                             size_t *vlen);
 void weir__u64_chunk_write(weir__chunk_id id, const uint64_t *keys, const uint64_t *values,
                            size_t n, size_t vlen, uint8_t *buf);
+/* The values-only chunk of a subtask whose keys are shared: the n values
+ * (n >= 1, their varints *vlen bytes) as one U64Values value. len returns
+ * its length, write encodes it into buf. */
+size_t weir__u64_values_len(weir__chunk_id id, const uint64_t *values, size_t n, size_t *vlen);
+void weir__u64_values_write(weir__chunk_id id, const uint64_t *values, size_t n, size_t vlen,
+                            uint8_t *buf);
 /* The same value as weir__u64_chunk_encode, made by protobuf-c's generic
  * packer: for tests, which check that the two agree byte for byte. */
 size_t weir__u64_chunk_encode_pb(weir__chunk_id id, const uint64_t *keys, const uint64_t *values,
@@ -156,11 +166,11 @@ size_t weir__blob_chunk_encode(weir__chunk_id id, const uint8_t *data, size_t da
 /* A decoded chunk: views into the decoded message, valid until
  * weir__chunk_free. */
 typedef struct weir__chunk {
-  uint16_t kind;   /* WEIR__KIND_U64, _BYTES or _BLOB */
+  uint16_t kind;   /* WEIR__KIND_U64, _U64_VALUES, _BYTES or _BLOB */
   uint16_t format; /* the store format it was written in */
   weir__chunk_id id;
   size_t n;                      /* entries (u64, bytes) */
-  const uint64_t *keys, *values; /* u64 */
+  const uint64_t *keys, *values; /* u64 (keys NULL in U64_VALUES) */
   const uint64_t *route;         /* bytes */
   const uint32_t *klen, *vlen;   /* bytes */
   const uint8_t *data;           /* bytes, blob */
@@ -170,7 +180,8 @@ typedef struct weir__chunk {
 
 /* Decodes a chunk value. Checks: a chunk kind, the (checkpoint, record, seq)
  * inside the value equal `expect` (a value found under another key is
- * corrupt), parallel arrays of equal length, u64 keys strictly ascending in
+ * corrupt), parallel arrays of equal length (a values-only chunk: at least
+ * one value), u64 keys strictly ascending in
  * the chunk's order (weir__u64_order) and
  * at least one entry, a bytes or blob chunk not empty. On error *out is
  * empty. */

@@ -24,12 +24,13 @@
 
 /* Kinds of stored values. */
 enum {
-  WEIR__KIND_JOB = 1,   /* weirpb.Job */
-  WEIR__KIND_META = 2,  /* weirpb.Checkpoint */
-  WEIR__KIND_U64 = 3,   /* weirpb.U64Chunk */
-  WEIR__KIND_BYTES = 4, /* weirpb.BytesChunk */
-  WEIR__KIND_BLOB = 5,  /* weirpb.BlobChunk */
-  WEIR__KIND_MAX = 5
+  WEIR__KIND_JOB = 1,        /* weirpb.Job */
+  WEIR__KIND_META = 2,       /* weirpb.Checkpoint */
+  WEIR__KIND_U64 = 3,        /* weirpb.U64Chunk */
+  WEIR__KIND_BYTES = 4,      /* weirpb.BytesChunk */
+  WEIR__KIND_BLOB = 5,       /* weirpb.BlobChunk */
+  WEIR__KIND_U64_VALUES = 6, /* weirpb.U64Values (format 3) */
+  WEIR__KIND_MAX = 6
 };
 
 /* CRC32C (Castagnoli, reflected, as in iSCSI and ext4) of n bytes, continuing

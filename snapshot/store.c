@@ -233,10 +233,79 @@ static uint8_t *blob_alloc(uint64_t len, void (**release)(uint8_t *, uint64_t)) 
 
 static const uint8_t *mapping_of(const void *p);
 
+/* Where read_entry gets chunk values: the cursor, and with fd >= 0 the
+ * store file (below). */
+typedef struct chunk_src {
+  MDB_cursor *cur;
+  uint64_t file_size;
+  int fd;
+  const uint8_t *base; /* fd >= 0: where the map starts, once known */
+  uint8_t *rbuf;       /* fd >= 0: the value read */
+} chunk_src;
+
+/* Looks chunk (id, record, seq) up through cur into *val: 0, or an error
+ * with a message in why that starts with `what` (the chunk, for the
+ * reader): missing, unreadable, or larger than a chunk may be. */
+static int lookup_chunk(MDB_cursor *cur, uint64_t id, uint32_t record, uint32_t seq,
+                        const char *what, MDB_val *val, char *why, size_t wlen) {
+  uint8_t kb[WEIR__CHUNK_KEY];
+  weir__key_chunk(kb, id, record, seq);
+  MDB_val key = {sizeof kb, kb};
+  int rc = mdb_cursor_get(cur, &key, val, MDB_SET_KEY);
+  if (rc == MDB_NOTFOUND) {
+    snprintf(why, wlen, "%s is missing", what);
+    return WEIR_ECORRUPT;
+  }
+  if (rc != 0) {
+    snprintf(why, wlen, "%s: %s", what, weir__mdb_text(rc));
+    return weir__mdb_err(rc);
+  }
+  if (val->mv_size > WEIR__CHUNK_MAX) {
+    snprintf(why, wlen, "%s: %zu bytes, more than a chunk may hold", what, val->mv_size);
+    return WEIR_ECORRUPT;
+  }
+  return 0;
+}
+
+/* lookup_chunk, and with fd >= 0 the value read from the file. */
+static int src_get(chunk_src *src, uint64_t id, uint32_t record, uint32_t seq, const char *what,
+                   MDB_val *val, char *why, size_t wlen) {
+  int rc = lookup_chunk(src->cur, id, record, seq, what, val, why, wlen);
+  if (rc != 0 || src->fd < 0) return rc;
+  const uint8_t *v = val->mv_data;
+  if (!src->base && !(src->base = mapping_of(v))) {
+    src->fd = -1; /* no /proc/self/maps: read through the map */
+    return 0;
+  }
+  uint64_t off = (uint64_t)(v - src->base);
+  if (v < src->base || off > src->file_size || val->mv_size > src->file_size - off) {
+    snprintf(why, wlen, "%s is damaged: its %zu bytes lie outside the store file (%llu bytes)",
+             what, val->mv_size, (ull)src->file_size);
+    return WEIR_ECORRUPT;
+  }
+  if (!src->rbuf) src->rbuf = weir_malloc(WEIR__CHUNK_MAX);
+  for (size_t got = 0; got < val->mv_size;) {
+    ssize_t n = pread(src->fd, src->rbuf + got, val->mv_size - got, (off_t)(off + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int e2 = n < 0 ? errno : 0;
+      snprintf(why, wlen, "%s: reading %zu bytes at %llu of the store file: %s", what, val->mv_size,
+               (ull)off, e2 ? strerror(e2) : "the file ends first");
+      return e2 ? -e2 : WEIR_ECORRUPT;
+    }
+    got += (size_t)n;
+  }
+  val->mv_data = src->rbuf;
+  return 0;
+}
+
 /* Reads every chunk of entry e of checkpoint id and checks it against the
  * metadata; assembles the state into *out when out != NULL (on error *out is
  * left empty). `file_size` bounds what the metadata may claim, so that a
- * lying count cannot make us allocate more than the store holds. Safe to run
+ * lying count cannot make us allocate more than the store holds. With
+ * shared keys (e->keys_ckpt) each u64 chunk holds values only, and its keys
+ * are those of the chunk in the same place of the holder's record, which
+ * must hold as many entries (and is checked as it is read). Safe to run
  * in a forked child: no store, no lock, messages into err.
  *
  * `sink`, when not NULL (and out is not), receives the u64 entries chunk by
@@ -254,12 +323,11 @@ static const uint8_t *mapping_of(const void *p);
 static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_entry *e,
                       uint64_t file_size, int fd, const weir_store_u64_sink *sink,
                       weir_subtask_snapshot *out, char *err, size_t errlen) {
-  char why[512];
+  char why[512], what[96];
   int rc = 0;
-  const uint8_t *base = NULL; /* fd >= 0: where the map starts */
-  uint8_t *rbuf = NULL;       /* fd >= 0: the value read */
-  MDB_cursor *cur = NULL;
-  weir__chunk c = {0};
+  chunk_src src = {NULL, file_size, fd, NULL, NULL};
+  chunk_src ksrc = {NULL, file_size, fd, NULL, NULL}; /* shared keys: its own cursor */
+  weir__chunk c = {0}, kc = {0};
   uint64_t nchunks = weir__sub_chunks(e);
   uint64_t nu = 0, nb = 0, nd = 0, nblob = 0, bytes = 0, dsum = 0, lastkey = 0;
   uint16_t lastformat = 0;
@@ -297,74 +365,69 @@ static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
       out->npos = e->npos;
     }
   }
-  rc = mdb_cursor_open(txn, dbi, &cur);
+  rc = mdb_cursor_open(txn, dbi, &src.cur);
   if (rc != 0) {
-    cur = NULL;
+    src.cur = NULL;
+    BAD(weir__mdb_err(rc), "reading chunks: %s", weir__mdb_text(rc));
+  }
+  if (e->keys_ckpt && (rc = mdb_cursor_open(txn, dbi, &ksrc.cur)) != 0) {
+    ksrc.cur = NULL;
     BAD(weir__mdb_err(rc), "reading chunks: %s", weir__mdb_text(rc));
   }
   for (seq = 0; seq < nchunks; seq++) {
-    uint8_t kb[WEIR__CHUNK_KEY];
-    weir__key_chunk(kb, id, e->record, seq);
-    MDB_val key = {sizeof kb, kb}, val;
-    rc = mdb_cursor_get(cur, &key, &val, MDB_SET_KEY);
-    if (rc == MDB_NOTFOUND) BAD(WEIR_ECORRUPT, "chunk %u of %llu is missing", seq, (ull)nchunks);
-    if (rc != 0) BAD(weir__mdb_err(rc), "chunk %u: %s", seq, weir__mdb_text(rc));
-    if (val.mv_size > WEIR__CHUNK_MAX)
-      BAD(WEIR_ECORRUPT, "chunk %u: %zu bytes, more than a chunk may hold", seq, val.mv_size);
-    if (fd >= 0) {
-      const uint8_t *v = val.mv_data;
-      if (!base && !(base = mapping_of(v))) {
-        fd = -1; /* no /proc/self/maps: read through the map */
-        goto decode;
-      }
-      uint64_t off = (uint64_t)(v - base);
-      if (v < base || off > file_size || val.mv_size > file_size - off)
-        BAD(WEIR_ECORRUPT,
-            "chunk %u is damaged: its %zu bytes lie outside the store file (%llu bytes)", seq,
-            val.mv_size, (ull)file_size);
-      if (!rbuf) rbuf = weir_malloc(WEIR__CHUNK_MAX);
-      for (size_t got = 0; got < val.mv_size;) {
-        ssize_t n = pread(fd, rbuf + got, val.mv_size - got, (off_t)(off + got));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-          int e2 = n < 0 ? errno : 0;
-          BAD(e2 ? -e2 : WEIR_ECORRUPT, "chunk %u: reading %zu bytes at %llu of the store file: %s",
-              seq, val.mv_size, (ull)off, e2 ? strerror(e2) : "the file ends first");
-        }
-        got += (size_t)n;
-      }
-      val.mv_data = rbuf;
-    }
-  decode:;
-    weir__chunk_id want = {id, e->record, seq};
+    MDB_val val;
     char cerr[300];
+    snprintf(what, sizeof what, "chunk %u of %llu", seq, (ull)nchunks);
+    if ((rc = src_get(&src, id, e->record, seq, what, &val, cerr, sizeof cerr)) != 0)
+      BAD(rc, "%s", cerr);
+    weir__chunk_id want = {id, e->record, seq};
     rc = weir__chunk_decode(val.mv_data, val.mv_size, want, &c, cerr, sizeof cerr);
     if (rc < 0) BAD(rc, "chunk %u: %s", seq, cerr);
-    uint16_t kind = seq < e->u64_chunks                     ? WEIR__KIND_U64
+    uint16_t kind = seq < e->u64_chunks ? (e->keys_ckpt ? WEIR__KIND_U64_VALUES : WEIR__KIND_U64)
                     : seq < e->u64_chunks + e->bytes_chunks ? WEIR__KIND_BYTES
                                                             : WEIR__KIND_BLOB;
     if (c.kind != kind)
       BAD(WEIR_ECORRUPT, "chunk %u: a value of kind %u where kind %u belongs", seq, c.kind, kind);
     bytes += val.mv_size;
-    if (kind == WEIR__KIND_U64) {
+    if (seq < e->u64_chunks) {
+      const uint64_t *keys = c.keys;
+      uint16_t format = c.format;
+      if (e->keys_ckpt) {
+        /* The keys of the same chunk of the holder's record. */
+        snprintf(what, sizeof what, "chunk %u of record %u of checkpoint %llu (its keys)", seq,
+                 e->keys_record, (ull)e->keys_ckpt);
+        if ((rc = src_get(&ksrc, e->keys_ckpt, e->keys_record, seq, what, &val, cerr,
+                          sizeof cerr)) != 0)
+          BAD(rc, "%s", cerr);
+        weir__chunk_id kwant = {e->keys_ckpt, e->keys_record, seq};
+        rc = weir__chunk_decode(val.mv_data, val.mv_size, kwant, &kc, cerr, sizeof cerr);
+        if (rc < 0) BAD(rc, "%s: %s", what, cerr);
+        if (kc.kind != WEIR__KIND_U64)
+          BAD(WEIR_ECORRUPT, "%s: a value of kind %u where u64 keys belong", what, kc.kind);
+        if (kc.n != c.n)
+          BAD(WEIR_ECORRUPT, "chunk %u: %zu values for the %zu keys of %s", seq, c.n, kc.n, what);
+        keys = kc.keys;
+        format = kc.format;
+      }
       if (c.n > e->u64_entries - nu)
         BAD(WEIR_ECORRUPT, "chunk %u: more u64 entries than the %llu recorded", seq,
             (ull)e->u64_entries);
-      if (nu > 0 && c.format != lastformat)
+      if (nu > 0 && format != lastformat)
         BAD(WEIR_ECORRUPT, "chunk %u: written in store format %u, the chunk before in %u", seq,
-            c.format, lastformat);
-      if (nu > 0 && weir__u64_order(c.format, c.keys[0]) <= weir__u64_order(c.format, lastkey))
-        BAD(WEIR_ECORRUPT, "chunk %u: u64 key %llu after key %llu", seq, (ull)c.keys[0],
+            format, lastformat);
+      if (nu > 0 && weir__u64_order(format, keys[0]) <= weir__u64_order(format, lastkey))
+        BAD(WEIR_ECORRUPT, "chunk %u: u64 key %llu after key %llu", seq, (ull)keys[0],
             (ull)lastkey);
       if (out && sink) {
-        sink->chunk(sink->user, c.keys, c.values, c.n);
+        sink->chunk(sink->user, keys, c.values, c.n);
       } else if (out) {
-        memcpy(out->u64_keys + nu, c.keys, c.n * sizeof(uint64_t));
+        memcpy(out->u64_keys + nu, keys, c.n * sizeof(uint64_t));
         memcpy(out->u64_values + nu, c.values, c.n * sizeof(uint64_t));
       }
-      lastkey = c.keys[c.n - 1];
-      lastformat = c.format;
+      lastkey = keys[c.n - 1];
+      lastformat = format;
       nu += c.n;
+      weir__chunk_free(&kc);
     } else if (kind == WEIR__KIND_BYTES) {
       if (c.n > e->bytes_entries - nb)
         BAD(WEIR_ECORRUPT, "chunk %u: more byte-string entries than the %llu recorded", seq,
@@ -393,7 +456,7 @@ static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
   /* Nothing may follow the last chunk of the record. */
   {
     MDB_val key;
-    rc = after_last_chunk(cur, id, e->record, nchunks, &key);
+    rc = after_last_chunk(src.cur, id, e->record, nchunks, &key);
     if (rc != 0 && rc != MDB_NOTFOUND)
       BAD(weir__mdb_err(rc), "after the last chunk: %s", weir__mdb_text(rc));
     if (rc == 0 && key.mv_size >= 12 && weir__be64(key.mv_data) == id &&
@@ -414,8 +477,10 @@ static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
   if (bytes != e->bytes)
     BAD(WEIR_ECORRUPT, "chunks take %llu bytes, the metadata records %llu", (ull)bytes,
         (ull)e->bytes);
-  mdb_cursor_close(cur);
-  weir_free(rbuf);
+  mdb_cursor_close(src.cur);
+  if (ksrc.cur) mdb_cursor_close(ksrc.cur);
+  weir_free(src.rbuf);
+  weir_free(ksrc.rbuf);
   if (out) {
     out->n_u64 = sink ? 0 : nu;
     out->n_bytes = nb;
@@ -426,12 +491,39 @@ static int read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
 #undef BAD
 fail:
   weir__chunk_free(&c);
-  weir_free(rbuf);
-  if (cur) mdb_cursor_close(cur);
+  weir__chunk_free(&kc);
+  weir_free(src.rbuf);
+  weir_free(ksrc.rbuf);
+  if (src.cur) mdb_cursor_close(src.cur);
+  if (ksrc.cur) mdb_cursor_close(ksrc.cur);
   if (out) weir_subtask_snapshot_free(out);
   snprintf(err, errlen, "checkpoint %llu: operator \"%s\" subtask %u: %s", (ull)id, e->op,
            e->subtask, why);
   return rc < 0 ? rc : WEIR_ECORRUPT;
+}
+
+/* walk_entry's look at one chunk (id, record, seq) through cur: 0, or an
+ * error with a message in why that starts with `what`. */
+static int walk_value(MDB_cursor *cur, uint64_t id, uint32_t record, uint32_t seq,
+                      const uint8_t *map, uint64_t file_size, const char *what, char *why,
+                      size_t wlen) {
+  MDB_val val;
+  int rc = lookup_chunk(cur, id, record, seq, what, &val, why, wlen);
+  if (rc != 0) return rc;
+  const uint8_t *v = val.mv_data;
+  if (map == NULL) { /* no /proc/self/maps: touch every page of it instead */
+    volatile uint8_t sink = 0;
+    for (size_t off = 0; off < val.mv_size; off += 4096) sink ^= v[off];
+    if (val.mv_size) sink ^= v[val.mv_size - 1];
+    (void)sink;
+    return 0;
+  }
+  if (v < map || (uint64_t)(v - map) > file_size || val.mv_size > file_size - (uint64_t)(v - map)) {
+    snprintf(why, wlen, "%s is damaged: its %zu bytes lie outside the store file (%llu bytes)",
+             what, val.mv_size, (ull)file_size);
+    return WEIR_ECORRUPT;
+  }
+  return 0;
 }
 
 /* What a load of entry e reads from LMDB, without decoding it: every chunk
@@ -445,9 +537,9 @@ fail:
  * and their contents are checked by read_entry when they are loaded. */
 static int walk_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_entry *e,
                       const uint8_t *map, uint64_t file_size, char *err, size_t errlen) {
-  char why[300];
+  char why[300], what[96];
   int rc = 0;
-  MDB_cursor *cur = NULL;
+  MDB_cursor *cur = NULL, *kcur = NULL;
   uint64_t nchunks = weir__sub_chunks(e);
 #define BAD(code, ...)                                                                             \
   do {                                                                                             \
@@ -459,31 +551,18 @@ static int walk_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
     BAD(WEIR_ECORRUPT, "claims %llu stored bytes, more than the store file's %llu", (ull)e->bytes,
         (ull)file_size);
   rc = mdb_cursor_open(txn, dbi, &cur);
-  if (rc != 0) {
-    cur = NULL;
-    BAD(weir__mdb_err(rc), "reading chunks: %s", weir__mdb_text(rc));
-  }
+  if (rc == 0 && e->keys_ckpt) rc = mdb_cursor_open(txn, dbi, &kcur);
+  if (rc != 0) BAD(weir__mdb_err(rc), "reading chunks: %s", weir__mdb_text(rc));
   for (uint32_t seq = 0; seq < nchunks; seq++) {
-    uint8_t kb[WEIR__CHUNK_KEY];
-    weir__key_chunk(kb, id, e->record, seq);
-    MDB_val key = {sizeof kb, kb}, val;
-    rc = mdb_cursor_get(cur, &key, &val, MDB_SET_KEY);
-    if (rc == MDB_NOTFOUND) BAD(WEIR_ECORRUPT, "chunk %u of %llu is missing", seq, (ull)nchunks);
-    if (rc != 0) BAD(weir__mdb_err(rc), "chunk %u: %s", seq, weir__mdb_text(rc));
-    if (val.mv_size > WEIR__CHUNK_MAX)
-      BAD(WEIR_ECORRUPT, "chunk %u: %zu bytes, more than a chunk may hold", seq, val.mv_size);
-    const uint8_t *v = val.mv_data;
-    if (map == NULL) { /* no /proc/self/maps: touch every page of it instead */
-      volatile uint8_t sink = 0;
-      for (size_t off = 0; off < val.mv_size; off += 4096) sink ^= v[off];
-      if (val.mv_size) sink ^= v[val.mv_size - 1];
-      (void)sink;
-      continue;
+    snprintf(what, sizeof what, "chunk %u of %llu", seq, (ull)nchunks);
+    rc = walk_value(cur, id, e->record, seq, map, file_size, what, why, sizeof why);
+    if (rc == 0 && e->keys_ckpt && seq < e->u64_chunks) {
+      snprintf(what, sizeof what, "chunk %u of record %u of checkpoint %llu (its keys)", seq,
+               e->keys_record, (ull)e->keys_ckpt);
+      rc = walk_value(kcur, e->keys_ckpt, e->keys_record, seq, map, file_size, what, why,
+                      sizeof why);
     }
-    if (v < map || (uint64_t)(v - map) > file_size || val.mv_size > file_size - (uint64_t)(v - map))
-      BAD(WEIR_ECORRUPT,
-          "chunk %u is damaged: its %zu bytes lie outside the store file (%llu bytes)", seq,
-          val.mv_size, (ull)file_size);
+    if (rc != 0) goto fail;
   }
   {
     MDB_val key;
@@ -493,10 +572,12 @@ static int walk_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_en
     rc = 0;
   }
   mdb_cursor_close(cur);
+  if (kcur) mdb_cursor_close(kcur);
   return 0;
 #undef BAD
 fail:
   if (cur) mdb_cursor_close(cur);
+  if (kcur) mdb_cursor_close(kcur);
   snprintf(err, errlen, "checkpoint %llu: operator \"%s\" subtask %u: %s", (ull)id, e->op,
            e->subtask, why);
   return rc < 0 ? rc : WEIR_ECORRUPT;
@@ -1057,7 +1138,8 @@ int weir_store_open(weir_store **out, const char *dir, const weir_store_opts *op
       WEIR_LOG_W("%s (collected later)", weir_store_error(s, msg, sizeof msg));
     }
     if (ckpts > 0)
-      WEIR_LOG_I("store %s: collected %llu chunks of %llu checkpoints that never completed",
+      WEIR_LOG_I("store %s: collected %llu chunks of %llu checkpoints that never completed or "
+                 "were removed",
                  s->path, (ull)chunks, (ull)ckpts);
     if ((rc = weir__writer_start(s)) < 0) return open_fail(s, rc);
   }
@@ -1385,6 +1467,7 @@ int weir_store_info(weir_store *s, uint64_t id, weir_store_ckpt_info **out) {
     t->u64_entries = e->u64_entries;
     t->bytes_entries = e->bytes_entries;
     t->blob_len = e->blob_len;
+    t->keys_ckpt = e->keys_ckpt;
     t->npos = e->npos;
     t->pos = e->pos; /* moved */
     e->pos = NULL;

@@ -54,6 +54,24 @@ typedef struct weir__pending {
   weir__sub_entry *subs; /* in the order written */
 } weir__pending;
 
+/* What the writer thread remembers of an operator subtask's last write
+ * that stored its u64 keys (the holder): see "shared keys" in writer.c. */
+typedef struct weir__keys_memo {
+  char *op;
+  uint32_t subtask, parallelism;
+  uint64_t n;              /* entries */
+  uint64_t version;        /* weir_subtask_snapshot.u64_keys_version */
+  uint64_t *keys;          /* debug builds: the n keys in hash order, which
+                              a write that shares them is checked against
+                              (owned: release); else NULL */
+  void (*release)(void *); /* frees keys */
+  uint64_t holder;         /* the checkpoint that stored them */
+  uint32_t record;         /* its record */
+  uint32_t nchunks;        /* its u64 chunks */
+  uint32_t *counts;        /* entries of each */
+  int committed;           /* the holder is committed: writes may share */
+} weir__keys_memo;
+
 /* The store. Owning thread: the one that opened it (open, close); the
  * fields under "writer thread" belong to the store-writer thread once it
  * runs; the rest is immutable after open or guarded by the named mutex. */
@@ -90,13 +108,16 @@ struct weir_store {
                          sorted disjoint closed ranges (few: ids finish
                          nearly in order) */
   size_t nfin, fin_cap;
-  uint8_t *chunk_buf; /* WEIR__CHUNK_MAX bytes */
+  uint8_t *chunk_buf;     /* WEIR__CHUNK_MAX bytes */
+  weir__keys_memo **memo; /* one per operator subtask that stored keys */
+  size_t nmemo;
 
   /* writer thread (read after it is joined): where its time went, for the
    * debug line at close. CPU from weir_clock_thread_cpu_ns, ns. */
   struct {
     uint64_t writes, chunks, bytes, commits;
     uint64_t read_cpu, encode_cpu, txn_cpu, txn_wall, commit_cpu, commit_wall;
+    uint64_t shared_writes, shared_entries;
   } stats;
 
   int test_child_signal;    /* tests: verify's child raises this signal */

@@ -16,8 +16,9 @@
  *   meta    [ckpt id BE u64]                    -> envelope(Checkpoint)
  *   chunks  [ckpt id BE u64][record BE u32][seq BE u32] -> envelope(chunk)
  * A subtask write gets the checkpoint's next record number; its chunks are
- * its u64 state in hash order (store.h), then its byte-string entries, then
- * its blob, each chunk at most WEIR__CHUNK_MAX bytes. Subtask writes queued
+ * its u64 state in hash order (store.h; values only when its keys are an
+ * earlier record's: "shared keys" below), then its byte-string entries,
+ * then its blob, each chunk at most WEIR__CHUNK_MAX bytes. Subtask writes queued
  * together share write transactions of at most WEIR__TXN_CHUNKS chunks
  * ("grouped subtask writes" below: one durable commit for many writes),
  * each write in a nested transaction of its own (MDB_APPEND when the keys
@@ -36,11 +37,11 @@
  * which no committed checkpoint names yet, never a commit. A checkpoint
  * with a failed subtask write is never committed: its chunks are discarded.
  * Retention runs after the commit in its own short transactions: metadata
- * first, then chunks, so a crash in between leaves only chunks without
- * metadata, which the next collection (at open, or after any commit)
- * deletes. Checkpoint ids are reserved durably in blocks of WEIR__ID_BLOCK in
- * the job record before they are handed out: a crash skips ids, never
- * repeats them.
+ * first, then chunks (but the records whose keys a retained checkpoint
+ * shares), so a crash in between leaves only chunks without metadata,
+ * which the next collection (at open, or after any commit) deletes. Checkpoint ids are reserved
+ * durably in blocks of WEIR__ID_BLOCK in the job record before they are handed out: a crash skips
+ * ids, never repeats them.
  *
  * Fencing (lease.c): with a lease, every write transaction checks it right
  * after it begins (begin_write), and a commit checks it again once durable;
@@ -238,8 +239,16 @@ static int begin_write(weir_store *s, MDB_txn **txn) {
   return 0;
 }
 
-/* Deletes every chunk of checkpoint id, WEIR__TXN_DELETES per transaction. */
-static int delete_chunks(weir_store *s, uint64_t id, uint64_t *deleted) {
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Deletes the chunks of checkpoint id but those of the nkeep records in
+ * keep (sorted), WEIR__TXN_DELETES per transaction. */
+static int delete_chunks(weir_store *s, uint64_t id, const uint32_t *keep, size_t nkeep,
+                         uint64_t *deleted) {
+  uint32_t from = 0; /* no chunk to delete below record `from` */
   for (;;) {
     MDB_txn *txn;
     MDB_cursor *cur;
@@ -256,16 +265,27 @@ static int delete_chunks(weir_store *s, uint64_t id, uint64_t *deleted) {
     int more = 1;
     while (n < WEIR__TXN_DELETES) {
       uint8_t kb[WEIR__CHUNK_KEY];
-      weir__key_chunk(kb, id, 0, 0);
+      weir__key_chunk(kb, id, from, 0);
       MDB_val key = {sizeof kb, kb}, val;
       rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE);
-      if (rc == MDB_NOTFOUND || (rc == 0 && (key.mv_size < 8 || weir__be64(key.mv_data) != id))) {
+      if (rc == MDB_NOTFOUND ||
+          (rc == 0 && (key.mv_size != WEIR__CHUNK_KEY || weir__be64(key.mv_data) != id))) {
         rc = 0;
         more = 0;
         break;
       }
-      if (rc == 0) rc = mdb_cursor_del(cur, 0);
       if (rc != 0) break;
+      uint32_t rec = weir__be32((const uint8_t *)key.mv_data + 8);
+      if (nkeep && bsearch(&rec, keep, nkeep, sizeof *keep, cmp_u32)) {
+        if (rec == UINT32_MAX) {
+          more = 0;
+          break;
+        }
+        from = rec + 1;
+        continue;
+      }
+      from = rec;
+      if ((rc = mdb_cursor_del(cur, 0)) != 0) break;
       n++;
     }
     mdb_cursor_close(cur);
@@ -287,15 +307,86 @@ static int delete_chunks(weir_store *s, uint64_t id, uint64_t *deleted) {
 static void discard(weir_store *s, uint64_t id) {
   pending_drop(s, id);
   uint64_t n = 0;
-  if (delete_chunks(s, id, &n) < 0) {
+  if (delete_chunks(s, id, NULL, 0, &n) < 0) {
     char msg[512];
     WEIR_LOG_W("%s (they will be collected later)", weir_store_error(s, msg, sizeof msg));
   }
 }
 
+/* A record of an earlier checkpoint whose chunks hold u64 keys that a
+ * later checkpoint shares ("shared keys" below). */
+typedef struct keyref {
+  uint64_t ckpt;
+  uint32_t record;
+} keyref;
+
+typedef struct refset {
+  keyref *r;
+  size_t n, cap;
+} refset;
+
+static void refs_add(refset *rs, uint64_t ckpt, uint32_t record) {
+  if (ckpt == 0) return;
+  if (rs->n == rs->cap) {
+    rs->cap = rs->cap ? 2 * rs->cap : 16;
+    rs->r = weir_realloc(rs->r, rs->cap * sizeof *rs->r);
+  }
+  rs->r[rs->n++] = (keyref){ckpt, record};
+}
+
+static int cmp_ref(const void *a, const void *b) {
+  const keyref *x = a, *y = b;
+  if (x->ckpt != y->ckpt) return x->ckpt < y->ckpt ? -1 : 1;
+  return x->record < y->record ? -1 : x->record > y->record;
+}
+
+/* The records whose keys something still needs: every stored checkpoint,
+ * every pending write and every committed holder the writer remembers (a
+ * later write may share it). Sorted. 1 if complete; 0 if a stored
+ * checkpoint's metadata is not this weir's to read (a newer format): its
+ * references are unknown, and nothing may be collected. A corrupt one
+ * names nothing: it cannot be restored. Or an error. */
+static int live_refs(weir_store *s, MDB_txn *txn, refset *rs) {
+  MDB_cursor *cur;
+  int rc = mdb_cursor_open(txn, s->dbi_meta, &cur);
+  if (rc != 0)
+    return weir__store_fail(s, weir__mdb_err(rc), "store %s: reading checkpoints: %s", s->path,
+                            weir__mdb_text(rc));
+  int complete = 1;
+  MDB_val key, val;
+  for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == 0;
+       rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+    if (key.mv_size != 8) continue;
+    uint64_t id = weir__be64(key.mv_data);
+    weir__ckpt_meta m;
+    char err[256];
+    int d = weir__meta_decode(val.mv_data, val.mv_size, id, NULL, &m, err, sizeof err);
+    if (d == WEIR_ECORRUPT) continue;
+    if (d < 0) {
+      WEIR_LOG_D("store %s: no chunks collected: %s", s->path, err);
+      complete = 0;
+      break;
+    }
+    for (uint32_t i = 0; i < m.nsub; i++) refs_add(rs, m.subs[i].keys_ckpt, m.subs[i].keys_record);
+    weir__meta_free(&m);
+  }
+  mdb_cursor_close(cur);
+  if (rc != 0 && rc != MDB_NOTFOUND && complete)
+    return weir__store_fail(s, weir__mdb_err(rc), "store %s: reading checkpoints: %s", s->path,
+                            weir__mdb_text(rc));
+  for (weir__pending *p = s->pending; p; p = p->next)
+    for (uint32_t i = 0; i < p->nsub; i++)
+      refs_add(rs, p->subs[i].keys_ckpt, p->subs[i].keys_record);
+  for (size_t i = 0; i < s->nmemo; i++)
+    if (s->memo[i]->committed) refs_add(rs, s->memo[i]->holder, s->memo[i]->record);
+  if (rs->n) qsort(rs->r, rs->n, sizeof *rs->r, cmp_ref);
+  return complete;
+}
+
 int weir__collect_orphans(weir_store *s, uint64_t *chunks, uint64_t *ckpts) {
   uint64_t *ids = NULL;
   size_t n = 0, cap = 0;
+  refset rs = {0};
   MDB_txn *txn;
   MDB_cursor *cur;
   int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
@@ -306,8 +397,9 @@ int weir__collect_orphans(weir_store *s, uint64_t *chunks, uint64_t *ckpts) {
   if (rc != 0)
     return weir__store_fail(s, weir__mdb_err(rc), "store %s: scanning chunks: %s", s->path,
                             weir__mdb_text(rc));
+  int live = live_refs(s, txn, &rs);
   uint64_t next = 0;
-  for (;;) {
+  for (rc = live < 0 ? live : 0; live > 0;) {
     uint8_t kb[WEIR__CHUNK_KEY];
     weir__key_chunk(kb, next, 0, 0);
     MDB_val key = {sizeof kb, kb}, val;
@@ -344,9 +436,23 @@ int weir__collect_orphans(weir_store *s, uint64_t *chunks, uint64_t *ckpts) {
   }
   mdb_cursor_close(cur);
   mdb_txn_abort(txn);
-  for (size_t i = 0; rc == 0 && i < n; i++) rc = delete_chunks(s, ids[i], chunks);
-  if (ckpts) *ckpts += n;
+  size_t at = 0;
+  uint32_t *keep = NULL;
+  for (size_t i = 0; rc == 0 && i < n; i++) {
+    size_t nkeep = 0;
+    while (at < rs.n && rs.r[at].ckpt < ids[i]) at++;
+    for (size_t j = at; j < rs.n && rs.r[j].ckpt == ids[i]; j++) {
+      keep = weir_realloc(keep, (nkeep + 1) * sizeof *keep);
+      keep[nkeep++] = rs.r[j].record;
+    }
+    uint64_t before = chunks ? *chunks : 0, got = 0;
+    rc = delete_chunks(s, ids[i], keep, nkeep, &got);
+    if (chunks) *chunks = before + got;
+    if (ckpts && got) ++*ckpts;
+  }
+  weir_free(keep);
   weir_free(ids);
+  weir_free(rs.r);
   return rc;
 }
 
@@ -433,6 +539,116 @@ static void sort_u64(uint64_t *k, uint64_t *v, uint64_t n) {
   for (uint64_t i = 0; i < n; i++) k[i] *= U64_UNRANK;
 }
 
+/* ---- shared keys ------------------------------------------------------------
+ *
+ * A keyed operator's keys change far less often than its values (a counter's
+ * not at all once every key was seen), and 8-byte keys are most of what its
+ * u64 chunks hold. So the writer remembers, per operator subtask, the last
+ * write that stored its keys (the holder): the key set's version (the
+ * engine's promise: the same version, the same keys; store.h) and how that
+ * write cut them into chunks. A later write of the same version stores only
+ * its values, one U64Values chunk per chunk of the holder's with the same
+ * entries, and its metadata names the holder's record (format 3). Debug
+ * builds keep the holder's keys too and check every such write against
+ * them (comparing 8 MB of keys per million cost more in a release build
+ * than writing them). Only a committed holder is shared: an uncommitted
+ * one may still be discarded. A write of another version stores its keys
+ * whole and becomes the holder.
+ *
+ * The holder's chunks outlive its metadata while anything names them: a
+ * retained checkpoint, a pending write, or this memory (a later write may
+ * still share them); collect_orphans deletes the rest. A restart forgets
+ * the memo: the first checkpoint after it stores every key again, and the
+ * old holder goes once no retained checkpoint names it. */
+
+static weir__keys_memo *memo_find(weir_store *s, const char *op, uint32_t subtask) {
+  for (size_t i = 0; i < s->nmemo; i++)
+    if (s->memo[i]->subtask == subtask && strcmp(s->memo[i]->op, op) == 0) return s->memo[i];
+  return NULL;
+}
+
+static void memo_clear(weir__keys_memo *k) {
+  weir_free(k->op);
+  if (k->keys) k->release(k->keys);
+  weir_free(k->counts);
+  memset(k, 0, sizeof *k);
+}
+
+static void memo_drop(weir_store *s, const char *op, uint32_t subtask) {
+  for (size_t i = 0; i < s->nmemo; i++) {
+    weir__keys_memo *k = s->memo[i];
+    if (k->subtask != subtask || strcmp(k->op, op) != 0) continue;
+    memo_clear(k);
+    weir_free(k);
+    s->memo[i] = s->memo[--s->nmemo];
+    return;
+  }
+}
+
+static void memo_free_all(weir_store *s) {
+  while (s->nmemo) memo_drop(s, s->memo[0]->op, s->memo[0]->subtask);
+  weir_free(s->memo);
+  s->memo = NULL;
+}
+
+/* The holder whose keys sn may share (its write for checkpoint id, record
+ * `record`): committed, the same keys, and every values-only chunk within
+ * WEIR__CHUNK_MAX; else NULL. */
+static const weir__keys_memo *keys_share(weir_store *s, uint64_t id, uint32_t record,
+                                         const weir_subtask_snapshot *sn) {
+  weir__keys_memo *k = memo_find(s, sn->op, sn->subtask);
+  if (!k || !k->committed || sn->n_u64 == 0 || sn->u64_keys_version == 0 ||
+      k->version != sn->u64_keys_version || k->n != sn->n_u64 || k->parallelism != sn->parallelism)
+    return NULL;
+  WEIR_DEBUG_ASSERT(memcmp(k->keys, sn->u64_keys, sn->n_u64 * sizeof *k->keys) == 0);
+  uint64_t at = 0;
+  for (uint32_t i = 0; i < k->nchunks; i++) {
+    size_t vlen;
+    weir__chunk_id cid = {id, record, i};
+    /* Values of up to 10 bytes: only a chunk of many entries can overflow. */
+    if ((uint64_t)k->counts[i] * 10 + 64 > WEIR__CHUNK_BUDGET &&
+        weir__u64_values_len(cid, sn->u64_values + at, k->counts[i], &vlen) > WEIR__CHUNK_MAX)
+      return NULL;
+    at += k->counts[i];
+  }
+  return k;
+}
+
+/* sn's keys, stored whole by its write for checkpoint id (record `record`,
+ * in nchunks chunks of counts[i] entries), are its holder's now: the memo
+ * takes the keys from sn and owns counts. */
+static void memo_keep(weir_store *s, uint64_t id, uint32_t record, weir_subtask_snapshot *sn,
+                      uint32_t *counts, uint32_t nchunks) {
+  weir__keys_memo *k = memo_find(s, sn->op, sn->subtask);
+  if (k) {
+    memo_clear(k);
+  } else {
+    s->memo = weir_realloc(s->memo, (s->nmemo + 1) * sizeof *s->memo);
+    k = s->memo[s->nmemo++] = weir_calloc(1, sizeof *k);
+  }
+  k->op = weir_strdup(sn->op);
+  k->subtask = sn->subtask;
+  k->parallelism = sn->parallelism;
+  k->n = sn->n_u64;
+  k->version = sn->u64_keys_version;
+#ifdef WEIR_DEBUG
+  k->keys = sn->u64_keys;
+  k->release = sn->u64_release ? sn->u64_release : weir_free;
+  sn->u64_keys = NULL;
+#endif
+  k->holder = id;
+  k->record = record;
+  k->nchunks = nchunks;
+  k->counts = counts;
+  k->committed = 0;
+}
+
+/* Checkpoint id committed: the holders it wrote may be shared. */
+static void memo_committed(weir_store *s, uint64_t id) {
+  for (size_t i = 0; i < s->nmemo; i++)
+    if (s->memo[i]->holder == id) s->memo[i]->committed = 1;
+}
+
 /* ---- packing a subtask into chunks ---------------------------------------- */
 
 /* Produces the chunks of one subtask in order: u64 state, byte-string
@@ -440,6 +656,9 @@ static void sort_u64(uint64_t *k, uint64_t *v, uint64_t n) {
  * where the entry's data starts, data fills every chunk's remaining room. */
 typedef struct chunker {
   const weir_subtask_snapshot *snap;
+  const weir__keys_memo *share; /* the holder whose keys it shares, or NULL */
+  uint32_t *counts;             /* without share: each u64 chunk's entries */
+  uint32_t counts_cap;
   weir__chunk_id id;
   int phase;     /* 0 u64, 1 bytes, 2 blob, 3 done */
   uint64_t i;    /* u64: next entry; bytes: next entry to head */
@@ -468,8 +687,18 @@ static int chunker_next(chunker *c, uint8_t *buf, size_t *len) {
         c->i = c->d = c->dend = 0;
         continue;
       }
-      *len = weir__u64_chunk_plan(c->id, sn->u64_values + c->i, (size_t)(sn->n_u64 - c->i), &c->pn,
-                                  &c->pvlen);
+      if (c->share) {
+        c->pn = c->share->counts[c->chunks[0]];
+        *len = weir__u64_values_len(c->id, sn->u64_values + c->i, c->pn, &c->pvlen);
+      } else {
+        *len = weir__u64_chunk_plan(c->id, sn->u64_values + c->i, (size_t)(sn->n_u64 - c->i),
+                                    &c->pn, &c->pvlen);
+        if (c->chunks[0] == c->counts_cap) {
+          c->counts_cap = c->counts_cap ? 2 * c->counts_cap : 64;
+          c->counts = weir_realloc(c->counts, c->counts_cap * sizeof *c->counts);
+        }
+        c->counts[c->chunks[0]] = (uint32_t)c->pn;
+      }
       c->planned = 1;
       c->i += c->pn;
       c->chunks[0]++;
@@ -532,7 +761,10 @@ static void chunker_write(const chunker *c, uint8_t *dst) {
   const weir_subtask_snapshot *sn = c->snap;
   weir__chunk_id id = {c->id.ckpt, c->id.record, c->id.seq - 1};
   uint64_t at = c->i - c->pn;
-  weir__u64_chunk_write(id, sn->u64_keys + at, sn->u64_values + at, c->pn, c->pvlen, dst);
+  if (c->share)
+    weir__u64_values_write(id, sn->u64_values + at, c->pn, c->pvlen, dst);
+  else
+    weir__u64_chunk_write(id, sn->u64_keys + at, sn->u64_values + at, c->pn, c->pvlen, dst);
 }
 
 /* The writer's own CPU time and the wall time since a span began, added
@@ -598,11 +830,12 @@ static int simulated(const char *name) {
 /* The bytes the chunks of a subtask take (values and keys, without LMDB's
  * page overhead): encodes them all again, into buf, for a failure message. */
 static uint64_t subtask_bytes(uint64_t id, uint32_t record, const weir_subtask_snapshot *sn,
-                              uint8_t *buf) {
-  chunker c = {.snap = sn, .id = {id, record, 0}};
+                              const weir__keys_memo *share, uint8_t *buf) {
+  chunker c = {.snap = sn, .share = share, .id = {id, record, 0}};
   uint64_t total = 0;
   size_t len = 0;
   while (chunker_next(&c, buf, &len)) total += len + WEIR__CHUNK_KEY;
+  weir_free(c.counts);
   return total;
 }
 
@@ -662,6 +895,7 @@ typedef struct gmember {
   weir_store_written w; /* durable so far */
   uint64_t txn_bytes;   /* values of its chunks in the shared transaction */
   uint32_t txn_chunks;
+  const weir__keys_memo *share; /* while writing: the holder of its keys */
 } gmember;
 
 typedef struct wgroup {
@@ -793,7 +1027,7 @@ static void group_end_txn(weir_store *s, wgroup *g, int rc, const char *fp) {
     }
     uint64_t need = m->state == M_WRITTEN
                         ? m->need
-                        : subtask_bytes(m->id, m->record, &m->r->snap, s->chunk_buf);
+                        : subtask_bytes(m->id, m->record, &m->r->snap, m->share, s->chunk_buf);
     char held[96];
     snprintf(held, sizeof held, " (%llu of them this subtask's; it held %u subtask writes)",
              (ull)m->txn_bytes, g->writers);
@@ -862,10 +1096,22 @@ static int prepare(weir_store *s, gmember *m) {
 
 /* Registers a written member in its checkpoint's pending entries (taking
  * its snapshot's name and positions) and lets go of its snapshot. */
-static void member_written(weir_store *s, gmember *m, const chunker *c) {
+static void member_written(weir_store *s, gmember *m, chunker *c) {
   weir_subtask_snapshot *sn = &m->r->snap;
   weir__pending *pc = pending_get(s, m->id);
   weir__sub_entry e = {0};
+  if (c->share) {
+    e.keys_ckpt = c->share->holder;
+    e.keys_record = c->share->record;
+    s->stats.shared_writes++;
+    s->stats.shared_entries += sn->n_u64;
+  } else if (sn->n_u64 > 0) {
+    memo_keep(s, m->id, m->record, sn, c->counts, c->chunks[0]);
+    c->counts = NULL;
+  } else {
+    memo_drop(s, sn->op, sn->subtask);
+  }
+  m->share = NULL;
   e.record = m->record;
   e.u64_chunks = c->chunks[0];
   e.bytes_chunks = c->chunks[1];
@@ -903,7 +1149,8 @@ static void write_chunks(weir_store *s, wgroup *g, gmember *m) {
   const weir_subtask_snapshot *sn = &m->r->snap;
   uint64_t id = m->id;
   uint32_t record = m->record;
-  chunker c = {.snap = sn, .id = {id, record, 0}};
+  m->share = keys_share(s, id, record, sn);
+  chunker c = {.snap = sn, .share = m->share, .id = {id, record, 0}};
   MDB_txn *txn = NULL; /* m's nested transaction */
   int append = 0, rc = 0;
   uint64_t failing = 0, need = 0;
@@ -957,6 +1204,7 @@ static void write_chunks(weir_store *s, wgroup *g, gmember *m) {
       txn = NULL;
       if (rc != 0) { /* the shared one may be half merged: fail it all */
         group_end_txn(s, g, rc, "");
+        weir_free(c.counts);
         return;
       }
     }
@@ -965,7 +1213,10 @@ static void write_chunks(weir_store *s, wgroup *g, gmember *m) {
       member_written(s, m, &c);
     }
     if (g->txn != NULL && g->chunks >= WEIR__TXN_CHUNKS) group_end_txn(s, g, 0, "");
-    if (!more || m->state == M_FAILED) return;
+    if (!more || m->state == M_FAILED) {
+      weir_free(c.counts);
+      return;
+    }
   }
   /* A failure of m's own: its nested transaction is undone, the shared one
    * goes on (unless beginning it failed: then there is none). */
@@ -976,7 +1227,9 @@ static void write_chunks(weir_store *s, wgroup *g, gmember *m) {
   char map[128];
   uint64_t inflight = m->txn_bytes + failing;
   int code = write_err(s, rc, inflight, map, sizeof map);
-  write_failed(s, m, code, rc, map, fp, subtask_bytes(id, record, sn, s->chunk_buf), inflight, "");
+  write_failed(s, m, code, rc, map, fp, subtask_bytes(id, record, sn, m->share, s->chunk_buf),
+               inflight, "");
+  weir_free(c.counts);
 }
 
 /* ---- requests ----------------------------------------------------------------- */
@@ -1029,7 +1282,9 @@ static int cmp_entry(const void *a, const void *b) {
   return x->subtask < y->subtask ? -1 : x->subtask > y->subtask;
 }
 
-/* Deletes the oldest completed checkpoints beyond `retain`, then orphans. */
+/* Deletes the metadata of the oldest completed checkpoints beyond `retain`,
+ * then the chunks that no checkpoint left names (collect_orphans: the keys
+ * of a removed checkpoint stay while a later one shares them). */
 static void retention(weir_store *s) {
   uint64_t *ids = NULL;
   size_t n = 0, cap = 0;
@@ -1077,8 +1332,6 @@ static void retention(weir_store *s) {
     if (rc != 0)
       weir__store_fail(s, weir__mdb_err(rc), "store %s: retention of checkpoint %llu: %s", s->path,
                        (ull)ids[i], weir__mdb_text(rc));
-    else
-      rc = delete_chunks(s, ids[i], NULL); /* sets the message itself */
     if (rc != 0) {
       char msg[512];
       WEIR_LOG_W("%s", weir_store_error(s, msg, sizeof msg));
@@ -1092,8 +1345,8 @@ static void retention(weir_store *s) {
     char msg[512];
     WEIR_LOG_W("%s", weir_store_error(s, msg, sizeof msg));
   } else if (ckpts > 0) {
-    WEIR_LOG_D("store %s: collected %llu chunks of %llu abandoned checkpoints", s->path,
-               (ull)chunks, (ull)ckpts);
+    WEIR_LOG_D("store %s: deleted %llu chunks of %llu checkpoints", s->path, (ull)chunks,
+               (ull)ckpts);
   }
 }
 
@@ -1182,6 +1435,7 @@ static void exec_commit(weir_store *s, weir__req *r) {
     for (uint32_t i = 0; i < m.nsub; i++) {
       m.total_bytes += subs[i].bytes;
       m.total_chunks += weir__sub_chunks(&subs[i]);
+      if (subs[i].keys_ckpt) m.min_reader_version = WEIR_STORE_SHARED_KEYS;
     }
   }
   weir__meta_encode(&m, &mval, &mlen);
@@ -1237,6 +1491,7 @@ out:
   fin_add(s, id);
   if (rc == 0) {
     pending_drop(s, id);
+    memo_committed(s, id);
     if (r->done) r->done(r->user, 0, &w);
     retention(s);
   } else {
@@ -1491,11 +1746,12 @@ static void log_stats(const weir_store *s) {
   WEIR_LOG_D("store %s: writer thread: %llu subtask writes (%llu chunks, %.1f MB) and %llu "
              "commits took %.0f ms of CPU: reading state views %.0f, encoding and LMDB puts "
              "%.0f, chunk transactions %.0f (%.0f ms wall, syncs included), checkpoint commits "
-             "%.0f (%.0f ms wall)",
+             "%.0f (%.0f ms wall); %llu writes shared the keys of an earlier checkpoint (%llu "
+             "entries)",
              s->path, (ull)s->stats.writes, (ull)s->stats.chunks, (double)s->stats.bytes / 1e6,
              (ull)s->stats.commits, MS(cpu), MS(s->stats.read_cpu), MS(s->stats.encode_cpu),
              MS(s->stats.txn_cpu), MS(s->stats.txn_wall), MS(s->stats.commit_cpu),
-             MS(s->stats.commit_wall));
+             MS(s->stats.commit_wall), (ull)s->stats.shared_writes, (ull)s->stats.shared_entries);
 #undef MS
 }
 
@@ -1508,6 +1764,7 @@ void weir__writer_stop(weir_store *s) {
     log_stats(s);
   }
   while (s->pending) pending_drop(s, s->pending->id);
+  memo_free_all(s);
   weir_free(s->fin);
   s->fin = NULL;
   s->nfin = s->fin_cap = 0;

@@ -122,10 +122,12 @@ static int damage(const char *state, uint64_t id) {
        r = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
     const uint8_t *v = val.mv_data, *k = key.mv_data;
     if (key.mv_size != 16 || memcmp(k, kb, 8) != 0) break;
-    if (val.mv_size > WEIR__ENV_HDR + 64 && v[6] == WEIR__KIND_U64 && v[7] == 0) {
+    /* u64 state: with its keys, or values only (keys shared). */
+    if (val.mv_size > WEIR__ENV_HDR + 8 && v[7] == 0 &&
+        (v[6] == WEIR__KIND_U64 || v[6] == WEIR__KIND_U64_VALUES)) {
       uint8_t *bad = malloc(val.mv_size);
       memcpy(bad, v, val.mv_size);
-      bad[WEIR__ENV_HDR + val.mv_size / 2] ^= 0x5a;
+      bad[WEIR__ENV_HDR + (val.mv_size - WEIR__ENV_HDR) / 2] ^= 0x5a;
       MDB_val nv = {val.mv_size, bad};
       done = mdb_cursor_put(cur, &key, &nv, MDB_CURRENT) == 0;
       free(bad);

@@ -1129,6 +1129,10 @@ static uint64_t be64(const uint8_t *p) {
   return v;
 }
 
+/* locate's kind for u64 state: a chunk with its keys or, when the
+ * checkpoint shares the keys of an earlier one, with its values only. */
+#define U64_STATE (-1)
+
 /* Finds a stored value in <state>/store with LMDB itself (read-only, no
  * lock file use): the job record (db "job"), the metadata of checkpoint id
  * (db "meta"), or the first chunk of checkpoint id whose envelope kind is
@@ -1162,7 +1166,9 @@ static uint8_t *locate(const job *j, const char *db, ull id, int kind, size_t *l
          rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
       if (key.mv_size != 16 || be64(key.mv_data) != id) break;
       const uint8_t *v = val.mv_data;
-      found = val.mv_size > WEIR__ENV_HDR + 8 && v[6] == kind && v[7] == 0;
+      found = val.mv_size > WEIR__ENV_HDR + 8 && v[7] == 0 &&
+              (v[6] == kind ||
+               (kind == U64_STATE && (v[6] == WEIR__KIND_U64 || v[6] == WEIR__KIND_U64_VALUES)));
       if (found) break;
     }
     mdb_cursor_close(cur);
@@ -1242,7 +1248,7 @@ Test(damage, flipped_chunk_byte) {
   job *j = killed_with_checkpoints(&l);
   ull latest = l.id[l.n - 1];
   size_t len;
-  uint8_t *v = locate(j, "chunks", latest, WEIR__KIND_U64, &len);
+  uint8_t *v = locate(j, "chunks", latest, U64_STATE, &len);
   uint8_t *bad = malloc(len);
   memcpy(bad, v, len);
   bad[WEIR__ENV_HDR + 5] ^= 0x5a;
@@ -1401,7 +1407,7 @@ Test(damage, future_format_chunk) {
   job *j = killed_with_checkpoints(&l);
   ull latest = l.id[l.n - 1];
   size_t len;
-  uint8_t *v = locate(j, "chunks", latest, WEIR__KIND_U64, &len);
+  uint8_t *v = locate(j, "chunks", latest, U64_STATE, &len);
   make_future(j, v, len);
   char *img = dir_image(j->out);
   char want[64];

@@ -280,7 +280,8 @@ static uint32_t damage_u64_chunk(const char *state, uint64_t id, uint32_t seq) {
     if (key.mv_size != 16 || weir__be64(key.mv_data) != id) break;
     const uint8_t *k = key.mv_data, *v = val.mv_data;
     uint32_t rec = weir__be32(k + 8), s = weir__be32(k + 12);
-    int u64 = val.mv_size > WEIR__ENV_HDR + 64 && v[6] == WEIR__KIND_U64 && v[7] == 0;
+    int u64 = val.mv_size > WEIR__ENV_HDR + 64 &&
+              (v[6] == WEIR__KIND_U64 || v[6] == WEIR__KIND_U64_VALUES) && v[7] == 0;
     if (rec != cur_rec) {
       cur_rec = rec;
       run = 0;

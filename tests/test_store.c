@@ -102,7 +102,7 @@ static char *data_path(void) {
 }
 
 /* A snapshot with n u64 entries (distinct keys in scrambled order) and
- * nothing else. */
+ * nothing else. The keys depend on n only: n is their version. */
 static void snap_u64(weir_subtask_snapshot *sn, const char *op, uint32_t sub, uint32_t par,
                      uint64_t n) {
   memset(sn, 0, sizeof *sn);
@@ -110,6 +110,7 @@ static void snap_u64(weir_subtask_snapshot *sn, const char *op, uint32_t sub, ui
   sn->subtask = sub;
   sn->parallelism = par;
   sn->n_u64 = n;
+  sn->u64_keys_version = n;
   if (n) {
     sn->u64_keys = weir_malloc(n * 8);
     sn->u64_values = weir_malloc(n * 8);
@@ -1288,14 +1289,20 @@ Test(store, retention_list_and_final) {
   cr_assert_eq(list[0].final, 0);
   cr_assert_eq(list[1].final, 1);
   cr_assert_eq(list[1].instance, 1);
-  cr_assert_gt(list[1].bytes, 30000 * 9);
+  /* The same keys every time: the first checkpoint holds them, the others
+   * store their values (at least a byte each) and name it. */
+  cr_assert_gt(list[1].bytes, 30000);
+  cr_assert_lt(list[1].bytes, 30000 * 9);
   cr_assert_eq(list[1].duration_ms, 5);
   weir_free(list);
   for (int i = 0; i < 3; i++) {
     size_t max;
     uint64_t count;
     cr_assert_eq(weir__store_test_chunk_stats(s, ids[i], &max, &count), 0);
-    cr_assert_eq(count, 0, "checkpoint %llu kept", (ull)ids[i]);
+    if (i == 0)
+      cr_assert_gt(count, 0, "the keys of checkpoint %llu were deleted", (ull)ids[i]);
+    else
+      cr_assert_eq(count, 0, "checkpoint %llu kept", (ull)ids[i]);
     cr_assert_eq(weir_store_verify(s, ids[i]), WEIR_ENOENT);
   }
   weir_store_job j;
@@ -1317,6 +1324,101 @@ Test(store, retention_list_and_final) {
   weir_free(list);
   cr_assert_eq(weir_store_verify(s, id), 0, "%s", err_of(s));
   weir_store_close(s);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+static int flip_values(uint16_t kind, int all);
+
+/* Stored chunks of checkpoint id. */
+static uint64_t chunks_of(weir_store *s, uint64_t id) {
+  size_t max;
+  uint64_t count;
+  cr_assert_eq(weir__store_test_chunk_stats(s, id, &max, &count), 0);
+  return count;
+}
+
+static void assert_loads(weir_store *s, uint64_t id, const weir_subtask_snapshot *want) {
+  weir_subtask_snapshot got;
+  cr_assert_eq(weir_store_load(s, id, "op", 0, &got), 0, "%s", err_of(s));
+  assert_same(want, &got);
+  weir_subtask_snapshot_free(&got);
+}
+
+/* A write whose u64 keys are those of the operator subtask's last write
+ * that stored keys, once that one committed, stores only its values and
+ * names that record. The record's chunks stay while a retained checkpoint
+ * names them, and every checkpoint loads exactly what was written. */
+Test(store, unchanged_keys_are_shared_while_named, .timeout = 60) {
+  enum { N = 20000, CKPTS = 6 };
+  weir_store_opts o = {.retain = 2};
+  weir_store *s = open_with_job(&o);
+  uint64_t ids[CKPTS];
+  weir_subtask_snapshot want[CKPTS];
+  for (int i = 0; i < CKPTS; i++) {
+    ids[i] = next_id(s);
+    weir_subtask_snapshot sn;
+    /* 0-2: the same keys; 3 adds one (stored whole); 4-5: 3's keys. */
+    snap_u64(&sn, "op", 0, 1, i < 3 ? N : N + 1);
+    want[i] = copy_snap(&sn);
+    write_commit(s, ids[i], &sn, 0);
+    weir_store_ckpt *list;
+    size_t n;
+    cr_assert_eq(weir_store_list(s, &list, &n), 0);
+    uint64_t bytes = list[n - 1].bytes;
+    weir_free(list);
+    if (i == 0 || i == 3)
+      cr_assert_gt(bytes, (uint64_t)N * 9, "checkpoint %d: %llu bytes", i, (ull)bytes);
+    else
+      cr_assert_lt(bytes, (uint64_t)N * 7, "checkpoint %d shared nothing: %llu bytes", i,
+                   (ull)bytes);
+    assert_loads(s, ids[i], &want[i]);
+    if (i > 0) assert_loads(s, ids[i - 1], &want[i - 1]);
+    cr_assert_eq(weir_store_verify(s, ids[i]), 0, "%s", err_of(s));
+    cr_assert_eq(weir_store_probe(s, ids[i]), 0, "%s", err_of(s));
+    if (i == 2 || i == 3) { /* 0 is not retained, but 1 or 2 names its keys */
+      cr_assert_eq(weir_store_verify(s, ids[0]), WEIR_ENOENT);
+      cr_assert_gt(chunks_of(s, ids[0]), 0);
+    }
+    if (i == 3) cr_assert_eq(chunks_of(s, ids[1]), 0);
+    if (i >= 4) /* nothing names 0 any more */
+      cr_assert_eq(chunks_of(s, ids[0]), 0, "after checkpoint %d", i);
+  }
+  weir_store_close(s);
+
+  /* After a reopen (the writer's memory of the keys is gone) the retained
+   * checkpoints still load; the next write stores its keys again. */
+  s = open_store(&o);
+  assert_loads(s, ids[5], &want[5]);
+  assert_loads(s, ids[4], &want[4]);
+  cr_assert_gt(chunks_of(s, ids[3]), 0);
+  uint64_t id = next_id(s);
+  weir_subtask_snapshot sn, again;
+  snap_u64(&sn, "op", 0, 1, N + 1);
+  again = copy_snap(&sn);
+  write_commit(s, id, &sn, 0);
+  assert_loads(s, id, &again);
+  weir_store_ckpt *list;
+  size_t n;
+  cr_assert_eq(weir_store_list(s, &list, &n), 0);
+  cr_assert_gt(list[n - 1].bytes, (uint64_t)N * 9);
+  weir_free(list);
+  cr_assert_eq(chunks_of(s, ids[4]), 0);
+  cr_assert_gt(chunks_of(s, ids[3]), 0, "checkpoint 5 still names them");
+  weir_store_close(s);
+
+  /* Damage to shared keys is damage to every checkpoint that names them
+   * (the u64 chunks with keys are those of checkpoints 3 and the last). */
+  cr_assert_gt(flip_values(WEIR__KIND_U64, 1), 1);
+  s = open_store(&o);
+  cr_assert_eq(weir_store_verify(s, ids[5]), WEIR_ECORRUPT);
+  cr_assert(strstr(err_of(s), "(its keys)") != NULL, "%s", err_of(s));
+  cr_assert(strstr(err_of(s), "checksum") != NULL, "%s", err_of(s));
+  weir_subtask_snapshot got;
+  cr_assert_eq(weir_store_load(s, ids[5], "op", 0, &got), WEIR_ECORRUPT);
+  cr_assert_eq(weir_store_verify(s, id), WEIR_ECORRUPT);
+  weir_store_close(s);
+  for (int i = 0; i < CKPTS; i++) weir_subtask_snapshot_free(&want[i]);
+  weir_subtask_snapshot_free(&again);
   cr_assert_eq(th_leak_check(), 0);
 }
 

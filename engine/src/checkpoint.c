@@ -161,6 +161,7 @@ static void fill_from_view(void *arg, weir_subtask_snapshot *s, int run) {
 static void copy_state(weir_ctx *c, weir_subtask_snapshot *s) {
   weir__u64map *m = &c->state.u;
   uint64_t n = m->n + (m->has_empty_key ? 1 : 0), k = 0;
+  s->u64_keys_version = n ? weir__u64_keys_version(m) : 0;
   /* The u64 map: a copy-on-write view read on the writer thread, unless
    * the previous one is still being read. */
   weir__cow *v = n ? weir__u64_cow_begin(m) : NULL;

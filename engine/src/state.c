@@ -362,6 +362,7 @@ void weir__u64_build_begin(weir__u64_build *b, weir__u64map *m, uint64_t n, uint
   WEIR_ASSERT(!m->slots && !m->cow);
   memset(b, 0, sizeof *b);
   b->m = m;
+  m->keys_version = 0;
   b->ordered = 1;
   uint64_t cap = cap_for(n);
   if (mem && (n == 0 || bytes != cap * 16)) {
@@ -464,11 +465,18 @@ uint64_t *weir__u64_find(weir__u64map *m, uint64_t key) {
   }
 }
 
+uint64_t weir__u64_keys_version(weir__u64map *m) {
+  static _Atomic uint64_t last;
+  if (m->keys_version == 0) m->keys_version = atomic_fetch_add(&last, 1) + 1;
+  return m->keys_version;
+}
+
 uint64_t *weir__u64_upsert_slow(weir__u64map *m, uint64_t key) {
   if (key == WEIR__U64_EMPTY) {
     if (!m->has_empty_key) {
       m->has_empty_key = 1;
       m->empty_key_value = 0;
+      m->keys_version = 0;
     }
     return &m->empty_key_value;
   }
@@ -485,6 +493,7 @@ uint64_t *weir__u64_upsert_slow(weir__u64map *m, uint64_t key) {
       m->slots[2 * j] = key;
       m->slots[2 * j + 1] = 0;
       m->n++;
+      m->keys_version = 0;
       return &m->slots[2 * j + 1];
     }
   }
@@ -494,6 +503,7 @@ int weir__u64_del(weir__u64map *m, uint64_t key) {
   if (key == WEIR__U64_EMPTY) {
     int had = m->has_empty_key;
     m->has_empty_key = 0;
+    if (had) m->keys_version = 0;
     return had;
   }
   if (!m->slots) return 0;
@@ -517,6 +527,7 @@ int weir__u64_del(weir__u64map *m, uint64_t key) {
   cow_write(m, hole);
   m->slots[2 * hole] = WEIR__U64_EMPTY;
   m->n--;
+  m->keys_version = 0;
   return 1;
 }
 

@@ -39,6 +39,7 @@ typedef struct weir__u64map {
   unsigned shift;             /* 64 - log2(cap) */
   int has_empty_key;
   uint64_t empty_key_value;
+  uint64_t keys_version; /* weir__u64_keys_version; 0: keys changed since */
 } weir__u64map;
 
 /* A byte-string entry: hash, the routing key that created it, key, value. */
@@ -89,6 +90,12 @@ static inline uint64_t *weir__u64_upsert(weir__u64map *m, uint64_t key) {
 }
 /* 1 if removed, 0 if absent. */
 int weir__u64_del(weir__u64map *m, uint64_t key);
+/* The version of m's key set: a nonzero number, process-wide unique, that
+ * stays the same while no key is inserted or deleted (values may change,
+ * the table may grow). Two snapshots with the same version hold the same
+ * keys, so a checkpoint may share the keys of an earlier one (store.h:
+ * u64_keys_version). Owning thread. */
+uint64_t weir__u64_keys_version(weir__u64map *m);
 /* Grows the table once so that n more entries fit without growing again
  * (a restore: one allocation instead of a doubling per power of two). */
 void weir__u64_reserve(weir__u64map *m, uint64_t n);

@@ -196,6 +196,11 @@ static void check_meta(const weir__ckpt_meta *m, uint64_t key, const char *job) 
           "meta decode: entry %u: counts its chunks cannot hold", i);
     CHECK(e->npos == 0 || e->pos != NULL, "meta decode: entry %u: %u positions, no array", i,
           e->npos);
+    CHECK(e->keys_ckpt == 0 ? e->keys_record == 0
+                            : e->keys_ckpt < key && e->u64_entries > 0 &&
+                                  m->min_reader_version >= WEIR_STORE_SHARED_KEYS,
+          "meta decode: entry %u: shares the keys of checkpoint %llu", i,
+          (unsigned long long)e->keys_ckpt);
     for (uint32_t k = 1; k < e->npos; k++)
       CHECK(e->pos[k - 1].split < e->pos[k].split, "meta decode: entry %u: positions unordered", i);
     for (uint32_t k = 0; k < e->npos; k++) sink += e->pos[k].split + e->pos[k].offset;
@@ -221,7 +226,8 @@ static int same_meta(const weir__ckpt_meta *a, const weir__ckpt_meta *b) {
         x->bytes_chunks != y->bytes_chunks || x->blob_chunks != y->blob_chunks ||
         x->bytes != y->bytes || x->u64_entries != y->u64_entries ||
         x->bytes_entries != y->bytes_entries || x->bytes_data_len != y->bytes_data_len ||
-        x->blob_len != y->blob_len || x->npos != y->npos)
+        x->blob_len != y->blob_len || x->npos != y->npos || x->keys_ckpt != y->keys_ckpt ||
+        x->keys_record != y->keys_record)
       return 0;
     for (uint32_t k = 0; k < x->npos; k++) /* (a position has padding: no memcmp) */
       if (x->pos[k].split != y->pos[k].split || x->pos[k].offset != y->pos[k].offset) return 0;
@@ -273,6 +279,10 @@ static void check_chunk(const weir__chunk *c, uint16_t kind, weir__chunk_id expe
     touch(c->keys, c->n * sizeof *c->keys);
     touch(c->values, c->n * sizeof *c->values);
     break;
+  case WEIR__KIND_U64_VALUES:
+    CHECK(c->n >= 1 && c->keys == NULL && c->values != NULL, "u64 values chunk: %zu values", c->n);
+    touch(c->values, c->n * sizeof *c->values);
+    break;
   case WEIR__KIND_BYTES:
     CHECK(c->n > 0 || c->data_len > 0, "bytes chunk: empty");
     CHECK(c->n == 0 || (c->route && c->klen && c->vlen), "bytes chunk: %zu entries, no arrays",
@@ -299,6 +309,9 @@ static size_t planned(const weir__chunk *c) {
   uint64_t sz = 0;
   if (c->kind == WEIR__KIND_U64) {
     for (size_t i = 0; i < c->n; i++) sz += 8 + weir__varint_len(c->values[i]);
+  } else if (c->kind == WEIR__KIND_U64_VALUES) {
+    size_t vlen;
+    return weir__u64_values_len(c->id, c->values, c->n, &vlen) <= WEIR__CHUNK_MAX ? 0 : SIZE_MAX;
   } else if (c->kind == WEIR__KIND_BYTES) {
     for (size_t i = 0; i < c->n; i++)
       sz += 8 + weir__varint_len(c->klen[i]) + weir__varint_len(c->vlen[i]);
@@ -313,9 +326,13 @@ static void round_trip_chunk(const weir__chunk *c, weir__chunk_id expect) {
   if (planned(c) == SIZE_MAX) return;
   uint8_t *buf = weir_malloc(WEIR__CHUNK_MAX);
   size_t n;
-  if (c->kind == WEIR__KIND_U64)
+  if (c->kind == WEIR__KIND_U64) {
     n = weir__u64_chunk_encode(c->id, c->keys, c->values, c->n, buf);
-  else if (c->kind == WEIR__KIND_BYTES)
+  } else if (c->kind == WEIR__KIND_U64_VALUES) {
+    size_t vlen;
+    n = weir__u64_values_len(c->id, c->values, c->n, &vlen);
+    weir__u64_values_write(c->id, c->values, c->n, vlen, buf);
+  } else if (c->kind == WEIR__KIND_BYTES)
     n = weir__bytes_chunk_encode(c->id, c->route, c->klen, c->vlen, c->n, c->data, c->data_len,
                                  buf);
   else
@@ -328,7 +345,8 @@ static void round_trip_chunk(const weir__chunk *c, weir__chunk_id expect) {
   CHECK(rc == 0, "chunk decode: the re-encoded chunk does not decode: %s", err);
   CHECK(d.kind == c->kind && d.n == c->n && d.data_len == c->data_len &&
             same(d.keys, c->keys, c->kind == WEIR__KIND_U64 ? c->n : 0, 8) &&
-            same(d.values, c->values, c->kind == WEIR__KIND_U64 ? c->n : 0, 8) &&
+            same(d.values, c->values,
+                 c->kind == WEIR__KIND_U64 || c->kind == WEIR__KIND_U64_VALUES ? c->n : 0, 8) &&
             same(d.route, c->route, c->kind == WEIR__KIND_BYTES ? c->n : 0, 8) &&
             same(d.klen, c->klen, c->kind == WEIR__KIND_BYTES ? c->n : 0, 4) &&
             same(d.vlen, c->vlen, c->kind == WEIR__KIND_BYTES ? c->n : 0, 4) &&
@@ -345,7 +363,8 @@ static int try_chunk(const uint8_t *v, size_t n, int env, uint16_t kind, weir__c
   memset(&c, 0xa5, sizeof c);
   arm();
   int rc = weir__chunk_decode(v, n, expect, &c, err, sizeof err);
-  int fits = kind == WEIR__KIND_U64 || kind == WEIR__KIND_BYTES || kind == WEIR__KIND_BLOB;
+  int fits = kind == WEIR__KIND_U64 || kind == WEIR__KIND_U64_VALUES || kind == WEIR__KIND_BYTES ||
+             kind == WEIR__KIND_BLOB;
   check_rc("chunk decode", rc, env, fits, err, sizeof err);
   if (rc < 0) {
     CHECK(all_zero(&c, sizeof c), "chunk decode: an error left a result behind");

@@ -144,19 +144,35 @@ static void metas(void) {
   put2("meta-4-subtasks", FZ_META | FZ_WITH_JOB, 8, 0, 0, v, n);
   put("meta-4-subtasks-no-job", FZ_META, 8, 0, 0, v, n);
   weir_free(v);
+
+  /* "count" shares the keys of record 1 of checkpoint 5 (format 3). */
+  sorted[0].keys_ckpt = 5;
+  sorted[0].keys_record = 1;
+  sorted[0].bytes = 200;
+  m.total_bytes += 200 - 1800;
+  m.min_reader_version = WEIR_STORE_SHARED_KEYS;
+  weir__meta_encode(&m, &v, &n);
+  put2("meta-shared-keys", FZ_META | FZ_WITH_JOB, 8, 0, 0, v, n);
+  weir_free(v);
 }
 
 static void chunks(void) {
   uint8_t *buf = weir_malloc(WEIR__CHUNK_MAX);
   uint64_t keys[100], values[100];
   for (int i = 0; i < 100; i++) {
-    keys[i] = 1000 + 37 * (uint64_t)i;
+    /* In hash order (format 2 on): rank (1000 + 37 i), through the inverse
+     * of WEIR_STORE_U64_RANK. */
+    keys[i] = (1000 + 37 * (uint64_t)i) * 0xf1de83e19937733dull;
     values[i] = (uint64_t)1 << (i % 64);
   }
   size_t n = weir__u64_chunk_encode((weir__chunk_id){8, 2, 0}, keys, values, 6, buf);
   put2("u64-6", FZ_CHUNK, 8, 2, 0, buf, n);
   n = weir__u64_chunk_encode((weir__chunk_id){8, 2, 1}, keys, values, 100, buf);
   put2("u64-100", FZ_CHUNK, 8, 2, 1, buf, n);
+  size_t vbytes;
+  n = weir__u64_values_len((weir__chunk_id){9, 2, 0}, values, 70, &vbytes);
+  weir__u64_values_write((weir__chunk_id){9, 2, 0}, values, 70, vbytes, buf);
+  put2("u64-values-70", FZ_CHUNK, 9, 2, 0, buf, n);
 
   const uint64_t route[3] = {7, 7 << 20, UINT64_MAX};
   const uint32_t klen[3] = {3, 5, 4}, vlen[3] = {5, 0, 23};

@@ -32,8 +32,11 @@ extern "C" {
 #endif
 
 /* The format this weir writes, and the oldest it reads. Format 2 stores u64
- * state in hash order (below); format 1 stored it in key order. */
-#define WEIR_STORE_FORMAT 2u
+ * state in hash order (below); format 1 stored it in key order. Format 3
+ * lets a checkpoint share the u64 keys of an earlier one (a checkpoint that
+ * does sets min_reader_version 3). */
+#define WEIR_STORE_FORMAT 3u
+#define WEIR_STORE_SHARED_KEYS 3u
 #define WEIR_STORE_MIN_READER 1u
 
 /* The hash order of u64 state: ascending key * WEIR_STORE_U64_RANK (mod
@@ -139,6 +142,11 @@ typedef struct weir_subtask_snapshot {
    * as a copy-on-write extract of a table gives them): the store then does
    * not sort them or look for repeats (a debug build checks). */
   int u64_in_order;
+  /* The version of the u64 key set (0: none): two snapshots of an operator
+   * subtask with the same nonzero version promise the same keys, so the
+   * store may keep the keys of the first and write only the values of the
+   * second (the engine bumps it whenever a key comes or goes). */
+  uint64_t u64_keys_version;
   /* Byte-string keyed state: entry i has routing key b_route[i], key of
    * b_klen[i] bytes then value of b_vlen[i] bytes, entries back to back in
    * b_data. */
@@ -261,6 +269,8 @@ typedef struct weir_store_subtask_info {
   char *op;
   uint32_t subtask, parallelism;
   uint64_t bytes, chunks, u64_entries, bytes_entries, blob_len;
+  uint64_t keys_ckpt; /* its u64 keys are stored with this earlier checkpoint
+                         (not in bytes, chunks); 0: with its own chunks */
   uint32_t npos;
   weir_snap_position *pos;
 } weir_store_subtask_info;
