@@ -166,12 +166,16 @@ TX_FN int run_kill_after(job *j, int delay_ms, ...) {
   snprintf(errpath, sizeof errpath, "%s/stderr.txt", j->dir);
   int rc = th_run_killable(argv, j->dir, NULL, delay_ms, 0, errpath, &err, NULL);
   cr_assert_neq(rc, -2, "cannot fork");
-  free(err);
   int killed = rc == KILLED;
   j->runs++;
   hist(j, "[run %d %s %d ms", j->runs, killed ? "killed at" : "ended before a kill at", delay_ms);
   for (int i = x; argv[i]; i++) hist(j, " %s", argv[i]);
   hist(j, ": %d] ", rc);
+  if (rc != 0 && !killed && err) { /* why it failed: the end of its stderr */
+    size_t n = strlen(err);
+    hist(j, "(stderr: %s) ", err + (n > 800 ? n - 800 : 0));
+  }
+  free(err);
   return rc;
 }
 

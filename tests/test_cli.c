@@ -331,14 +331,17 @@ Test(cli, debug_log_says_where_each_worker_time_went) {
 }
 
 /* With WEIR_LOG=debug the store logs, when it closes, what its writer
- * thread wrote and where its CPU went, by phase. */
+ * thread wrote and where its CPU went, by phase, and how many writes
+ * shared the keys of an earlier checkpoint: 500 keys are all seen within
+ * the first checkpoint or two, so later ones share them, and `weir
+ * inspect` of the last one names the checkpoint holding its keys. */
 Test(cli, debug_log_says_where_the_store_writer_time_went) {
   char *dir = th_tmpdir();
   cr_assert_not_null(dir);
   setenv("WEIR_LOG", "debug", 1);
   char *err = NULL;
   int rc = WEIR(dir, NULL, &err, "run", "--workers", "2", "--checkpoint-interval", "50", "counter",
-                "--records", "60000", "--keys", "5000", "--rate", "100000");
+                "--records", "60000", "--keys", "500", "--rate", "100000");
   unsetenv("WEIR_LOG");
   cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
   const char *p = strstr(err, "writer thread: ");
@@ -358,8 +361,29 @@ Test(cli, debug_log_says_where_the_store_writer_time_went) {
   cr_assert_geq(commits, 3, "%.300s", p);
   cr_assert_geq(writes, 4 * commits, "%.300s", p);
   cr_assert_geq(chunks, commits, "%.300s", p);
-  cr_assert_gt(mb, 0, "%.300s", p);
   cr_assert_leq(read + enc + txn + com, cpu + 2, "the phases add up to the total: %.300s", p);
+  unsigned long long shared = 0, entries = 0;
+  const char *q = strstr(p, "; ");
+  cr_assert_not_null(q, "%.400s", p);
+  cr_assert_eq(sscanf(q, "; %llu writes shared the keys of an earlier checkpoint (%llu entries)",
+                      &shared, &entries),
+               2, "%.400s", p);
+  cr_assert_geq(shared, 2, "%.400s", p);
+  cr_assert_leq(shared, writes, "%.400s", p);
+  cr_assert_leq(entries, shared * 500, "%.400s", p);
+  unsigned long long last = 0;
+  const char *l = strstr(err, "last checkpoint ");
+  cr_assert(l && sscanf(l, "last checkpoint %llu", &last) == 1, "%s", err);
+  free(err);
+  char id[32], *out = NULL;
+  snprintf(id, sizeof id, "%llu", last);
+  rc = WEIR(dir, &out, &err, "inspect", id);
+  cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+  unsigned long long holder = 0;
+  const char *k = strstr(out, "keys of checkpoint ");
+  cr_assert(k && sscanf(k, "keys of checkpoint %llu", &holder) == 1, "%s", out);
+  cr_assert(holder > 0 && holder < last, "keys of checkpoint %llu in %llu", holder, last);
+  free(out);
   free(err);
   finish(dir);
 }
