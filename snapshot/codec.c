@@ -518,6 +518,7 @@ size_t weir__u64_chunk_plan(weir__chunk_id id, const uint64_t *values, size_t av
                             size_t *vlen) {
   const size_t budget = WEIR__CHUNK_BUDGET;
   size_t n = 0, q = 0;
+  if (avail > WEIR__U64_SHAREABLE) avail = WEIR__U64_SHAREABLE;
   for (;;) {
     /* Entries that fit whatever their values (18 bytes at most) go
      * without a test each. */

@@ -26,6 +26,11 @@
  * the chunk is reserved for the envelope and the protobuf field overhead
  * (ids, tags, length prefixes: at most 39 bytes). */
 #define WEIR__CHUNK_BUDGET (WEIR__CHUNK_MAX - WEIR__ENV_HDR - 64u)
+/* The most entries the u64 chunk planner puts in one chunk: few enough
+ * that their values alone (10 bytes at most each) always fit a values-only
+ * chunk, so a later checkpoint can share the chunk's keys whatever its
+ * values then are. */
+#define WEIR__U64_SHAREABLE (WEIR__CHUNK_BUDGET / 10u)
 /* Upper bounds used to reject absurd metadata before allocating for it. */
 #define WEIR__MAX_U64_PER_CHUNK (WEIR__CHUNK_BUDGET / 9u)
 #define WEIR__MAX_BYTES_PER_CHUNK (WEIR__CHUNK_BUDGET / 10u)

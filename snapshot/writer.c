@@ -591,26 +591,18 @@ static void memo_free_all(weir_store *s) {
   s->memo = NULL;
 }
 
-/* The holder whose keys sn may share (its write for checkpoint id, record
- * `record`): committed, the same keys, and every values-only chunk within
- * WEIR__CHUNK_MAX; else NULL. */
-static const weir__keys_memo *keys_share(weir_store *s, uint64_t id, uint32_t record,
-                                         const weir_subtask_snapshot *sn) {
+/* The holder whose keys sn may share: committed, the same keys, chunks
+ * whose values always fit a values-only chunk; else NULL. */
+static const weir__keys_memo *keys_share(weir_store *s, const weir_subtask_snapshot *sn) {
   weir__keys_memo *k = memo_find(s, sn->op, sn->subtask);
   if (!k || !k->committed || sn->n_u64 == 0 || sn->u64_keys_version == 0 ||
       k->version != sn->u64_keys_version || k->n != sn->n_u64 || k->parallelism != sn->parallelism)
     return NULL;
   WEIR_DEBUG_ASSERT(memcmp(k->keys, sn->u64_keys, sn->n_u64 * sizeof *k->keys) == 0);
-  uint64_t at = 0;
-  for (uint32_t i = 0; i < k->nchunks; i++) {
-    size_t vlen;
-    weir__chunk_id cid = {id, record, i};
-    /* Values of up to 10 bytes: only a chunk of many entries can overflow. */
-    if ((uint64_t)k->counts[i] * 10 + 64 > WEIR__CHUNK_BUDGET &&
-        weir__u64_values_len(cid, sn->u64_values + at, k->counts[i], &vlen) > WEIR__CHUNK_MAX)
-      return NULL;
-    at += k->counts[i];
-  }
+  /* The planner cut the holder's chunks so that any values fit
+   * (WEIR__U64_SHAREABLE): no pass over the values is needed here. */
+  for (uint32_t i = 0; i < k->nchunks; i++)
+    if (k->counts[i] > WEIR__U64_SHAREABLE) return NULL;
   return k;
 }
 
@@ -1149,7 +1141,7 @@ static void write_chunks(weir_store *s, wgroup *g, gmember *m) {
   const weir_subtask_snapshot *sn = &m->r->snap;
   uint64_t id = m->id;
   uint32_t record = m->record;
-  m->share = keys_share(s, id, record, sn);
+  m->share = keys_share(s, sn);
   chunker c = {.snap = sn, .share = m->share, .id = {id, record, 0}};
   MDB_txn *txn = NULL; /* m's nested transaction */
   int append = 0, rc = 0;
@@ -1189,7 +1181,11 @@ static void write_chunks(weir_store *s, wgroup *g, gmember *m) {
        * for it: ~10 MB less to copy per million keys. */
       unsigned flags = (append ? MDB_APPEND : MDB_NOOVERWRITE) | (c.planned ? MDB_RESERVE : 0);
       rc = mdb_put(txn, s->dbi_chunks, &key, &val, flags);
-      if (rc == 0 && c.planned) chunker_write(&c, val.mv_data);
+      if (rc == 0 && c.planned) {
+        uint64_t t = weir_clock_thread_cpu_ns();
+        chunker_write(&c, val.mv_data);
+        s->stats.fill_cpu += weir_clock_thread_cpu_ns() - t;
+      }
       if (rc == 0 && weir_failpoint("store.in_chunk_txn")) rc = EIO; /* tests */
       if (rc != 0) break;
       failing = 0;
@@ -1747,11 +1743,13 @@ static void log_stats(const weir_store *s) {
              "commits took %.0f ms of CPU: reading state views %.0f, encoding and LMDB puts "
              "%.0f, chunk transactions %.0f (%.0f ms wall, syncs included), checkpoint commits "
              "%.0f (%.0f ms wall); %llu writes shared the keys of an earlier checkpoint (%llu "
-             "entries)",
+             "entries); encoding u64 chunks into their pages took %.0f ms of the encoding and "
+             "puts",
              s->path, (ull)s->stats.writes, (ull)s->stats.chunks, (double)s->stats.bytes / 1e6,
              (ull)s->stats.commits, MS(cpu), MS(s->stats.read_cpu), MS(s->stats.encode_cpu),
              MS(s->stats.txn_cpu), MS(s->stats.txn_wall), MS(s->stats.commit_cpu),
-             MS(s->stats.commit_wall), (ull)s->stats.shared_writes, (ull)s->stats.shared_entries);
+             MS(s->stats.commit_wall), (ull)s->stats.shared_writes, (ull)s->stats.shared_entries,
+             MS(s->stats.fill_cpu));
 #undef MS
 }
 

@@ -566,9 +566,10 @@ Test(codec, metadata_semantic_checks) {
 }
 
 /* The direct u64 chunk encoder writes exactly protobuf-c's bytes, and
- * weir__u64_chunk_fill takes exactly the entries that fit the budget: ids
- * with zero fields (left out in proto3), no entries, one entry, and runs
- * up to twice a chunk of values of every varint length. */
+ * weir__u64_chunk_fill takes exactly the entries that fit the budget (at
+ * most WEIR__U64_SHAREABLE): ids with zero fields (left out in proto3), no
+ * entries, one entry, and runs up to twice a chunk of values of every
+ * varint length or of one-byte values. */
 Test(codec, u64_chunk_direct_encoder_matches_protobuf_c) {
   uint8_t *a = weir_malloc(WEIR__CHUNK_MAX), *b = weir_malloc(WEIR__CHUNK_MAX);
   uint64_t *keys = weir_malloc(2 * WEIR__MAX_U64_PER_CHUNK * 8);
@@ -582,10 +583,13 @@ Test(codec, u64_chunk_direct_encoder_matches_protobuf_c) {
     for (size_t i = 0; i < want; i++) {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
       keys[i] = x * 31;
-      vals[i] = x >> (x % 64); /* every varint length, 0 included */
+      /* every varint length, 0 included; or one byte each, so that the
+       * entry cap (WEIR__U64_SHAREABLE) binds before the budget */
+      vals[i] = round % 5 == 4 ? x % 128 : x >> (x % 64);
     }
     size_t fit = 0, used = 0;
-    while (fit < want && used + 8 + weir__varint_len(vals[fit]) <= WEIR__CHUNK_BUDGET)
+    while (fit < want && fit < WEIR__U64_SHAREABLE &&
+           used + 8 + weir__varint_len(vals[fit]) <= WEIR__CHUNK_BUDGET)
       used += 8 + weir__varint_len(vals[fit++]);
     weir__chunk_id id = ids[round % 4];
     size_t taken = SIZE_MAX;
