@@ -1332,6 +1332,7 @@ Test(store, retention_list_and_final) {
 }
 
 static int flip_values(uint16_t kind, int all);
+static int edit_values(uint16_t kind, int all, int (*edit)(uint8_t *, size_t));
 
 /* Stored chunks of checkpoint id. */
 static uint64_t chunks_of(weir_store *s, uint64_t id) {
@@ -1426,28 +1427,14 @@ Test(store, unchanged_keys_are_shared_while_named, .timeout = 60) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
-/* Reseals every stored value of `kind` in data.mdb as written by store
- * format `version` (valid checksums: a newer weir's values). Returns how
- * many. */
-static int reseal_values(uint16_t kind, uint16_t version) {
-  size_t len;
-  char *d = th_read_file(data_path(), &len);
-  cr_assert_not_null(d);
-  int n = 0;
-  for (size_t i = 0; i + WEIR__ENV_HDR < len; i++) {
-    uint8_t *v = (uint8_t *)d + i;
-    if (memcmp(v, "WEIR", 4) != 0 || v[4] != WEIR_STORE_FORMAT || v[5] != 0 || v[6] != kind ||
-        v[7] != 0)
-      continue;
-    uint32_t plen =
-        (uint32_t)v[8] | (uint32_t)v[9] << 8 | (uint32_t)v[10] << 16 | (uint32_t)v[11] << 24;
-    if (plen > len - i - WEIR__ENV_HDR) continue;
-    weir__env_seal(v, version, kind, plen);
-    n++;
-  }
-  cr_assert_eq(th_write_file(data_path(), d, len), 0);
-  free(d);
-  return n;
+/* For edit_values: reseals value v as written by the next
+ * store format (valid checksum: a newer weir's value). */
+static int reseal_newer(uint8_t *v, size_t room) {
+  uint32_t plen =
+      (uint32_t)v[8] | (uint32_t)v[9] << 8 | (uint32_t)v[10] << 16 | (uint32_t)v[11] << 24;
+  if (plen > room - WEIR__ENV_HDR) return 0;
+  weir__env_seal(v, (uint16_t)(WEIR_STORE_FORMAT + 1), (uint16_t)(v[6] | v[7] << 8), plen);
+  return 1;
 }
 
 /* The keys a checkpoint shares are collected only when no checkpoint
@@ -1466,7 +1453,7 @@ Test(store, unreadable_metadata_keeps_shared_keys) {
   cr_assert_eq(weir_store_verify(s, ids[0]), WEIR_ENOENT); /* retain 1 */
   cr_assert_gt(chunks_of(s, ids[0]), 0, "named by checkpoint %llu", (ull)ids[1]);
   weir_store_close(s);
-  cr_assert_geq(reseal_values(WEIR__KIND_META, WEIR_STORE_FORMAT + 1), 1);
+  cr_assert_geq(edit_values(WEIR__KIND_META, 1, reseal_newer), 1);
   s = open_store(&o); /* collects at open */
   cr_assert_eq(weir_store_verify(s, ids[1]), WEIR_EFORMAT, "%s", err_of(s));
   cr_assert_gt(chunks_of(s, ids[0]), 0, "collected what a newer checkpoint may name");
@@ -1476,24 +1463,39 @@ Test(store, unreadable_metadata_keeps_shared_keys) {
 
 /* ---- store: damage ---------------------------------------------------------------------- */
 
-/* Flips payload bytes of stored values of `kind` in data.mdb: the first
- * one found (all = 0) or every one (all = 1). Returns how many. */
-static int flip_values(uint16_t kind, int all) {
+/* Edits stored values of `kind` (this format's) in data.mdb in place:
+ * edit(value, bytes from it to the file's end) on the first one found (all
+ * = 0) or on every one (all = 1). Returns how many it edited (edit returns
+ * 1 for an edit, 0 to pass a value by). */
+static int edit_values(uint16_t kind, int all, int (*edit)(uint8_t *, size_t)) {
   size_t len;
   char *d = th_read_file(data_path(), &len);
   cr_assert_not_null(d);
   int n = 0;
   for (size_t i = 0; i + 64 < len; i++) {
-    if (memcmp(d + i, "WEIR", 4) != 0 || d[i + 4] != WEIR_STORE_FORMAT || d[i + 5] != 0 ||
-        (uint8_t)d[i + 6] != kind || d[i + 7] != 0)
+    uint8_t *v = (uint8_t *)d + i;
+    if (memcmp(v, "WEIR", 4) != 0 || v[4] != WEIR_STORE_FORMAT || v[5] != 0 || v[6] != kind ||
+        v[7] != 0 || !edit(v, len - i))
       continue;
-    d[i + WEIR__ENV_HDR + 20] ^= 0x5a;
     n++;
     if (!all) break;
   }
   cr_assert_eq(th_write_file(data_path(), d, len), 0);
   free(d);
   return n;
+}
+
+/* For edit_values: flips a payload byte. */
+static int flip_one(uint8_t *v, size_t room) {
+  (void)room; /* at least 64 bytes */
+  v[WEIR__ENV_HDR + 20] ^= 0x5a;
+  return 1;
+}
+
+/* Flips payload bytes of stored values of `kind` in data.mdb: the first
+ * one found (all = 0) or every one (all = 1). Returns how many. */
+static int flip_values(uint16_t kind, int all) {
+  return edit_values(kind, all, flip_one);
 }
 
 Test(store, flipped_chunk_byte_is_refused) {
