@@ -31,6 +31,10 @@ enum {
 /* The exit code for an error returned by the engine. */
 int cli_exit_for(int rc);
 
+/* Reports a fatal signal (abort, fault) with its call stack on stderr before
+ * the signal ends the process (crash.c). Called first thing in main(). */
+void cli_crash_install(void);
+
 /* Options every job kind understands, before or (built-in jobs) after the
  * job name. */
 typedef struct cli_engine {

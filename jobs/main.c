@@ -447,6 +447,7 @@ static int cmd_run(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  cli_crash_install();
   if (argc < 2) {
     help_main(stderr);
     return CLI_EXIT_USAGE;

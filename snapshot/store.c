@@ -855,7 +855,7 @@ static int run_in_child(weir_store *s, child_fn fn, uint64_t id, const char *wha
      * the parent), and no stdio. A fault must kill it with its signal, so
      * that the parent can tell, whatever handlers the parent installed. */
     close(p[0]);
-    static const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGPIPE};
+    static const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGPIPE, SIGABRT};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
       struct sigaction sa;
       memset(&sa, 0, sizeof sa);

@@ -418,13 +418,10 @@ static void nap_ms(long ms) {
   nanosleep(&ts, NULL);
 }
 
-/* SIGINT stops an unbounded counter cleanly: exit 0, a "stopped" note, and
- * the drained output is, for every key, the counts 1..m_k once each. */
-Test(cli, counter_sigint) {
-  char *dir = th_tmpdir();
-  cr_assert_not_null(dir);
+/* Starts an endless paced counter job in dir (stderr into errpath, its file
+ * sink in dir/out) and waits until its sink has opened: the job runs. */
+static pid_t start_endless_counter(const char *dir, const char *errpath) {
   char *o = path_join(dir, "out");
-  char *errpath = path_join(dir, "stderr.txt");
   fflush(NULL);
   pid_t pid = fork();
   cr_assert_geq(pid, 0);
@@ -439,25 +436,41 @@ Test(cli, counter_sigint) {
           "20000", "--workers", "2", "--parallelism", "2", "--sink", "file:out", (char *)NULL);
     _exit(127);
   }
-  /* The job runs once its sinks have opened their files. */
   int waited = 0;
   while (!has_file(o) && waited < 60000) {
     nap_ms(10);
     waited += 10;
   }
   cr_assert(has_file(o), "the sink never opened");
-  kill(pid, SIGINT);
-  int status = 0;
-  waited = 0;
+  free(o);
+  return pid;
+}
+
+/* Waits up to 60 s for pid to end after `what`; its wait status. */
+static int wait_end(pid_t pid, const char *what) {
+  int status = 0, waited = 0;
   while (waitpid(pid, &status, WNOHANG) == 0) {
     if (waited >= 60000) {
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
-      cr_assert_fail("weir did not stop within 60 s of SIGINT");
+      cr_assert_fail("weir did not end within 60 s of %s", what);
     }
     nap_ms(10);
     waited += 10;
   }
+  return status;
+}
+
+/* SIGINT stops an unbounded counter cleanly: exit 0, a "stopped" note, and
+ * the drained output is, for every key, the counts 1..m_k once each. */
+Test(cli, counter_sigint) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char *o = path_join(dir, "out");
+  char *errpath = path_join(dir, "stderr.txt");
+  pid_t pid = start_endless_counter(dir, errpath);
+  kill(pid, SIGINT);
+  int status = wait_end(pid, "SIGINT");
   char *err = th_read_file(errpath, NULL);
   cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d, stderr: %s", status, err);
   cr_assert(strstr(err, "stopped") != NULL, "no stop note in: %s", err);
@@ -491,6 +504,33 @@ Test(cli, counter_sigint) {
   free(err);
   free(errpath);
   free(o);
+  finish(dir);
+}
+
+/* A fatal signal (here SIGABRT, as from an abort() in a library) is
+ * reported with the call stack, and still ends the process with that
+ * signal. */
+Test(cli, fatal_signal_is_reported_with_a_call_stack) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char *errpath = path_join(dir, "stderr.txt");
+  pid_t pid = start_endless_counter(dir, errpath);
+  kill(pid, SIGABRT);
+  int status = wait_end(pid, "SIGABRT");
+  char *err = th_read_file(errpath, NULL);
+  cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "status %d, stderr: %s", status,
+            err);
+  char *r = strstr(err, "weir: crashed: SIGABRT in pid ");
+  cr_assert_not_null(r, "no crash report in: %s", err);
+  char *stack = strstr(r, "call stack");
+  cr_assert_not_null(stack, "no call stack in: %s", err);
+  char **lines;
+  size_t nl = split_lines(stack, &lines), frames = 0;
+  for (size_t i = 1; i < nl; i++) frames += strstr(lines[i], "0x") != NULL;
+  cr_assert_geq(frames, 3, "too few frames (addresses) in: %s", err);
+  free(lines);
+  free(err);
+  free(errpath);
   finish(dir);
 }
 
