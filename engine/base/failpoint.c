@@ -9,13 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "weir/error.h"
 #include "weir/log.h"
 
 #define MAX_POINTS 16
 
-enum { ACT_KILL, ACT_ERROR, ACT_ENOSPC, ACT_PAUSE };
+enum { ACT_KILL, ACT_ERROR, ACT_ENOSPC, ACT_PAUSE, ACT_DELAY };
 
 typedef struct point {
   char name[64];
@@ -68,6 +69,8 @@ static void parse(void) {
       p->action = ACT_ENOSPC;
     else if (!strcmp(act, "pause"))
       p->action = ACT_PAUSE;
+    else if (!strcmp(act, "delay"))
+      p->action = ACT_DELAY;
     else {
       WEIR_LOG_W("WEIR_FAILPOINTS: unknown action '%s' for %s", act, p->name);
       continue;
@@ -102,6 +105,12 @@ int weir_failpoint(const char *name) {
     fflush(stderr);
     raise(SIGSTOP);
     return 0;
+  case ACT_DELAY: {
+    struct timespec ts = {0, 5000000L};
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+    return 0;
+  }
   case ACT_ENOSPC:
     WEIR_LOG_W("failpoint %s: enospc (hit %u)", name, hit);
     return WEIR_ENOSPC;

@@ -333,9 +333,13 @@ int weir__loop_drained(weir__loop *l) {
   return atomic_load(&l->ext_done) == l->nheads && atomic_load(&l->inflight) == 0;
 }
 
-void weir__loop_consumed(weir__task *t, uint64_t n) {
+void weir__loop_publish_all(weir__task *t) {
   for (uint32_t k = 0; k < t->nrouters; k++)
     if (t->routers[k].loop) weir__loop_publish(&t->routers[k]);
+}
+
+void weir__loop_consumed(weir__task *t, uint64_t n) {
+  weir__loop_publish_all(t);
   weir__loop *l = t->ops[0]->node->loop;
   int64_t left = atomic_fetch_sub(&l->inflight, (int64_t)n) - (int64_t)n;
   WEIR_ASSERT(left >= 0);

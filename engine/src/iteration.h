@@ -82,6 +82,12 @@ uint8_t *weir__backlog_take(weir__backlog *l, uint64_t *len, void (**release)(ui
 
 /* Adds what router r counted to its loop before a batch becomes visible. */
 void weir__loop_publish(struct weir__router *r);
+/* A task processed a batch from outside its loop (a head's external input):
+ * what it emitted into the loop counts from now on, also while it waits in
+ * an output batch not pushed yet. Heads compare the count with zero before
+ * they let a synchronous drain marker into the loop, and take the loop for
+ * drained at the end of input when it is zero. */
+void weir__loop_publish_all(weir__task *t);
 /* A task consumed n records from in-loop inputs and emitted what it did:
  * publishes its routers' counts, then takes the n away; wakes the heads if
  * the loop drained. */

@@ -225,6 +225,7 @@ static void make_channels(weir_job *job) {
         r->rr = p % r->n; /* spread rebalance starting points */
         r->chans = weir_calloc(r->n, sizeof *r->chans);
         r->loop = e->in_loop ? e->from->loop : NULL;
+        if (r->loop) from->loop_out = 1;
         if (e->part == WEIR__PART_HASH) {
           r->kg_target = weir_calloc(r->max_par, sizeof *r->kg_target);
           for (uint32_t kg = 0; kg < r->max_par; kg++)

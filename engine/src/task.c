@@ -977,6 +977,8 @@ static int complete_alignment(weir__task *t) {
   uint64_t id = weir__align_done(&t->align);
   if (sync_mode(t) && t->head_loop) {
     head_ready(t, id);
+    /* Tests: the other heads may act on this one's readiness meanwhile. */
+    (void)weir_failpoint("iter.head_ready");
     return head_sync(t);
   }
   if (take_checkpoint(t, id, align_ns)) {
@@ -996,6 +998,7 @@ static int head_duties(weir__task *t) {
     if (rc >= 0) {
       int frc = chain_flush(t, 0);
       if (frc) rc = frc;
+      weir__loop_publish_all(t);
     }
     if (rc < 0) {
       task_failed(t, rc);
@@ -1216,7 +1219,10 @@ static int input_step(weir__task *t) {
        * between calls would look like a cost per call. */
       uint64_t t2 = weir_clock_mono_ns();
       note_time(t, t2 - t1, n);
-      if (t->in_loopin[idx]) weir__loop_consumed(t, n);
+      if (t->in_loopin[idx])
+        weir__loop_consumed(t, n);
+      else if (t->loop_out)
+        weir__loop_publish_all(t);
       processed++;
       if (!outputs_writable(t)) {
         publish_stats(t);

@@ -4,8 +4,9 @@
  *
  * Each entry is NAME=ACTION[@N][+]: ACTION is kill (SIGKILL the process),
  * error (the call returns WEIR_EIO), enospc (the call returns WEIR_ENOSPC:
- * a full disk, where the point stands for a write), or pause (SIGSTOP the
- * process, to be continued by SIGCONT); @N fires on the N-th time the point is reached
+ * a full disk, where the point stands for a write), pause (SIGSTOP the
+ * process, to be continued by SIGCONT) or delay (the calling thread sleeps
+ * 5 ms, to widen a race window); @N fires on the N-th time the point is reached
  * (default 1); a trailing + keeps firing on every later hit. Unarmed points
  * cost one relaxed load. The table is process-wide by nature (one
  * environment per process) and read once, at the first call.
@@ -14,7 +15,7 @@
 #define WEIR_FAILPOINT_H
 
 /* 0, or WEIR_EIO (WEIR_ENOSPC) when an `error` (`enospc`) action fires (kill and pause do not
- * return until continued). */
+ * return until continued, delay returns 0 after its sleep). */
 int weir_failpoint(const char *name);
 /* Times `name` was reached so far (armed or not: 0 if unarmed). */
 unsigned weir_failpoint_hits(const char *name);
