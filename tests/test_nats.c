@@ -293,7 +293,7 @@ Test(nats, sink_random_kills) {
     job *j = job_new(N_RECORDS, N_KEYS, N_RATE, N_INTERVAL);
     hist(j, "seed %llu, job %d: ", (ull)seed, n);
     nats_sink(j, &t, NULL);
-    kills += kill_at_random(j, 1 + (int)(rnd() % 2), 20, 500, NULL);
+    kills += kill_at_random(j, 1 + (int)(rnd() % 2), 20, 320, NULL);
     restore_until_done(j);
     check_stream(j, &t);
     job_free(j);
@@ -466,7 +466,7 @@ Test(nats, source_random_kills_exact_files) {
     char url[512];
     src_url(&t, url, sizeof url, N_RATE);
     hist(j, "seed %llu, job %d: ", (ull)seed, n);
-    kills += kill_at_random(j, 2, 50, 400, url);
+    kills += kill_at_random(j, 2, 50, 290, url);
     char *err = NULL;
     int rc = run_job(j, NULL, &err, "--restore", "latest", "--source", url, NULL);
     cr_assert_eq(rc, 0, "%s\nhistory: %s", err, j->history);
@@ -543,7 +543,7 @@ Test(nats, end_to_end_random_kills) {
     nats_sink(j, &t, NULL);
     char url[512];
     src_url(&t, url, sizeof url, N_RATE);
-    kills += kill_at_random(j, 3, 50, 400, url);
+    kills += kill_at_random(j, 3, 50, 290, url);
     char *err = NULL;
     int rc = run_job(j, NULL, &err, "--restore", "latest", "--source", url, NULL);
     cr_assert_eq(rc, 0, "%s\nhistory: %s", err, j->history);
@@ -612,7 +612,7 @@ Test(nats, end_to_end_into_postgresql) {
     publish_input(&t, j->records, j->keys);
     char url[512];
     src_url(&t, url, sizeof url, N_RATE);
-    kills += kill_at_random(j, 3, 50, 400, url);
+    kills += kill_at_random(j, 3, 50, 290, url);
     char *err = NULL;
     int rc = run_job(j, NULL, &err, "--restore", "latest", "--source", url, NULL);
     cr_assert_eq(rc, 0, "%s\nhistory: %s", err, j->history);

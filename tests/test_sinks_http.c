@@ -139,7 +139,7 @@ Test(http_tx, random_kills) {
     receiver r;
     recv_start(&r, j, NULL);
     http_sink(j, &r, NULL);
-    kills += kill_at_random(j, 1 + (int)(rnd() % 2), 20, 600, NULL);
+    kills += kill_at_random(j, 1 + (int)(rnd() % 2), 20, 320, NULL);
     restore_until_done(j);
     check_receiver(j, &r);
     recv_stop(&r);

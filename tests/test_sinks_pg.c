@@ -461,7 +461,7 @@ Test(pg_tx, random_kills) {
   for (int n = 0; n < 10; n++) {
     job *j = pg_job(P_RECORDS, P_KEYS, P_RATE, P_INTERVAL);
     hist(j, "seed %llu, job %d: ", (ull)seed, n);
-    kills += kill_at_random(j, 1 + (int)(rnd() % 2), 30, 450, NULL);
+    kills += kill_at_random(j, 1 + (int)(rnd() % 2), 30, 310, NULL);
     restore_until_done(j);
     check_pg(j, c);
     pg_job_free(j);

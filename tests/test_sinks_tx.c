@@ -103,7 +103,7 @@ Test(file_tx, random_kills) {
   for (int n = 0; n < 10; n++) {
     job *j = job_new(F_RECORDS, F_KEYS, F_RATE, F_INTERVAL);
     hist(j, "seed %llu, job %d: ", (ull)seed, n);
-    kills += kill_at_random(j, 1 + (int)(rnd() % 2), 20, 700, NULL);
+    kills += kill_at_random(j, 1 + (int)(rnd() % 2), 20, 540, NULL);
     restore_until_done(j);
     check_files(j);
     job_free(j);
