@@ -34,6 +34,7 @@
 
 #include "helpers.h"
 #include "weir/clock.h"
+#include "weir/failpoint.h"
 #include "weir/job.h"
 #include "weir/log.h"
 #include "weir/weir.h"
@@ -560,6 +561,35 @@ Test(engine, error_in_source_run) {
   cr_assert_eq(atomic_load(&cfg.closes), 1);
   weir_job_destroy(job);
   sink_free(&sb);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* A job that fails while its paced sources have their next wake-up armed
+ * (a millisecond away): the coordinator stops worker 0, then is held up
+ * 5 ms (failpoint) between setting worker 1's stop and sending it the
+ * wake-up. Worker 1 wakes on its timer meanwhile and sees stop; it must
+ * not close its loop under that send (libuv aborts on the closed
+ * descriptor). */
+Test(engine, workers_outlive_the_wake_up_that_stops_them) {
+  for (int round = 0; round < 3; round++) {
+    th_arm_failpoints("worker.stop_wake=delay@2");
+    weir_job *job = new_job("stopwake");
+    src_cfg cfg = {.n = UNBOUNDED, .idle_us = 100};
+    opstats st;
+    opstats_init(&st);
+    st.fail_at = 30;
+    sinkbuf sb = {0};
+    weir_stream *s = weir_source(job, "paced", &src_vt, &cfg, 2);
+    s = weir_process(weir_rebalance(s), "validator", &checked_vt, &st, 2);
+    cr_assert_eq(weir_sink(s, "out", &sink_vt, &sb, 2), 0);
+    int rc = run_w(job, 2);
+    cr_assert_eq(rc, WEIR_EBADREC, "run returned %s", weir_err_name(rc));
+    assert_contains(weir_job_error(job), "bad record 30");
+    cr_assert_eq(weir_failpoint_hits("worker.stop_wake"), 2);
+    weir_job_destroy(job);
+    sink_free(&sb);
+  }
+  th_arm_failpoints(NULL);
   cr_assert_eq(th_leak_check(), 0);
 }
 

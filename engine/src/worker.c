@@ -16,10 +16,13 @@
  * every POLL_NS, whichever comes first: steps of a slow task last about a
  * millisecond each, and 64 of them would starve a timer for 64 ms.
  *
- * Shutdown: only the coordinator stops workers. They first wait for each
- * other on a barrier (after it, no task runs anywhere, so nobody can wake a
- * task, i.e. touch another worker's async handle), then close their tasks'
- * operators and their own handles on their own loop.
+ * Shutdown: only the coordinator stops workers. A worker leaves its loop
+ * when it sees `stop`, waits until the coordinator's wake-up to it has been
+ * sent (the only wake-up that may still be under way: the coordinator's
+ * own happened before, on its thread), then for the other workers on a
+ * barrier (after it, no task runs anywhere, so nobody can wake a task, i.e.
+ * touch another worker's async handle), then closes its tasks' operators
+ * and its own handles on its own loop.
  */
 #include "worker.h"
 
@@ -29,6 +32,7 @@
 #include "weir/alloc.h"
 #include "weir/assert.h"
 #include "weir/clock.h"
+#include "weir/failpoint.h"
 #include "weir/log.h"
 #include "task.h"
 
@@ -196,6 +200,10 @@ static void worker_main(void *arg) {
     for (uint32_t i = 0; i < w->ntasks; i++) weir__task_wake(w->tasks[i]);
   worker_loop(w);
   w->ended_ns = weir_clock_mono_ns();
+  /* A running worker sees stop before the coordinator's wake-up is sent;
+   * closing the loop under that uv_async_send would make it write to a
+   * closed descriptor (libuv aborts). */
+  while (atomic_load_explicit(&w->stop, memory_order_acquire) != 2) weir__cpu_relax();
   uv_barrier_wait(w->quiesce);
   for (uint32_t i = 0; i < w->ntasks; i++) {
     weir__task_close(w->tasks[i]);
@@ -242,7 +250,10 @@ void weir__workers_stop(weir_job *job) {
   for (uint32_t i = 0; i < job->nworkers; i++) {
     weir__worker *w = job->workers[i];
     atomic_store_explicit(&w->stop, 1, memory_order_release);
+    /* Tests: the worker may see stop, and the others, before the wake-up. */
+    (void)weir_failpoint("worker.stop_wake");
     uv_async_send(&w->async);
+    atomic_store_explicit(&w->stop, 2, memory_order_release);
   }
 }
 

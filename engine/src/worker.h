@@ -19,7 +19,7 @@ struct weir__worker {
   weir__task *inbox_head, *inbox_tail;
   atomic_uint inbox_n;
   atomic_int sleeping;
-  atomic_int stop;
+  atomic_int stop; /* 1: stop (the wake-up may be under way), 2: the wake-up was sent */
   /* Run queue: touched only by this worker's thread. */
   weir__task *rq_head, *rq_tail;
   uint32_t ntasks;
