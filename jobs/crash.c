@@ -15,6 +15,7 @@
  * builds get none (it checks what signal handlers call).
  */
 #include "cli.h"
+#include "weir/error.h"
 
 #include <execinfo.h>
 #include <signal.h>
@@ -49,23 +50,6 @@ static void put(const char *s) {
   }
 }
 
-static const char *sig_name(int sig) {
-  switch (sig) {
-  case SIGABRT:
-    return "SIGABRT";
-  case SIGSEGV:
-    return "SIGSEGV";
-  case SIGBUS:
-    return "SIGBUS";
-  case SIGILL:
-    return "SIGILL";
-  case SIGFPE:
-    return "SIGFPE";
-  default:
-    return "a fatal signal";
-  }
-}
-
 /* Decimal without stdio (snprintf is not async-signal-safe). */
 static void put_num(unsigned long v) {
   char b[24];
@@ -80,7 +64,7 @@ static void put_num(unsigned long v) {
 
 static void on_fatal(int sig) {
   put("weir: crashed: ");
-  put(sig_name(sig));
+  put(weir_signal_name(sig));
   put(" in pid ");
   put_num((unsigned long)getpid());
   put("; call stack (addr2line -f -e <weir binary> OFFSET names static functions):\n");

@@ -810,25 +810,6 @@ static int probe_ckpt_child(const weir_store *s, uint64_t id, char *msg, size_t 
   return check_child(s, id, 1, msg, len);
 }
 
-static const char *signame(int sig) {
-  switch (sig) {
-  case SIGSEGV:
-    return "SIGSEGV";
-  case SIGBUS:
-    return "SIGBUS";
-  case SIGABRT:
-    return "SIGABRT";
-  case SIGILL:
-    return "SIGILL";
-  case SIGFPE:
-    return "SIGFPE";
-  case SIGKILL:
-    return "SIGKILL";
-  default:
-    return "a signal";
-  }
-}
-
 typedef int (*child_fn)(const weir_store *s, uint64_t id, char *msg, size_t len);
 
 /* Runs fn in a forked child and returns its status, with its message (or a
@@ -923,7 +904,7 @@ static int run_in_child(weir_store *s, child_fn fn, uint64_t id, const char *wha
   if (WIFSIGNALED(wst))
     return weir__store_fail(s, WEIR_ECORRUPT,
                             "%s: the store is damaged (reader crashed with signal %s, %d)", what,
-                            signame(WTERMSIG(wst)), WTERMSIG(wst));
+                            weir_signal_name(WTERMSIG(wst)), WTERMSIG(wst));
   if (got < 4)
     return weir__store_fail(s, WEIR_ECORRUPT,
                             "%s: the store may be damaged: its reader exited with status %d "

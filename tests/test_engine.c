@@ -472,22 +472,32 @@ static void opstats_init(opstats *st) {
   atomic_store(&st->open_fail_subtask, -1);
 }
 
-Test(engine, operator_error_stops_job) {
-  /* An unbounded source: only the error can end this job. */
-  weir_job *job = new_job("fails");
-  src_cfg cfg = {.n = UNBOUNDED};
-  opstats st;
-  opstats_init(&st);
-  st.fail_at = 1000;
-  sinkbuf sb = {0};
-  weir_stream *s = weir_source(job, "src", &src_vt, &cfg, 2);
-  s = weir_process(weir_rebalance(s), "validator", &checked_vt, &st, 2);
-  cr_assert_eq(weir_sink(s, "out", &sink_vt, &sb, 2), 0);
+/* src(2) -> rebalance -> validator(2) -> out(2), run on two workers until
+ * the validator fails at record fail_at: checks the error and its message,
+ * returns the job (the caller destroys it). */
+static weir_job *run_failing_validator(const char *name, src_cfg *cfg, opstats *st,
+                                       uint64_t fail_at, sinkbuf *sb) {
+  weir_job *job = new_job(name);
+  opstats_init(st);
+  st->fail_at = fail_at;
+  weir_stream *s = weir_source(job, "src", &src_vt, cfg, 2);
+  s = weir_process(weir_rebalance(s), "validator", &checked_vt, st, 2);
+  cr_assert_eq(weir_sink(s, "out", &sink_vt, sb, 2), 0);
   int rc = run_w(job, 2);
   cr_assert_eq(rc, WEIR_EBADREC, "run returned %s", weir_err_name(rc));
-  const char *e = weir_job_error(job);
-  assert_contains(e, "'validator'");
-  assert_contains(e, "bad record 1000");
+  char want[64];
+  snprintf(want, sizeof want, "bad record %llu", (unsigned long long)fail_at);
+  assert_contains(weir_job_error(job), "'validator'");
+  assert_contains(weir_job_error(job), want);
+  return job;
+}
+
+Test(engine, operator_error_stops_job) {
+  /* An unbounded source: only the error can end this job. */
+  src_cfg cfg = {.n = UNBOUNDED};
+  opstats st;
+  sinkbuf sb = {0};
+  weir_job *job = run_failing_validator("fails", &cfg, &st, 1000, &sb);
   /* close for every open that succeeded, sources included. */
   cr_assert_eq(atomic_load(&st.opens), 2);
   cr_assert_eq(atomic_load(&st.closes), 2);
@@ -573,18 +583,10 @@ Test(engine, error_in_source_run) {
 Test(engine, workers_outlive_the_wake_up_that_stops_them) {
   for (int round = 0; round < 3; round++) {
     th_arm_failpoints("worker.stop_wake=delay@2");
-    weir_job *job = new_job("stopwake");
     src_cfg cfg = {.n = UNBOUNDED, .idle_us = 100};
     opstats st;
-    opstats_init(&st);
-    st.fail_at = 30;
     sinkbuf sb = {0};
-    weir_stream *s = weir_source(job, "paced", &src_vt, &cfg, 2);
-    s = weir_process(weir_rebalance(s), "validator", &checked_vt, &st, 2);
-    cr_assert_eq(weir_sink(s, "out", &sink_vt, &sb, 2), 0);
-    int rc = run_w(job, 2);
-    cr_assert_eq(rc, WEIR_EBADREC, "run returned %s", weir_err_name(rc));
-    assert_contains(weir_job_error(job), "bad record 30");
+    weir_job *job = run_failing_validator("stopwake", &cfg, &st, 30, &sb);
     cr_assert_eq(weir_failpoint_hits("worker.stop_wake"), 2);
     weir_job_destroy(job);
     sink_free(&sb);

@@ -1,6 +1,7 @@
 /* error.c: owns the text of every weir error code (see weir/error.h). */
 #include "weir/error.h"
 
+#include <signal.h>
 #include <string.h>
 
 const char *weir_strerror(int err) {
@@ -30,5 +31,24 @@ const char *weir_err_name(int err) {
 #undef WEIR__ERR_NAME
   default:
     return "WEIR_EUNKNOWN";
+  }
+}
+
+const char *weir_signal_name(int sig) {
+  switch (sig) {
+  case SIGSEGV:
+    return "SIGSEGV";
+  case SIGBUS:
+    return "SIGBUS";
+  case SIGABRT:
+    return "SIGABRT";
+  case SIGILL:
+    return "SIGILL";
+  case SIGFPE:
+    return "SIGFPE";
+  case SIGKILL:
+    return "SIGKILL";
+  default:
+    return "a signal";
   }
 }

@@ -56,6 +56,11 @@ const char *weir_strerror(int err);
 /* The code's symbolic name, "WEIR_EPLAN", or "WEIR_EUNKNOWN"; never NULL. */
 const char *weir_err_name(int err);
 
+/* "SIGSEGV" for the signals that end a crashed or killed process (SEGV, BUS,
+ * ABRT, ILL, FPE, KILL), "a signal" for any other; never NULL. Safe in a
+ * signal handler. */
+const char *weir_signal_name(int sig);
+
 #ifdef __cplusplus
 }
 #endif
