@@ -38,6 +38,9 @@
 #endif
 #endif
 
+#ifdef CRASH_TSAN
+void cli_crash_install(void) {}
+#else
 #define CRASH_FRAMES 64
 
 static void put(const char *s) {
@@ -77,7 +80,6 @@ static void on_fatal(int sig) {
 }
 
 void cli_crash_install(void) {
-#ifndef CRASH_TSAN
   void *warm[2];
   (void)backtrace(warm, 2);
   static char alt[1 << 16];
@@ -99,5 +101,5 @@ void cli_crash_install(void) {
     sa.sa_flags = SA_RESETHAND | (onstack ? SA_ONSTACK : 0);
     sigaction(sigs[i], &sa, NULL);
   }
-#endif
 }
+#endif
