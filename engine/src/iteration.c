@@ -37,11 +37,14 @@
  * spilled log is handed to the store mapped from its file. And no single thread
  * can see that a loop is empty, so the loop counts the records in flight on
  * its edges: +1 when a record is emitted onto an in-loop edge, published
- * before the batch holding it can be seen downstream; -1 when a task has
- * processed a record from an in-loop edge, after publishing what processing
- * it emitted. The count never undercounts, so when it reads 0 after every
- * external input of the head ended, the loop is done: the heads send end of
- * input into the loop, which drains round to them.
+ * once the task has processed the batch that produced it (even if the
+ * output batch holding it waits to be pushed: a head must not see zero, and
+ * take the loop for empty, while another head holds records for the loop)
+ * and at the latest before that output batch can be seen downstream; -1
+ * when a task has processed a record from an in-loop edge, after publishing
+ * what processing it emitted. The count never undercounts, so when it reads
+ * 0 after every external input of the head ended, the loop is done: the
+ * heads send end of input into the loop, which drains round to them.
  */
 #include "iteration.h"
 
