@@ -139,9 +139,22 @@ static int ensure_stream(weir_ctx *ctx, ndest *h) {
     if (s == NATS_OK) {
       WEIR_LOG_I("sink '%s': created stream %s for subject %s on %s", weir_ctx_name(ctx), u->stream,
                  u->subject, u->server);
-    } else if (jerr == JSStreamNameExistErr) { /* another subtask made it */
+    } else if (jerr == JSStreamNameExistErr || jerr == JSStreamSubjectOverlapErr) {
+      /* Another subtask made it: JetStream answers a second creation of
+       * the stream either way, the overlap when the two race. If no stream
+       * has the name, another one holds the subject. */
+      jsErrCode first = jerr;
       jerr = 0;
-      s = js_GetStreamInfo(&si, h->js, u->stream, NULL, &jerr);
+      natsStatus again = js_GetStreamInfo(&si, h->js, u->stream, NULL, &jerr);
+      if (again == NATS_OK)
+        s = NATS_OK;
+      else if (first == JSStreamSubjectOverlapErr)
+        return weir_ctx_fail(ctx, WEIR_ESINK,
+                             "sink '%s': %s: stream %s cannot be created: another stream holds "
+                             "subject %s (JetStream error %d); name that stream with stream=",
+                             weir_ctx_name(ctx), u->spec, u->stream, u->subject, (int)first);
+      else
+        jerr = first;
     }
   }
   if (s != NATS_OK)

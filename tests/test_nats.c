@@ -210,6 +210,39 @@ Test(nats, sink_creates_stream_exactly_once) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
+/* The subject is held by a stream of another name: the sink cannot create
+ * its own, says which subject and how to name the stream, and publishes
+ * nothing. */
+Test(nats, sink_subject_held_by_another_stream_is_clear) {
+  tnats t;
+  tn_open(&t);
+  jsStreamConfig cfg;
+  jsStreamConfig_Init(&cfg);
+  const char *subs[1] = {t.subject};
+  cfg.Name = t.in_stream; /* deleted by tn_close */
+  cfg.Subjects = subs;
+  cfg.SubjectsLen = 1;
+  jsStreamInfo *si = NULL;
+  cr_assert_eq(js_AddStream(&si, t.js, &cfg, NULL, NULL), NATS_OK, "%s", nats_GetLastError(NULL));
+  jsStreamInfo_Destroy(si);
+  job *j = job_new(N_RECORDS, N_KEYS, "0", N_INTERVAL);
+  nats_sink(j, &t, NULL);
+  char *err = NULL;
+  int rc = run_job(j, NULL, &err, NULL);
+  cr_assert_neq(rc, 0, "%s", err);
+  cr_assert(strstr(err, "another stream holds subject") && strstr(err, t.subject) &&
+                strstr(err, "stream="),
+            "%s", err);
+  free(err);
+  uint64_t msgs = 1;
+  cr_assert_eq(stream_state(&t, t.in_stream, &msgs, NULL, NULL, NULL), 0);
+  cr_assert_eq(msgs, 0, "%llu messages published", (ull)msgs);
+  cr_assert_neq(stream_state(&t, t.stream, NULL, NULL, NULL, NULL), 0, "the sink made its stream");
+  job_free(j);
+  tn_close(&t);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
 /* Killed right after an epoch's commit (every message acknowledged) but
  * before the task heard of it: the restore publishes the epoch again, with
  * the same Nats-Msg-Ids: JetStream stores none twice, and the acks it marks
