@@ -97,18 +97,23 @@ static const char *src_url(const tnats *t, char *buf, size_t cap, const char *ra
   return buf;
 }
 
-/* Creates t's input stream and publishes the counter's input: message i =
- * "<i mod keys>", i = 0 .. records-1. */
-static void publish_input(tnats *t, uint64_t records, uint64_t keys) {
+/* Creates stream `name` holding `subject`. */
+static void add_stream(tnats *t, const char *name, const char *subject) {
   jsStreamConfig cfg;
   jsStreamConfig_Init(&cfg);
-  const char *subs[1] = {t->in_subject};
-  cfg.Name = t->in_stream;
+  const char *subs[1] = {subject};
+  cfg.Name = name;
   cfg.Subjects = subs;
   cfg.SubjectsLen = 1;
   jsStreamInfo *si = NULL;
   cr_assert_eq(js_AddStream(&si, t->js, &cfg, NULL, NULL), NATS_OK, "%s", nats_GetLastError(NULL));
   jsStreamInfo_Destroy(si);
+}
+
+/* Creates t's input stream and publishes the counter's input: message i =
+ * "<i mod keys>", i = 0 .. records-1. */
+static void publish_input(tnats *t, uint64_t records, uint64_t keys) {
+  add_stream(t, t->in_stream, t->in_subject);
   for (uint64_t i = 0; i < records; i++) {
     char b[32];
     int n = snprintf(b, sizeof b, "%llu", (ull)(i % keys));
@@ -216,15 +221,7 @@ Test(nats, sink_creates_stream_exactly_once) {
 Test(nats, sink_subject_held_by_another_stream_is_clear) {
   tnats t;
   tn_open(&t);
-  jsStreamConfig cfg;
-  jsStreamConfig_Init(&cfg);
-  const char *subs[1] = {t.subject};
-  cfg.Name = t.in_stream; /* deleted by tn_close */
-  cfg.Subjects = subs;
-  cfg.SubjectsLen = 1;
-  jsStreamInfo *si = NULL;
-  cr_assert_eq(js_AddStream(&si, t.js, &cfg, NULL, NULL), NATS_OK, "%s", nats_GetLastError(NULL));
-  jsStreamInfo_Destroy(si);
+  add_stream(&t, t.in_stream, t.subject); /* deleted by tn_close */
   job *j = job_new(N_RECORDS, N_KEYS, "0", N_INTERVAL);
   nats_sink(j, &t, NULL);
   char *err = NULL;

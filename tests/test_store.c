@@ -1273,16 +1273,24 @@ Test(store, commit_fails_after_a_failed_write) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
+/* Writes and commits n checkpoints of operator "op" (one subtask, `entries`
+ * u64 entries each), their ids into ids[]; the last one final if
+ * final_last. */
+static void commit_u64_ckpts(weir_store *s, uint64_t *ids, int n, uint64_t entries,
+                             int final_last) {
+  for (int i = 0; i < n; i++) {
+    ids[i] = next_id(s);
+    weir_subtask_snapshot sn;
+    snap_u64(&sn, "op", 0, 1, entries);
+    write_commit(s, ids[i], &sn, final_last && i == n - 1);
+  }
+}
+
 Test(store, retention_list_and_final) {
   weir_store_opts o = {.retain = 2};
   weir_store *s = open_with_job(&o);
   uint64_t ids[5];
-  for (int i = 0; i < 5; i++) {
-    ids[i] = next_id(s);
-    weir_subtask_snapshot sn;
-    snap_u64(&sn, "op", 0, 1, 30000);
-    write_commit(s, ids[i], &sn, i == 4);
-  }
+  commit_u64_ckpts(s, ids, 5, 30000, 1);
   weir_store_ckpt *list;
   size_t n;
   cr_assert_eq(weir_store_list(s, &list, &n), 0);
@@ -1444,12 +1452,7 @@ Test(store, unreadable_metadata_keeps_shared_keys) {
   weir_store_opts o = {.retain = 1};
   weir_store *s = open_with_job(&o);
   uint64_t ids[2];
-  for (int i = 0; i < 2; i++) {
-    ids[i] = next_id(s);
-    weir_subtask_snapshot sn;
-    snap_u64(&sn, "op", 0, 1, 3000);
-    write_commit(s, ids[i], &sn, 0);
-  }
+  commit_u64_ckpts(s, ids, 2, 3000, 0);
   cr_assert_eq(weir_store_verify(s, ids[0]), WEIR_ENOENT); /* retain 1 */
   cr_assert_gt(chunks_of(s, ids[0]), 0, "named by checkpoint %llu", (ull)ids[1]);
   weir_store_close(s);
