@@ -958,6 +958,9 @@ static void store_free(weir_store *s) {
   pthread_cond_destroy(&s->done_cv);
   pthread_mutex_destroy(&s->id_mu);
   pthread_cond_destroy(&s->id_cv);
+  pthread_mutex_destroy(&s->rd_mu);
+  pthread_cond_destroy(&s->rd_cv);
+  pthread_cond_destroy(&s->rd_done_cv);
   weir_free(s->dir);
   weir_free(s->path);
   weir_free(s->data_path);
@@ -1005,6 +1008,9 @@ int weir_store_open(weir_store **out, const char *dir, const weir_store_opts *op
   pthread_cond_init(&s->done_cv, NULL);
   pthread_mutex_init(&s->id_mu, NULL);
   pthread_cond_init(&s->id_cv, NULL);
+  pthread_mutex_init(&s->rd_mu, NULL);
+  pthread_cond_init(&s->rd_cv, NULL);
+  pthread_cond_init(&s->rd_done_cv, NULL);
   s->dir = weir_strdup(dir);
   char env_name[64];
   int prc = weir__store_env_name(dir, env_name, sizeof env_name);

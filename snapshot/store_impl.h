@@ -28,6 +28,14 @@ typedef enum {
   WEIR__REQ_STOP
 } weir__req_type;
 
+/* Where a write's deferred fill is (reader.c). */
+typedef enum {
+  WEIR__FILL_NONE = 0, /* none, or done and claimed by the writer */
+  WEIR__FILL_QUEUED,   /* waiting for a reader */
+  WEIR__FILL_RUNNING,  /* a reader is filling it */
+  WEIR__FILL_DONE      /* filled, not yet claimed */
+} weir__fill_state;
+
 typedef struct weir__req {
   struct weir__req *next;
   weir__req_type type;
@@ -39,7 +47,13 @@ typedef struct weir__req {
   /* Synchronous requests (JOB_BEGIN, RESERVE, FLUSH, STOP): the caller waits
    * on done_cv for `finished`; the request lives on the caller's stack. */
   int sync, finished, status;
-  int new_instance;     /* JOB_BEGIN */
+  int new_instance; /* JOB_BEGIN */
+  /* WRITE with a deferred fill: the view readers' part (reader.c; under
+   * the store's rd_mu). */
+  int rd_offered; /* set when offered, cleared when claimed (never by a reader) */
+  int fill_state; /* weir__fill_state */
+  struct weir__req *rd_next;
+  uint64_t *vsums;      /* the filled values' varint sums (weir__u64_vlen_sums), or NULL */
   weir__job_rec job;    /* JOB_BEGIN: result */
   uint64_t from, limit; /* RESERVE: lowest id wanted; new durable limit */
 } weir__req;
@@ -93,6 +107,16 @@ struct weir_store {
   weir__req *head, *tail;
   pthread_t writer;
   int writer_running;
+
+  /* view readers (reader.c) */
+  pthread_mutex_t rd_mu;     /* guards rd_head, rd_tail, rd_stop, rd_cpu, rd_fills and
+                                every queued request's fill_state */
+  pthread_cond_t rd_cv;      /* readers wait for work */
+  pthread_cond_t rd_done_cv; /* the writer waits for a fill in progress */
+  weir__req *rd_head, *rd_tail;
+  pthread_t *readers;
+  int nreaders, rd_stop;
+  uint64_t rd_cpu, rd_fills; /* the readers' CPU (ns) and fills, for the debug line */
 
   pthread_mutex_t id_mu; /* guards next, limit, reserving, have_job, first_id */
   pthread_cond_t id_cv;
@@ -161,6 +185,18 @@ int weir__writer_call(weir_store *s, weir__req *r);
  * pending write (never completed), in short transactions. Writer thread (or
  * open, before it runs). */
 int weir__collect_orphans(weir_store *s, uint64_t *chunks, uint64_t *ckpts);
+
+/* reader.c */
+/* Starts the view reader threads (none on one core). */
+void weir__readers_start(weir_store *s);
+/* Offers a queued write's deferred fill to the readers: 1 if taken (the
+ * writer must weir__readers_claim it before touching its snapshot). */
+int weir__readers_offer(weir_store *s, weir__req *r);
+/* Writer thread: makes r's snapshot the writer's again, once a reader
+ * has filled it. */
+void weir__readers_claim(weir_store *s, weir__req *r);
+/* Stops the readers (every offered write claimed). */
+void weir__readers_stop(weir_store *s);
 
 /* Tests: makes verify's child raise `sig` before reading (0: off). */
 void weir__store_test_child_signal(weir_store *s, int sig);

@@ -9,7 +9,9 @@
  * commits, aborts) report through a done() callback on this thread,
  * synchronous ones (job_begin, id reservation, flush, stop) are waited for
  * by their caller, or run inline when the caller is this thread (a done()
- * callback), so nothing deadlocks.
+ * callback), so nothing deadlocks. A subtask write whose u64 state is a
+ * copy-on-write view has it read by the view readers (reader.c) as soon as
+ * it is queued; the writer waits for that read when it reaches the write.
  *
  * Store layout (named databases of one environment):
  *   job     "job"                               -> envelope(Job)
@@ -832,6 +834,13 @@ static uint64_t subtask_bytes(uint64_t id, uint32_t record, const weir_subtask_s
   return total;
 }
 
+/* Frees what a write request holds (its view read first, if a reader
+ * has it). */
+static void req_free_snap(weir_store *s, weir__req *r) {
+  weir__readers_claim(s, r);
+  weir_subtask_snapshot_free(&r->snap);
+}
+
 /* ---- grouped subtask writes ------------------------------------------------ */
 
 /* The writer thread takes a subtask write off its queue together with every
@@ -1036,7 +1045,8 @@ static void group_end_txn(weir_store *s, wgroup *g, int rc, const char *fp) {
 static int prepare(weir_store *s, gmember *m) {
   weir_subtask_snapshot *sn = &m->r->snap;
   uint64_t cpu = weir_clock_thread_cpu_ns();
-  weir_subtask_snapshot_fill(sn); /* a copy-on-write view: read it here */
+  weir__readers_claim(s, m->r);   /* a reader may have read its view already */
+  weir_subtask_snapshot_fill(sn); /* if not, read it here */
   s->stats.read_cpu += weir_clock_thread_cpu_ns() - cpu;
   uint64_t id = m->id;
   m->subtask = sn->subtask;
@@ -1266,7 +1276,7 @@ static void exec_writes(weir_store *s, weir__req *first) {
     gmember *m = &g.m[i];
     weir_free(m->why);
     weir_free(m->op);
-    weir_subtask_snapshot_free(&m->r->snap);
+    req_free_snap(s, m->r);
     if (m->own) weir_free(m->r);
   }
   weir_free(g.m);
@@ -1661,7 +1671,7 @@ static void *writer_main(void *arg) {
       pthread_cond_broadcast(&s->done_cv);
       pthread_mutex_unlock(&s->q_mu);
     } else {
-      weir_subtask_snapshot_free(&r->snap);
+      req_free_snap(s, r);
       weir_free(r);
     }
     if (stop) break;
@@ -1690,6 +1700,7 @@ void weir__writer_post(weir_store *s, weir__req *r) {
     weir_free(r);
     return;
   }
+  (void)weir__readers_offer(s, r); /* its view read ahead, if it has one */
   enqueue(s, r);
 }
 
@@ -1731,6 +1742,7 @@ int weir__writer_start(weir_store *s) {
     return weir__store_fail(s, -rc, "store %s: starting the writer thread: %s", s->path,
                             strerror(rc));
   }
+  weir__readers_start(s);
   return 0;
 }
 
@@ -1745,12 +1757,12 @@ static void log_stats(const weir_store *s) {
              "%.0f, chunk transactions %.0f (%.0f ms wall, syncs included), checkpoint commits "
              "%.0f (%.0f ms wall); %llu writes shared the keys of an earlier checkpoint (%llu "
              "entries); encoding u64 chunks into their pages took %.0f ms of the encoding and "
-             "puts",
+             "puts; %llu state views read ahead by %d reader threads in %.0f ms of CPU",
              s->path, (ull)s->stats.writes, (ull)s->stats.chunks, (double)s->stats.bytes / 1e6,
              (ull)s->stats.commits, MS(cpu), MS(s->stats.read_cpu), MS(s->stats.encode_cpu),
              MS(s->stats.txn_cpu), MS(s->stats.txn_wall), MS(s->stats.commit_cpu),
              MS(s->stats.commit_wall), (ull)s->stats.shared_writes, (ull)s->stats.shared_entries,
-             MS(s->stats.fill_cpu));
+             MS(s->stats.fill_cpu), (ull)s->rd_fills, s->nreaders, MS(s->rd_cpu));
 #undef MS
 }
 
@@ -1760,6 +1772,7 @@ void weir__writer_stop(weir_store *s) {
     weir__writer_call(s, &r);
     pthread_join(s->writer, NULL);
     s->writer_running = 0;
+    weir__readers_stop(s);
     log_stats(s);
   }
   while (s->pending) pending_drop(s, s->pending->id);

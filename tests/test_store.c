@@ -34,6 +34,7 @@
 #endif
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "codec.h"
@@ -1899,6 +1900,127 @@ Test(store, queued_writes_commit_in_one_transaction, .timeout = 60) {
   cr_assert_eq(weir_store_verify(s, id2), 0, "%s", err_of(s));
   weir_store_close(s);
   cr_assert_eq(th_leak_check(), 0);
+}
+
+/* Deferred fills (copy-on-write views, in the engine) are read ahead by
+ * the store's reader threads: while the writer is held, every queued
+ * write's fill runs on a thread that is neither the writer nor the caller;
+ * each runs exactly once, also for a write that then fails (written
+ * twice), and everything loads back exactly. Without readers
+ * (WEIR_STORE_READERS=0) the writer runs them itself. */
+typedef struct deferred {
+  weir_subtask_snapshot src; /* what the fill hands over */
+  int runs, drops;
+  pthread_t on;
+} deferred;
+
+static pthread_mutex_t g_fill_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_fill_cv = PTHREAD_COND_INITIALIZER;
+static int g_fills;
+
+static void deferred_fill(void *arg, weir_subtask_snapshot *sn, int run) {
+  deferred *d = arg;
+  pthread_mutex_lock(&g_fill_mu);
+  if (run) {
+    d->runs++;
+    d->on = pthread_self();
+    sn->n_u64 = d->src.n_u64;
+    sn->u64_keys = d->src.u64_keys;
+    sn->u64_values = d->src.u64_values;
+    d->src.u64_keys = d->src.u64_values = NULL;
+  } else {
+    d->drops++;
+  }
+  g_fills++;
+  pthread_cond_broadcast(&g_fill_cv);
+  pthread_mutex_unlock(&g_fill_mu);
+}
+
+#define NDEFER 4
+
+static void deferred_writes(const char *readers) {
+  setenv("WEIR_STORE_READERS", readers, 1);
+  weir_store *s = open_with_job(NULL);
+  unsetenv("WEIR_STORE_READERS");
+  int ahead = strcmp(readers, "0") != 0;
+  uint64_t id = next_id(s);
+  g_gate.entered = g_gate.open = 0;
+  g_fills = 0;
+  gate_close(s, id);
+  deferred d[NDEFER + 1];
+  weir_subtask_snapshot keep[NDEFER];
+  seen w[NDEFER + 1] = {{0}};
+  for (uint32_t i = 0; i <= NDEFER; i++) {
+    /* The last one writes ("v", 0) a second time. */
+    uint32_t sub = i < NDEFER ? i : 0;
+    memset(&d[i], 0, sizeof d[i]);
+    snap_u64(&d[i].src, "v", sub, NDEFER, 3000 + 7 * sub);
+    if (i < NDEFER) keep[i] = copy_snap(&d[i].src);
+    weir_subtask_snapshot sn;
+    snap_u64(&sn, "v", sub, NDEFER, 0);
+    sn.u64_keys_version = d[i].src.u64_keys_version;
+    sn.fill = deferred_fill;
+    sn.fill_arg = &d[i];
+    cr_assert_eq(weir_store_write_subtask(s, id, &sn, on_done, &w[i]), 0);
+  }
+  if (ahead) { /* the writer is still held: only readers can do this */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 20;
+    pthread_mutex_lock(&g_fill_mu);
+    int rc = 0;
+    while (g_fills < NDEFER + 1 && rc == 0)
+      rc = pthread_cond_timedwait(&g_fill_cv, &g_fill_mu, &until);
+    int fills = g_fills;
+    pthread_mutex_unlock(&g_fill_mu);
+    cr_assert_eq(fills, NDEFER + 1, "%d of %d views read while the writer was busy", fills,
+                 NDEFER + 1);
+  }
+  gate_open();
+  weir_store_flush(s);
+  for (uint32_t i = 0; i <= NDEFER; i++) {
+    cr_assert_eq(d[i].runs, 1, "write %u: fill ran %d times", i, d[i].runs);
+    cr_assert_eq(d[i].drops, 0);
+    cr_assert(!pthread_equal(d[i].on, pthread_self()));
+    cr_assert_eq(pthread_equal(d[i].on, s->writer) != 0, !ahead,
+                 "write %u: the fill ran %s the writer thread", i, ahead ? "on" : "off");
+    cr_assert_eq(w[i].calls, 1);
+    if (i < NDEFER) cr_assert_eq(w[i].status, 0, "write %u: %s", i, err_of(s));
+  }
+  cr_assert_eq(w[NDEFER].status, WEIR_EINVAL, "the second write of (v, 0): %d", w[NDEFER].status);
+  seen c = {0};
+  weir_store_commit_info ci = {.id = id, .subtasks = 0};
+  cr_assert_eq(weir_store_commit(s, &ci, on_done, &c), 0);
+  weir_store_flush(s);
+  cr_assert_eq(c.status, WEIR_EINVAL, "a checkpoint with a failed write commits: %d", c.status);
+  /* The next checkpoint, written whole, loads back. */
+  uint64_t id2 = next_id(s);
+  for (uint32_t i = 0; i < NDEFER; i++) {
+    weir_subtask_snapshot sn = copy_snap(&keep[i]);
+    cr_assert_eq(weir_store_write_subtask(s, id2, &sn, on_done, &w[i]), 0);
+  }
+  ci = (weir_store_commit_info){.id = id2, .subtasks = NDEFER};
+  cr_assert_eq(weir_store_commit(s, &ci, on_done, &c), 0);
+  weir_store_flush(s);
+  cr_assert_eq(c.status, 0, "%s", err_of(s));
+  for (uint32_t i = 0; i < NDEFER; i++) {
+    weir_subtask_snapshot got;
+    cr_assert_eq(weir_store_load(s, id2, "v", i, &got), 0, "%s", err_of(s));
+    assert_same(&keep[i], &got);
+    weir_subtask_snapshot_free(&got);
+    weir_subtask_snapshot_free(&keep[i]);
+  }
+  weir_store_close(s);
+  for (uint32_t i = 0; i <= NDEFER; i++) weir_subtask_snapshot_free(&d[i].src);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+Test(store, views_are_read_ahead_by_reader_threads, .timeout = 60) {
+  deferred_writes("2");
+}
+
+Test(store, views_are_read_by_the_writer_without_readers, .timeout = 60) {
+  deferred_writes("0");
 }
 
 /* The commit of a group's transaction fails: every write in it fails, each

@@ -146,8 +146,8 @@ static void write_state(weir_job *job, uint64_t id, weir_subtask_snapshot *s) {
 
 /* ---- the synchronous part --------------------------------------------------- */
 
-/* Runs on the store's writer thread: the view's entries into the
- * snapshot. */
+/* Runs on a store thread (a view reader, or the writer): the view's
+ * entries into the snapshot. */
 static void fill_from_view(void *arg, weir_subtask_snapshot *s, int run) {
   weir__cow *v = arg;
   if (run) {

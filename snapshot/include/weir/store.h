@@ -166,8 +166,9 @@ typedef struct weir_subtask_snapshot {
   void (*blob_release)(uint8_t *blob, uint64_t len);
   /* Deferred u64 state (a copy-on-write view, read off the owner's
    * thread): if set, fill(fill_arg, snap, 1) sets n_u64, u64_keys and
-   * u64_values before anything reads them (the store does it on its writer
-   * thread), or fill(fill_arg, snap, 0) lets go of the view unread; exactly
+   * u64_values before anything reads them (the store does it on one of its
+   * own threads, a view reader or the writer, soon after the write is
+   * queued), or fill(fill_arg, snap, 0) lets go of the view unread; exactly
    * one of the two happens. */
   void (*fill)(void *arg, struct weir_subtask_snapshot *snap, int run);
   void *fill_arg;
