@@ -561,27 +561,28 @@ void weir__u64_chunk_write(weir__chunk_id id, const uint64_t *keys, const uint64
   weir__env_seal(buf, WEIR_STORE_FORMAT, WEIR__KIND_U64, (uint32_t)(p - start));
 }
 
-size_t weir__u64_values_len(weir__chunk_id id, const uint64_t *values, size_t n, size_t *vlen) {
-  size_t q = 0;
-  for (size_t i = 0; i < n; i++) q += weir__varint_len(values[i]);
-  *vlen = q;
-  return WEIR__ENV_HDR + scalar_len(id.ckpt) + scalar_len(id.record) + scalar_len(id.seq) + 1 +
-         weir__varint_len(q) + q;
-}
-
-void weir__u64_values_write(weir__chunk_id id, const uint64_t *values, size_t n, size_t vlen,
-                            uint8_t *buf) {
+/* One pass: the values are encoded past room for the longest length
+ * prefix they can need, and moved back the byte or two the prefix did not
+ * use (only a short chunk's, a few KB at most). Sizing them first costs a
+ * second pass over values that are no longer in the cache: the encoding of
+ * a checkpoint's values took twice as long that way. */
+_Static_assert(WEIR__CHUNK_BUDGET < (1u << 21), "a values chunk's length prefix takes 3 bytes");
+size_t weir__u64_values_encode(weir__chunk_id id, const uint64_t *values, size_t n, uint8_t *buf) {
   WEIR_ASSERT(n > 0);
   uint8_t *start = buf + WEIR__ENV_HDR, *p = start;
   p = put_scalar(p, 0x08, id.ckpt);   /* 1: checkpoint */
   p = put_scalar(p, 0x10, id.record); /* 2: record */
   p = put_scalar(p, 0x18, id.seq);    /* 3: seq */
   *p++ = 0x2a;                        /* 5: values, packed varint */
-  p = put_varint(p, vlen);
-  uint8_t *v0 = p;
-  for (size_t i = 0; i < n; i++) p = put_varint(p, values[i]);
-  WEIR_ASSERT((size_t)(p - v0) == vlen);
+  uint8_t *v0 = p + 3, *e = v0;
+  for (size_t i = 0; i < n; i++) e = put_varint(e, values[i]);
+  size_t vlen = (size_t)(e - v0);
+  WEIR_ASSERT(vlen <= WEIR__CHUNK_BUDGET);
+  uint8_t *at = put_varint(p, vlen);
+  if (at != v0) memmove(at, v0, vlen);
+  p = at + vlen;
   weir__env_seal(buf, WEIR_STORE_FORMAT, WEIR__KIND_U64_VALUES, (uint32_t)(p - start));
+  return (size_t)(p - buf);
 }
 
 size_t weir__u64_chunk_fill(weir__chunk_id id, const uint64_t *keys, const uint64_t *values,

@@ -153,11 +153,10 @@ size_t weir__u64_chunk_plan(weir__chunk_id id, const uint64_t *values, size_t av
 void weir__u64_chunk_write(weir__chunk_id id, const uint64_t *keys, const uint64_t *values,
                            size_t n, size_t vlen, uint8_t *buf);
 /* The values-only chunk of a subtask whose keys are shared: the n values
- * (n >= 1, their varints *vlen bytes) as one U64Values value. len returns
- * its length, write encodes it into buf. */
-size_t weir__u64_values_len(weir__chunk_id id, const uint64_t *values, size_t n, size_t *vlen);
-void weir__u64_values_write(weir__chunk_id id, const uint64_t *values, size_t n, size_t vlen,
-                            uint8_t *buf);
+ * (n >= 1) as one U64Values value, encoded into buf in one pass over them;
+ * returns its length. Their varints must fit WEIR__CHUNK_BUDGET (any n up
+ * to WEIR__U64_SHAREABLE does). */
+size_t weir__u64_values_encode(weir__chunk_id id, const uint64_t *values, size_t n, uint8_t *buf);
 /* The same value as weir__u64_chunk_encode, made by protobuf-c's generic
  * packer: for tests, which check that the two agree byte for byte. */
 size_t weir__u64_chunk_encode_pb(weir__chunk_id id, const uint64_t *keys, const uint64_t *values,

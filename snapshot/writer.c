@@ -660,15 +660,17 @@ typedef struct chunker {
   uint64_t d;    /* bytes: data bytes emitted; blob: offset */
   uint64_t dend; /* bytes: end of the data of the headed entries */
   uint32_t chunks[3];
-  /* A u64 chunk is only planned by chunker_next (its length known, its
-   * bytes not yet written): chunker_write puts it where it goes. It holds
-   * the pn entries before i, and had the seq before id's. */
+  /* A u64 chunk with keys is only planned by chunker_next (its length
+   * known, its bytes not yet written): chunker_write puts it where it goes.
+   * It holds the pn entries before i, and had the seq before id's. A
+   * values-only chunk is encoded into buf like the others: sizing its
+   * varints first would read the values twice. */
   int planned;
   size_t pn, pvlen;
 } chunker;
 
 /* The next chunk: returns 1 with *len, or 0 when there is none left. A u64
- * chunk is planned (c->planned; chunker_write encodes it into its
+ * chunk with keys is planned (c->planned; chunker_write encodes it into its
  * destination), any other encoded into buf. */
 static int chunker_next(chunker *c, uint8_t *buf, size_t *len) {
   const weir_subtask_snapshot *sn = c->snap;
@@ -684,7 +686,7 @@ static int chunker_next(chunker *c, uint8_t *buf, size_t *len) {
       }
       if (c->share) {
         c->pn = c->share->counts[c->chunks[0]];
-        *len = weir__u64_values_len(c->id, sn->u64_values + c->i, c->pn, &c->pvlen);
+        *len = weir__u64_values_encode(c->id, sn->u64_values + c->i, c->pn, buf);
       } else {
         *len = weir__u64_chunk_plan(c->id, sn->u64_values + c->i, (size_t)(sn->n_u64 - c->i),
                                     &c->pn, &c->pvlen);
@@ -693,8 +695,8 @@ static int chunker_next(chunker *c, uint8_t *buf, size_t *len) {
           c->counts = weir_realloc(c->counts, c->counts_cap * sizeof *c->counts);
         }
         c->counts[c->chunks[0]] = (uint32_t)c->pn;
+        c->planned = 1;
       }
-      c->planned = 1;
       c->i += c->pn;
       c->chunks[0]++;
       c->id.seq++;
@@ -756,10 +758,7 @@ static void chunker_write(const chunker *c, uint8_t *dst) {
   const weir_subtask_snapshot *sn = c->snap;
   weir__chunk_id id = {c->id.ckpt, c->id.record, c->id.seq - 1};
   uint64_t at = c->i - c->pn;
-  if (c->share)
-    weir__u64_values_write(id, sn->u64_values + at, c->pn, c->pvlen, dst);
-  else
-    weir__u64_chunk_write(id, sn->u64_keys + at, sn->u64_values + at, c->pn, c->pvlen, dst);
+  weir__u64_chunk_write(id, sn->u64_keys + at, sn->u64_values + at, c->pn, c->pvlen, dst);
 }
 
 /* The writer's own CPU time and the wall time since a span began, added
@@ -1752,17 +1751,18 @@ static void log_stats(const weir_store *s) {
   if (s->stats.writes == 0 && s->stats.commits == 0) return;
 #define MS(ns) ((double)(ns) / 1e6)
   uint64_t cpu = s->stats.read_cpu + s->stats.encode_cpu + s->stats.txn_cpu + s->stats.commit_cpu;
-  WEIR_LOG_D("store %s: writer thread: %llu subtask writes (%llu chunks, %.1f MB) and %llu "
-             "commits took %.0f ms of CPU: reading state views %.0f, encoding and LMDB puts "
-             "%.0f, chunk transactions %.0f (%.0f ms wall, syncs included), checkpoint commits "
-             "%.0f (%.0f ms wall); %llu writes shared the keys of an earlier checkpoint (%llu "
-             "entries); encoding u64 chunks into their pages took %.0f ms of the encoding and "
-             "puts; %llu state views read ahead by %d reader threads in %.0f ms of CPU",
-             s->path, (ull)s->stats.writes, (ull)s->stats.chunks, (double)s->stats.bytes / 1e6,
-             (ull)s->stats.commits, MS(cpu), MS(s->stats.read_cpu), MS(s->stats.encode_cpu),
-             MS(s->stats.txn_cpu), MS(s->stats.txn_wall), MS(s->stats.commit_cpu),
-             MS(s->stats.commit_wall), (ull)s->stats.shared_writes, (ull)s->stats.shared_entries,
-             MS(s->stats.fill_cpu), (ull)s->rd_fills, s->nreaders, MS(s->rd_cpu));
+  WEIR_LOG_D(
+      "store %s: writer thread: %llu subtask writes (%llu chunks, %.1f MB) and %llu "
+      "commits took %.0f ms of CPU: reading state views %.0f, encoding and LMDB puts "
+      "%.0f, chunk transactions %.0f (%.0f ms wall, syncs included), checkpoint commits "
+      "%.0f (%.0f ms wall); %llu writes shared the keys of an earlier checkpoint (%llu "
+      "entries); encoding u64 chunks with keys into their pages took %.0f ms of the encoding and "
+      "puts; %llu state views read ahead by %d reader threads in %.0f ms of CPU",
+      s->path, (ull)s->stats.writes, (ull)s->stats.chunks, (double)s->stats.bytes / 1e6,
+      (ull)s->stats.commits, MS(cpu), MS(s->stats.read_cpu), MS(s->stats.encode_cpu),
+      MS(s->stats.txn_cpu), MS(s->stats.txn_wall), MS(s->stats.commit_cpu),
+      MS(s->stats.commit_wall), (ull)s->stats.shared_writes, (ull)s->stats.shared_entries,
+      MS(s->stats.fill_cpu), (ull)s->rd_fills, s->nreaders, MS(s->rd_cpu));
 #undef MS
 }
 

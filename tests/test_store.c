@@ -683,6 +683,54 @@ Test(codec, chunks) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
+/* Values-only chunks are encoded in one pass, their length prefix written
+ * after them: every prefix length (1, 2 and 3 bytes), one-byte values and
+ * values of every varint length up to the most a shared chunk holds,
+ * decode to the same values. */
+Test(codec, values_chunks_of_every_prefix_length) {
+  uint8_t *buf = weir_malloc(WEIR__CHUNK_MAX);
+  enum { MOST = 40000 };
+  uint64_t *vals = weir_malloc(MOST * sizeof *vals);
+  char err[256];
+  const struct {
+    size_t n;
+    int wide;
+  } cases[] = {{1, 0},
+               {3, 0},
+               {127, 0},
+               {128, 0},
+               {16383, 0},
+               {16384, 0},
+               {MOST, 0},
+               {1, 1},
+               {200, 1},
+               {2000, 1},
+               {WEIR__U64_SHAREABLE, 1}};
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    size_t n = cases[k].n;
+    int wide = cases[k].wide;
+    for (size_t i = 0; i < n; i++) {
+      uint64_t r = rnd();
+      vals[i] = wide ? r >> (r & 63) : r & 0x7f;
+    }
+    weir__chunk_id id = {11, 4, (uint32_t)k};
+    size_t len = weir__u64_values_encode(id, vals, n, buf);
+    cr_assert_leq(len, WEIR__CHUNK_MAX);
+    weir__chunk c;
+    cr_assert_eq(weir__chunk_decode(buf, len, id, &c, err, sizeof err), 0, "%zu values: %s", n,
+                 err);
+    cr_assert_eq(c.kind, WEIR__KIND_U64_VALUES);
+    cr_assert_eq(c.n, n);
+    cr_assert_arr_eq(c.values, vals, n * sizeof *vals, "%zu values, wide %d", n, wide);
+    weir__chunk_free(&c);
+    /* Exactly its length: one byte less is refused. */
+    cr_assert_eq(weir__chunk_decode(buf, len - 1, id, &c, err, sizeof err), WEIR_ECORRUPT);
+  }
+  weir_free(vals);
+  weir_free(buf);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
 /* ---- store: job record and ids ---------------------------------------------------- */
 
 TestSuite(store, .init = setup, .fini = teardown);

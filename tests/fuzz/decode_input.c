@@ -310,8 +310,7 @@ static size_t planned(const weir__chunk *c) {
   if (c->kind == WEIR__KIND_U64) {
     for (size_t i = 0; i < c->n; i++) sz += 8 + weir__varint_len(c->values[i]);
   } else if (c->kind == WEIR__KIND_U64_VALUES) {
-    size_t vlen;
-    return weir__u64_values_len(c->id, c->values, c->n, &vlen) <= WEIR__CHUNK_MAX ? 0 : SIZE_MAX;
+    for (size_t i = 0; i < c->n; i++) sz += weir__varint_len(c->values[i]);
   } else if (c->kind == WEIR__KIND_BYTES) {
     for (size_t i = 0; i < c->n; i++)
       sz += 8 + weir__varint_len(c->klen[i]) + weir__varint_len(c->vlen[i]);
@@ -329,9 +328,7 @@ static void round_trip_chunk(const weir__chunk *c, weir__chunk_id expect) {
   if (c->kind == WEIR__KIND_U64) {
     n = weir__u64_chunk_encode(c->id, c->keys, c->values, c->n, buf);
   } else if (c->kind == WEIR__KIND_U64_VALUES) {
-    size_t vlen;
-    n = weir__u64_values_len(c->id, c->values, c->n, &vlen);
-    weir__u64_values_write(c->id, c->values, c->n, vlen, buf);
+    n = weir__u64_values_encode(c->id, c->values, c->n, buf);
   } else if (c->kind == WEIR__KIND_BYTES)
     n = weir__bytes_chunk_encode(c->id, c->route, c->klen, c->vlen, c->n, c->data, c->data_len,
                                  buf);

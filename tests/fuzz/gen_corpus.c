@@ -169,9 +169,7 @@ static void chunks(void) {
   put2("u64-6", FZ_CHUNK, 8, 2, 0, buf, n);
   n = weir__u64_chunk_encode((weir__chunk_id){8, 2, 1}, keys, values, 100, buf);
   put2("u64-100", FZ_CHUNK, 8, 2, 1, buf, n);
-  size_t vbytes;
-  n = weir__u64_values_len((weir__chunk_id){9, 2, 0}, values, 70, &vbytes);
-  weir__u64_values_write((weir__chunk_id){9, 2, 0}, values, 70, vbytes, buf);
+  n = weir__u64_values_encode((weir__chunk_id){9, 2, 0}, values, 70, buf);
   put2("u64-values-70", FZ_CHUNK, 9, 2, 0, buf, n);
 
   const uint64_t route[3] = {7, 7 << 20, UINT64_MAX};
