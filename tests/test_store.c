@@ -1773,6 +1773,19 @@ Test(store, read_only_beside_a_writer) {
 
 /* ---- store: grouped writes ------------------------------------------------------------ */
 
+/* Loads subtasks [0, n) of op from checkpoint id, checks each against
+ * keep[i] and frees keep[i]. */
+static void assert_loaded(weir_store *s, uint64_t id, const char *op, weir_subtask_snapshot *keep,
+                          uint32_t n) {
+  for (uint32_t i = 0; i < n; i++) {
+    weir_subtask_snapshot got;
+    cr_assert_eq(weir_store_load(s, id, op, i, &got), 0, "%s", err_of(s));
+    assert_same(&keep[i], &got);
+    weir_subtask_snapshot_free(&got);
+    weir_subtask_snapshot_free(&keep[i]);
+  }
+}
+
 /* Holds the writer thread in a done() callback (no transaction is open
  * there) until released, so that the writes queued meanwhile are all
  * waiting when it goes on: no timing involved. */
@@ -1900,13 +1913,7 @@ Test(store, queued_writes_commit_in_one_transaction, .timeout = 60) {
   cr_assert_eq(weir_store_commit(s, &ci, on_done, &c), 0);
   weir_store_flush(s);
   cr_assert_eq(c.status, 0, "%s", err_of(s));
-  for (uint32_t i = 0; i < NGROUP; i++) {
-    weir_subtask_snapshot got;
-    cr_assert_eq(weir_store_load(s, id, "w", i, &got), 0, "%s", err_of(s));
-    assert_same(&keep[i], &got);
-    weir_subtask_snapshot_free(&got);
-    weir_subtask_snapshot_free(&keep[i]);
-  }
+  assert_loaded(s, id, "w", keep, NGROUP);
 
   /* Three 3 MB blobs behind the gate: one group, committed every
    * WEIR__TXN_CHUNKS chunks. */
@@ -1938,13 +1945,7 @@ Test(store, queued_writes_commit_in_one_transaction, .timeout = 60) {
   cr_assert_eq(weir_store_commit(s, &ci, on_done, &c), 0);
   weir_store_flush(s);
   cr_assert_eq(c.status, 0, "%s", err_of(s));
-  for (uint32_t i = 0; i < 3; i++) {
-    weir_subtask_snapshot got;
-    cr_assert_eq(weir_store_load(s, id2, "b", i, &got), 0, "%s", err_of(s));
-    assert_same(&keep[i], &got);
-    weir_subtask_snapshot_free(&got);
-    weir_subtask_snapshot_free(&keep[i]);
-  }
+  assert_loaded(s, id2, "b", keep, 3);
   cr_assert_eq(weir_store_verify(s, id2), 0, "%s", err_of(s));
   weir_store_close(s);
   cr_assert_eq(th_leak_check(), 0);
@@ -2051,13 +2052,7 @@ static void deferred_writes(const char *readers) {
   cr_assert_eq(weir_store_commit(s, &ci, on_done, &c), 0);
   weir_store_flush(s);
   cr_assert_eq(c.status, 0, "%s", err_of(s));
-  for (uint32_t i = 0; i < NDEFER; i++) {
-    weir_subtask_snapshot got;
-    cr_assert_eq(weir_store_load(s, id2, "v", i, &got), 0, "%s", err_of(s));
-    assert_same(&keep[i], &got);
-    weir_subtask_snapshot_free(&got);
-    weir_subtask_snapshot_free(&keep[i]);
-  }
+  assert_loaded(s, id2, "v", keep, NDEFER);
   weir_store_close(s);
   for (uint32_t i = 0; i <= NDEFER; i++) weir_subtask_snapshot_free(&d[i].src);
   cr_assert_eq(th_leak_check(), 0);
