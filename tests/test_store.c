@@ -1881,6 +1881,77 @@ Test(store, fork_waits_for_the_writer_between_requests, .timeout = 60) {
   weir_store_close(s);
 }
 
+/* The same while a view is read: a fork waits until the read is over
+ * (the reader holds the fork guard while it reads, as the writer does
+ * while it waits for the read), and the child sees the fill finished. */
+static pthread_mutex_t g_rd_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_rd_cv = PTHREAD_COND_INITIALIZER;
+static int g_rd_in, g_rd_go;
+static atomic_int g_rd_done;
+
+static void blocking_fill(void *arg, weir_subtask_snapshot *sn, int run) {
+  (void)arg;
+  if (!run) return;
+  pthread_mutex_lock(&g_rd_mu);
+  g_rd_in = 1;
+  pthread_cond_broadcast(&g_rd_cv);
+  while (!g_rd_go) pthread_cond_wait(&g_rd_cv, &g_rd_mu);
+  pthread_mutex_unlock(&g_rd_mu);
+  weir_subtask_snapshot tmp;
+  snap_u64(&tmp, "x", 0, 1, 100);
+  sn->n_u64 = tmp.n_u64;
+  sn->u64_keys = tmp.u64_keys;
+  sn->u64_values = tmp.u64_values;
+  tmp.u64_keys = tmp.u64_values = NULL;
+  weir_subtask_snapshot_free(&tmp);
+  atomic_store(&g_rd_done, 1); /* before the reader lets go of the fork guard */
+}
+
+static void *fork_reader_main(void *arg) {
+  forker *f = arg;
+  pid_t pid = fork();
+  if (pid == 0)
+    _exit(atomic_load(&g_rd_done) ? 0 : 1); /* the child's copy: the fill had finished */
+  atomic_store(&f->forked, 1);
+  int st = -1;
+  if (pid < 0 || waitpid(pid, &st, 0) != pid) st = -1;
+  f->status = st;
+  return NULL;
+}
+
+Test(store, fork_waits_for_a_reader_at_work, .timeout = 60) {
+  setenv("WEIR_STORE_READERS", "1", 1);
+  weir_store *s = open_with_job(NULL);
+  unsetenv("WEIR_STORE_READERS");
+  uint64_t id = next_id(s);
+  weir_subtask_snapshot sn;
+  snap_u64(&sn, "x", 0, 1, 0);
+  sn.u64_keys_version = 100;
+  sn.fill = blocking_fill;
+  seen w = {0};
+  cr_assert_eq(weir_store_write_subtask(s, id, &sn, on_done, &w), 0);
+  pthread_mutex_lock(&g_rd_mu);
+  while (!g_rd_in) pthread_cond_wait(&g_rd_cv, &g_rd_mu);
+  pthread_mutex_unlock(&g_rd_mu);
+  fflush(NULL);
+  forker f = {0};
+  atomic_init(&f.forked, 0);
+  cr_assert_eq(pthread_create(&f.th, NULL, fork_reader_main, &f), 0);
+  weir_sleep_us(200000);
+  int early = atomic_load(&f.forked);
+  pthread_mutex_lock(&g_rd_mu);
+  g_rd_go = 1;
+  pthread_cond_broadcast(&g_rd_cv);
+  pthread_mutex_unlock(&g_rd_mu);
+  pthread_join(f.th, NULL);
+  cr_assert_eq(early, 0, "fork() went ahead while a reader was filling a view");
+  cr_assert(f.status >= 0 && WIFEXITED(f.status) && WEXITSTATUS(f.status) == 0,
+            "the child was forked while the reader was at work (status %d)", f.status);
+  weir_store_flush(s);
+  cr_assert_eq(w.status, 0, "%s", err_of(s));
+  weir_store_close(s);
+}
+
 #define NGROUP 10
 
 /* Writes queued behind a busy writer are written in one transaction (one
