@@ -642,6 +642,30 @@ size_t weir__blob_chunk_encode(weir__chunk_id id, const uint8_t *data, size_t da
   return seal_chunk(&m.base, WEIR__KIND_BLOB, buf);
 }
 
+static size_t blob_payload_len(weir__chunk_id id, size_t data_len) {
+  size_t n = scalar_len(id.ckpt) + scalar_len(id.record) + scalar_len(id.seq);
+  return data_len ? n + 1 + weir__varint_len(data_len) + data_len : n;
+}
+
+size_t weir__blob_chunk_len(weir__chunk_id id, size_t data_len) {
+  return WEIR__ENV_HDR + blob_payload_len(id, data_len);
+}
+
+void weir__blob_chunk_write(weir__chunk_id id, const uint8_t *data, size_t data_len, uint8_t *buf) {
+  size_t n = blob_payload_len(id, data_len);
+  WEIR_ASSERT(WEIR__ENV_HDR + n <= WEIR__CHUNK_MAX);
+  uint8_t *p = buf + WEIR__ENV_HDR;
+  p = put_scalar(p, 0x08, id.ckpt);   /* 1: checkpoint */
+  p = put_scalar(p, 0x10, id.record); /* 2: record */
+  p = put_scalar(p, 0x18, id.seq);    /* 3: seq */
+  if (data_len) {
+    *p++ = 0x22; /* 4: data, bytes */
+    p = put_varint(p, data_len);
+    memcpy(p, data, data_len);
+  }
+  weir__env_seal(buf, WEIR_STORE_FORMAT, WEIR__KIND_BLOB, (uint32_t)n);
+}
+
 static int check_chunk_id(weir__chunk_id got, weir__chunk_id expect, char *err, size_t errlen) {
   if (got.ckpt == expect.ckpt && got.record == expect.record && got.seq == expect.seq) return 0;
   return fail(WEIR_ECORRUPT, err, errlen,

@@ -166,6 +166,11 @@ size_t weir__bytes_chunk_encode(weir__chunk_id id, const uint64_t *route, const 
                                 size_t data_len, uint8_t *buf);
 size_t weir__blob_chunk_encode(weir__chunk_id id, const uint8_t *data, size_t data_len,
                                uint8_t *buf);
+/* The same blob chunk in two steps, for a value LMDB reserves (no copy
+ * of the data through a buffer): len returns its length, write encodes it
+ * into buf. The bytes are weir__blob_chunk_encode's (tests compare). */
+size_t weir__blob_chunk_len(weir__chunk_id id, size_t data_len);
+void weir__blob_chunk_write(weir__chunk_id id, const uint8_t *data, size_t data_len, uint8_t *buf);
 
 /* A decoded chunk: views into the decoded message, valid until
  * weir__chunk_free. */

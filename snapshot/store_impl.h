@@ -142,7 +142,7 @@ struct weir_store {
     uint64_t writes, chunks, bytes, commits;
     uint64_t read_cpu, encode_cpu, txn_cpu, txn_wall, commit_cpu, commit_wall;
     uint64_t shared_writes, shared_entries;
-    uint64_t fill_cpu; /* of encode_cpu: writing u64 chunks' bytes (chunker_write) */
+    uint64_t fill_cpu; /* of encode_cpu: writing planned chunks' bytes (chunker_write) */
   } stats;
 
   int test_child_signal;    /* tests: verify's child raises this signal */

@@ -660,9 +660,10 @@ typedef struct chunker {
   uint64_t d;    /* bytes: data bytes emitted; blob: offset */
   uint64_t dend; /* bytes: end of the data of the headed entries */
   uint32_t chunks[3];
-  /* A u64 chunk with keys is only planned by chunker_next (its length
-   * known, its bytes not yet written): chunker_write puts it where it goes.
-   * It holds the pn entries before i, and had the seq before id's. A
+  /* A u64 chunk with keys, or a blob chunk, is only planned by
+   * chunker_next (its length known, its bytes not yet written):
+   * chunker_write puts it where it goes. It holds the pn entries before i
+   * (blob: the pn bytes before d), and had the seq before id's. A
    * values-only chunk is encoded into buf like the others: sizing its
    * varints first would read the values twice. */
   int planned;
@@ -670,8 +671,8 @@ typedef struct chunker {
 } chunker;
 
 /* The next chunk: returns 1 with *len, or 0 when there is none left. A u64
- * chunk with keys is planned (c->planned; chunker_write encodes it into its
- * destination), any other encoded into buf. */
+ * chunk with keys or a blob chunk is planned (c->planned; chunker_write
+ * encodes it into its destination), any other encoded into buf. */
 static int chunker_next(chunker *c, uint8_t *buf, size_t *len) {
   const weir_subtask_snapshot *sn = c->snap;
   const uint64_t budget = WEIR__CHUNK_BUDGET;
@@ -741,7 +742,11 @@ static int chunker_next(chunker *c, uint8_t *buf, size_t *len) {
       }
       uint64_t take = sn->blob_len - c->d;
       if (take > budget) take = budget;
-      *len = weir__blob_chunk_encode(c->id, sn->blob + c->d, (size_t)take, buf);
+      /* Planned, like a u64 chunk with keys: the blob goes straight
+       * into its page (channel state is most of an unaligned checkpoint). */
+      *len = weir__blob_chunk_len(c->id, (size_t)take);
+      c->planned = 1;
+      c->pn = (size_t)take;
       c->d += take;
       c->chunks[2]++;
       c->id.seq++;
@@ -757,6 +762,10 @@ static int chunker_next(chunker *c, uint8_t *buf, size_t *len) {
 static void chunker_write(const chunker *c, uint8_t *dst) {
   const weir_subtask_snapshot *sn = c->snap;
   weir__chunk_id id = {c->id.ckpt, c->id.record, c->id.seq - 1};
+  if (c->phase == 2) {
+    weir__blob_chunk_write(id, sn->blob + (c->d - c->pn), c->pn, dst);
+    return;
+  }
   uint64_t at = c->i - c->pn;
   weir__u64_chunk_write(id, sn->u64_keys + at, sn->u64_values + at, c->pn, c->pvlen, dst);
 }
@@ -1756,8 +1765,9 @@ static void log_stats(const weir_store *s) {
       "commits took %.0f ms of CPU: reading state views %.0f, encoding and LMDB puts "
       "%.0f, chunk transactions %.0f (%.0f ms wall, syncs included), checkpoint commits "
       "%.0f (%.0f ms wall); %llu writes shared the keys of an earlier checkpoint (%llu "
-      "entries); encoding u64 chunks with keys into their pages took %.0f ms of the encoding and "
-      "puts; %llu state views read ahead by %d reader threads in %.0f ms of CPU",
+      "entries); writing planned chunks (u64 with keys, blobs) into their pages took %.0f ms of "
+      "the "
+      "encoding and puts; %llu state views read ahead by %d reader threads in %.0f ms of CPU",
       s->path, (ull)s->stats.writes, (ull)s->stats.chunks, (double)s->stats.bytes / 1e6,
       (ull)s->stats.commits, MS(cpu), MS(s->stats.read_cpu), MS(s->stats.encode_cpu),
       MS(s->stats.txn_cpu), MS(s->stats.txn_wall), MS(s->stats.commit_cpu),

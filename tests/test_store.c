@@ -683,6 +683,30 @@ Test(codec, chunks) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
+/* Blob chunks planned and written straight into their destination are
+ * protobuf-c's bytes exactly, at every length prefix up to the budget. */
+Test(codec, blob_chunk_direct_encoder_matches_protobuf_c) {
+  uint8_t *a = weir_malloc(WEIR__CHUNK_MAX), *b = weir_malloc(WEIR__CHUNK_MAX);
+  uint8_t *data = weir_malloc(WEIR__CHUNK_BUDGET);
+  for (size_t i = 0; i < WEIR__CHUNK_BUDGET; i++) data[i] = (uint8_t)rnd();
+  const size_t lens[] = {0, 1, 127, 128, 16383, 16384, WEIR__CHUNK_BUDGET};
+  const weir__chunk_id ids[] = {{0, 0, 0}, {1, 2, 3}, {UINT64_MAX, UINT32_MAX, UINT32_MAX}};
+  for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
+    for (size_t j = 0; j < sizeof ids / sizeof *ids; j++) {
+      size_t want = weir__blob_chunk_encode(ids[j], data, lens[k], a);
+      size_t len = weir__blob_chunk_len(ids[j], lens[k]);
+      cr_assert_eq(len, want, "%zu bytes: length %zu, protobuf-c %zu", lens[k], len, want);
+      memset(b, 0xa5, WEIR__CHUNK_MAX);
+      weir__blob_chunk_write(ids[j], data, lens[k], b);
+      cr_assert_eq(memcmp(a, b, want), 0, "%zu bytes, id %zu: the bytes differ", lens[k], j);
+    }
+  }
+  weir_free(data);
+  weir_free(b);
+  weir_free(a);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
 /* Values-only chunks are encoded in one pass, their length prefix written
  * after them: every prefix length (1, 2 and 3 bytes), one-byte values and
  * values of every varint length up to the most a shared chunk holds,
