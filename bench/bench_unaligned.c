@@ -26,8 +26,9 @@
  * 10 ms). For each mode: throughput (the generator's records in those S
  * seconds) and its ratio to the mean of the two runs without checkpoints
  * around it (median over repetitions); checkpoint duration, trigger to
- * durable, p50 and p99 over every checkpoint of every repetition (not the
- * final one, nor one still in flight at the stop: both wait for the job
+ * durable (to 0.1 ms), p50 and p99 over every checkpoint of every
+ * repetition (not the final one, nor one still in flight at the stop:
+ * both wait for the job
  * to drain); the share of checkpoints with unaligned cuts and the
  * channel state per checkpoint (records the barriers overtook, average).
  *
@@ -98,7 +99,7 @@ static void remove_store(const char *dir) {
 typedef struct result {
   double rate;
   uint32_t n;          /* checkpoints, final excluded */
-  uint32_t ms[256];    /* their durations */
+  double ms[256];      /* their durations, ms (from microseconds) */
   uint64_t unaligned;  /* completed with unaligned cuts */
   uint64_t chan_bytes; /* channel state over the run */
   uint64_t checkpoints;
@@ -138,7 +139,7 @@ static void run(const cfg *c, const mode *m, const char *dir, result *out) {
   memset(out, 0, sizeof *out);
   out->rate = rate;
   out->n = bench_window_checkpoints(ri);
-  memcpy(out->ms, ri->checkpoint_ms, out->n * sizeof out->ms[0]);
+  for (uint32_t i = 0; i < out->n; i++) out->ms[i] = ri->checkpoint_us[i] / 1000.0;
   out->unaligned = ri->unaligned_checkpoints;
   out->chan_bytes = ri->channel_state_bytes;
   out->checkpoints = ri->checkpoints;
@@ -244,7 +245,7 @@ int main(int argc, char **argv) {
       bytes[k] += m.chan_bytes;
       double tmpv[256];
       for (uint32_t i = 0; i < m.n; i++) tmpv[i] = m.ms[i];
-      printf("  rep %d  %-10s %8.3fM/s  %3u checkpoints, p50 %.0f ms, %llu unaligned\n", rep + 1,
+      printf("  rep %d  %-10s %8.3fM/s  %3u checkpoints, p50 %.1f ms, %llu unaligned\n", rep + 1,
              modes[k].name, m.rate / 1e6, m.n, pct(tmpv, m.n, 0.5),
              (unsigned long long)m.unaligned);
       printf("  rep %d  %-10s %8.3fM/s\n", rep + 1, "none", r.rate / 1e6);

@@ -365,7 +365,7 @@ static void ck_progress(coord *c) {
       ck_abort(c, ck.id, ck.commit_status, "its commit failed");
       return;
     }
-    uint64_t ms = (weir_clock_mono_ns() - ck.trigger_ns) / 1000000u;
+    uint64_t took_ns = weir_clock_mono_ns() - ck.trigger_ns, ms = took_ns / 1000000u;
     char un[96] = "";
     if (job->unaligned)
       snprintf(un, sizeof un, ", %s, channel state %llu bytes",
@@ -380,6 +380,9 @@ static void ck_progress(coord *c) {
       uint64_t us = ck.align_ns / 1000u;
       job->info.alignment_us[job->info.checkpoint_ms_n] =
           us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+      uint64_t took_us = took_ns / 1000u;
+      job->info.checkpoint_us[job->info.checkpoint_ms_n] =
+          took_us > UINT32_MAX ? UINT32_MAX : (uint32_t)took_us;
       job->info.checkpoint_ms[job->info.checkpoint_ms_n++] = (uint32_t)ms;
     }
     job->info.last_checkpoint = ck.id;

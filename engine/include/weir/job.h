@@ -460,12 +460,14 @@ typedef struct weir_run_info {
    * the channel state they stored (record bytes, before envelopes). */
   uint64_t unaligned_checkpoints;
   uint64_t channel_state_bytes;
-  /* Durations (trigger to durable, ms) of the first WEIR_RUN_INFO_DURATIONS
-   * checkpoints this run completed, for benchmarks, and their alignment
-   * times in microseconds (the longest any task waited from its first
-   * barrier to its last; sync mode: trigger to drained). */
+  /* Durations (trigger to durable, ms, and the same in microseconds) of the
+   * first WEIR_RUN_INFO_DURATIONS checkpoints this run completed, for
+   * benchmarks, and their alignment times in microseconds (the longest any
+   * task waited from its first barrier to its last; sync mode: trigger to
+   * drained). */
   uint32_t checkpoint_ms_n;
   uint32_t checkpoint_ms[256];
+  uint32_t checkpoint_us[256];
   uint32_t alignment_us[256];
   /* How many of those completed before weir_job_stop() was handled (all of
    * them if it never was): one still in flight at the stop waits for the
