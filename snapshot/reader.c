@@ -10,13 +10,14 @@
  * channels): a run of the counter lost about twice the writer's CPU share.
  * Read on other threads, the reading overlaps the writer's encoding of the
  * writes before it, and on several threads it can overlap itself. Only
- * the reading moves here: encoding and LMDB stay on the writer thread, in queue order.
+ * the reading moves here: encoding and LMDB stay on the writer thread, in
+ * queue order.
  *
- * Protocol (rd_mu guards the queue and every request's fill_state):
- *   post:   a write with a deferred fill is queued here too (QUEUED);
- *   reader: takes the oldest QUEUED one (RUNNING), fills it, DONE;
+ * Protocol (rd_mu guards the queue and every offered request's rd_filled):
+ *   post:   a write with a deferred fill is queued here too (rd_offered);
+ *   reader: takes the oldest one off the queue, fills it, sets rd_filled;
  *   writer: before it touches a write's snapshot, weir__readers_claim()
- *           waits for DONE.
+ *           waits for rd_filled.
  * The writer does not take a queued fill back to do it itself: it has
  * nothing else to do meanwhile, and when the workers keep every core busy
  * it is often woken before the readers, so it would read the views one
@@ -61,7 +62,6 @@ static void *reader_main(void *arg) {
     weir__req *r = s->rd_head;
     s->rd_head = r->rd_next;
     if (s->rd_head == NULL) s->rd_tail = NULL;
-    r->fill_state = WEIR__FILL_RUNNING;
     pthread_mutex_unlock(&s->rd_mu);
     weir_fork_hold();
     uint64_t cpu = weir_clock_thread_cpu_ns();
@@ -71,7 +71,7 @@ static void *reader_main(void *arg) {
     pthread_mutex_lock(&s->rd_mu);
     s->rd_cpu += cpu;
     s->rd_fills++;
-    r->fill_state = WEIR__FILL_DONE;
+    r->rd_filled = 1;
     pthread_cond_broadcast(&s->rd_done_cv);
   }
   pthread_mutex_unlock(&s->rd_mu);
@@ -92,11 +92,11 @@ void weir__readers_start(weir_store *s) {
   }
 }
 
-int weir__readers_offer(weir_store *s, weir__req *r) {
-  if (s->nreaders == 0 || r->type != WEIR__REQ_WRITE || r->snap.fill == NULL) return 0;
+void weir__readers_offer(weir_store *s, weir__req *r) {
+  if (s->nreaders == 0 || r->type != WEIR__REQ_WRITE || r->snap.fill == NULL) return;
   pthread_mutex_lock(&s->rd_mu);
   r->rd_offered = 1;
-  r->fill_state = WEIR__FILL_QUEUED;
+  r->rd_filled = 0;
   r->rd_next = NULL;
   if (s->rd_tail)
     s->rd_tail->rd_next = r;
@@ -105,14 +105,12 @@ int weir__readers_offer(weir_store *s, weir__req *r) {
   s->rd_tail = r;
   pthread_cond_signal(&s->rd_cv);
   pthread_mutex_unlock(&s->rd_mu);
-  return 1;
 }
 
 void weir__readers_claim(weir_store *s, weir__req *r) {
   if (!r->rd_offered) return;
   pthread_mutex_lock(&s->rd_mu);
-  while (r->fill_state != WEIR__FILL_DONE) pthread_cond_wait(&s->rd_done_cv, &s->rd_mu);
-  r->fill_state = WEIR__FILL_NONE;
+  while (!r->rd_filled) pthread_cond_wait(&s->rd_done_cv, &s->rd_mu);
   r->rd_offered = 0;
   pthread_mutex_unlock(&s->rd_mu);
 }

@@ -28,14 +28,6 @@ typedef enum {
   WEIR__REQ_STOP
 } weir__req_type;
 
-/* Where a write's deferred fill is (reader.c). */
-typedef enum {
-  WEIR__FILL_NONE = 0, /* none, or done and claimed by the writer */
-  WEIR__FILL_QUEUED,   /* waiting for a reader */
-  WEIR__FILL_RUNNING,  /* a reader is filling it */
-  WEIR__FILL_DONE      /* filled, not yet claimed */
-} weir__fill_state;
-
 typedef struct weir__req {
   struct weir__req *next;
   weir__req_type type;
@@ -51,9 +43,8 @@ typedef struct weir__req {
   /* WRITE with a deferred fill: the view readers' part (reader.c; under
    * the store's rd_mu). */
   int rd_offered; /* set when offered, cleared when claimed (never by a reader) */
-  int fill_state; /* weir__fill_state */
+  int rd_filled;  /* a reader has filled it (under rd_mu) */
   struct weir__req *rd_next;
-  uint64_t *vsums;      /* the filled values' varint sums (weir__u64_vlen_sums), or NULL */
   weir__job_rec job;    /* JOB_BEGIN: result */
   uint64_t from, limit; /* RESERVE: lowest id wanted; new durable limit */
 } weir__req;
@@ -110,7 +101,7 @@ struct weir_store {
 
   /* view readers (reader.c) */
   pthread_mutex_t rd_mu;     /* guards rd_head, rd_tail, rd_stop, rd_cpu, rd_fills and
-                                every queued request's fill_state */
+                                every offered request's rd_filled */
   pthread_cond_t rd_cv;      /* readers wait for work */
   pthread_cond_t rd_done_cv; /* the writer waits for a fill in progress */
   weir__req *rd_head, *rd_tail;
@@ -189,9 +180,9 @@ int weir__collect_orphans(weir_store *s, uint64_t *chunks, uint64_t *ckpts);
 /* reader.c */
 /* Starts the view reader threads (none on one core). */
 void weir__readers_start(weir_store *s);
-/* Offers a queued write's deferred fill to the readers: 1 if taken (the
+/* Offers a queued write's deferred fill, if it has one, to the readers (the
  * writer must weir__readers_claim it before touching its snapshot). */
-int weir__readers_offer(weir_store *s, weir__req *r);
+void weir__readers_offer(weir_store *s, weir__req *r);
 /* Writer thread: makes r's snapshot the writer's again, once a reader
  * has filled it. */
 void weir__readers_claim(weir_store *s, weir__req *r);

@@ -1708,7 +1708,7 @@ void weir__writer_post(weir_store *s, weir__req *r) {
     weir_free(r);
     return;
   }
-  (void)weir__readers_offer(s, r); /* its view read ahead, if it has one */
+  weir__readers_offer(s, r); /* its view read ahead, if it has one */
   enqueue(s, r);
 }
 
@@ -1765,9 +1765,9 @@ static void log_stats(const weir_store *s) {
       "commits took %.0f ms of CPU: reading state views %.0f, encoding and LMDB puts "
       "%.0f, chunk transactions %.0f (%.0f ms wall, syncs included), checkpoint commits "
       "%.0f (%.0f ms wall); %llu writes shared the keys of an earlier checkpoint (%llu "
-      "entries); writing planned chunks (u64 with keys, blobs) into their pages took %.0f ms of "
-      "the "
-      "encoding and puts; %llu state views read ahead by %d reader threads in %.0f ms of CPU",
+      "entries); of the encoding and puts, writing planned chunks (u64 with keys, blobs) into "
+      "their pages took %.0f ms; %llu state views read ahead by %d reader threads in %.0f ms "
+      "of CPU",
       s->path, (ull)s->stats.writes, (ull)s->stats.chunks, (double)s->stats.bytes / 1e6,
       (ull)s->stats.commits, MS(cpu), MS(s->stats.read_cpu), MS(s->stats.encode_cpu),
       MS(s->stats.txn_cpu), MS(s->stats.txn_wall), MS(s->stats.commit_cpu),

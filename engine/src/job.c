@@ -310,6 +310,12 @@ static void on_committed(void *user, int status, const weir_store_written *w) {
 }
 
 /* Moves the pending checkpoint along; called on every wake-up. */
+/* Nanoseconds as microseconds in a u32 (saturating), for weir_run_info. */
+static uint32_t us_u32(uint64_t ns) {
+  uint64_t us = ns / 1000u;
+  return us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+}
+
 static void ck_progress(coord *c) {
   weir_job *job = c->job;
   pthread_mutex_lock(&job->ck_mu);
@@ -377,13 +383,10 @@ static void ck_progress(coord *c) {
     job->info.unaligned_checkpoints += ck.unaligned ? 1 : 0;
     job->info.channel_state_bytes += ck.channel_bytes;
     if (job->info.checkpoint_ms_n < WEIR_RUN_INFO_DURATIONS) {
-      uint64_t us = ck.align_ns / 1000u;
-      job->info.alignment_us[job->info.checkpoint_ms_n] =
-          us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
-      uint64_t took_us = took_ns / 1000u;
-      job->info.checkpoint_us[job->info.checkpoint_ms_n] =
-          took_us > UINT32_MAX ? UINT32_MAX : (uint32_t)took_us;
-      job->info.checkpoint_ms[job->info.checkpoint_ms_n++] = (uint32_t)ms;
+      uint32_t k = job->info.checkpoint_ms_n++;
+      job->info.alignment_us[k] = us_u32(ck.align_ns);
+      job->info.checkpoint_us[k] = us_u32(took_ns);
+      job->info.checkpoint_ms[k] = (uint32_t)ms;
     }
     job->info.last_checkpoint = ck.id;
     job->info.checkpoints++;
