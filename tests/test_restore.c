@@ -120,6 +120,21 @@ static weir_run_opts opts(const char *state) {
   return o;
 }
 
+/* The checkpoints stored in `state`: one from the middle and the last. */
+static void stored_ids(const char *state, uint64_t *mid, uint64_t *last) {
+  weir_store *st = NULL;
+  weir_store_opts so = {.read_only = 1};
+  cr_assert_eq(weir_store_open(&st, state, &so), 0);
+  weir_store_ckpt *list = NULL;
+  size_t n = 0;
+  cr_assert_eq(weir_store_list(st, &list, &n), 0);
+  cr_assert_gt(n, 0, "no checkpoint completed");
+  *mid = list[n / 2].id;
+  *last = list[n - 1].id;
+  weir_free(list);
+  weir_store_close(st);
+}
+
 /* Run 1 at parallelism p, stopped after a third of the records (every key
  * has state by then). Returns the id of a checkpoint from its middle in
  * *mid and its last in *last. */
@@ -135,17 +150,7 @@ static void run_stopped(const char *state, int p, uint64_t *mid, uint64_t *last)
   cr_assert_eq(weir_job_run(cfg.job, &o), 0, "run 1: %s", weir_job_error(cfg.job));
   cr_assert(weir_job_stopped(cfg.job), "run 1 was not stopped");
   weir_job_destroy(cfg.job);
-  weir_store *st = NULL;
-  weir_store_opts so = {.read_only = 1};
-  cr_assert_eq(weir_store_open(&st, state, &so), 0);
-  weir_store_ckpt *list = NULL;
-  size_t n = 0;
-  cr_assert_eq(weir_store_list(st, &list, &n), 0);
-  cr_assert_gt(n, 0, "no checkpoint completed");
-  *mid = list[n / 2].id;
-  *last = list[n - 1].id;
-  weir_free(list);
-  weir_store_close(st);
+  stored_ids(state, mid, last);
 }
 
 /* Runs the job at parallelism p restored from checkpoint id; returns
@@ -375,4 +380,55 @@ Test(restore, without_proc_maps) {
   setenv("WEIR_NO_PROC_MAPS", "1", 1);
   stopped_then_restored(3);
   unsetenv("WEIR_NO_PROC_MAPS");
+}
+
+/* Run 1 of stopped_then_restored with WEIR_TASK_READS_VIEWS=`reads` (who
+ * reads the copy-on-write views: the task itself, or the store's
+ * readers); returns the pages its operators copied for views, and a
+ * checkpoint from its middle in *mid. */
+static uint64_t run_reading(const char *state, const char *reads, uint64_t *mid) {
+  setenv("WEIR_TASK_READS_VIEWS", reads, 1);
+  memset(&cfg, 0, sizeof cfg);
+  cfg.stop_after = 2 * N / 3;
+  cfg.rate = N;
+  cfg.job = build(2);
+  cfg.rate = 0;
+  weir_run_opts o = opts(state);
+  cr_assert_eq(weir_job_run(cfg.job, &o), 0, "run 1: %s", weir_job_error(cfg.job));
+  unsetenv("WEIR_TASK_READS_VIEWS");
+  const weir_run_info *ri = weir_job_run_info(cfg.job);
+  cr_assert_gt(ri->checkpoints, 2, "only %llu checkpoints", (unsigned long long)ri->checkpoints);
+  uint64_t copied = ri->cow_pages_copied;
+  weir_job_destroy(cfg.job);
+  uint64_t last;
+  stored_ids(state, mid, &last);
+  cr_assert_lt(*mid, last);
+  return copied;
+}
+
+/* Views read by their own task (WEIR_TASK_READS_VIEWS=1, the default when
+ * the workers take every core): the task reads each view right after it
+ * forwards the barrier, before it updates anything, so no page is ever
+ * copied for a view, and the checkpoints restore exactly. Read by the
+ * store's readers (0), they restore exactly too (the owners copy the pages
+ * they update first; how many depends on timing, so it is not asserted). */
+Test(restore, views_read_by_their_task_copy_nothing) {
+  for (int reads = 1; reads >= 0; reads--) {
+    char *dir = th_tmpdir();
+    cr_assert_not_null(dir);
+    char state[600];
+    snprintf(state, sizeof state, "%s/state", dir);
+    uint64_t mid;
+    uint64_t copied = run_reading(state, reads ? "1" : "0", &mid);
+    if (reads)
+      cr_assert_eq(copied, 0, "views read by their task: %llu pages copied",
+                   (unsigned long long)copied);
+    else
+      cr_log_info("views read by the store's readers: %llu pages copied",
+                  (unsigned long long)copied);
+    restore_exact(state, 2, mid);
+    th_rmrf(dir);
+    free(dir);
+  }
+  cr_assert_eq(th_leak_check(), 0);
 }

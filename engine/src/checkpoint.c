@@ -7,7 +7,10 @@
  * DESIGN
  * The copy is taken on the task's own thread at the moment of the cut (after
  * alignment, before the barrier is forwarded), so the snapshot reflects
- * exactly the records before the barrier on every input. Serialising and
+ * exactly the records before the barrier on every input. Keyed u64 state
+ * is a copy-on-write view, read by the store's reader threads or, when the
+ * workers take every core (job.c, views_on_tasks), by the task itself once
+ * it has forwarded the barrier (weir__task_write_held). Serialising and
  * writing happen on the store-writer thread; its completion callback counts
  * the acknowledgement under the job's ck_mu and wakes the coordinator. An
  * acknowledgement for a checkpoint that is no longer pending (aborted by
@@ -259,9 +262,33 @@ static int task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns, int unal
                        (unsigned long long)id);
       return rc;
     }
+    if (t->hold_views && s.fill) {
+      if (t->nheld == t->held_cap) {
+        t->held_cap = t->held_cap ? 2 * t->held_cap : 4;
+        t->held_snaps = weir_realloc(t->held_snaps, t->held_cap * sizeof *t->held_snaps);
+      }
+      t->held_snaps[t->nheld++] = s;
+      t->held_id = id;
+      continue;
+    }
     write_state(job, id, &s);
   }
   return 0;
+}
+
+void weir__task_write_held(weir__task *t) {
+  for (uint32_t i = 0; i < t->nheld; i++) {
+    weir_subtask_snapshot_fill(&t->held_snaps[i]);
+    write_state(t->job, t->held_id, &t->held_snaps[i]);
+  }
+  t->nheld = 0;
+}
+
+void weir__task_drop_held(weir__task *t) {
+  for (uint32_t i = 0; i < t->nheld; i++) weir_subtask_snapshot_free(&t->held_snaps[i]);
+  weir_free(t->held_snaps);
+  t->held_snaps = NULL;
+  t->nheld = t->held_cap = 0;
 }
 
 int weir__task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns) {

@@ -174,12 +174,17 @@ struct weir_job {
   weir__pending_ckpt ck;
   weir_run_info info;
   _Atomic uint64_t restore_build_ns;   /* the slowest subtask's, so far */
+  _Atomic uint64_t cow_copies;         /* pages copied for views, by closed tasks */
   _Atomic uint64_t restore_install_ns; /* of it, after open: the slowest subtask's */
   int recover_only; /* a finished job: only tell operators its last checkpoint completed */
   /* Barrier handling of this run: 0 aligned (or at-least-once, or sync),
    * WEIR__UNALIGNED_ALWAYS, or WEIR__UNALIGNED_TIMEOUT (aligned first, an
    * unaligned cut once alignment_timeout_ms passed). */
   int unaligned;
+  /* Copy-on-write views of keyed state are read by their own task right
+   * after it forwards the barrier, not by the store's reader threads: set
+   * when the workers leave no core free (job.c). */
+  int views_on_tasks;
 };
 
 /* Records the job's first failure (later ones are dropped) and wakes the

@@ -66,6 +66,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/types.h> /* before sys/random.h (macOS) */
 #include <sys/random.h>
@@ -120,6 +121,7 @@ void weir_job_stop(weir_job *job) {
 const weir_run_info *weir_job_run_info(const weir_job *job) {
   weir_job *j = (weir_job *)job; /* the build time is gathered from the subtasks */
   j->info.restore_build_ms = (double)atomic_load(&j->restore_build_ns) / 1e6;
+  j->info.cow_pages_copied = atomic_load(&j->cow_copies);
   j->info.restore_ms = j->info.restore_read_ms + (double)atomic_load(&j->restore_install_ns) / 1e6;
   if (!atomic_load(&j->stopping)) j->info.checkpoint_ms_before_stop = j->info.checkpoint_ms_n;
   return &job->info;
@@ -996,6 +998,22 @@ static void random_job_id(char out[40]) {
            b[15]);
 }
 
+/* Who reads a checkpoint's copy-on-write views. The store's reader threads
+ * read them beside the workers; that is free only on a core no worker
+ * needs. When the workers take every core, a reader preempts one, and
+ * through the hash shuffle the others soon wait for it too; and while it
+ * reads, the owner copies every page it updates. Read by their own task
+ * right after it forwards the barrier, the views cost each worker only
+ * its own read, at about the same moment, and nothing is copied.
+ * WEIR_TASK_READS_VIEWS=1 or 0 chooses either way. */
+static int views_on_tasks(uint32_t workers) {
+  const char *e = getenv("WEIR_TASK_READS_VIEWS");
+  if (e && (e[0] == '0' || e[0] == '1') && !e[1]) return e[0] == '1';
+  if (e) WEIR_LOG_W("WEIR_TASK_READS_VIEWS=%s: not 0 or 1, ignored", e);
+  unsigned cores = uv_available_parallelism();
+  return workers >= cores;
+}
+
 static void apply_defaults(weir_run_opts *o) {
   if (o->workers <= 0) {
     int n = (int)uv_available_parallelism();
@@ -1049,6 +1067,7 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
     return weir_job_fail(job, WEIR_EINVAL, "tolerable checkpoint failures: %d is not a count",
                          job->opts.tolerable_checkpoint_failures);
   job->nworkers = (uint32_t)job->opts.workers;
+  job->views_on_tasks = views_on_tasks(job->nworkers);
   int rc = weir__plan_freeze(job);
   if (rc) return rc;
 

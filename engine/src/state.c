@@ -135,13 +135,15 @@ weir__cow *weir__u64_cow_begin(weir__u64map *m) {
 
 /* Before the owner writes slot j: make sure the view keeps the page as it
  * was. */
-static void cow_touch(weir__cow *c, uint64_t j) {
+static void cow_touch(weir__u64map *m, uint64_t j) {
+  weir__cow *c = m->cow;
   uint64_t p = j / WEIR__COW_PAGE;
   uint8_t st = atomic_load_explicit(&c->state[p], memory_order_acquire);
   if (st >= PAGE_COPIED) return;
   if (st == PAGE_LIVE) {
     uint64_t off = 2 * p * WEIR__COW_PAGE;
     memcpy(c->arena + off, c->slots + off, page_slots(c, p) * 16);
+    m->cow_copies++;
     uint8_t live = PAGE_LIVE;
     if (atomic_compare_exchange_strong_explicit(&c->state[p], &live, PAGE_COPIED,
                                                 memory_order_acq_rel, memory_order_acquire))
@@ -158,7 +160,7 @@ static inline void cow_write(weir__u64map *m, uint64_t j) {
   if (atomic_load_explicit(&m->cow->finished, memory_order_acquire))
     cow_drop(m);
   else
-    cow_touch(m->cow, j);
+    cow_touch(m, j);
 }
 
 /* The store keeps u64 state in hash order (store.h): the order of the

@@ -40,6 +40,7 @@ typedef struct weir__u64map {
   int has_empty_key;
   uint64_t empty_key_value;
   uint64_t keys_version; /* weir__u64_keys_version; 0: keys changed since */
+  uint64_t cow_copies;   /* pages the owner copied for views (owner only) */
 } weir__u64map;
 
 /* A byte-string entry: hash, the routing key that created it, key, value. */

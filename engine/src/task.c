@@ -558,8 +558,10 @@ static int un_cut(weir__task *t, uint64_t id, const uint8_t *passed, uint64_t al
              (unsigned long long)id, t->index, (unsigned long long)t->cs.out_records, parts);
   /* A source's cut overtakes only its pending output: no entry if none. */
   int chan = t->nin > 0 || t->cs.out_records > 0;
+  t->hold_views = t->job->views_on_tasks;
   int rc =
       chan ? weir__task_snapshot_unaligned(t, id, align_ns) : weir__task_snapshot(t, id, align_ns);
+  t->hold_views = 0;
   if (rc) return rc;
   for (uint32_t k = 0; k < t->nrouters; k++) {
     weir__router *r = &t->routers[k];
@@ -572,6 +574,7 @@ static int un_cut(weir__task *t, uint64_t id, const uint8_t *passed, uint64_t al
       weir__task_wake_first(r->chans[j]->consumer);
     }
   }
+  weir__task_write_held(t);
   if (ur == WEIR__UN_COMPLETE) {
     if (chan) return cs_finish(t);
     (void)weir__unalign_done(&t->un);
@@ -808,8 +811,12 @@ static int take_checkpoint(weir__task *t, uint64_t id, uint64_t align_ns) {
   if (t->job->unaligned == WEIR__UNALIGNED_ALWAYS) return un_cut(t, id, NULL, align_ns);
   if (t->job->unaligned) weir__unalign_taken(&t->un, id);
   if (t->head_loop) t->log_id = id;
-  if (!sync_mode(t) && (rc = weir__task_snapshot(t, id, align_ns)) != 0) return rc;
+  t->hold_views = t->job->views_on_tasks;
+  if (!sync_mode(t)) rc = weir__task_snapshot(t, id, align_ns);
+  t->hold_views = 0;
+  if (rc) return rc;
   push_control(t, WEIR__MSG_BARRIER, id);
+  weir__task_write_held(t);
   /* A loop head now logs its feedback edges until the barrier is back. */
   if (t->head_loop) {
     if (weir__backlog_start(t->backlog, id) == WEIR__LOG_COMPLETE)
@@ -1343,6 +1350,8 @@ int weir__task_open(weir__task *t) {
 void weir__task_close(weir__task *t) {
   for (uint32_t i = 0; i < t->nops; i++) {
     weir_ctx *c = t->ops[i];
+    atomic_fetch_add(&t->job->cow_copies, c->state.u.cow_copies);
+    c->state.u.cow_copies = 0;
     if (!c->opened) continue;
     if (c->node->svt && c->node->svt->close)
       c->node->svt->close(c);
@@ -1356,6 +1365,7 @@ void weir__task_close(weir__task *t) {
   t->scanned = NULL;
   weir_free(t->in_off);
   t->in_off = NULL;
+  weir__task_drop_held(t);
   weir__cs_drop(&t->cs);
   if (t->replay) weir_blob_free(t->replay, t->replay_len, t->replay_release);
   t->replay = NULL;

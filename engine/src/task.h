@@ -133,7 +133,14 @@ struct weir__task {
   /* Checkpoints. */
   weir__align align;
   uint64_t ckpt_done; /* latest checkpoint this task snapshotted */
-  uint64_t notified;  /* latest completion/abort its operators were told */
+  /* Snapshots whose copy-on-write views this task reads itself, once the
+   * barrier is forwarded (checkpoint.c, weir__task_write_held): held only
+   * while hold_views is set around a cut. */
+  struct weir_subtask_snapshot *held_snaps;
+  uint32_t nheld, held_cap;
+  uint64_t held_id;
+  int hold_views;
+  uint64_t notified; /* latest completion/abort its operators were told */
   /* Effects in flight on an operator's own thread (the last poll said
    * WEIR_POLL_BUSY): the task neither finishes nor counts as told of the
    * final checkpoint until they land. */
@@ -188,6 +195,14 @@ int weir__task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns);
  * channel state (weir__task_write_channels) is one more write the
  * checkpoint must wait for. */
 int weir__task_snapshot_unaligned(weir__task *t, uint64_t id, uint64_t align_ns);
+/* checkpoint.c: reads the views of the snapshots weir__task_snapshot held
+ * (t->hold_views) and hands them to the store; the caller has forwarded
+ * the barrier, and the task has processed nothing since its cut, so the
+ * views are still the table itself and nothing is copied on write. */
+void weir__task_write_held(weir__task *t);
+/* checkpoint.c: frees snapshots still held (a task that failed between its
+ * cut and forwarding the barrier). */
+void weir__task_drop_held(weir__task *t);
 /* checkpoint.c: writes the task's channel state of checkpoint id (takes
  * the blob over) under its chain head's name + WEIR__CHANNELS_SUFFIX. */
 int weir__task_write_channels(weir__task *t, uint64_t id, uint8_t *blob, uint64_t len);

@@ -460,6 +460,10 @@ typedef struct weir_run_info {
    * the channel state they stored (record bytes, before envelopes). */
   uint64_t unaligned_checkpoints;
   uint64_t channel_state_bytes;
+  /* Pages of keyed u64 state (512 entries each) that operators copied
+   * because a checkpoint's copy-on-write view of them was not read yet
+   * when they updated them (counted when the tasks close). */
+  uint64_t cow_pages_copied;
   /* Durations (trigger to durable, ms, and the same in microseconds) of the
    * first WEIR_RUN_INFO_DURATIONS checkpoints this run completed, for
    * benchmarks, and their alignment times in microseconds (the longest any
