@@ -311,13 +311,13 @@ static void on_committed(void *user, int status, const weir_store_written *w) {
   weir__job_poke(job);
 }
 
-/* Moves the pending checkpoint along; called on every wake-up. */
 /* Nanoseconds as microseconds in a u32 (saturating), for weir_run_info. */
 static uint32_t us_u32(uint64_t ns) {
   uint64_t us = ns / 1000u;
   return us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
 }
 
+/* Moves the pending checkpoint along; called on every wake-up. */
 static void ck_progress(coord *c) {
   weir_job *job = c->job;
   pthread_mutex_lock(&job->ck_mu);
