@@ -34,9 +34,12 @@
  * lands), then PREPARE TRANSACTION gid; the gid is the handle. commit runs
  * on the commit thread's own connection (made at its first commit, made
  * again after a failure): COMMIT PREPARED gid, then the marker rows of this
- * subtask older than `markers` checkpoints (a URI parameter, default 100,
- * taken out like `table`) are pruned: weir keeps the last few checkpoints
- * (--retain, default 3), so no retained checkpoint can still need them. Connection
+ * subtask older than both `markers` checkpoints (a URI parameter, default
+ * 100, taken out like `table`) and the oldest epoch still pending when gid
+ * was prepared (weir_sink_commit.oldest_pending) are pruned: no checkpoint
+ * from gid's on lists an older one, and restoring one before it is refused
+ * as a rewind (below), so nothing can ask about them again. A recovered
+ * transaction prunes nothing (its oldest pending is not known). Connection
  * failures are retried (WEIR_EAGAIN) for up to COMMIT_GIVE_UP_MS, so a
  * restarted server is waited for: a prepared transaction survives it.
  *
@@ -891,10 +894,16 @@ static int pg_commit(void *dest, weir_sink_commit *c) {
   } else {
     weir_sink_io_count(c->io, WEIR_SINK_RESPONSES, 1);
   }
-  if (c->epoch > d->a->marker_keep) {
+  /* Checkpoint ids jump (a new run starts a new block of ids), and an epoch
+   * can stay pending through many checkpoints (restored, then carried until
+   * its commit is seen): never prune a marker a checkpoint from this one on
+   * may still ask about. */
+  uint64_t below = c->epoch > d->a->marker_keep ? c->epoch - d->a->marker_keep : 0;
+  if (below > c->oldest_pending) below = c->oldest_pending;
+  if (below > 0) {
     char sub[16], ck[24];
     snprintf(sub, sizeof sub, "%u", (unsigned)d->subtask);
-    snprintf(ck, sizeof ck, "%llu", (unsigned long long)(c->epoch - d->a->marker_keep));
+    snprintf(ck, sizeof ck, "%llu", (unsigned long long)below);
     const char *p[] = {d->job, d->sink, sub, ck};
     /* Best effort: a failed prune is retried by the next commit. */
     (void)run(d->cconn,

@@ -83,6 +83,7 @@ typedef struct txn {
   struct txn *next;  /* pending list (task thread) */
   struct txn *wnext; /* work or done list (under mu) */
   uint64_t epoch, precommit_ms;
+  uint64_t oldest_pending; /* weir_sink_commit's; 0 when recovered */
   int recovered;
   int queued; /* handed to the commit thread */
   weir_sink_buf handle;
@@ -264,6 +265,7 @@ static void queue(tp *t, txn *x) {
                             .len = x->handle.len,
                             .precommit_ms = x->precommit_ms,
                             .recovered = x->recovered,
+                            .oldest_pending = x->oldest_pending,
                             .job_id = t->job_id,
                             .sink = t->name,
                             .subtask = t->subtask,
@@ -410,6 +412,7 @@ static int pre_commit(tp *t, uint64_t epoch) {
   x->epoch = epoch;
   x->precommit_ms = weir_clock_wall_ms();
   pending_append(t, x);
+  x->oldest_pending = t->head->epoch;
   return weir_failpoint("sink.after_pre_commit");
 }
 

@@ -179,6 +179,22 @@ TX_FN int run_kill_after(job *j, int delay_ms, ...) {
   return rc;
 }
 
+/* The job id of j's state directory (weir checkpoints --json) into out. */
+TX_FN void job_id_into(const job *j, char *out, size_t cap) {
+  const char *argv[] = {WEIR_BINARY, "checkpoints", "--state-dir", j->state, "--json", NULL};
+  char *text = NULL;
+  int rc = th_run(argv, NULL, &text, NULL, RUN_TIMEOUT_S);
+  cr_assert_eq(rc, 0, "weir checkpoints: %d", rc);
+  char *p = strstr(text, "\"job\": \"");
+  cr_assert_not_null(p, "no job id in %s", text);
+  p += 8;
+  size_t n = strcspn(p, "\"");
+  cr_assert(n > 0 && n < cap);
+  memcpy(out, p, n);
+  out[n] = '\0';
+  free(text);
+}
+
 TX_FN void expect_killed_at(job *j, int rc, const char *err, const char *name) {
   char want[160];
   snprintf(want, sizeof want, "failpoint %s: kill", name);

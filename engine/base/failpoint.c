@@ -22,6 +22,7 @@ typedef struct point {
   char name[64];
   int action;
   unsigned at;
+  unsigned delay_ms; /* ACT_DELAY */
   int repeat;
   atomic_uint hits;
 } point;
@@ -69,9 +70,10 @@ static void parse(void) {
       p->action = ACT_ENOSPC;
     else if (!strcmp(act, "pause"))
       p->action = ACT_PAUSE;
-    else if (!strcmp(act, "delay"))
+    else if (!strcmp(act, "delay") || !strncmp(act, "delay:", 6)) {
       p->action = ACT_DELAY;
-    else {
+      p->delay_ms = act[5] == ':' ? (unsigned)strtoul(act + 6, NULL, 10) : 5;
+    } else {
       WEIR_LOG_W("WEIR_FAILPOINTS: unknown action '%s' for %s", act, p->name);
       continue;
     }
@@ -106,7 +108,7 @@ int weir_failpoint(const char *name) {
     raise(SIGSTOP);
     return 0;
   case ACT_DELAY: {
-    struct timespec ts = {0, 5000000L};
+    struct timespec ts = {(time_t)(p->delay_ms / 1000), (long)(p->delay_ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0) {
     }
     return 0;

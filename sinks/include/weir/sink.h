@@ -97,9 +97,16 @@ typedef struct weir_sink_commit {
   size_t len;
   uint64_t precommit_ms; /* wall clock when it was pre-committed */
   int recovered;         /* restored from a checkpoint: may have been applied before */
-  uint64_t progress;     /* the destination's: operations done in this process (0 at first) */
-  const char *job_id;    /* weir_ctx_job_id */
-  const char *sink;      /* the sink's name */
+  /* The oldest epoch of the subtask still pending when this one was
+   * pre-committed (this epoch itself if none was older); 0 when not known
+   * (recovered). No checkpoint from this epoch on lists an older epoch as
+   * pending, so once this epoch is committed, what the destination keeps to
+   * answer "was epoch e applied?" is needed only for e >= oldest_pending
+   * (restoring a checkpoint before this epoch is a rewind). */
+  uint64_t oldest_pending;
+  uint64_t progress;  /* the destination's: operations done in this process (0 at first) */
+  const char *job_id; /* weir_ctx_job_id */
+  const char *sink;   /* the sink's name */
   uint32_t subtask;
   weir_sink_io *io;
   char *err; /* a permanent error's message (errlen bytes) */

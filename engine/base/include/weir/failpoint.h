@@ -5,11 +5,11 @@
  * Each entry is NAME=ACTION[@N][+]: ACTION is kill (SIGKILL the process),
  * error (the call returns WEIR_EIO), enospc (the call returns WEIR_ENOSPC:
  * a full disk, where the point stands for a write), pause (SIGSTOP the
- * process, to be continued by SIGCONT) or delay (the calling thread sleeps
- * 5 ms, to widen a race window); @N fires on the N-th time the point is reached
- * (default 1); a trailing + keeps firing on every later hit. Unarmed points
- * cost one relaxed load. The table is process-wide by nature (one
- * environment per process) and read once, at the first call.
+ * process, to be continued by SIGCONT) or delay[:MS] (the calling thread
+ * sleeps MS milliseconds, default 5, to widen a race window); @N fires on the N-th time the point
+ * is reached (default 1); a trailing + keeps firing on every later hit. Unarmed points cost one
+ * relaxed load. The table is process-wide by nature (one environment per process) and read once, at
+ * the first call.
  */
 #ifndef WEIR_FAILPOINT_H
 #define WEIR_FAILPOINT_H
