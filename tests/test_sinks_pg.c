@@ -374,6 +374,22 @@ Test(pg_tx, markers_pruned) {
   pg_job_free(j);
 }
 
+/* One --restore latest that must end the job; returns the commits it
+ * found already made through their marker (the summary's "duplicates"). */
+static long long restore_duplicates(job *j) {
+  char sum[700], *err = NULL;
+  snprintf(sum, sizeof sum, "%s/summary.json", j->dir);
+  int rc = run_job(j, NULL, &err, "--restore", "latest", "--summary-json", sum, NULL);
+  cr_assert_eq(rc, 0, "restore: exit %d, stderr: %s\nhistory: %s", rc, err, j->history);
+  free(err);
+  char *t = th_read_file(sum, NULL);
+  cr_assert_not_null(t, "no %s", sum);
+  long long dups = 0;
+  for (char *q = t; (q = strstr(q, "\"duplicates\": ")) != NULL; q++) dups += atoll(q + 14);
+  free(t);
+  return dups;
+}
+
 /* Killed at failpoint NAME@hit; prepared transactions must be there when
  * want_prepared; then restored until done: exact, none prepared. */
 static void pg_kill(const char *name, unsigned hit, int want_prepared) {
@@ -392,17 +408,8 @@ static void pg_kill(const char *name, unsigned hit, int want_prepared) {
   if (!strcmp(name, "sink.after_commit")) {
     /* The restore commits the epoch again: COMMIT PREPARED says 42704, the
      * marker says it was committed: a duplicate, not an error. */
-    char sum[700];
-    snprintf(sum, sizeof sum, "%s/summary.json", j->dir);
-    rc = run_job(j, NULL, &err, "--restore", "latest", "--summary-json", sum, NULL);
-    cr_assert_eq(rc, 0, "restore: %s", err);
-    free(err);
-    char *t = th_read_file(sum, NULL);
-    cr_assert_not_null(t, "no %s", sum);
-    long long dups = 0;
-    for (char *q = t; (q = strstr(q, "\"duplicates\": ")) != NULL; q++) dups += atoll(q + 14);
-    free(t);
-    cr_assert_geq(dups, 1, "no marker-resolved commit counted: %s\nhistory: %s", sum, j->history);
+    cr_assert_geq(restore_duplicates(j), 1, "no marker-resolved commit counted\nhistory: %s",
+                  j->history);
   }
   restore_until_done(j);
   check_pg(j, c);
@@ -462,17 +469,8 @@ Test(pg_tx, restored_pending_keeps_its_marker) {
                "latest", NULL);
   expect_killed_at(j, rc, err, "sink.after_commit");
   free(err);
-  char sum[700];
-  snprintf(sum, sizeof sum, "%s/summary.json", j->dir);
-  rc = run_job(j, NULL, &err, "--restore", "latest", "--summary-json", sum, NULL);
-  cr_assert_eq(rc, 0, "restore: exit %d, stderr: %s\nhistory: %s", rc, err, j->history);
-  free(err);
-  char *t = th_read_file(sum, NULL);
-  cr_assert_not_null(t, "no %s", sum);
-  long long dups = 0;
-  for (char *q = t; (q = strstr(q, "\"duplicates\": ")) != NULL; q++) dups += atoll(q + 14);
-  free(t);
-  cr_assert_geq(dups, 1, "nothing committed again through its marker\nhistory: %s", j->history);
+  cr_assert_geq(restore_duplicates(j), 1, "nothing committed again through its marker\nhistory: %s",
+                j->history);
   check_pg(j, c);
   PQfinish(c);
   pg_job_free(j);
