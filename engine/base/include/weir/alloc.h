@@ -23,10 +23,15 @@ void *weir_malloc_big(size_t n);
  * per checkpoint): weir_pool_alloc hands out one that weir_pool_free gave
  * back when one is big enough, so the memory is already mapped and
  * touched; otherwise a fresh one (weir_malloc_big). The pool keeps at most
- * a few arrays (WEIR_POOL_KEEP) and 1 GiB; past that, weir_pool_free frees.
- * Thread-safe. weir_pool_free(NULL) is a no-op. Not to be mixed with
- * weir_free. */
-#define WEIR_POOL_KEEP 8
+ * WEIR_POOL_KEEP arrays and 1 GiB; past that, weir_pool_free frees. A
+ * checkpoint has two arrays in flight per keyed subtask until the store
+ * wrote them, and the next may start before: 32 covers a job of a few keyed
+ * operators on a few cores (8 made a 6-operator job on 2 cores fault in
+ * four fresh arrays at every checkpoint). What it holds was in use at once
+ * before (arrays far bigger than a request are not handed out for it, so
+ * give or take those). Thread-safe. weir_pool_free(NULL) is a no-op. Not
+ * to be mixed with weir_free. */
+#define WEIR_POOL_KEEP 32
 void *weir_pool_alloc(size_t n);
 void weir_pool_free(void *p);
 /* Cache-line aligned memory (64 bytes), released with weir_free(). */
