@@ -34,7 +34,10 @@
  *
  * Recovery from checkpoint r removes the in-progress file and every part of
  * an epoch after r, pending or committed (committed ones exist only after a
- * --restore of an older checkpoint: rewinding the job rewinds its output).
+ * --restore of an older checkpoint: rewinding the job rewinds its output);
+ * subtask 0 does the same for subtasks the job no longer has (restored with
+ * a lower parallelism). A pending part of a subtask that is gone is
+ * committed under its own name by the subtask that took it over.
  * A fresh start (no checkpoint restored) removes every part of the subtask:
  * a new run replaces the output of the previous one, and nothing of an
  * unfinished run was ever committed before its first checkpoint completed.
@@ -61,7 +64,7 @@
 typedef struct fdest {
   char *dir;
   char *name;
-  uint32_t subtask;
+  uint32_t subtask, parallelism;
   int checkpointing;
   weir_format_fn fmt;
   int fd;           /* the open part, -1 if none */
@@ -123,14 +126,14 @@ static int sync_dir(const char *dir) {
 
 /* <dir>/<name>-<s>-<epoch><suffix>, or <dir>/<name>-<s><suffix> for
  * epoch 0 (a job without checkpoints). */
-static char *part_path(const fdest *f, uint64_t epoch, const char *suffix) {
+static char *part_path(const fdest *f, uint32_t s, uint64_t epoch, const char *suffix) {
   size_t n = strlen(f->dir) + strlen(f->name) + strlen(suffix) + 48;
   char *p = weir_malloc(n);
   if (epoch)
-    snprintf(p, n, "%s/%s-%u-%llu%s", f->dir, f->name, (unsigned)f->subtask,
-             (unsigned long long)epoch, suffix);
+    snprintf(p, n, "%s/%s-%u-%llu%s", f->dir, f->name, (unsigned)s, (unsigned long long)epoch,
+             suffix);
   else
-    snprintf(p, n, "%s/%s-%u%s", f->dir, f->name, (unsigned)f->subtask, suffix);
+    snprintf(p, n, "%s/%s-%u%s", f->dir, f->name, (unsigned)s, suffix);
   return p;
 }
 
@@ -142,17 +145,20 @@ static int lb_write(weir_ctx *ctx, void *sink, const char *p, size_t n) {
   return 0;
 }
 
-/* What a directory entry is to this subtask: 1 and *epoch for one of its
- * parts (<name>-<s>-<n>.txt[.pending], or epoch 0 for <name>-<s>.txt[.pending]
+/* What a directory entry is to this sink: 1, with *sub and *epoch, for a
+ * part (<name>-<s>-<n>.txt[.pending], or epoch 0 for <name>-<s>.txt[.pending]
  * and <name>-<s>.inprogress, with *committed), else 0. */
-static int parse_part(const fdest *f, const char *e, uint64_t *epoch, int *committed) {
-  char pre[300];
-  int n = snprintf(pre, sizeof pre, "%s-%u", f->name, (unsigned)f->subtask);
-  if (n <= 0 || (size_t)n >= sizeof pre || strncmp(e, pre, (size_t)n) != 0) return 0;
-  const char *p = e + n;
+static int parse_part(const fdest *f, const char *e, uint32_t *sub, uint64_t *epoch,
+                      int *committed) {
+  size_t n = strlen(f->name);
+  if (strncmp(e, f->name, n) != 0 || e[n] != '-' || e[n + 1] < '0' || e[n + 1] > '9') return 0;
+  char *end;
+  unsigned long long s = strtoull(e + n + 1, &end, 10);
+  if (s > UINT32_MAX) return 0;
+  *sub = (uint32_t)s;
+  const char *p = end;
   *epoch = 0;
   if (*p == '-') {
-    char *end;
     if (p[1] < '0' || p[1] > '9') return 0;
     *epoch = strtoull(p + 1, &end, 10);
     p = end;
@@ -172,8 +178,11 @@ static int parse_part(const fdest *f, const char *e, uint64_t *epoch, int *commi
 }
 
 /* Removes this subtask's parts with epoch > after (every part, epoch 0
- * included, when all is set). Returns the number of transactions removed
- * (pending or committed parts; the in-progress file is not one) or -errno. */
+ * included, when all is set), and subtask 0 those of the subtasks the job
+ * no longer has (a run with a lower parallelism than an earlier one: their
+ * pending epochs were taken over, see twophase.c). Returns the number of
+ * transactions removed (pending or committed parts; the in-progress file
+ * is not one) or -errno. */
 static int remove_parts(weir_ctx *ctx, fdest *f, uint64_t after, int all) {
   DIR *d = opendir(f->dir);
   if (!d) {
@@ -184,8 +193,10 @@ static int remove_parts(weir_ctx *ctx, fdest *f, uint64_t after, int all) {
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
     uint64_t epoch;
+    uint32_t sub;
     int committed = 0;
-    if (!parse_part(f, e->d_name, &epoch, &committed)) continue;
+    if (!parse_part(f, e->d_name, &sub, &epoch, &committed)) continue;
+    if (sub != f->subtask && (f->subtask != 0 || sub < f->parallelism)) continue;
     int inprogress = strstr(e->d_name, ".inprogress") != NULL;
     if (!all && !inprogress && epoch <= after) continue;
     size_t n = strlen(f->dir) + strlen(e->d_name) + 2;
@@ -198,8 +209,8 @@ static int remove_parts(weir_ctx *ctx, fdest *f, uint64_t after, int all) {
       removed++;
       if (!all)
         WEIR_LOG_I("sink '%s' subtask %u: removed %s part of epoch %llu (after checkpoint %llu)",
-                   f->name, f->subtask, committed ? "committed" : "pending",
-                   (unsigned long long)epoch, (unsigned long long)after);
+                   f->name, sub, committed ? "committed" : "pending", (unsigned long long)epoch,
+                   (unsigned long long)after);
     }
     weir_free(p);
     if (rc < 0) break;
@@ -232,12 +243,13 @@ static int file_open(weir_ctx *ctx, void **out) {
   f->dir = weir_strdup(a->dir);
   f->name = weir_strdup(weir_ctx_name(ctx));
   f->subtask = weir_ctx_subtask(ctx);
+  f->parallelism = weir_ctx_parallelism(ctx);
   f->checkpointing = weir_ctx_checkpointing(ctx);
   f->fmt = a->fmt;
   f->fd = -1;
   f->ctx = ctx;
-  f->open_path =
-      f->checkpointing ? part_path(f, 0, ".inprogress") : part_path(f, 0, ".txt.pending");
+  f->open_path = f->checkpointing ? part_path(f, f->subtask, 0, ".inprogress")
+                                  : part_path(f, f->subtask, 0, ".txt.pending");
   weir__linebuf_init(&f->lb, FILE_BUF, FILE_BUF, lb_write, f);
   /* A fresh start replaces what an earlier run of this subtask left. */
   if (!weir_ctx_restoring(ctx) && (rc = remove_parts(ctx, f, 0, 1)) < 0) {
@@ -286,7 +298,7 @@ static int file_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_
   f->fd = -1;
   if (rc < 0)
     return weir_ctx_fail(ctx, rc, "cannot close '%s': %s", f->open_path, weir_strerror(rc));
-  char *pending = part_path(f, epoch, ".txt.pending");
+  char *pending = part_path(f, f->subtask, epoch, ".txt.pending");
   if (strcmp(pending, f->open_path) != 0 && rename(f->open_path, pending) != 0) {
     rc = -errno;
     rc = weir_ctx_fail(ctx, rc, "cannot rename '%s' to '%s': %s", f->open_path, pending,
@@ -307,8 +319,8 @@ static int file_abort_after(weir_ctx *ctx, void *dest, uint64_t id) {
 /* On the commit thread: .pending -> .txt, idempotently. */
 static int file_commit(void *dest, weir_sink_commit *c) {
   fdest *f = dest;
-  char *pending = part_path(f, c->epoch, ".txt.pending");
-  char *final = part_path(f, c->epoch, ".txt");
+  char *pending = part_path(f, c->origin, c->epoch, ".txt.pending");
+  char *final = part_path(f, c->origin, c->epoch, ".txt");
   int rc = 0;
   uint64_t want = 0;
   for (int i = 7; i >= 0 && c->len == 8; i--) want = (want << 8) | c->handle[i];

@@ -4,7 +4,8 @@
  *
  * Handle: u32 count, then per operation u32 length + the formatted record,
  * u32 length + its content id (length 0: none, the operation id is then
- * derived from subtask, epoch and index). Little-endian.
+ * derived from the subtask that wrote it (weir_sink_commit.origin), epoch and
+ * index). Little-endian.
  */
 #include <stdio.h>
 #include <string.h>
@@ -96,7 +97,7 @@ int weir__oplog_next(weir__oplog_reader *rd, weir__op *op) {
     snprintf(op->id, sizeof op->id, "%s/%s/c/%.*s", c->job_id, c->sink, (int)clen,
              (const char *)content);
   else
-    snprintf(op->id, sizeof op->id, "%s/%s/w/%u/%llu/%llu", c->job_id, c->sink,
-             (unsigned)c->subtask, (unsigned long long)c->epoch, (unsigned long long)op->index);
+    snprintf(op->id, sizeof op->id, "%s/%s/w/%u/%llu/%llu", c->job_id, c->sink, (unsigned)c->origin,
+             (unsigned long long)c->epoch, (unsigned long long)op->index);
   return 0;
 }

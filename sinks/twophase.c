@@ -21,9 +21,16 @@
  * `mu`. Counters are atomics written by either thread; the task publishes
  * them as named counters (weir_ctx_count) at each poll.
  *
- * State (little-endian): "WSK1", u64 checkpoint id, 8 x u64 counter totals,
+ * State (little-endian): "WSK2", u64 checkpoint id, 8 x u64 counter totals,
  * u32 npending, then per pending transaction: u64 epoch, u64 precommit_ms,
- * u64 handle length, handle bytes.
+ * u32 origin (the subtask that pre-committed it), u64 handle length, handle
+ * bytes. ("WSK1", written before, has no origin: the subtask's own.)
+ * Records append (weir_operator_vt.rescalable): restored with another
+ * parallelism, a subtask gets the records of the old subtasks it takes
+ * over one after the other, and commits their pending transactions under
+ * their origin (weir_sink_commit.origin), so that a destination finds
+ * what they wrote and names their operations as before; the counters add
+ * up.
  */
 #include "sink_impl.h"
 
@@ -39,7 +46,8 @@
 #include "weir/log.h"
 #include "weir/sink.h"
 
-#define MAGIC "WSK1"
+#define MAGIC "WSK2"
+#define MAGIC_V1 "WSK1"
 #define BACKOFF_MIN_MS 5u
 #define BACKOFF_MAX_MS 1000u
 
@@ -84,6 +92,7 @@ typedef struct txn {
   struct txn *wnext; /* work or done list (under mu) */
   uint64_t epoch, precommit_ms;
   uint64_t oldest_pending; /* weir_sink_commit's; 0 when recovered */
+  uint32_t origin;         /* the subtask that pre-committed it */
   int recovered;
   int queued; /* handed to the commit thread */
   weir_sink_buf handle;
@@ -266,6 +275,7 @@ static void queue(tp *t, txn *x) {
                             .precommit_ms = x->precommit_ms,
                             .recovered = x->recovered,
                             .oldest_pending = x->oldest_pending,
+                            .origin = x->origin,
                             .job_id = t->job_id,
                             .sink = t->name,
                             .subtask = t->subtask,
@@ -411,6 +421,7 @@ static int pre_commit(tp *t, uint64_t epoch) {
   }
   x->epoch = epoch;
   x->precommit_ms = weir_clock_wall_ms();
+  x->origin = t->subtask;
   pending_append(t, x);
   x->oldest_pending = t->head->epoch;
   return weir_failpoint("sink.after_pre_commit");
@@ -444,6 +455,7 @@ static int tp_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
   for (txn *x = t->head; x; x = x->next) {
     weir_sink_buf_u64(&b, x->epoch);
     weir_sink_buf_u64(&b, x->precommit_ms);
+    weir_sink_buf_u32(&b, x->origin);
     weir_sink_buf_u64(&b, x->handle.len);
     weir_sink_buf_put(&b, x->handle.data, x->handle.len);
   }
@@ -492,36 +504,78 @@ static int rd_u32(rd *r, uint32_t *v) {
   return 0;
 }
 
-/* Walks a state blob: calls each(user, epoch, ms, handle, len) per pending
- * transaction. Returns 0, WEIR_ENOENT (not ours) or WEIR_ECORRUPT. */
-static int decode(const void *p, size_t len, uint64_t *id, uint64_t counters[WEIR_SINK_NCOUNTERS],
-                  uint32_t *npending,
-                  void (*each)(void *, uint64_t, uint64_t, const uint8_t *, size_t), void *user) {
-  if (len < 4 || memcmp(p, MAGIC, 4) != 0) return WEIR_ENOENT;
-  rd r = {(const uint8_t *)p + 4, len - 4};
-  if (rd_u64(&r, id)) return WEIR_ECORRUPT;
-  for (int k = 0; k < WEIR_SINK_NCOUNTERS; k++)
-    if (rd_u64(&r, &counters[k])) return WEIR_ECORRUPT;
-  if (rd_u32(&r, npending)) return WEIR_ECORRUPT;
-  for (uint32_t i = 0; i < *npending; i++) {
-    uint64_t epoch, ms, hl;
-    if (rd_u64(&r, &epoch) || rd_u64(&r, &ms) || rd_u64(&r, &hl) || hl > r.left)
-      return WEIR_ECORRUPT;
-    if (each) each(user, epoch, ms, r.p, (size_t)hl);
-    r.p += hl;
-    r.left -= (size_t)hl;
+/* One pending transaction as decode finds it. */
+typedef struct rd_txn {
+  uint64_t epoch, ms;
+  uint32_t origin;
+  const uint8_t *handle;
+  size_t len;
+} rd_txn;
+
+/* Walks a state: one or more records (appended by a rescaled restore),
+ * each "WSK2" or "WSK1" (whose transactions are `own`'s). Sets *id (every
+ * record's, the same), adds up the counters and the number of pending
+ * transactions, and calls each(user, txn) per pending transaction. Returns
+ * 0, WEIR_ENOENT (not ours) or WEIR_ECORRUPT. */
+static int decode(const void *p, size_t len, uint32_t own, uint64_t *id,
+                  uint64_t counters[WEIR_SINK_NCOUNTERS], uint32_t *npending,
+                  void (*each)(void *, const rd_txn *), void *user) {
+  rd r = {p, len};
+  memset(counters, 0, WEIR_SINK_NCOUNTERS * sizeof *counters);
+  *npending = 0;
+  for (int first = 1; first || r.left; first = 0) {
+    int v1 = r.left >= 4 && memcmp(r.p, MAGIC_V1, 4) == 0;
+    if (r.left < 4 || (!v1 && memcmp(r.p, MAGIC, 4) != 0))
+      return first ? WEIR_ENOENT : WEIR_ECORRUPT;
+    r.p += 4;
+    r.left -= 4;
+    uint64_t rid;
+    uint32_t n;
+    if (rd_u64(&r, &rid) || (!first && rid != *id)) return WEIR_ECORRUPT;
+    *id = rid;
+    for (int k = 0; k < WEIR_SINK_NCOUNTERS; k++) {
+      uint64_t c;
+      if (rd_u64(&r, &c)) return WEIR_ECORRUPT;
+      counters[k] += c;
+    }
+    if (rd_u32(&r, &n)) return WEIR_ECORRUPT;
+    for (uint32_t i = 0; i < n; i++) {
+      rd_txn x = {.origin = own};
+      uint64_t hl;
+      if (rd_u64(&r, &x.epoch) || rd_u64(&r, &x.ms) || (!v1 && rd_u32(&r, &x.origin)) ||
+          rd_u64(&r, &hl) || hl > r.left)
+        return WEIR_ECORRUPT;
+      x.handle = r.p;
+      x.len = (size_t)hl;
+      if (each) each(user, &x);
+      r.p += hl;
+      r.left -= (size_t)hl;
+    }
+    *npending += n;
   }
-  return r.left ? WEIR_ECORRUPT : 0;
+  return 0;
 }
 
-static void restore_one(void *user, uint64_t epoch, uint64_t ms, const uint8_t *h, size_t len) {
+/* Into the pending list, in epoch order (records of several old subtasks
+ * interleave). */
+static void restore_one(void *user, const rd_txn *r) {
   tp *t = user;
   txn *x = weir_calloc(1, sizeof *x);
-  x->epoch = epoch;
-  x->precommit_ms = ms;
+  x->epoch = r->epoch;
+  x->precommit_ms = r->ms;
+  x->origin = r->origin;
   x->recovered = 1;
-  weir_sink_buf_put(&x->handle, h, len);
-  pending_append(t, x);
+  weir_sink_buf_put(&x->handle, r->handle, r->len);
+  txn *prev = NULL;
+  for (txn *q = t->head; q && q->epoch <= x->epoch; q = q->next) prev = q;
+  if (!prev) {
+    x->next = t->head;
+    t->head = x;
+  } else {
+    x->next = prev->next;
+    prev->next = x;
+  }
+  if (!x->next) t->tail = x;
 }
 
 /* recover: what the restored checkpoint pre-committed is committed (its
@@ -534,12 +588,12 @@ static int tp_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
   uint64_t id = 0;
   uint32_t n = 0;
   uint64_t counters[WEIR_SINK_NCOUNTERS];
-  int rc = decode(p, len, &id, counters, &n, NULL, NULL);
+  int rc = decode(p, len, t->subtask, &id, counters, &n, NULL, NULL);
   if (rc < 0)
     return weir_ctx_fail(ctx, WEIR_ECORRUPT, "sink '%s' subtask %u: bad checkpointed state",
                          t->name, t->subtask);
   for (int k = 0; k < WEIR_SINK_NCOUNTERS; k++) t->base[k] = counters[k];
-  (void)decode(p, len, &id, counters, &n, restore_one, t);
+  (void)decode(p, len, t->subtask, &id, counters, &n, restore_one, t);
   if (t->vt->abort_after) {
     rc = t->vt->abort_after(ctx, t->dest, id);
     if (rc < 0) return rc;
@@ -553,25 +607,19 @@ static int tp_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
   return 0;
 }
 
+static void info_one(void *user, const rd_txn *r) {
+  weir_sink_state_info *out = user;
+  if (out->npending < 16) out->pending_epochs[out->npending] = r->epoch;
+  out->npending++;
+  out->pending_bytes += r->len;
+}
+
 int weir_sink_state_decode(const void *p, size_t len, weir_sink_state_info *out) {
   memset(out, 0, sizeof *out);
   uint32_t n = 0;
-  int rc = decode(p, len, &out->checkpoint, out->counters, &n, NULL, NULL);
-  if (rc < 0) return rc;
+  int rc = decode(p, len, 0, &out->checkpoint, out->counters, &n, info_one, out);
   out->npending = n;
-  /* A second walk for the epochs and sizes. */
-  rd r = {(const uint8_t *)p + 4 + 8 + 8 * WEIR_SINK_NCOUNTERS + 4,
-          len - (4 + 8 + 8 * WEIR_SINK_NCOUNTERS + 4)};
-  for (uint32_t i = 0; i < n; i++) {
-    uint64_t epoch, ms, hl;
-    if (rd_u64(&r, &epoch) || rd_u64(&r, &ms) || rd_u64(&r, &hl) || hl > r.left)
-      return WEIR_ECORRUPT;
-    if (i < 16) out->pending_epochs[i] = epoch;
-    out->pending_bytes += hl;
-    r.p += hl;
-    r.left -= (size_t)hl;
-  }
-  return 0;
+  return rc;
 }
 
 static const weir_operator_vt tp_vt = {
@@ -586,6 +634,7 @@ static const weir_operator_vt tp_vt = {
     .checkpoint_complete = tp_complete,
     .checkpoint_aborted = tp_aborted,
     .poll = tp_poll,
+    .rescalable = 1,
 };
 
 static void tp_arg_free(void *p) {

@@ -49,6 +49,7 @@ typedef struct job {
   char records_s[24], keys_s[24];
   const char *rate;
   const char *interval;
+  const char *par; /* --parallelism (and --workers): "2" unless a test says */
   int runs;
   char history[4096];
 } job;
@@ -81,6 +82,7 @@ TX_FN job *job_new(uint64_t records, uint64_t keys, const char *rate, const char
   snprintf(j->keys_s, sizeof j->keys_s, "%llu", (ull)keys);
   j->rate = rate;
   j->interval = interval;
+  j->par = "2";
   hist(j, "dir %s: ", j->dir);
   live = j;
   return j;
@@ -97,7 +99,7 @@ TX_FN int job_argv(const job *j, const char *argv[64], va_list ap) {
   const char *fixed[] = {WEIR_BINARY,  "run",         "counter", "--records",
                          j->records_s, "--keys",      j->keys_s, "--rate",
                          j->rate,      "--workers",   "2",       "--parallelism",
-                         "2",          "--state-dir", j->state,  "--checkpoint-interval",
+                         j->par,       "--state-dir", j->state,  "--checkpoint-interval",
                          j->interval,  "--sink",      j->sink};
   for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) argv[n++] = fixed[i];
   int first = n;

@@ -1,6 +1,6 @@
 /* test_sinks.c: unit tests of the built-in sinks (sinks/): the default
- * record format, sink specifications, and the null, print and file sinks
- * run in tiny jobs.
+ * record format, sink specifications, the null, print and file sinks run
+ * in tiny jobs, and the decoding of a two-phase sink's state.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -373,4 +373,68 @@ Test(file_sink, unwritable_directory_fails_in_open) {
   th_rmrf(dir);
   free(dir);
   cr_assert_eq(th_leak_check(), 0);
+}
+
+/* ---- the two-phase sink's state ------------------------------------------ */
+
+#include "weir/sink.h"
+
+/* One record of a two-phase sink's state: v1 ("WSK1", no origins) or the
+ * current form, for checkpoint id, every counter = c, pending epochs e[0..n)
+ * with handles of hlen bytes. */
+static void state_record(weir_sink_buf *b, int v1, uint64_t id, uint64_t c, const uint64_t *e,
+                         uint32_t n, size_t hlen) {
+  weir_sink_buf_put(b, v1 ? "WSK1" : "WSK2", 4);
+  weir_sink_buf_u64(b, id);
+  for (int k = 0; k < WEIR_SINK_NCOUNTERS; k++) weir_sink_buf_u64(b, c);
+  weir_sink_buf_u32(b, n);
+  for (uint32_t i = 0; i < n; i++) {
+    weir_sink_buf_u64(b, e[i]);
+    weir_sink_buf_u64(b, 1000 + e[i]);
+    if (!v1) weir_sink_buf_u32(b, 7);
+    weir_sink_buf_u64(b, hlen);
+    for (size_t k = 0; k < hlen; k++) weir_sink_buf_put(b, "h", 1);
+  }
+}
+
+/* A restore with another parallelism appends the records of the subtasks
+ * a subtask takes over: they decode as one state (counters added up,
+ * every pending epoch), old and new forms alike; anything else is refused. */
+Test(sink_state, appended_records_decode_as_one) {
+  weir_sink_buf b = {0};
+  uint64_t e1[] = {5, 9}, e2[] = {9};
+  state_record(&b, 0, 9, 3, e1, 2, 10);
+  size_t end1 = b.len;
+  state_record(&b, 1, 9, 4, e2, 1, 8);
+  size_t end2 = b.len;
+  state_record(&b, 0, 9, 5, NULL, 0, 0);
+  weir_sink_state_info info;
+  cr_assert_eq(weir_sink_state_decode(b.data, b.len, &info), 0);
+  cr_assert_eq(info.checkpoint, 9);
+  for (int k = 0; k < WEIR_SINK_NCOUNTERS; k++) cr_assert_eq(info.counters[k], 12);
+  cr_assert_eq(info.npending, 3);
+  cr_assert_eq(info.pending_epochs[0], 5);
+  cr_assert_eq(info.pending_epochs[1], 9);
+  cr_assert_eq(info.pending_epochs[2], 9);
+  cr_assert_eq(info.pending_bytes, 28);
+  /* Cut inside a record: corrupt (the store's envelope already refuses a
+   * truncated blob; a cut between records is a state of fewer subtasks). */
+  for (size_t cut = 1; cut < b.len; cut++)
+    cr_assert_eq(weir_sink_state_decode(b.data, cut, &info),
+                 cut == end1 || cut == end2 ? 0
+                 : cut < 4                  ? WEIR_ENOENT
+                                            : WEIR_ECORRUPT,
+                 "cut at %zu of %zu", cut, b.len);
+  /* Records of different checkpoints, or trailing bytes: corrupt. */
+  weir_sink_buf c = {0};
+  state_record(&c, 0, 9, 1, e1, 2, 3);
+  state_record(&c, 0, 10, 1, e2, 1, 3);
+  cr_assert_eq(weir_sink_state_decode(c.data, c.len, &info), WEIR_ECORRUPT);
+  weir_sink_buf_free(&c);
+  state_record(&c, 0, 9, 1, e1, 2, 3);
+  weir_sink_buf_put(&c, "WS", 2);
+  cr_assert_eq(weir_sink_state_decode(c.data, c.len, &info), WEIR_ECORRUPT);
+  weir_sink_buf_free(&c);
+  cr_assert_eq(weir_sink_state_decode("XXXXYYYY", 8, &info), WEIR_ENOENT);
+  weir_sink_buf_free(&b);
 }

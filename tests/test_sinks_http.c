@@ -77,8 +77,11 @@ Test(http_tx, no_failure) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
-static void http_kill(const char *name, unsigned hit) {
+/* Killed at failpoint NAME@hit with parallelism `from`, then restored with
+ * `to` until done: the receiver has each effect exactly once. */
+static void http_kill_at(const char *name, unsigned hit, const char *from, const char *to) {
   job *j = job_new(H_RECORDS, H_KEYS, H_RATE, H_INTERVAL);
+  j->par = from;
   receiver r;
   recv_start(&r, j, NULL);
   http_sink(j, &r, NULL);
@@ -88,10 +91,15 @@ static void http_kill(const char *name, unsigned hit) {
   int rc = run_job(j, fp, &err, NULL);
   expect_killed_at(j, rc, err, name);
   free(err);
+  j->par = to;
   restore_until_done(j);
   check_receiver(j, &r);
   recv_stop(&r);
   job_free(j);
+}
+
+static void http_kill(const char *name, unsigned hit) {
+  http_kill_at(name, hit, "2", "2");
 }
 
 /* After a request was accepted but before its answer was read, after
@@ -127,6 +135,14 @@ Test(http_tx, kill_during_recover) {
   cr_assert_gt(s.duplicates, 0, "a recovery resends what was sent: duplicates expected");
   recv_stop(&r);
   job_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* Killed mid-commit at parallelism 3, restored at 2 until done: the epochs
+ * of subtask 2 are sent by the subtask that took them over, with the same
+ * operation ids (the receiver has every effect once). */
+Test(http_tx, restored_with_another_parallelism) {
+  http_kill_at("sink.after_send", 200, "3", "2");
   cr_assert_eq(th_leak_check(), 0);
 }
 

@@ -477,6 +477,31 @@ Test(pg_tx, restored_pending_keeps_its_marker) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
+/* Killed with transactions prepared at parallelism 3, restored at 2 until
+ * done: the prepared transactions of subtask 2 are committed by the
+ * subtask that took them over; rows exact, none left prepared. */
+Test(pg_tx, restored_with_another_parallelism) {
+  need_pg();
+  job *j = pg_job(P_RECORDS, P_KEYS, P_RATE, P_INTERVAL);
+  j->par = "3";
+  char *err = NULL;
+  int rc = run_job(j, "ckpt.after_meta_commit=kill@3", &err, NULL);
+  expect_killed_at(j, rc, err, "ckpt.after_meta_commit");
+  free(err);
+  PGconn *c = pg_connect(g_conninfo);
+  cr_assert_gt(pg_num(c,
+                      "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'weir:%s:%%:2' AND "
+                      "gid LIKE '%%:3:2'",
+                      job_id(j)),
+               0, "no transaction of subtask 2 prepared for checkpoint 3\nhistory: %s", j->history);
+  j->par = "2";
+  restore_until_done(j);
+  check_pg(j, c);
+  PQfinish(c);
+  pg_job_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
 /* At least 10 runs killed at seeded random times (1-2 kills each). */
 Test(pg_tx, random_kills) {
   need_pg();

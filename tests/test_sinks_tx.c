@@ -96,6 +96,39 @@ Test(file_tx, kill_during_recover) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
+/* Killed with epochs pending at parallelism `from`, then restored at `to`
+ * until done: the subtasks that are gone have their pending parts
+ * committed (under their own names) by the ones that took them over, and
+ * nothing else of theirs is left. With `again`, the rescaled run commits
+ * what it took over 1 s late and is killed after its second checkpoint,
+ * so that the next restore (at `to`) commits a taken-over epoch from a
+ * checkpoint of the new parallelism. */
+static void file_rescaled(const char *from, const char *to, int again) {
+  job *j = job_new(F_RECORDS, F_KEYS, F_RATE, F_INTERVAL);
+  j->par = from;
+  char *err = NULL;
+  int rc = run_job(j, "ckpt.after_meta_commit=kill@3", &err, NULL);
+  expect_killed_at(j, rc, err, "ckpt.after_meta_commit");
+  free(err);
+  j->par = to;
+  if (again) {
+    rc = run_job(j, "sink.during_recover=delay:1000+,ckpt.after_meta_commit=kill@2", &err,
+                 "--restore", "latest", NULL);
+    expect_killed_at(j, rc, err, "ckpt.after_meta_commit");
+    free(err);
+  }
+  restore_until_done(j);
+  check_files(j);
+  job_free(j);
+}
+
+Test(file_tx, restored_with_another_parallelism) {
+  file_rescaled("3", "2", 1);
+  file_rescaled("2", "3", 0);
+  file_rescaled("3", "1", 0);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
 /* At least 10 runs killed at seeded random times (1-2 kills each). */
 Test(file_tx, random_kills) {
   uint64_t seed = seed_from_env("file_tx::random_kills");

@@ -669,7 +669,8 @@ static int load_rescaled(weir_job *job, uint64_t id, weir__node *n, uint32_t p0,
   if (!rc) {
     weir__rescale_kind kind = {.keyed = n->keyed,
                                .rescalable_source = n->svt && n->svt->rescalable,
-                               .loop_head = n->head_of != NULL};
+                               .loop_head = n->head_of != NULL,
+                               .rescalable_blob = n->ovt && n->ovt->rescalable};
     char msg[400];
     rc = weir__rescale(n->name, &kind, key_groups, old, p0, (uint32_t)n->parallelism, out, msg,
                        sizeof msg);

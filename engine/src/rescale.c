@@ -14,6 +14,10 @@
  *  - a loop head's back-edge log is a list of records in flight into the
  *    loop: old subtask k's log is replayed by new subtask k mod P (the loop
  *    body's edges route each record as usual);
+ *  - an operator whose own state (a blob) is appendable
+ *    (weir_operator_vt.rescalable, e.g. a two-phase sink's pending epochs)
+ *    gets it the same way: old subtask k's blob is appended to new subtask
+ *    k mod P's;
  *  - any other operator-managed state (a blob) has a meaning only its
  *    operator knows: such an operator is refused, with its name, and the
  *    job keeps its old parallelism or starts over.
@@ -38,7 +42,7 @@ int weir__rescale(const char *op, const weir__rescale_kind *kind, uint32_t key_g
   for (uint32_t k = 0; k < p0; k++) {
     weir_subtask_snapshot *o = old[k];
     if (!o) continue;
-    if (o->blob_len && !kind->loop_head) {
+    if (o->blob_len && !kind->loop_head && !kind->rescalable_blob) {
       snprintf(msg, msglen,
                "operator '%s' keeps its own state (%llu bytes in subtask %u), which weir cannot "
                "split or merge: restore it with parallelism %u",

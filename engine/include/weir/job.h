@@ -141,6 +141,12 @@ typedef struct weir_operator_vt {
   int (*checkpoint_complete)(weir_ctx *ctx, uint64_t checkpoint_id);
   int (*checkpoint_aborted)(weir_ctx *ctx, uint64_t checkpoint_id);
   int (*poll)(weir_ctx *ctx);
+  /* Nonzero if the operator's own state (what snapshot writes) is a record
+   * that can be appended to another one of its kind: a checkpoint can then
+   * be restored with another parallelism, new subtask k (mod P) being
+   * handed the states of old subtasks k, k + P, ... one after the other
+   * (k's own first). Any other operator state is not rescalable. */
+  int rescalable;
 } weir_operator_vt;
 
 /* What poll returns (or a negative error). */

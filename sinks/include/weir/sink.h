@@ -108,6 +108,11 @@ typedef struct weir_sink_commit {
   const char *job_id; /* weir_ctx_job_id */
   const char *sink;   /* the sink's name */
   uint32_t subtask;
+  /* The subtask that pre-committed it: the same as subtask, unless the job
+   * was restored with another parallelism and this subtask took over the
+   * pending epochs of a subtask that is gone. What the epoch wrote, and
+   * the ids of its operations, are named after its origin. */
+  uint32_t origin;
   weir_sink_io *io;
   char *err; /* a permanent error's message (errlen bytes) */
   size_t errlen;
