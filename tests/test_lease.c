@@ -1072,17 +1072,36 @@ static void seed(const char *test) {
 
 TestSuite(owners, .timeout = 400);
 
+/* Whether log says its run took over from `pid` after that one released
+ * the lease (it ended first: the two runs did not overlap). */
+static int took_over_released(const char *log, pid_t pid) {
+  char want[64];
+  snprintf(want, sizeof want, "took over from pid %d ", (int)pid);
+  const char *p = strstr(log, want);
+  return p && strstr(p, "it released the lease") != NULL;
+}
+
 /* 50 races of two runs on one state directory: exactly one runs, the other
- * exits 4 naming the owner and its epoch, and touches nothing. */
+ * exits 4 naming the owner and its epoch, and touches nothing. On a loaded
+ * machine the second may start only after the first ended (a 0.6 s run):
+ * both run then, one after the other, which the log says; such a round is
+ * no race and is counted apart (at most half may be). */
 Test(owners, fifty_races_one_owner_each) {
   pjob *j = pjob_new(60000, "100000");
   snprintf(j->sink, sizeof j->sink, "null");
+  int apart = 0;
   for (int round = 0; round < 50; round++) {
     int la, lb;
     pid_t a = spawn(j, NULL, &la, "--fresh", NULL);
     pid_t b = spawn(j, NULL, &lb, "--fresh", NULL);
     int ra = wait_for(a, RUN_TIMEOUT_MS, 0), rb = wait_for(b, RUN_TIMEOUT_MS, 0);
     char *ea = log_of(j, la), *eb = log_of(j, lb);
+    if (ra == 0 && rb == 0 && (took_over_released(ea, b) || took_over_released(eb, a))) {
+      apart++;
+      free(ea);
+      free(eb);
+      continue;
+    }
     cr_assert((ra == 0 && rb == 4) || (ra == 4 && rb == 0),
               "round %d: exits %d and %d (one must run, the other exit 4)\n%s\n---\n%s", round, ra,
               rb, ea, eb);
@@ -1094,7 +1113,10 @@ Test(owners, fifty_races_one_owner_each) {
   }
   weir_lease_state st;
   cr_assert_eq(weir_lease_read(j->state, &st), 1);
-  cr_assert_eq(st.epoch, 50, "one epoch per round");
+  fprintf(stderr, "owners::fifty_races_one_owner_each: %d of 50 rounds ran one after the other\n",
+          apart);
+  cr_assert_leq(apart, 25, "%d of 50 rounds were no race", apart);
+  cr_assert_eq(st.epoch, 50 + (uint64_t)apart, "one epoch per round (two where apart)");
   cr_assert(st.released);
   pjob_free(j);
 }
