@@ -266,20 +266,37 @@ Test(nats, sink_replay_is_deduplicated_and_counted) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
-static void sink_kill(const char *name, unsigned hit) {
+/* Killed at failpoint NAME@hit with parallelism `from`, restored with `to`
+ * until done: the stream holds exactly the expected pairs. */
+static void sink_kill_at(const char *name, unsigned hit, const char *from, const char *to) {
   tnats t;
   tn_open(&t);
   job *j = job_new(N_RECORDS, N_KEYS, N_RATE, N_INTERVAL);
+  j->par = from;
   nats_sink(j, &t, NULL);
   char fp[128], *err = NULL;
   snprintf(fp, sizeof fp, "%s=kill@%u", name, hit);
   int rc = run_job(j, fp, &err, NULL);
   expect_killed_at(j, rc, err, name);
   free(err);
+  j->par = to;
   restore_until_done(j);
   check_stream(j, &t);
   job_free(j);
   tn_close(&t);
+}
+
+static void sink_kill(const char *name, unsigned hit) {
+  sink_kill_at(name, hit, "2", "2");
+}
+
+/* Epochs pending (and one half published) at parallelism 3, restored at 2
+ * and at 1: the subtasks that took them over publish them with their
+ * operation ids, and JetStream keeps one copy. */
+Test(nats, sink_restored_with_another_parallelism) {
+  sink_kill_at("sink.after_send", 300, "3", "2");
+  sink_kill_at("ckpt.after_meta_commit", 2, "3", "1");
+  cr_assert_eq(th_leak_check(), 0);
 }
 
 /* Around publish: after a message was published (its ack not yet read),
