@@ -513,10 +513,12 @@ typedef struct rd_txn {
 } rd_txn;
 
 /* Walks a state: one or more records (appended by a rescaled restore),
- * each "WSK2" or "WSK1" (whose transactions are `own`'s). Sets *id (every
- * record's, the same), adds up the counters and the number of pending
- * transactions, and calls each(user, txn) per pending transaction. Returns
- * 0, WEIR_ENOENT (not ours) or WEIR_ECORRUPT. */
+ * each "WSK2" or "WSK1" (whose transactions are `own`'s: only the first
+ * record, the subtask's own, may be one). Sets *id (every record's, the
+ * same), adds up the counters and the number of pending transactions, and
+ * calls each(user, txn) per pending transaction. Returns 0, WEIR_ENOENT
+ * (not ours), WEIR_EPLAN (an appended "WSK1": whose epochs they are is not
+ * known) or WEIR_ECORRUPT. */
 static int decode(const void *p, size_t len, uint32_t own, uint64_t *id,
                   uint64_t counters[WEIR_SINK_NCOUNTERS], uint32_t *npending,
                   void (*each)(void *, const rd_txn *), void *user) {
@@ -527,6 +529,7 @@ static int decode(const void *p, size_t len, uint32_t own, uint64_t *id,
     int v1 = r.left >= 4 && memcmp(r.p, MAGIC_V1, 4) == 0;
     if (r.left < 4 || (!v1 && memcmp(r.p, MAGIC, 4) != 0))
       return first ? WEIR_ENOENT : WEIR_ECORRUPT;
+    if (v1 && !first) return WEIR_EPLAN;
     r.p += 4;
     r.left -= 4;
     uint64_t rid;
@@ -589,6 +592,13 @@ static int tp_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
   uint32_t n = 0;
   uint64_t counters[WEIR_SINK_NCOUNTERS];
   int rc = decode(p, len, t->subtask, &id, counters, &n, NULL, NULL);
+  if (rc == WEIR_EPLAN)
+    return weir_ctx_fail(ctx, WEIR_EPLAN,
+                         "sink '%s': checkpoint %llu was written by an earlier weir, whose sink "
+                         "state does not say which subtask pre-committed each pending epoch: "
+                         "restore it once with the parallelism it was taken with, then rescale "
+                         "from a later checkpoint",
+                         t->name, (unsigned long long)id);
   if (rc < 0)
     return weir_ctx_fail(ctx, WEIR_ECORRUPT, "sink '%s' subtask %u: bad checkpointed state",
                          t->name, t->subtask);

@@ -399,13 +399,14 @@ static void state_record(weir_sink_buf *b, int v1, uint64_t id, uint64_t c, cons
 
 /* A restore with another parallelism appends the records of the subtasks
  * a subtask takes over: they decode as one state (counters added up,
- * every pending epoch), old and new forms alike; anything else is refused. */
+ * every pending epoch), the subtask's own first record possibly in the old
+ * form; anything else is refused. */
 Test(sink_state, appended_records_decode_as_one) {
   weir_sink_buf b = {0};
   uint64_t e1[] = {5, 9}, e2[] = {9};
-  state_record(&b, 0, 9, 3, e1, 2, 10);
+  state_record(&b, 1, 9, 3, e1, 2, 10);
   size_t end1 = b.len;
-  state_record(&b, 1, 9, 4, e2, 1, 8);
+  state_record(&b, 0, 9, 4, e2, 1, 8);
   size_t end2 = b.len;
   state_record(&b, 0, 9, 5, NULL, 0, 0);
   weir_sink_state_info info;
@@ -436,5 +437,11 @@ Test(sink_state, appended_records_decode_as_one) {
   cr_assert_eq(weir_sink_state_decode(c.data, c.len, &info), WEIR_ECORRUPT);
   weir_sink_buf_free(&c);
   cr_assert_eq(weir_sink_state_decode("XXXXYYYY", 8, &info), WEIR_ENOENT);
+  /* An old record (no origins) appended after another: whose epochs they
+   * are is not known, so it is refused (only a subtask's own may be old). */
+  state_record(&c, 0, 9, 1, e1, 2, 3);
+  state_record(&c, 1, 9, 1, e2, 1, 3);
+  cr_assert_eq(weir_sink_state_decode(c.data, c.len, &info), WEIR_EPLAN);
+  weir_sink_buf_free(&c);
   weir_sink_buf_free(&b);
 }
