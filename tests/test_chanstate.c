@@ -1,6 +1,6 @@
 /* test_chanstate.c: the channel-state blob (engine/src/chanstate.c):
- * format 2 round trips (runs, deltas of either sign, extreme values,
- * payloads), format 1 blobs still read, and a damaged blob (every
+ * format 3 round trips (runs, deltas of either sign, extreme values,
+ * payloads), format 1 and 2 blobs still read, and a damaged blob (every
  * truncation, every single-byte change, seeded random corruption, wrong
  * counts, bad varints) gives a clean error or records within bounds, never
  * a read past the blob (AddressSanitizer checks that in CI). The fuzzer
@@ -130,40 +130,72 @@ static void expect_sample(uint8_t *blob, uint64_t len) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
-Test(chanstate, format2_round_trip) {
+Test(chanstate, format3_round_trip) {
   uint64_t len;
   uint8_t *blob = sample(&len);
   uint32_t h[2];
   memcpy(h, blob, 8);
   cr_assert_eq(h[0], WEIR__CS_MAGIC);
-  cr_assert_eq(h[1], 2);
+  cr_assert_eq(h[1], WEIR__CS_FORMAT);
   expect_sample(blob, len);
 }
 
-/* Consecutive records of a batch (the generator's: key, time and id each
- * a step apart) take a few bytes each: key 2, ts, id and length 1. */
-Test(chanstate, format2_is_compact) {
+/* The size of a blob of 1024 input records from make(i). */
+static uint64_t blob_of(void (*make)(uint32_t, uint64_t *, int64_t *, uint64_t *)) {
   weir__cs_writer w;
   memset(&w, 0, sizeof w);
   weir__batch *b = weir__batch_create(1024);
+  want *v = weir_malloc(1024 * sizeof *v);
   for (uint32_t i = 0; i < 1024; i++) {
-    cr_assert(weir__batch_fits(b, 0));
-    weir__batch_append(b, 1000000u + 37u * i, 5000 + 2 * i, 900000000u + 2 * i, NULL, 0);
+    memset(&v[i], 0, sizeof v[i]);
+    make(i, &v[i].key, &v[i].ts, &v[i].id);
   }
+  fill(b, v, 1024);
   weir__cs_begin(&w);
   weir__cs_inputs(&w);
   weir__cs_batch(&w, b);
   uint64_t len;
   uint8_t *blob = weir__cs_finish(&w, &len);
-  cr_assert_leq(len - WEIR__CS_HDR, 1024u * 5 + 16, "%llu bytes for 1024 records",
-                (unsigned long long)(len - WEIR__CS_HDR));
-  uint64_t n;
+  weir__cs_reader r;
   const char *why = NULL;
-  cr_assert_eq(read_all(blob, len, 0, &why, &n), 0, "%s", why);
-  cr_assert_eq(n, 1024);
+  cr_assert_eq(weir__cs_open(&r, blob, len, 0, &why), 0, "%s", why);
+  weir__cs_to_inputs(&r);
+  expect(&r, v, 1024, 0);
   weir_free(blob);
+  weir_free(v);
   weir__batch_destroy(b);
   cr_assert_eq(th_leak_check(), 0);
+  return len - WEIR__CS_HDR;
+}
+
+/* A source's records: key, time and id each a step apart. */
+static void source_record(uint32_t i, uint64_t *key, int64_t *ts, uint64_t *id) {
+  *key = 1000000u + 37u * i;
+  *ts = 5000 + 2 * i;
+  *id = 900000000u + 2 * i;
+}
+
+/* An operator's records out of a source with parallelism 2: key and time
+ * two apart, the id a hash (weir__derive_id). */
+static void derived_record(uint32_t i, uint64_t *key, int64_t *ts, uint64_t *id) {
+  *key = 4000u + 2u * i;
+  *ts = 7000 + 2 * i;
+  *id = 0x9e3779b97f4a7c15ull * (i + 1) ^ (0xbf58476d1ce4e5b9ull >> (i % 7));
+}
+
+/* A source's record takes 3 bytes: the head byte, the key's difference,
+ * the id's (the time's is in the head); no length, no payload (the first
+ * record's differences to 0 take a few more). */
+Test(chanstate, format3_is_compact_for_a_source) {
+  uint64_t n = blob_of(source_record);
+  cr_assert_leq(n, 1024u * 3 + 16, "%llu bytes for 1024 records", (unsigned long long)n);
+}
+
+/* A record with a hashed id takes 9: the head byte and the id's 8 bytes
+ * (format 2: 12). */
+Test(chanstate, format3_is_compact_with_hashed_ids) {
+  uint64_t n = blob_of(derived_record);
+  cr_assert_leq(n, 1024u * 9 + 16, "%llu bytes for 1024 records", (unsigned long long)n);
 }
 
 /* A blob in format 1 (fixed-width records, router and channel before each
@@ -197,6 +229,61 @@ static uint8_t *format1(uint64_t *len) {
   return p;
 }
 
+/* Format 2's coding of a value against the previous one (chanstate.h). */
+static uint64_t put_varint2(uint8_t *p, uint64_t o, uint64_t v) {
+  for (; v >= 0x80; v >>= 7) p[o++] = (uint8_t)(v | 0x80);
+  p[o++] = (uint8_t)v;
+  return o;
+}
+
+static uint64_t put_delta2(uint8_t *p, uint64_t o, uint64_t v, uint64_t prev) {
+  uint64_t d = v - prev, u = (d << 1) ^ (uint64_t)((int64_t)d >> 63);
+  if (u < (1ull << 55)) return put_varint2(p, o, u << 1);
+  p[o++] = 1;
+  memcpy(p + o, &v, 8);
+  return o + 8;
+}
+
+/* The same records in format 2 (varint differences, a record
+ * [key][ts][id][len][payload]), as checkpoints written before format 3
+ * hold: runs (0,0) x 3 and (1,2) x 2, then the inputs. */
+static uint8_t *format2(uint64_t *len) {
+  uint8_t *p = weir_malloc(1024);
+  uint64_t o = WEIR__CS_HDR;
+  for (int sec = 0; sec < 2; sec++) {
+    const want *w = sec ? INS : OUTS;
+    uint32_t n = sec ? 4 : 5;
+    uint64_t start = o, pk = 0, pt = 0, pi = 0;
+    for (uint32_t i = 0; i < n; i++) {
+      if (!sec && (i == 0 || i == 3)) {
+        o = put_varint2(p, o, w[i].k);
+        o = put_varint2(p, o, w[i].j);
+        o = put_varint2(p, o, i == 0 ? 3 : 2);
+      }
+      o = put_delta2(p, o, w[i].key, pk);
+      o = put_delta2(p, o, (uint64_t)w[i].ts, pt);
+      o = put_delta2(p, o, w[i].id, pi);
+      o = put_varint2(p, o, w[i].len);
+      for (uint32_t x = 0; x < w[i].len; x++) p[o++] = pay_byte(w[i].key, x);
+      pk = w[i].key;
+      pt = (uint64_t)w[i].ts;
+      pi = w[i].id;
+    }
+    uint64_t q[2] = {n, o - start};
+    memcpy(p + 8 + 16 * sec, q, 16);
+  }
+  uint32_t h[2] = {WEIR__CS_MAGIC, 2};
+  memcpy(p, h, 8);
+  *len = o;
+  return p;
+}
+
+Test(chanstate, format2_still_reads) {
+  uint64_t len;
+  uint8_t *blob = format2(&len);
+  expect_sample(blob, len);
+}
+
 Test(chanstate, format1_still_reads) {
   uint64_t len;
   uint8_t *blob = format1(&len);
@@ -210,11 +297,11 @@ Test(chanstate, header_errors) {
   uint64_t n;
   cr_assert_eq(read_all(blob, 39, 256, &why, &n), -1);
   cr_assert_str_eq(why, "shorter than its header");
-  uint32_t v = 3;
+  uint32_t v = WEIR__CS_FORMAT + 1;
   memcpy(blob + 4, &v, 4);
   cr_assert_eq(read_all(blob, len, 256, &why, &n), -1);
   cr_assert_str_eq(why, "unknown format (written by a newer weir?)");
-  v = 2;
+  v = WEIR__CS_FORMAT;
   memcpy(blob + 4, &v, 4);
   cr_assert_eq(read_all(blob, len - 1, 256, &why, &n), -1);
   cr_assert_str_eq(why, "section lengths do not add up");
@@ -247,12 +334,13 @@ Test(chanstate, header_errors) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
-/* A blob of one output section: the header says `records` records in n
- * bytes, which are s. */
-static int read_section(const uint8_t *s, uint64_t n, uint64_t records, const char **why) {
+/* A blob of format fmt with one output section: the header says `records`
+ * records in n bytes, which are s. */
+static int read_section_in(uint32_t fmt, const uint8_t *s, uint64_t n, uint64_t records,
+                           const char **why) {
   uint8_t p[WEIR__CS_HDR + 32];
   cr_assert_leq(n, 32);
-  uint32_t h[2] = {WEIR__CS_MAGIC, 2};
+  uint32_t h[2] = {WEIR__CS_MAGIC, fmt};
   uint64_t q[4] = {records, n, 0, 0};
   memcpy(p, h, 8);
   memcpy(p + 8, q, 32);
@@ -261,6 +349,10 @@ static int read_section(const uint8_t *s, uint64_t n, uint64_t records, const ch
   int rc = read_all(p, WEIR__CS_HDR + n, 0, why, &got);
   if (!rc) cr_assert_eq(got, records);
   return rc;
+}
+
+static int read_section(const uint8_t *s, uint64_t n, uint64_t records, const char **why) {
+  return read_section_in(2, s, n, records, why);
 }
 
 /* Varints longer than 64 bits, the escape to 8 raw bytes, runs of zero
@@ -295,6 +387,33 @@ Test(chanstate, bad_varints_and_runs) {
   s[2] = 2; /* a run longer than its section */
   cr_assert_eq(read_section(s, 16, 2, &why), -1);
   cr_assert_str_eq(why, "an output run ends early");
+}
+
+/* Format 3's head byte: a key or time coded as a varint that would fit
+ * in the head, a length flagged but 0, raw bytes cut short. */
+Test(chanstate, bad_heads_format3) {
+  const char *why = NULL;
+  /* A run (0, 0, 1); head: key raw, ts the same as before, id a varint,
+   * no length; key UINT64_MAX; id difference 0. */
+  uint8_t ok[13] = {0, 0, 1, 0x07, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0};
+  cr_assert_eq(read_section_in(3, ok, sizeof ok, 1, &why), 0, "%s", why);
+  cr_assert_eq(read_section_in(3, ok, 11, 1, &why), -1); /* the key's bytes cut short */
+  cr_assert_str_eq(why, "malformed output record");
+  uint8_t s[32];
+  uint8_t small[6] = {0, 0, 1, 0x06, 5, 0}; /* key: a varint 5, which the head holds */
+  cr_assert_eq(read_section_in(3, small, sizeof small, 1, &why), -1);
+  cr_assert_str_eq(why, "malformed output record");
+  small[4] = 6;
+  cr_assert_eq(read_section_in(3, small, sizeof small, 1, &why), 0, "%s", why);
+  uint8_t nolen[6] = {0, 0, 1, 0x80, 0, 0}; /* a length flagged, and 0 */
+  cr_assert_eq(read_section_in(3, nolen, sizeof nolen, 1, &why), -1);
+  cr_assert_str_eq(why, "malformed output record");
+  nolen[5] = 1; /* a length of 1, its byte missing */
+  cr_assert_eq(read_section_in(3, nolen, sizeof nolen, 1, &why), -1);
+  memset(s, 0, sizeof s);
+  memcpy(s, (uint8_t[]){0, 0, 1, 0x40}, 4); /* the id raw: 8 bytes */
+  cr_assert_eq(read_section_in(3, s, 12, 1, &why), 0, "%s", why);
+  cr_assert_eq(read_section_in(3, s, 11, 1, &why), -1);
 }
 
 /* Every truncation of the last section, every single-byte change and
@@ -404,22 +523,23 @@ static uint8_t *seed_input(uint8_t m, uint8_t *blob, uint64_t len, size_t *n) {
   return in;
 }
 
-/* The seed corpus of fuzz_chanstate (tests/fuzz/corpus-chanstate): both
- * sample blobs, a generator's batch, and an empty blob. */
-static const char *const SEEDS[] = {"format1-sample", "format2-sample", "format2-source-batch",
-                                    "format2-empty"};
+/* The seed corpus of fuzz_chanstate (tests/fuzz/corpus-chanstate): the
+ * sample blobs of formats 1, 2 and 3, a generator's batch, and an empty
+ * blob. */
+static const char *const SEEDS[] = {"format1-sample", "format2-sample", "format3-sample",
+                                    "format3-source-batch", "format3-empty"};
 
 static uint8_t *make_seed(int i, size_t *n) {
   uint64_t len;
-  if (i < 2) {
-    uint8_t *blob = i == 0 ? format1(&len) : sample(&len);
+  if (i < 3) {
+    uint8_t *blob = i == 0 ? format1(&len) : i == 1 ? format2(&len) : sample(&len);
     return seed_input(16, blob, len, n);
   }
   weir__cs_writer w;
   memset(&w, 0, sizeof w);
   weir__cs_begin(&w);
   weir__cs_inputs(&w);
-  if (i == 2) {
+  if (i == 3) {
     weir__batch *b = weir__batch_create(32);
     for (uint32_t r = 0; r < 32; r++) {
       cr_assert(weir__batch_fits(b, 8));

@@ -40,17 +40,36 @@ static inline uint64_t unzz(uint64_t u) {
   return (u >> 1) ^ (0 - (u & 1));
 }
 
-/* A value as its zigzagged difference to the previous one, shifted left
- * by one, when that takes at most 8 bytes; otherwise (hashed ids and
- * keys, far apart) as the varint 1 and the value's 8 bytes. */
+/* Format 2 (read only): a value as its zigzagged difference to the
+ * previous one, shifted left by one, when that takes at most 8 bytes;
+ * otherwise (hashed ids and keys, far apart) as the varint 1 and the
+ * value's 8 bytes. */
 #define NEAR (1ull << 55)
 
-static inline uint8_t *put_delta(uint8_t *q, uint64_t v, uint64_t prev) {
-  uint64_t u = zz(v - prev);
-  if (u < NEAR) return put_varint(q, u << 1);
-  *q++ = 1;
-  memcpy(q, &v, 8);
-  return q + 8;
+/* Format 3: a record's head byte codes its key and ts in 3 bits each (a
+ * zigzagged difference under SMALL is the code itself; F_VARINT: its
+ * varint follows; F_RAW: the value's 8 bytes follow), whether its id
+ * follows raw (H_ID_RAW) or as the varint of its zigzagged difference,
+ * and whether a length and payload follow (H_LEN). A difference whose
+ * varint would take more than 8 bytes goes raw. */
+#define SMALL 6u
+#define F_VARINT 6u
+#define F_RAW 7u
+#define H_ID_RAW 0x40u
+#define H_LEN 0x80u
+#define VARINT8 (1ull << 56)
+
+static inline unsigned code_of(uint64_t u) {
+  return u < SMALL ? (unsigned)u : u < VARINT8 ? F_VARINT : F_RAW;
+}
+
+static inline uint8_t *put_field(uint8_t *q, unsigned code, uint64_t u, uint64_t v) {
+  if (code == F_VARINT) return put_varint(q, u);
+  if (code == F_RAW) {
+    memcpy(q, &v, 8);
+    return q + 8;
+  }
+  return q;
 }
 
 static void section_start(weir__cs_writer *w) {
@@ -81,15 +100,28 @@ void weir__cs_records(weir__cs_writer *w, const weir__batch *b, uint32_t from, u
     uint32_t rl = b->lens[r];
     reserve(w, REC_MAX + rl);
     uint8_t *q = w->buf + w->len;
-    q = put_delta(q, b->keys[r], w->pkey);
-    q = put_delta(q, (uint64_t)b->ts[r], (uint64_t)w->pts);
-    q = put_delta(q, b->ids[r], w->pid);
-    q = put_varint(q, rl);
-    if (rl) memcpy(q, b->data + b->off[r], rl);
-    w->len = (uint64_t)(q + rl - w->buf);
-    w->pkey = b->keys[r];
-    w->pts = b->ts[r];
-    w->pid = b->ids[r];
+    uint64_t key = b->keys[r], ts = (uint64_t)b->ts[r], id = b->ids[r];
+    uint64_t uk = zz(key - w->pkey), ut = zz(ts - (uint64_t)w->pts), ui = zz(id - w->pid);
+    unsigned ck = code_of(uk), ct = code_of(ut);
+    int id_raw = ui >= VARINT8;
+    *q++ = (uint8_t)(ck | ct << 3 | (id_raw ? H_ID_RAW : 0) | (rl ? H_LEN : 0));
+    q = put_field(q, ck, uk, key);
+    q = put_field(q, ct, ut, ts);
+    if (id_raw) {
+      memcpy(q, &id, 8);
+      q += 8;
+    } else {
+      q = put_varint(q, ui);
+    }
+    if (rl) {
+      q = put_varint(q, rl);
+      memcpy(q, b->data + b->off[r], rl);
+      q += rl;
+    }
+    w->len = (uint64_t)(q - w->buf);
+    w->pkey = key;
+    w->pts = (int64_t)ts;
+    w->pid = id;
   }
   if (w->in_start)
     w->in_records += to - from;
@@ -207,7 +239,52 @@ static int next_v1(weir__cs_reader *r, weir__cs_rec *rec) {
   return 0;
 }
 
-static int next_v2(weir__cs_reader *r, weir__cs_rec *rec, const char **why) {
+static int rec_v2(weir__cs_reader *r, weir__cs_rec *rec) {
+  uint64_t ts, len;
+  if (get_delta(r, &rec->key, r->pkey) || get_delta(r, &ts, (uint64_t)r->pts) ||
+      get_delta(r, &rec->id, r->pid) || get_varint(r, &len) || len > UINT32_MAX)
+    return -1;
+  rec->ts = (int64_t)ts;
+  rec->len = (uint32_t)len;
+  r->pkey = rec->key;
+  r->pts = rec->ts;
+  r->pid = rec->id;
+  return 0;
+}
+
+/* A key or ts of format 3 with its head byte's code. */
+static int get_field(weir__cs_reader *r, unsigned code, uint64_t *v, uint64_t prev) {
+  uint64_t u = code;
+  if (code == F_RAW) return get_fixed(r, v, 8);
+  if (code == F_VARINT && (get_varint(r, &u) || u < SMALL)) return -1;
+  *v = prev + unzz(u);
+  return 0;
+}
+
+static int rec_v3(weir__cs_reader *r, weir__cs_rec *rec) {
+  if (r->off >= r->end) return -1;
+  uint8_t h = r->p[r->off++];
+  uint64_t ts, u, len = 0;
+  if (get_field(r, h & 7u, &rec->key, r->pkey) || get_field(r, h >> 3 & 7u, &ts, (uint64_t)r->pts))
+    return -1;
+  if (h & H_ID_RAW) {
+    if (get_fixed(r, &rec->id, 8)) return -1;
+  } else {
+    if (get_varint(r, &u)) return -1;
+    rec->id = r->pid + unzz(u);
+  }
+  if ((h & H_LEN) && (get_varint(r, &len) || len == 0 || len > UINT32_MAX)) return -1;
+  rec->ts = (int64_t)ts;
+  rec->len = (uint32_t)len;
+  r->pkey = rec->key;
+  r->pts = rec->ts;
+  r->pid = rec->id;
+  return 0;
+}
+
+/* Formats 2 and 3: runs of output records, records coded against the
+ * previous one. */
+static int next_delta(weir__cs_reader *r, weir__cs_rec *rec, const char **why) {
   if (!r->inputs) {
     if (!r->run_left) {
       uint64_t k, j, n;
@@ -224,16 +301,7 @@ static int next_v2(weir__cs_reader *r, weir__cs_rec *rec, const char **why) {
     rec->k = r->k;
     rec->j = r->j;
   }
-  uint64_t ts, len;
-  if (get_delta(r, &rec->key, r->pkey) || get_delta(r, &ts, (uint64_t)r->pts) ||
-      get_delta(r, &rec->id, r->pid) || get_varint(r, &len) || len > UINT32_MAX)
-    return -1;
-  rec->ts = (int64_t)ts;
-  rec->len = (uint32_t)len;
-  r->pkey = rec->key;
-  r->pts = rec->ts;
-  r->pid = rec->id;
-  return 0;
+  return r->format == 2 ? rec_v2(r, rec) : rec_v3(r, rec);
 }
 
 static int miscounted(const weir__cs_reader *r, const char **why) {
@@ -252,7 +320,7 @@ int weir__cs_next(weir__cs_reader *r, weir__cs_rec *rec, const char **why) {
   }
   memset(rec, 0, sizeof *rec);
   *why = NULL;
-  int rc = r->format == 1 ? next_v1(r, rec) : next_v2(r, rec, why);
+  int rc = r->format == 1 ? next_v1(r, rec) : next_delta(r, rec, why);
   if (!rc && (rec->len > r->max_record || r->end - r->off < rec->len)) rc = -1;
   if (rc) {
     if (!*why) *why = r->inputs ? "malformed input record" : "malformed output record";

@@ -11,16 +11,23 @@
  *   u32 magic "WUCS", u32 format, u64 output records, u64 output section
  *   bytes, u64 input records, u64 input section bytes
  *
- * Format 2 (written): the output section is a sequence of runs
+ * Format 3 (written): the output section is a sequence of runs
  * [router][channel][n] followed by n records; a record is
- * [key][ts][id][len][payload]. Integers are LEB128 varints (at most 10
- * bytes). Key, ts and id are each coded against the same field of the
- * previous record of the section (0 before the first): the varint of the
+ * [head][key][ts][id][len][payload]. Integers are LEB128 varints (at most
+ * 10 bytes). Key, ts and id are each coded against the same field of the
+ * previous record of the section (0 before the first), as the zigzagged
+ * difference u. The head byte says how: bits 0-2 for the key and 3-5 for
+ * ts are u itself when u < 6, else 6 (the varint of u follows) or 7 (the
+ * value's 8 bytes follow, when u's varint would take more than 8); bit 6
+ * set: the id's 8 bytes follow, else the varint of its u; bit 7 set: the
+ * varint length (at least 1) and the payload follow, else the length is
+ * 0. A source's records (key, time and id each a step apart) take 2 to 3
+ * bytes; an operator's, whose ids are hashes, 9 (format 2: 12).
+ *
+ * Format 2 (read only): the same runs; a record is
+ * [key][ts][id][len][payload], key, ts and id each the varint of the
  * zigzagged difference shifted left by one when that takes at most 8
- * bytes, else the varint 1 followed by the value's 8 bytes. Records of one
- * batch differ little in key and time, and a source's ids are
- * consecutive, so a counter record takes 4 to 7 bytes instead of 28; ids
- * an operator derived by hashing take 9 (the fixed width's 8, plus one).
+ * bytes, else the varint 1 followed by the value's 8 bytes.
  *
  * Format 1 (read only, so checkpoints written before format 2 restore):
  * fixed-width records, [router u32][channel u32] before each output
@@ -39,7 +46,7 @@
 
 #define WEIR__CS_MAGIC 0x53435557u /* "WUCS" */
 #define WEIR__CS_HDR WEIR_CHANNEL_STATE_HEADER
-#define WEIR__CS_FORMAT 2u
+#define WEIR__CS_FORMAT 3u
 
 /* One blob being written. Zero it, then weir__cs_begin(). */
 typedef struct weir__cs_writer {

@@ -92,7 +92,7 @@ int fz_chanstate(const uint8_t *data, size_t size) {
     weir_free(p);
     return 0;
   }
-  /* Written again (format 2) and read back: the same records. */
+  /* Written again (the current format) and read back: the same records. */
   weir__cs_writer w;
   memset(&w, 0, sizeof w);
   weir__cs_begin(&w);

@@ -10,7 +10,7 @@
  * it), reads both sections, and checks every promise of the reader: an
  * error comes with a reason; a record's payload lies inside the blob and
  * within max_record, and every byte of it is touched; on success the
- * records are written again in format 2 and read back, and must come out
+ * records are written again in the current format and read back, and must come out
  * the same. A broken promise prints the reason and aborts (the fuzzer
  * records a crash, the plain test dies).
  */
