@@ -183,6 +183,22 @@ static void derived_record(uint32_t i, uint64_t *key, int64_t *ts, uint64_t *id)
   *id = 0x9e3779b97f4a7c15ull * (i + 1) ^ (0xbf58476d1ce4e5b9ull >> (i % 7));
 }
 
+/* A source that takes turns among 64 splits (weir_gen): ids consecutive
+ * per split (a step of 128), each split's base a hash. */
+static void split_record(uint32_t i, uint64_t *key, int64_t *ts, uint64_t *id) {
+  uint64_t j = i % 64, base = 0x9e3779b97f4a7c15ull * (j + 1);
+  *key = 2u * i % 1000u;
+  *ts = 2 * i;
+  *id = base + 128u * (i / 64);
+}
+
+/* Its ids are coded against the same split's last: after the first round
+ * (8 raw bytes each) a record takes 3 bytes, the id 2 of them. */
+Test(chanstate, format3_codes_ids_against_their_split) {
+  uint64_t n = blob_of(split_record);
+  cr_assert_leq(n, 64u * 10 + 960u * 3 + 64, "%llu bytes for 1024 records", (unsigned long long)n);
+}
+
 /* A source's record takes 3 bytes: the head byte, the key's difference,
  * the id's (the time's is in the head); no length, no payload (the first
  * record's differences to 0 take a few more). */

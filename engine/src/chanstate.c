@@ -31,6 +31,15 @@ static inline uint8_t *put_varint(uint8_t *q, uint64_t v) {
   return q;
 }
 
+static inline unsigned varint_len(uint64_t v) {
+  unsigned n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    n++;
+  }
+  return n;
+}
+
 /* Zigzag: small differences of either sign become small varints. */
 static inline uint64_t zz(uint64_t d) {
   return (d << 1) ^ (uint64_t)((int64_t)d >> 63);
@@ -49,9 +58,9 @@ static inline uint64_t unzz(uint64_t u) {
 /* Format 3: a record's head byte codes its key and ts in 3 bits each (a
  * zigzagged difference under SMALL is the code itself; F_VARINT: its
  * varint follows; F_RAW: the value's 8 bytes follow), whether its id
- * follows raw (H_ID_RAW) or as the varint of its zigzagged difference,
- * and whether a length and payload follow (H_LEN). A difference whose
- * varint would take more than 8 bytes goes raw. */
+ * follows raw (H_ID_RAW) or as a difference to one of the last ids
+ * (put_id), and whether a length and payload follow (H_LEN). A difference
+ * whose varint would take more than 8 bytes goes raw. */
 #define SMALL 6u
 #define F_VARINT 6u
 #define F_RAW 7u
@@ -72,9 +81,56 @@ static inline uint8_t *put_field(uint8_t *q, unsigned code, uint64_t u, uint64_t
   return q;
 }
 
+/* An id that far (zigzagged) from the one it is coded against makes the
+ * writer look for a nearer one among the last WEIR__CS_IDS, at the first
+ * such id after a near one and then every SCAN_EVERY (ids that are hashes
+ * are near none: the look costs them WEIR__CS_IDS / SCAN_EVERY compares
+ * a record). */
+#define FAR_ID (1ull << 20)
+#define SCAN_EVERY 16u
+
+/* The id lag + 1 records back among the section's first n. */
+static inline uint64_t id_back(const uint64_t *ids, uint64_t n, uint32_t lag) {
+  return lag < n ? ids[(n - 1 - lag) & (WEIR__CS_IDS - 1)] : 0;
+}
+
 static void section_start(weir__cs_writer *w) {
   w->pkey = w->pid = 0;
   w->pts = 0;
+  memset(w->ids, 0, sizeof w->ids);
+  w->lag = w->misses = 0;
+}
+
+/* Codes id, the section's record n: the varint and lag byte of format 3,
+ * or 8 raw bytes (then *raw is set). */
+static uint8_t *put_id(weir__cs_writer *w, uint8_t *q, uint64_t id, uint64_t n, int *raw) {
+  uint64_t u = zz(id - id_back(w->ids, n, w->lag));
+  uint32_t lag = w->lag;
+  if (u < FAR_ID) {
+    w->misses = 0;
+  } else if (w->misses++ % SCAN_EVERY == 0) {
+    uint32_t most = n < WEIR__CS_IDS ? (uint32_t)n : WEIR__CS_IDS;
+    for (uint32_t l = 0; l < most; l++) {
+      uint64_t v = zz(id - id_back(w->ids, n, l));
+      if (v < u) {
+        u = v;
+        lag = l;
+      }
+    }
+  }
+  w->ids[n & (WEIR__CS_IDS - 1)] = id;
+  /* Raw when the varint (and a new lag's byte) would take 8 bytes or more. */
+  uint64_t v = u << 1 | (lag != w->lag);
+  *raw = u >= NEAR || varint_len(v) + (lag != w->lag) >= 8;
+  if (*raw) {
+    memcpy(q, &id, 8);
+    return q + 8;
+  }
+  if (lag == w->lag) return put_varint(q, v);
+  w->lag = lag;
+  q = put_varint(q, v);
+  *q++ = (uint8_t)lag;
+  return q;
 }
 
 void weir__cs_begin(weir__cs_writer *w) {
@@ -96,23 +152,20 @@ void weir__cs_run(weir__cs_writer *w, uint32_t k, uint32_t j, uint64_t n) {
 }
 
 void weir__cs_records(weir__cs_writer *w, const weir__batch *b, uint32_t from, uint32_t to) {
+  uint64_t n0 = w->in_start ? w->in_records : w->out_records;
   for (uint32_t r = from; r < to; r++) {
     uint32_t rl = b->lens[r];
     reserve(w, REC_MAX + rl);
     uint8_t *q = w->buf + w->len;
     uint64_t key = b->keys[r], ts = (uint64_t)b->ts[r], id = b->ids[r];
-    uint64_t uk = zz(key - w->pkey), ut = zz(ts - (uint64_t)w->pts), ui = zz(id - w->pid);
+    uint64_t uk = zz(key - w->pkey), ut = zz(ts - (uint64_t)w->pts);
     unsigned ck = code_of(uk), ct = code_of(ut);
-    int id_raw = ui >= VARINT8;
-    *q++ = (uint8_t)(ck | ct << 3 | (id_raw ? H_ID_RAW : 0) | (rl ? H_LEN : 0));
+    uint8_t *head = q++;
     q = put_field(q, ck, uk, key);
     q = put_field(q, ct, ut, ts);
-    if (id_raw) {
-      memcpy(q, &id, 8);
-      q += 8;
-    } else {
-      q = put_varint(q, ui);
-    }
+    int id_raw;
+    q = put_id(w, q, id, n0 + (r - from), &id_raw);
+    *head = (uint8_t)(ck | ct << 3 | (id_raw ? H_ID_RAW : 0) | (rl ? H_LEN : 0));
     if (rl) {
       q = put_varint(q, rl);
       memcpy(q, b->data + b->off[r], rl);
@@ -229,6 +282,8 @@ void weir__cs_to_inputs(weir__cs_reader *r) {
   r->run_left = 0;
   r->pkey = r->pid = 0;
   r->pts = 0;
+  memset(r->ids, 0, sizeof r->ids);
+  r->lag = 0;
 }
 
 static int next_v1(weir__cs_reader *r, weir__cs_rec *rec) {
@@ -271,8 +326,13 @@ static int rec_v3(weir__cs_reader *r, weir__cs_rec *rec) {
     if (get_fixed(r, &rec->id, 8)) return -1;
   } else {
     if (get_varint(r, &u)) return -1;
-    rec->id = r->pid + unzz(u);
+    if (u & 1) {
+      if (r->off >= r->end || r->p[r->off] >= WEIR__CS_IDS) return -1;
+      r->lag = r->p[r->off++];
+    }
+    rec->id = id_back(r->ids, r->got, r->lag) + unzz(u >> 1);
   }
+  r->ids[r->got & (WEIR__CS_IDS - 1)] = rec->id;
   if ((h & H_LEN) && (get_varint(r, &len) || len == 0 || len > UINT32_MAX)) return -1;
   rec->ts = (int64_t)ts;
   rec->len = (uint32_t)len;

@@ -19,10 +19,17 @@
  * difference u. The head byte says how: bits 0-2 for the key and 3-5 for
  * ts are u itself when u < 6, else 6 (the varint of u follows) or 7 (the
  * value's 8 bytes follow, when u's varint would take more than 8); bit 6
- * set: the id's 8 bytes follow, else the varint of its u; bit 7 set: the
- * varint length (at least 1) and the payload follow, else the length is
- * 0. A source's records (key, time and id each a step apart) take 2 to 3
- * bytes; an operator's, whose ids are hashes, 9 (format 2: 12).
+ * set: the id's 8 bytes follow; else a varint v, the id being coded
+ * against the id `lag` + 1 records back in the section (0 if there is
+ * none) as u = v >> 1; when v is odd, a byte follows with the new lag
+ * (below WEIR__CS_IDS), which holds for the section's next records
+ * until another one says otherwise (the lag starts at 0: the previous
+ * record). Bit 7 set: the varint length (at least 1) and the payload
+ * follow, else the length is 0. A source that takes turns among its
+ * splits emits ids that are consecutive per split, so its records' ids
+ * take 2 bytes against the id of the same split's last record; a
+ * source's records take 3 to 4 bytes in all, an operator's, whose ids are
+ * hashes, 9 (format 2: 12).
  *
  * Format 2 (read only): the same runs; a record is
  * [key][ts][id][len][payload], key, ts and id each the varint of the
@@ -47,6 +54,8 @@
 #define WEIR__CS_MAGIC 0x53435557u /* "WUCS" */
 #define WEIR__CS_HDR WEIR_CHANNEL_STATE_HEADER
 #define WEIR__CS_FORMAT 3u
+/* Format 3: how many of a section's last ids an id may be coded against. */
+#define WEIR__CS_IDS 128u
 
 /* One blob being written. Zero it, then weir__cs_begin(). */
 typedef struct weir__cs_writer {
@@ -56,6 +65,8 @@ typedef struct weir__cs_writer {
   uint64_t in_start;  /* offset of the input section, 0 while writing outputs */
   uint64_t pkey, pid; /* the previous record of this section */
   int64_t pts;
+  uint64_t ids[WEIR__CS_IDS]; /* the section's last ids, a ring */
+  uint32_t lag, misses;       /* the id coded against; ids far from it since a hit */
 } weir__cs_writer;
 
 /* Starts a blob (drops one left unfinished) at its output section. */
@@ -98,6 +109,8 @@ typedef struct weir__cs_reader {
   uint32_t k, j;     /* and where they go */
   uint64_t pkey, pid;
   int64_t pts;
+  uint64_t ids[WEIR__CS_IDS]; /* format 3: the section's last ids, a ring */
+  uint32_t lag;
 } weir__cs_reader;
 
 /* Checks the header and positions r at the output section. Returns 0, or
