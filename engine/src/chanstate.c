@@ -87,7 +87,7 @@ static inline uint8_t *put_field(uint8_t *q, unsigned code, uint64_t u, uint64_t
  * are near none: the look costs them WEIR__CS_IDS / SCAN_EVERY compares
  * a record). */
 #define FAR_ID (1ull << 20)
-#define SCAN_EVERY 16u
+#define SCAN_EVERY 64u
 
 /* The id lag + 1 records back among the section's first n. */
 static inline uint64_t id_back(const uint64_t *ids, uint64_t n, uint32_t lag) {
