@@ -214,37 +214,6 @@ Test(chanstate, format3_is_compact_with_hashed_ids) {
   cr_assert_leq(n, 1024u * 9 + 16, "%llu bytes for 1024 records", (unsigned long long)n);
 }
 
-/* A blob in format 1 (fixed-width records, router and channel before each
- * output record), as checkpoints written before format 2 hold. */
-static uint8_t *format1(uint64_t *len) {
-  uint8_t *p = weir_malloc(1024);
-  uint64_t o = WEIR__CS_HDR;
-  for (int sec = 0; sec < 2; sec++) {
-    const want *w = sec ? INS : OUTS;
-    uint32_t n = sec ? 4 : 5;
-    uint64_t start = o;
-    for (uint32_t i = 0; i < n; i++) {
-      if (!sec) {
-        memcpy(p + o, &w[i].k, 4);
-        memcpy(p + o + 4, &w[i].j, 4);
-        o += 8;
-      }
-      memcpy(p + o, &w[i].key, 8);
-      memcpy(p + o + 8, &w[i].ts, 8);
-      memcpy(p + o + 16, &w[i].id, 8);
-      memcpy(p + o + 24, &w[i].len, 4);
-      o += 28;
-      for (uint32_t x = 0; x < w[i].len; x++) p[o++] = pay_byte(w[i].key, x);
-    }
-    uint64_t q[2] = {n, o - start};
-    memcpy(p + 8 + 16 * sec, q, 16);
-  }
-  uint32_t h[2] = {WEIR__CS_MAGIC, 1};
-  memcpy(p, h, 8);
-  *len = o;
-  return p;
-}
-
 /* Format 2's coding of a value against the previous one (chanstate.h). */
 static uint64_t put_varint2(uint8_t *p, uint64_t o, uint64_t v) {
   for (; v >= 0x80; v >>= 7) p[o++] = (uint8_t)(v | 0x80);
@@ -260,10 +229,11 @@ static uint64_t put_delta2(uint8_t *p, uint64_t o, uint64_t v, uint64_t prev) {
   return o + 8;
 }
 
-/* The same records in format 2 (varint differences, a record
- * [key][ts][id][len][payload]), as checkpoints written before format 3
- * hold: runs (0,0) x 3 and (1,2) x 2, then the inputs. */
-static uint8_t *format2(uint64_t *len) {
+/* OUTS and INS in an earlier format, as checkpoints written before format
+ * 3 hold. Format 1: fixed-width records, router and channel before each
+ * output record. Format 2: varint differences, a record
+ * [key][ts][id][len][payload], outputs in runs (0,0) x 3 and (1,2) x 2. */
+static uint8_t *earlier(uint32_t fmt, uint64_t *len) {
   uint8_t *p = weir_malloc(1024);
   uint64_t o = WEIR__CS_HDR;
   for (int sec = 0; sec < 2; sec++) {
@@ -271,24 +241,37 @@ static uint8_t *format2(uint64_t *len) {
     uint32_t n = sec ? 4 : 5;
     uint64_t start = o, pk = 0, pt = 0, pi = 0;
     for (uint32_t i = 0; i < n; i++) {
-      if (!sec && (i == 0 || i == 3)) {
-        o = put_varint2(p, o, w[i].k);
-        o = put_varint2(p, o, w[i].j);
-        o = put_varint2(p, o, i == 0 ? 3 : 2);
+      if (fmt == 1) {
+        if (!sec) {
+          memcpy(p + o, &w[i].k, 4);
+          memcpy(p + o + 4, &w[i].j, 4);
+          o += 8;
+        }
+        memcpy(p + o, &w[i].key, 8);
+        memcpy(p + o + 8, &w[i].ts, 8);
+        memcpy(p + o + 16, &w[i].id, 8);
+        memcpy(p + o + 24, &w[i].len, 4);
+        o += 28;
+      } else {
+        if (!sec && (i == 0 || i == 3)) {
+          o = put_varint2(p, o, w[i].k);
+          o = put_varint2(p, o, w[i].j);
+          o = put_varint2(p, o, i == 0 ? 3 : 2);
+        }
+        o = put_delta2(p, o, w[i].key, pk);
+        o = put_delta2(p, o, (uint64_t)w[i].ts, pt);
+        o = put_delta2(p, o, w[i].id, pi);
+        o = put_varint2(p, o, w[i].len);
+        pk = w[i].key;
+        pt = (uint64_t)w[i].ts;
+        pi = w[i].id;
       }
-      o = put_delta2(p, o, w[i].key, pk);
-      o = put_delta2(p, o, (uint64_t)w[i].ts, pt);
-      o = put_delta2(p, o, w[i].id, pi);
-      o = put_varint2(p, o, w[i].len);
       for (uint32_t x = 0; x < w[i].len; x++) p[o++] = pay_byte(w[i].key, x);
-      pk = w[i].key;
-      pt = (uint64_t)w[i].ts;
-      pi = w[i].id;
     }
     uint64_t q[2] = {n, o - start};
     memcpy(p + 8 + 16 * sec, q, 16);
   }
-  uint32_t h[2] = {WEIR__CS_MAGIC, 2};
+  uint32_t h[2] = {WEIR__CS_MAGIC, fmt};
   memcpy(p, h, 8);
   *len = o;
   return p;
@@ -296,13 +279,13 @@ static uint8_t *format2(uint64_t *len) {
 
 Test(chanstate, format2_still_reads) {
   uint64_t len;
-  uint8_t *blob = format2(&len);
+  uint8_t *blob = earlier(2, &len);
   expect_sample(blob, len);
 }
 
 Test(chanstate, format1_still_reads) {
   uint64_t len;
-  uint8_t *blob = format1(&len);
+  uint8_t *blob = earlier(1, &len);
   expect_sample(blob, len);
 }
 
@@ -548,7 +531,7 @@ static const char *const SEEDS[] = {"format1-sample", "format2-sample", "format3
 static uint8_t *make_seed(int i, size_t *n) {
   uint64_t len;
   if (i < 3) {
-    uint8_t *blob = i == 0 ? format1(&len) : i == 1 ? format2(&len) : sample(&len);
+    uint8_t *blob = i == 0 ? earlier(1, &len) : i == 1 ? earlier(2, &len) : sample(&len);
     return seed_input(16, blob, len, n);
   }
   weir__cs_writer w;

@@ -31,15 +31,6 @@ static inline uint8_t *put_varint(uint8_t *q, uint64_t v) {
   return q;
 }
 
-static inline unsigned varint_len(uint64_t v) {
-  unsigned n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    n++;
-  }
-  return n;
-}
-
 /* Zigzag: small differences of either sign become small varints. */
 static inline uint64_t zz(uint64_t d) {
   return (d << 1) ^ (uint64_t)((int64_t)d >> 63);
@@ -48,12 +39,6 @@ static inline uint64_t zz(uint64_t d) {
 static inline uint64_t unzz(uint64_t u) {
   return (u >> 1) ^ (0 - (u & 1));
 }
-
-/* Format 2 (read only): a value as its zigzagged difference to the
- * previous one, shifted left by one, when that takes at most 8 bytes;
- * otherwise (hashed ids and keys, far apart) as the varint 1 and the
- * value's 8 bytes. */
-#define NEAR (1ull << 55)
 
 /* Format 3: a record's head byte codes its key and ts in 3 bits each (a
  * zigzagged difference under SMALL is the code itself; F_VARINT: its
@@ -95,7 +80,7 @@ static inline uint64_t id_back(const uint64_t *ids, uint64_t n, uint32_t lag) {
 }
 
 static void section_start(weir__cs_writer *w) {
-  w->pkey = w->pid = 0;
+  w->pkey = 0;
   w->pts = 0;
   memset(w->ids, 0, sizeof w->ids);
   w->lag = w->misses = 0;
@@ -119,17 +104,19 @@ static uint8_t *put_id(weir__cs_writer *w, uint8_t *q, uint64_t id, uint64_t n, 
     }
   }
   w->ids[n & (WEIR__CS_IDS - 1)] = id;
-  /* Raw when the varint (and a new lag's byte) would take 8 bytes or more. */
-  uint64_t v = u << 1 | (lag != w->lag);
-  *raw = u >= NEAR || varint_len(v) + (lag != w->lag) >= 8;
+  /* Raw when the varint of u << 1 (and a new lag's byte) would take 8
+   * bytes or more: 7 varint bytes hold 49 bits, 6 hold 42. */
+  int relag = lag != w->lag;
+  *raw = u >= (relag ? 1ull << 41 : 1ull << 48);
   if (*raw) {
     memcpy(q, &id, 8);
     return q + 8;
   }
-  if (lag == w->lag) return put_varint(q, v);
-  w->lag = lag;
-  q = put_varint(q, v);
-  *q++ = (uint8_t)lag;
+  q = put_varint(q, u << 1 | (uint64_t)relag);
+  if (relag) {
+    w->lag = lag;
+    *q++ = (uint8_t)lag;
+  }
   return q;
 }
 
@@ -174,7 +161,6 @@ void weir__cs_records(weir__cs_writer *w, const weir__batch *b, uint32_t from, u
     w->len = (uint64_t)(q - w->buf);
     w->pkey = key;
     w->pts = (int64_t)ts;
-    w->pid = id;
   }
   if (w->in_start)
     w->in_records += to - from;
@@ -223,7 +209,9 @@ static int get_varint(weir__cs_reader *r, uint64_t *v) {
   return -1;
 }
 
-/* A value written by put_delta. */
+/* A value of format 2 (read only): the varint of its zigzagged difference
+ * to the previous one shifted left by one, or the varint 1 and the value's
+ * 8 bytes. */
 static int get_delta(weir__cs_reader *r, uint64_t *v, uint64_t prev) {
   uint64_t u;
   if (get_varint(r, &u)) return -1;
@@ -294,17 +282,23 @@ static int next_v1(weir__cs_reader *r, weir__cs_rec *rec) {
   return 0;
 }
 
-static int rec_v2(weir__cs_reader *r, weir__cs_rec *rec) {
-  uint64_t ts, len;
-  if (get_delta(r, &rec->key, r->pkey) || get_delta(r, &ts, (uint64_t)r->pts) ||
-      get_delta(r, &rec->id, r->pid) || get_varint(r, &len) || len > UINT32_MAX)
-    return -1;
+/* Formats 2 and 3: a record's ts and length, and what the next one is
+ * coded against. */
+static int rec_done(weir__cs_reader *r, weir__cs_rec *rec, uint64_t ts, uint64_t len) {
   rec->ts = (int64_t)ts;
   rec->len = (uint32_t)len;
   r->pkey = rec->key;
   r->pts = rec->ts;
   r->pid = rec->id;
   return 0;
+}
+
+static int rec_v2(weir__cs_reader *r, weir__cs_rec *rec) {
+  uint64_t ts, len;
+  if (get_delta(r, &rec->key, r->pkey) || get_delta(r, &ts, (uint64_t)r->pts) ||
+      get_delta(r, &rec->id, r->pid) || get_varint(r, &len) || len > UINT32_MAX)
+    return -1;
+  return rec_done(r, rec, ts, len);
 }
 
 /* A key or ts of format 3 with its head byte's code. */
@@ -334,12 +328,7 @@ static int rec_v3(weir__cs_reader *r, weir__cs_rec *rec) {
   }
   r->ids[r->got & (WEIR__CS_IDS - 1)] = rec->id;
   if ((h & H_LEN) && (get_varint(r, &len) || len == 0 || len > UINT32_MAX)) return -1;
-  rec->ts = (int64_t)ts;
-  rec->len = (uint32_t)len;
-  r->pkey = rec->key;
-  r->pts = rec->ts;
-  r->pid = rec->id;
-  return 0;
+  return rec_done(r, rec, ts, len);
 }
 
 /* Formats 2 and 3: runs of output records, records coded against the

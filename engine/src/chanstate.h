@@ -62,8 +62,8 @@ typedef struct weir__cs_writer {
   uint8_t *buf; /* owned until weir__cs_finish() */
   uint64_t len, cap;
   uint64_t out_records, in_records;
-  uint64_t in_start;  /* offset of the input section, 0 while writing outputs */
-  uint64_t pkey, pid; /* the previous record of this section */
+  uint64_t in_start; /* offset of the input section, 0 while writing outputs */
+  uint64_t pkey;     /* the previous record of this section */
   int64_t pts;
   uint64_t ids[WEIR__CS_IDS]; /* the section's last ids, a ring */
   uint32_t lag, misses;       /* the id coded against; ids far from it since a hit */
