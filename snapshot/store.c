@@ -650,17 +650,58 @@ static int child_env(const weir_store *s, MDB_env **env, MDB_txn **txn, char *ms
   return 0;
 }
 
-/* Walks every page that open and the writer's scans read (the job record,
- * every metadata value, every chunk key) and reports LMDB errors; crashes
- * are the parent's to see. Damaged values are not errors here (they are
- * refused when read). */
+static const char *const db_names[] = {"job", "meta", "chunks"};
+
+/* The main database holds the records of the named ones: none (a store
+ * never written) or exactly job, meta and chunks, as the first open
+ * creates them together. Anything else is damage that a write would
+ * trip over (open creates a database it cannot find, in the page where it
+ * should be). 0 or WEIR_ECORRUPT (message set). */
+static int probe_main(const weir_store *s, MDB_txn *txn, char *msg, size_t len) {
+  MDB_dbi main;
+  MDB_cursor *cur = NULL;
+  int r = mdb_dbi_open(txn, NULL, 0, &main);
+  if (r == 0) r = mdb_cursor_open(txn, main, &cur);
+  unsigned seen = 0, n = 0;
+  MDB_val key, val;
+  if (r == 0) {
+    for (r = mdb_cursor_get(cur, &key, &val, MDB_FIRST); r == 0;
+         r = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+      unsigned which = 0;
+      for (unsigned i = 0; i < 3; i++)
+        if (key.mv_size == strlen(db_names[i]) &&
+            memcmp(key.mv_data, db_names[i], key.mv_size) == 0)
+          which = 1u << i;
+      if (which == 0 || (seen & which) != 0 || ++n > 3) {
+        r = MDB_CORRUPTED;
+        break;
+      }
+      seen |= which;
+    }
+    if (r == MDB_NOTFOUND) r = 0;
+  }
+  if (cur) mdb_cursor_close(cur);
+  if (r == 0 && seen != 0 && seen != 7) r = MDB_CORRUPTED;
+  if (r == 0) return 0;
+  int rc = weir__mdb_err(r);
+  snprintf(msg, len, "store %s%s: reading its list of databases: %s", s->path,
+           rc == WEIR_ECORRUPT ? " is damaged" : "",
+           r == MDB_CORRUPTED ? "not job, meta and chunks" : weir__mdb_text(r));
+  return rc;
+}
+
+/* Walks every page that open and the writer's scans read (the list of
+ * databases, the job record, every metadata value, every chunk key) and
+ * reports LMDB errors; crashes are the parent's to see. Damaged values are
+ * not errors here (they are refused when read). */
 static int probe_child(const weir_store *s, uint64_t unused, char *msg, size_t len) {
   (void)unused;
   MDB_env *env = NULL;
   MDB_txn *txn = NULL;
   int rc = child_env(s, &env, &txn, msg, len);
   if (rc < 0) return rc;
-  static const char *const names[] = {"job", "meta", "chunks"};
+  rc = probe_main(s, txn, msg, len);
+  const char *const *names = db_names;
   for (int i = 0; i < 3 && rc == 0; i++) {
     MDB_dbi dbi;
     int r = mdb_dbi_open(txn, names[i], 0, &dbi);

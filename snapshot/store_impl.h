@@ -131,6 +131,7 @@ struct weir_store {
    * debug line at close. CPU from weir_clock_thread_cpu_ns, ns. */
   struct {
     uint64_t writes, chunks, bytes, commits;
+    uint64_t commits_with_writes; /* of commits: in the transaction of their last writes */
     uint64_t read_cpu, encode_cpu, txn_cpu, txn_wall, commit_cpu, commit_wall;
     uint64_t shared_writes, shared_entries;
     uint64_t fill_cpu; /* of encode_cpu: writing planned chunks' bytes (chunker_write) */
@@ -195,6 +196,9 @@ void weir__store_test_child_signal(weir_store *s, int sig);
  * (subtask writes grouped into one count once). Read it after
  * weir_store_flush, which orders it after the writer's updates. */
 uint64_t weir__store_test_chunk_txns(weir_store *s);
+/* Tests: how many checkpoint commits went into the transaction of their
+ * last writes (writer.c, exec_writes). After weir_store_flush. */
+uint64_t weir__store_test_commits_with_writes(weir_store *s);
 /* Tests: the largest chunk value size and the number of chunk values of
  * checkpoint id (read transaction). */
 int weir__store_test_chunk_stats(weir_store *s, uint64_t id, size_t *max_len, uint64_t *count);

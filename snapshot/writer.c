@@ -30,11 +30,12 @@
  *
  * Commit protocol: the commit is ONE write transaction holding the
  * checkpoint's metadata (every subtask written for it) and the job record's
- * `latest` (and `finished`). Chunks are on disk before it starts (a chunk
- * transaction commits with fdatasync of its pages, and done() of a write
- * runs only once its last chunks are committed), so once the metadata is
- * visible all it names is on disk; before it, the checkpoint does not
- * exist. Only that commit and id reservations sync LMDB's meta page
+ * `latest` (and `finished`): a transaction of its own, or the one that
+ * holds the checkpoint's last chunks when it is queued right behind them
+ * (grouped subtask writes below). Its other chunks are on disk before it
+ * starts (a chunk transaction commits with fdatasync of its pages), so once
+ * the metadata is visible all it names is on disk; before it, the
+ * checkpoint does not exist. Only that commit and id reservations sync LMDB's meta page
  * (commit_durable): a power failure can undo the last chunk transaction,
  * which no committed checkpoint names yet, never a commit. A checkpoint
  * with a failed subtask write is never committed: its chunks are discarded.
@@ -881,12 +882,17 @@ static void req_free_snap(weir_store *s, weir__req *r) {
  * same operator subtask is refused as before); a failed member sets its
  * checkpoint's status, so the commit fails whatever the entries say.
  *
- * A checkpoint's commit (metadata + latest pointer) never joins a group:
- * the coordinator queues it only after done() of every write of that
- * checkpoint, i.e. after the transactions holding them are durable, so it
- * is never queued behind its own writes; behind it there can only be a
- * later checkpoint's writes (none while one checkpoint is in flight), and
- * sharing their transaction would tie a failure of theirs to it. */
+ * A checkpoint's commit (metadata + latest pointer) queued right behind
+ * the group ends it: the coordinator queues it as soon as every write of
+ * the checkpoint is queued, so it usually is. If every write with chunks
+ * in the open transaction is of that checkpoint, the metadata goes into
+ * that transaction (commit_behind), which is then committed durably: the
+ * checkpoint's last chunks and its metadata become visible together, and
+ * the members are reported before the commit. A write of another
+ * checkpoint in it keeps the commit out (a failure of theirs must not fail
+ * it); a commit behind a write never runs before it. Behind a commit there
+ * can only be a later checkpoint's writes (none while one checkpoint is in
+ * flight). */
 
 #define GROUP_MAX 256u /* writes taken into one group (bounds its array) */
 
@@ -999,19 +1005,24 @@ static void group_report(weir_store *s, wgroup *g) {
  * durable bytes on); otherwise (rc an LMDB or errno code, fp naming a
  * simulated failure) aborts it. A failed commit or an abort fails every
  * member with chunks in it, each with its own message. A transaction
- * without chunks (every put in it failed) is only aborted. */
-static void group_end_txn(weir_store *s, wgroup *g, int rc, const char *fp) {
+ * without chunks (every put in it failed) is only aborted, unless it holds
+ * a checkpoint's metadata (meta_fp not NULL): it is then committed durably
+ * (commit_durable), and *meta_fp names a simulated failure of that commit.
+ * Returns 0 if the transaction was committed, else the LMDB or errno code. */
+static int group_end_txn(weir_store *s, wgroup *g, int rc, const char *fp, const char **meta_fp) {
   WEIR_ASSERT(g->txn != NULL);
-  int empty = g->chunks == 0;
+  int empty = g->chunks == 0 && meta_fp == NULL;
   if (!empty && rc == 0 && (rc = simulated("store.chunk_txn_commit")) != 0)
     fp = " [simulated by failpoint store.chunk_txn_commit]";
+  if (meta_fp != NULL) *meta_fp = fp;
   if (rc == 0 && !empty) {
     /* Durable once the checkpoint's commit is (commit_durable): the data
-     * is synced, the meta page with the next commit. */
+     * is synced, the meta page with the next commit. A transaction with
+     * the commit in it is that commit. */
     span t = span_begin();
-    rc = mdb_txn_commit(g->txn);
+    rc = meta_fp != NULL ? commit_durable(s, g->txn) : mdb_txn_commit(g->txn);
     span_end(t, &s->stats.txn_cpu, &s->stats.txn_wall);
-    if (rc == 0) s->test_chunk_txns++;
+    if (rc == 0 && g->chunks > 0) s->test_chunk_txns++;
   } else {
     mdb_txn_abort(g->txn);
   }
@@ -1046,6 +1057,7 @@ static void group_end_txn(weir_store *s, wgroup *g, int rc, const char *fp) {
   g->chunks = 0;
   g->bytes = 0;
   g->writers = 0;
+  return rc;
 }
 
 /* Checks a write before any chunk of it is put and sorts its u64 state; registers its checkpoint
@@ -1218,7 +1230,7 @@ static void write_chunks(weir_store *s, wgroup *g, gmember *m) {
       rc = mdb_txn_commit(txn); /* into the shared transaction: no I/O */
       txn = NULL;
       if (rc != 0) { /* the shared one may be half merged: fail it all */
-        group_end_txn(s, g, rc, "");
+        group_end_txn(s, g, rc, "", NULL);
         weir_free(c.counts);
         return;
       }
@@ -1227,7 +1239,7 @@ static void write_chunks(weir_store *s, wgroup *g, gmember *m) {
       m->need = need;
       member_written(s, m, &c);
     }
-    if (g->txn != NULL && g->chunks >= WEIR__TXN_CHUNKS) group_end_txn(s, g, 0, "");
+    if (g->txn != NULL && g->chunks >= WEIR__TXN_CHUNKS) group_end_txn(s, g, 0, "", NULL);
     if (!more || m->state == M_FAILED) {
       weir_free(c.counts);
       return;
@@ -1248,47 +1260,6 @@ static void write_chunks(weir_store *s, wgroup *g, gmember *m) {
 }
 
 /* ---- requests ----------------------------------------------------------------- */
-
-/* Runs the write `first` and, on the writer thread, every write queued
- * right behind it as one group (above). Frees the requests it pulled off
- * the queue; `first` stays the caller's. */
-static void exec_writes(weir_store *s, weir__req *first) {
-  wgroup g = {0};
-  group_add(&g, first, 0);
-  for (size_t i = 0;; i++) {
-    if (i == g.n) {
-      /* Room left in an open transaction: take what queued meanwhile. */
-      if (g.txn == NULL || g.chunks >= WEIR__TXN_CHUNKS || group_pull(s, &g) == 0) break;
-    }
-    gmember *m = &g.m[i];
-    int rc = prepare(s, m);
-    if (rc < 0) {
-      member_fail(s, m, rc);
-    } else {
-      /* Encoding and puts: the writes' CPU less the commits inside it. */
-      uint64_t cpu = weir_clock_thread_cpu_ns(), txn = s->stats.txn_cpu;
-      write_chunks(s, &g, m);
-      s->stats.encode_cpu += weir_clock_thread_cpu_ns() - cpu - (s->stats.txn_cpu - txn);
-      s->stats.writes++;
-    }
-    if (m->state == M_WRITTEN && m->txn_chunks == 0 && g.txn == NULL)
-      m->state = M_DURABLE; /* nothing of it waits for a commit */
-    if (g.txn == NULL) group_report(s, &g);
-  }
-  if (g.txn != NULL) group_end_txn(s, &g, 0, "");
-  for (size_t i = g.reported; i < g.n; i++)
-    if (g.m[i].state == M_WRITTEN) g.m[i].state = M_DURABLE; /* no chunks: none to wait for */
-  group_report(s, &g);
-  WEIR_ASSERT(g.reported == g.n);
-  for (size_t i = 0; i < g.n; i++) {
-    gmember *m = &g.m[i];
-    weir_free(m->why);
-    weir_free(m->op);
-    req_free_snap(s, m->r);
-    if (m->own) weir_free(m->r);
-  }
-  weir_free(g.m);
-}
 
 static int cmp_entry(const void *a, const void *b) {
   const weir__sub_entry *x = a, *y = b;
@@ -1365,153 +1336,310 @@ static void retention(weir_store *s) {
   }
 }
 
-static void exec_commit(weir_store *s, weir__req *r) {
-  const weir_store_commit_info *ci = &r->commit;
-  uint64_t id = ci->id;
-  weir_store_written w = {0, 0};
-  weir__pending *pc = pending_find(s, id);
-  int rc = check_open_id(s, id);
+/* A checkpoint's commit as it runs: on its own (exec_commit) or with its
+ * metadata in the transaction that holds its last writes (exec_writes). */
+typedef struct ckcommit {
+  weir__req *r;
+  uint64_t id;
+  weir__pending *pc;
+  int untouched;       /* refused before anything of the checkpoint was touched */
+  int discard_on_fail; /* a failure discards what was written for it */
+  const char *fp;      /* a simulated failure of the metadata put */
+  weir__ckpt_meta m;
+  uint8_t *mval, *jval;
+  size_t mlen, jlen;
+  weir__sub_entry *subs;
+  char *why; /* a failure's message, kept while the writes before it are reported */
+} ckcommit;
+
+/* The checks that need no transaction: the id is this store's to commit,
+ * no subtask write of it failed, and it holds as many writes as the
+ * coordinator counted. 0 or an error (message set). */
+static int commit_check(weir_store *s, ckcommit *c) {
+  const weir_store_commit_info *ci = &c->r->commit;
+  c->discard_on_fail = 1;
+  int rc = check_open_id(s, c->id);
   if (rc < 0) { /* nothing of it may be touched: it is not this commit's */
-    if (r->done) r->done(r->user, rc, NULL);
-    return;
+    c->untouched = 1;
+    return rc;
   }
-  uint32_t written = pc ? pc->nsub : 0;
-  if (pc != NULL && pc->status < 0) {
+  c->pc = pending_find(s, c->id);
+  uint32_t written = c->pc ? c->pc->nsub : 0;
+  if (c->pc != NULL && c->pc->status < 0) {
     char prev[512];
     weir_store_error(s, prev, sizeof prev);
-    rc = weir__store_fail(s, pc->status,
-                          "store %s: checkpoint %llu not committed: a subtask write failed (%s; "
-                          "last store error: %s)",
-                          s->path, (ull)id, weir_strerror(pc->status), prev);
-  } else if (ci->subtasks != 0 && ci->subtasks != written) {
-    rc = weir__store_fail(s, WEIR_ESTATE,
-                          "store %s: checkpoint %llu not committed: it holds %u subtask writes, "
-                          "%u were acknowledged",
-                          s->path, (ull)id, written, ci->subtasks);
+    return weir__store_fail(s, c->pc->status,
+                            "store %s: checkpoint %llu not committed: a subtask write failed (%s; "
+                            "last store error: %s)",
+                            s->path, (ull)c->id, weir_strerror(c->pc->status), prev);
   }
-  if (rc < 0) {
-    fin_add(s, id);
-    discard(s, id);
-    if (r->done) r->done(r->user, rc, NULL);
-    return;
-  }
-  int discard_on_fail = 1;
-  MDB_txn *txn = NULL;
+  if (ci->subtasks != 0 && ci->subtasks != written)
+    return weir__store_fail(s, WEIR_ESTATE,
+                            "store %s: checkpoint %llu not committed: it holds %u subtask writes, "
+                            "%u were acknowledged",
+                            s->path, (ull)c->id, written, ci->subtasks);
+  return 0;
+}
+
+/* The message of a failed metadata put or durable commit (rc an LMDB or
+ * errno code; with_writes: of the transaction that also held the
+ * checkpoint's last writes); returns the WEIR_E* code. */
+static int commit_io_fail(weir_store *s, const ckcommit *c, int rc, int with_writes) {
+  char map[128];
+  int code = write_err(s, rc, c->mlen + c->jlen, map, sizeof map);
+  if (with_writes)
+    return weir__store_fail(s, code,
+                            "store %s: checkpoint %llu not committed: the transaction holding its "
+                            "last writes and its metadata (%zu bytes) failed: %s%s%s",
+                            s->path, (ull)c->id, c->mlen, weir__mdb_text(rc), map, c->fp);
+  return weir__store_fail(s, code,
+                          "store %s: committing checkpoint %llu (%zu bytes of metadata): %s%s%s",
+                          s->path, (ull)c->id, c->mlen, weir__mdb_text(rc), map, c->fp);
+}
+
+/* Puts the checkpoint's metadata (every subtask written for it) and the
+ * job record's latest pointer (and finished flag) into txn. 0 or an error
+ * (message set); txn must then be aborted. */
+static int commit_put(weir_store *s, ckcommit *c, MDB_txn *txn) {
+  const weir_store_commit_info *ci = &c->r->commit;
+  uint64_t id = c->id;
   weir__job_rec job;
-  uint8_t *mval = NULL, *jval = NULL;
-  size_t mlen = 0, jlen = 0;
-  weir__sub_entry *subs = NULL;
-  rc = begin_write(s, &txn);
-  if (rc != 0) {
-    txn = NULL;
-    rc = weir__store_fail(s, weir__mdb_err(rc), "store %s: committing checkpoint %llu: %s", s->path,
-                          (ull)id, weir__mdb_text(rc));
-    goto out;
-  }
-  rc = weir__txn_job(s, txn, s->dbi_job, &job);
+  int rc = weir__txn_job(s, txn, s->dbi_job, &job);
   if (rc == 0)
     rc = weir__store_fail(s, WEIR_ESTATE,
                           "store %s: checkpoint %llu: no job (weir_store_job_begin first)", s->path,
                           (ull)id);
-  if (rc < 0) goto out;
-  if (id == 0 || id >= job.id_limit) {
-    rc = weir__store_fail(s, WEIR_EINVAL,
-                          "store %s: checkpoint id %llu was never handed out (ids below %llu were)",
-                          s->path, (ull)id, (ull)job.id_limit);
-    goto out;
-  }
+  if (rc < 0) return rc;
+  if (id == 0 || id >= job.id_limit)
+    return weir__store_fail(
+        s, WEIR_EINVAL, "store %s: checkpoint id %llu was never handed out (ids below %llu were)",
+        s->path, (ull)id, (ull)job.id_limit);
   rc = is_committed(s, txn, id);
   if (rc > 0) {
-    discard_on_fail = 0;
-    rc = weir__store_fail(s, WEIR_ESTATE, "store %s: checkpoint %llu is already committed", s->path,
-                          (ull)id);
+    c->discard_on_fail = 0;
+    return weir__store_fail(s, WEIR_ESTATE, "store %s: checkpoint %llu is already committed",
+                            s->path, (ull)id);
   }
-  if (rc < 0) goto out;
+  if (rc < 0) return rc;
 
-  weir__ckpt_meta m = {0};
-  m.format_version = WEIR_STORE_FORMAT;
-  m.min_reader_version = WEIR_STORE_MIN_READER;
-  memcpy(m.job_id, job.job_id, sizeof m.job_id);
-  m.instance = job.instance;
-  m.id = id;
-  m.epoch = ci->epoch;
-  m.trigger_ms = ci->trigger_ms;
-  m.complete_ms = weir_clock_wall_ms();
-  m.duration_ms = ci->duration_ms;
-  m.alignment_ms = ci->alignment_ms;
-  m.key_groups = ci->key_groups;
-  m.final = ci->final != 0;
+  weir__ckpt_meta *m = &c->m;
+  m->format_version = WEIR_STORE_FORMAT;
+  m->min_reader_version = WEIR_STORE_MIN_READER;
+  memcpy(m->job_id, job.job_id, sizeof m->job_id);
+  m->instance = job.instance;
+  m->id = id;
+  m->epoch = ci->epoch;
+  m->trigger_ms = ci->trigger_ms;
+  m->complete_ms = weir_clock_wall_ms();
+  m->duration_ms = ci->duration_ms;
+  if (ci->trigger_ns != 0) {
+    uint64_t now = weir_clock_mono_ns();
+    m->duration_ms = now > ci->trigger_ns ? (now - ci->trigger_ns) / 1000000u : 0;
+  }
+  m->alignment_ms = ci->alignment_ms;
+  m->key_groups = ci->key_groups;
+  m->final = ci->final != 0;
+  weir__pending *pc = c->pc;
   if (pc != NULL && pc->nsub > 0) {
-    subs = weir_malloc(pc->nsub * sizeof *subs);
-    memcpy(subs, pc->subs, pc->nsub * sizeof *subs);
-    qsort(subs, pc->nsub, sizeof *subs, cmp_entry);
-    m.nsub = pc->nsub;
-    m.subs = subs;
-    for (uint32_t i = 0; i < m.nsub; i++) {
-      m.total_bytes += subs[i].bytes;
-      m.total_chunks += weir__sub_chunks(&subs[i]);
-      if (subs[i].keys_ckpt) m.min_reader_version = WEIR_STORE_SHARED_KEYS;
+    c->subs = weir_malloc(pc->nsub * sizeof *c->subs);
+    memcpy(c->subs, pc->subs, pc->nsub * sizeof *c->subs);
+    qsort(c->subs, pc->nsub, sizeof *c->subs, cmp_entry);
+    m->nsub = pc->nsub;
+    m->subs = c->subs;
+    for (uint32_t i = 0; i < m->nsub; i++) {
+      m->total_bytes += c->subs[i].bytes;
+      m->total_chunks += weir__sub_chunks(&c->subs[i]);
+      if (c->subs[i].keys_ckpt) m->min_reader_version = WEIR_STORE_SHARED_KEYS;
     }
   }
-  weir__meta_encode(&m, &mval, &mlen);
+  weir__meta_encode(m, &c->mval, &c->mlen);
   uint8_t k[8];
   weir__key_meta(k, id);
-  MDB_val key = {8, k}, val = {mlen, mval};
-  const char *fp = "";
+  MDB_val key = {8, k}, val = {c->mlen, c->mval};
   if ((rc = simulated("store.commit")) != 0)
-    fp = " [simulated by failpoint store.commit]";
+    c->fp = " [simulated by failpoint store.commit]";
   else
     rc = mdb_put(txn, s->dbi_meta, &key, &val, MDB_NOOVERWRITE);
   if (rc == 0) {
     if (id > job.latest) job.latest = id;
     if (ci->final) job.finished = 1;
-    weir__job_encode(&job, &jval, &jlen);
-    MDB_val jkey = {3, "job"}, jv = {jlen, jval};
+    weir__job_encode(&job, &c->jval, &c->jlen);
+    MDB_val jkey = {3, "job"}, jv = {c->jlen, c->jval};
     rc = mdb_put(txn, s->dbi_job, &jkey, &jv, 0);
   }
   /* Tests: pause (SIGSTOP) here holds LMDB's writer lock (lease.c, I5). */
   if (rc == 0 && weir_failpoint("store.in_commit_txn")) rc = EIO;
+  return rc == 0 ? 0 : commit_io_fail(s, c, rc, 0);
+}
+
+/* Once the transaction holding the metadata is durable: still the owner?
+ * If not, this process was paused past its lease: the checkpoint is not
+ * reported as completed (no effects may follow it), though it stays in
+ * this environment. 0 or WEIR_EFENCED (message set). */
+static int commit_owned(weir_store *s, ckcommit *c) {
+  if (s->lease == NULL || weir_lease_check(s->lease) >= 0) return 0;
+  c->discard_on_fail = 0;
+  char why[512];
+  return weir__store_fail(s, WEIR_EFENCED, "store %s: checkpoint %llu: %s", s->path, (ull)c->id,
+                          weir_lease_error(s->lease, why, sizeof why));
+}
+
+/* Settles the commit with rc (0: durable and owned) and reports it; never
+ * with a transaction open. */
+static void commit_end(weir_store *s, ckcommit *c, int rc) {
+  weir__req *r = c->r;
+  weir_store_written w = {0, 0};
   if (rc == 0) {
-    rc = commit_durable(s, txn);
-    txn = NULL;
-    /* Still the owner now that it is durable? If not, this process was
-     * paused past its lease: the checkpoint is not reported as completed
-     * (no effects may follow it), though it stays in this environment. */
-    if (rc == 0 && s->lease != NULL && weir_lease_check(s->lease) < 0) {
-      discard_on_fail = 0;
-      char why[512];
-      rc = weir__store_fail(s, WEIR_EFENCED, "store %s: checkpoint %llu: %s", s->path, (ull)id,
-                            weir_lease_error(s->lease, why, sizeof why));
-      goto out;
-    }
+    w.bytes = c->m.total_bytes;
+    w.chunks = (uint32_t)(c->m.total_chunks > UINT32_MAX ? UINT32_MAX : c->m.total_chunks);
+    WEIR_LOG_D("store %s: checkpoint %llu committed (%u subtasks, %llu bytes in %llu chunks)%s",
+               s->path, (ull)c->id, c->m.nsub, (ull)c->m.total_bytes, (ull)c->m.total_chunks,
+               c->m.final ? ", final" : "");
   }
-  if (rc != 0) {
-    char map[128];
-    int code = write_err(s, rc, mlen + jlen, map, sizeof map);
-    rc = weir__store_fail(s, code,
-                          "store %s: committing checkpoint %llu (%zu bytes of metadata): %s%s%s",
-                          s->path, (ull)id, mlen, weir__mdb_text(rc), map, fp);
-    goto out;
+  if (rc < 0 && c->why != NULL) weir__store_fail(s, rc, "%s", c->why); /* done() reads it */
+  weir_free(c->why);
+  weir_free(c->subs);
+  weir_free(c->mval);
+  weir_free(c->jval);
+  s->stats.commits++;
+  if (c->untouched) {
+    if (r->done) r->done(r->user, rc, NULL);
+    return;
   }
-  w.bytes = m.total_bytes;
-  w.chunks = (uint32_t)(m.total_chunks > UINT32_MAX ? UINT32_MAX : m.total_chunks);
-  WEIR_LOG_D("store %s: checkpoint %llu committed (%u subtasks, %llu bytes in %llu chunks)%s",
-             s->path, (ull)id, m.nsub, (ull)m.total_bytes, (ull)m.total_chunks,
-             m.final ? ", final" : "");
-out:
-  if (txn != NULL) mdb_txn_abort(txn);
-  weir_free(subs);
-  weir_free(mval);
-  weir_free(jval);
-  fin_add(s, id);
+  fin_add(s, c->id);
   if (rc == 0) {
-    pending_drop(s, id);
-    memo_committed(s, id);
+    pending_drop(s, c->id);
+    memo_committed(s, c->id);
     if (r->done) r->done(r->user, 0, &w);
     retention(s);
   } else {
-    if (discard_on_fail) discard(s, id);
+    if (c->discard_on_fail) discard(s, c->id);
     if (r->done) r->done(r->user, rc, NULL);
+  }
+}
+
+/* The commit in a write transaction of its own. */
+static void exec_commit(weir_store *s, weir__req *r) {
+  ckcommit c = {.r = r, .id = r->commit.id, .fp = ""};
+  MDB_txn *txn = NULL;
+  int rc = commit_check(s, &c);
+  if (rc == 0 && (rc = begin_write(s, &txn)) != 0) {
+    txn = NULL;
+    rc = weir__store_fail(s, weir__mdb_err(rc), "store %s: committing checkpoint %llu: %s", s->path,
+                          (ull)c.id, weir__mdb_text(rc));
+  }
+  if (rc == 0) rc = commit_put(s, &c, txn);
+  if (rc == 0) {
+    rc = commit_durable(s, txn);
+    txn = NULL;
+    rc = rc != 0 ? commit_io_fail(s, &c, rc, 0) : commit_owned(s, &c);
+  }
+  if (txn != NULL) mdb_txn_abort(txn);
+  commit_end(s, &c, rc);
+}
+
+/* The commit queued right behind the group, taken off the queue if its
+ * metadata may join the group's open transaction: every write with chunks
+ * in it is of that checkpoint (a failure of another checkpoint's write
+ * must not fail this one). NULL: none, or not on the writer thread. */
+static weir__req *commit_behind(weir_store *s, const wgroup *g) {
+  if (g->txn == NULL || !weir__on_writer(s)) return NULL;
+  pthread_mutex_lock(&s->q_mu);
+  weir__req *r = s->head;
+  if (r != NULL && r->type == WEIR__REQ_COMMIT) {
+    for (size_t i = 0; r != NULL && i < g->n; i++)
+      if (g->m[i].txn_chunks > 0 && g->m[i].id != r->commit.id) r = NULL;
+  } else {
+    r = NULL;
+  }
+  if (r != NULL) {
+    s->head = r->next;
+    if (s->head == NULL) s->tail = NULL;
+  }
+  pthread_mutex_unlock(&s->q_mu);
+  return r;
+}
+
+/* Runs the write `first` and, on the writer thread, every write queued
+ * right behind it as one group (above), and the checkpoint's commit if it
+ * is queued right behind them (commit_behind): its metadata then goes into
+ * the transaction that holds the last writes, a nested one of its own, and
+ * that transaction is committed durably, one transaction and one sync less
+ * for the checkpoint. Frees the requests it pulled off the queue; `first`
+ * stays the caller's. */
+static void exec_writes(weir_store *s, weir__req *first) {
+  wgroup g = {0};
+  group_add(&g, first, 0);
+  for (size_t i = 0;; i++) {
+    if (i == g.n) {
+      /* Room left in an open transaction: take what queued meanwhile. */
+      if (g.txn == NULL || g.chunks >= WEIR__TXN_CHUNKS || group_pull(s, &g) == 0) break;
+    }
+    gmember *m = &g.m[i];
+    int rc = prepare(s, m);
+    if (rc < 0) {
+      member_fail(s, m, rc);
+    } else {
+      /* Encoding and puts: the writes' CPU less the commits inside it. */
+      uint64_t cpu = weir_clock_thread_cpu_ns(), txn = s->stats.txn_cpu;
+      write_chunks(s, &g, m);
+      s->stats.encode_cpu += weir_clock_thread_cpu_ns() - cpu - (s->stats.txn_cpu - txn);
+      s->stats.writes++;
+    }
+    if (m->state == M_WRITTEN && m->txn_chunks == 0 && g.txn == NULL)
+      m->state = M_DURABLE; /* nothing of it waits for a commit */
+    if (g.txn == NULL) group_report(s, &g);
+  }
+  ckcommit c = {.r = commit_behind(s, &g), .fp = ""};
+  int crc = 0;
+  if (c.r != NULL) {
+    c.id = c.r->commit.id;
+    MDB_txn *nest = NULL;
+    crc = commit_check(s, &c);
+    if (crc == 0 && (crc = mdb_txn_begin(s->env, g.txn, 0, &nest)) != 0) {
+      nest = NULL;
+      crc = commit_io_fail(s, &c, crc, 0);
+    }
+    if (crc == 0 && (crc = commit_put(s, &c, nest)) != 0) mdb_txn_abort(nest);
+    if (crc == 0 && (crc = mdb_txn_commit(nest)) != 0) { /* the shared one may be half merged */
+      group_end_txn(s, &g, crc, "", NULL);
+      crc = commit_io_fail(s, &c, crc, 1);
+    }
+  }
+  if (g.txn != NULL) {
+    int with = c.r != NULL && crc == 0;
+    const char *fp = "";
+    int rc = group_end_txn(s, &g, 0, "", with ? &fp : NULL);
+    if (with && rc != 0) {
+      c.fp = fp;
+      crc = commit_io_fail(s, &c, rc, 1);
+    } else if (with) {
+      crc = commit_owned(s, &c);
+      s->stats.commits_with_writes++;
+      WEIR_LOG_D("store %s: checkpoint %llu: its metadata went into the transaction of its last "
+                 "writes",
+                 s->path, (ull)c.id);
+    }
+  }
+  if (crc < 0) { /* the members' done() calls set their own messages */
+    char why[sizeof s->err];
+    c.why = weir_strdup(weir_store_error(s, why, sizeof why));
+  }
+  for (size_t i = g.reported; i < g.n; i++)
+    if (g.m[i].state == M_WRITTEN) g.m[i].state = M_DURABLE; /* no chunks: none to wait for */
+  group_report(s, &g);
+  WEIR_ASSERT(g.reported == g.n);
+  for (size_t i = 0; i < g.n; i++) {
+    gmember *m = &g.m[i];
+    weir_free(m->why);
+    weir_free(m->op);
+    req_free_snap(s, m->r);
+    if (m->own) weir_free(m->r);
+  }
+  weir_free(g.m);
+  if (c.r != NULL) {
+    commit_end(s, &c, crc);
+    weir_free(c.r);
   }
 }
 
@@ -1633,7 +1761,6 @@ static void execute(weir_store *s, weir__req *r) {
     span t = span_begin();
     exec_commit(s, r);
     span_end(t, &s->stats.commit_cpu, &s->stats.commit_wall);
-    s->stats.commits++;
     break;
   }
   case WEIR__REQ_ABORT:
@@ -1652,6 +1779,10 @@ static void execute(weir_store *s, weir__req *r) {
 
 uint64_t weir__store_test_chunk_txns(weir_store *s) {
   return s->test_chunk_txns;
+}
+
+uint64_t weir__store_test_commits_with_writes(weir_store *s) {
+  return s->stats.commits_with_writes;
 }
 
 /* ---- the thread ---------------------------------------------------------------- */
@@ -1764,15 +1895,17 @@ static void log_stats(const weir_store *s) {
       "store %s: writer thread: %llu subtask writes (%llu chunks, %.1f MB) and %llu "
       "commits took %.0f ms of CPU: reading state views %.0f, encoding and LMDB puts "
       "%.0f, chunk transactions %.0f (%.0f ms wall, syncs included), checkpoint commits "
-      "%.0f (%.0f ms wall); %llu writes shared the keys of an earlier checkpoint (%llu "
+      "%.0f (%.0f ms wall), %llu of the commits in the transaction of their last writes; %llu "
+      "writes shared the keys of an earlier checkpoint (%llu "
       "entries); of the encoding and puts, writing planned chunks (u64 with keys, blobs) into "
       "their pages took %.0f ms; %llu state views read ahead by %d reader threads in %.0f ms "
       "of CPU",
       s->path, (ull)s->stats.writes, (ull)s->stats.chunks, (double)s->stats.bytes / 1e6,
       (ull)s->stats.commits, MS(cpu), MS(s->stats.read_cpu), MS(s->stats.encode_cpu),
       MS(s->stats.txn_cpu), MS(s->stats.txn_wall), MS(s->stats.commit_cpu),
-      MS(s->stats.commit_wall), (ull)s->stats.shared_writes, (ull)s->stats.shared_entries,
-      MS(s->stats.fill_cpu), (ull)s->rd_fills, s->nreaders, MS(s->rd_cpu));
+      MS(s->stats.commit_wall), (ull)s->stats.commits_with_writes, (ull)s->stats.shared_writes,
+      (ull)s->stats.shared_entries, MS(s->stats.fill_cpu), (ull)s->rd_fills, s->nreaders,
+      MS(s->rd_cpu));
 #undef MS
 }
 

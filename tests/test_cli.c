@@ -362,6 +362,13 @@ Test(cli, debug_log_says_where_the_store_writer_time_went) {
   cr_assert_geq(writes, 4 * commits, "%.300s", p);
   cr_assert_geq(chunks, commits, "%.300s", p);
   cr_assert_leq(read + enc + txn + com, cpu + 2, "the phases add up to the total: %.300s", p);
+  unsigned long long with_writes = 0;
+  const char *w = strstr(p, "wall), ");
+  cr_assert_not_null(w, "%.400s", p);
+  cr_assert_eq(sscanf(w, "wall), %llu of the commits in the transaction of their last writes;",
+                      &with_writes),
+               1, "%.400s", p);
+  cr_assert_leq(with_writes, commits, "%.400s", p);
   unsigned long long shared = 0, entries = 0;
   const char *q = strstr(p, "; ");
   cr_assert_not_null(q, "%.400s", p);

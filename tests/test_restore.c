@@ -30,6 +30,7 @@
 #include "helpers.h"
 #include "store_impl.h"
 #include "weir/alloc.h"
+#include "weir/failpoint.h"
 #include "weir/operators.h"
 #include "weir/store.h"
 #include "weir/weir.h"
@@ -430,5 +431,46 @@ Test(restore, views_read_by_their_task_copy_nothing) {
     th_rmrf(dir);
     free(dir);
   }
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* The coordinator queues a checkpoint's commit as soon as every write of
+ * it is queued, so with slow chunk puts (5 ms each, failpoint) the commit
+ * waits behind writes; then a chunk transaction fails (ENOSPC). The store
+ * refuses the commit, and the job reports the write's own failure (with no
+ * failure tolerated it stops, naming it, not the commit's refusal); the
+ * checkpoint is never listed, and the latest listed one restores exactly. */
+Test(restore, write_failing_behind_its_queued_commit_declines_it) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char state[600];
+  snprintf(state, sizeof state, "%s/state", dir);
+  th_arm_failpoints("store.write_chunk=delay@1+,store.chunk_txn_commit=enospc@4");
+  memset(&cfg, 0, sizeof cfg);
+  cfg.rate = N / 2;
+  cfg.job = build(2);
+  cfg.rate = 0;
+  weir_run_opts o = opts(state);
+  o.tolerable_checkpoint_failures = WEIR_TOLERATE_NONE;
+  int rc = weir_job_run(cfg.job, &o);
+  const char *err = weir_job_error(cfg.job);
+  cr_assert_eq(rc, WEIR_ECKPTLIMIT, "run 1: %d %s", rc, err);
+  cr_assert(strstr(err, "writing its state failed: ") != NULL, "%s", err);
+  cr_assert(strstr(err, "writing checkpoint ") != NULL, "not the write's message: %s", err);
+  cr_assert(strstr(err, "[simulated by failpoint store.chunk_txn_commit]") != NULL, "%s", err);
+  cr_assert(strstr(err, "No space left on device") != NULL, "%s", err);
+  const weir_run_info *ri = weir_job_run_info(cfg.job);
+  cr_assert_eq(ri->checkpoints_failed, 1);
+  cr_assert_gt(ri->checkpoints, 0, "no checkpoint completed before the failure");
+  cr_assert_eq(weir_failpoint_hits("store.chunk_txn_commit"), 4);
+  uint64_t declined = ri->last_checkpoint + 1;
+  weir_job_destroy(cfg.job);
+  th_arm_failpoints(NULL);
+  uint64_t mid, last;
+  stored_ids(state, &mid, &last);
+  cr_assert_lt(last, declined);
+  restore_exact(state, 2, last);
+  th_rmrf(dir);
+  free(dir);
   cr_assert_eq(th_leak_check(), 0);
 }

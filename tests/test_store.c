@@ -2211,8 +2211,6 @@ Test(store, failed_group_transaction_fails_every_write_in_it) {
   cr_assert_eq(weir_store_job_get(s, &j), 1);
   cr_assert_eq(j.latest, id2);
   weir_store_close(s);
-  unsetenv("WEIR_FAILPOINTS");
-  weir_failpoint_reload();
   cr_assert_eq(th_leak_check(), 0);
 }
 
@@ -2260,6 +2258,177 @@ Test(store, failed_put_fails_only_its_write) {
   weir_store_close(s);
   unsetenv("WEIR_FAILPOINTS");
   weir_failpoint_reload();
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* ---- store: a commit queued behind its writes ---------------------------------------------- */
+
+/* The order in which done() callbacks ran. */
+static int g_order;
+
+typedef struct seen_at {
+  seen s;
+  int at;
+} seen_at;
+
+static void on_done_at(void *user, int status, const weir_store_written *w) {
+  seen_at *r = user;
+  on_done(&r->s, status, w);
+  r->at = ++g_order;
+}
+
+/* A commit queued right behind its checkpoint's writes goes into the
+ * transaction that holds them: one durable transaction for the writes and
+ * the metadata, every write reported before the commit, and the checkpoint
+ * loads back exactly and verifies. Behind writes of another checkpoint
+ * (here, one that is then aborted) it commits in a transaction of its
+ * own. */
+Test(store, commit_queued_behind_its_writes_shares_their_transaction, .timeout = 60) {
+  weir_store *s = open_with_job(NULL);
+  uint64_t id = next_id(s);
+  g_gate.entered = g_gate.open = 0;
+  gate_close(s, id);
+  uint64_t txns = weir__store_test_chunk_txns(s), with = weir__store_test_commits_with_writes(s);
+  weir_subtask_snapshot keep[NGROUP];
+  seen_at w[NGROUP], c = {{0}, 0};
+  memset(w, 0, sizeof w);
+  g_order = 0;
+  for (uint32_t i = 0; i < NGROUP; i++) {
+    weir_subtask_snapshot sn;
+    snap_u64(&sn, "w", i, NGROUP, 100 + i);
+    keep[i] = copy_snap(&sn);
+    cr_assert_eq(weir_store_write_subtask(s, id, &sn, on_done_at, &w[i]), 0);
+  }
+  weir_store_commit_info ci = {.id = id, .subtasks = NGROUP + 1};
+  cr_assert_eq(weir_store_commit(s, &ci, on_done_at, &c), 0);
+  gate_open();
+  weir_store_flush(s);
+  cr_assert_eq(c.s.calls, 1);
+  cr_assert_eq(c.s.status, 0, "%s", err_of(s));
+  cr_assert_eq(weir__store_test_chunk_txns(s) - txns, 1, "%llu transactions",
+               (ull)(weir__store_test_chunk_txns(s) - txns));
+  cr_assert_eq(weir__store_test_commits_with_writes(s) - with, 1);
+  for (uint32_t i = 0; i < NGROUP; i++) {
+    cr_assert_eq(w[i].s.calls, 1);
+    cr_assert_eq(w[i].s.status, 0, "write %u: %s", i, err_of(s));
+    cr_assert_lt(w[i].at, c.at, "write %u reported after its commit", i);
+  }
+  uint64_t bytes = 0;
+  for (uint32_t i = 0; i < NGROUP; i++) bytes += w[i].s.w.bytes;
+  cr_assert_geq(c.s.w.bytes, bytes, "the commit counts %llu bytes, its writes %llu",
+                (ull)c.s.w.bytes, (ull)bytes);
+  weir_store_job j;
+  cr_assert_eq(weir_store_job_get(s, &j), 1);
+  cr_assert_eq(j.latest, id);
+  assert_loaded(s, id, "w", keep, NGROUP);
+  cr_assert_eq(weir_store_verify(s, id), 0, "%s", err_of(s));
+
+  /* Behind a write of another checkpoint: a transaction of its own. */
+  uint64_t other = next_id(s), id2 = next_id(s);
+  g_gate.entered = g_gate.open = 0;
+  gate_close(s, id2);
+  with = weir__store_test_commits_with_writes(s);
+  seen o = {0}, w2 = {0}, c2 = {0};
+  weir_subtask_snapshot sn;
+  snap_u64(&sn, "other", 0, 1, 50);
+  cr_assert_eq(weir_store_write_subtask(s, other, &sn, on_done, &o), 0);
+  snap_u64(&sn, "w", 0, 1, 50);
+  weir_subtask_snapshot k2 = copy_snap(&sn);
+  cr_assert_eq(weir_store_write_subtask(s, id2, &sn, on_done, &w2), 0);
+  ci = (weir_store_commit_info){.id = id2, .subtasks = 2};
+  cr_assert_eq(weir_store_commit(s, &ci, on_done, &c2), 0);
+  cr_assert_eq(weir_store_abort(s, other), 0);
+  gate_open();
+  weir_store_flush(s);
+  cr_assert_eq(o.status, 0);
+  cr_assert_eq(w2.status, 0);
+  cr_assert_eq(c2.status, 0, "%s", err_of(s));
+  cr_assert_eq(weir__store_test_commits_with_writes(s) - with, 0);
+  assert_loaded(s, id2, "w", &k2, 1);
+  size_t max;
+  uint64_t count;
+  cr_assert_eq(weir__store_test_chunk_stats(s, other, &max, &count), 0);
+  cr_assert_eq(count, 0, "the aborted checkpoint left %llu chunks", (ull)count);
+  weir_store_close(s);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* The metadata put fails inside the transaction of the checkpoint's last
+ * writes (failpoint store.commit): the writes are durable and reported as
+ * written, the commit fails with its own message, what the checkpoint
+ * wrote is discarded, the latest checkpoint stays, and the next commits.
+ * Then the shared transaction itself fails (store.chunk_txn_commit): every
+ * write in it fails and so does the commit in it, which says so. */
+Test(store, commit_failing_with_its_writes) {
+  weir_store *s = open_with_job(NULL);
+  uint64_t id0 = next_id(s), id = next_id(s), id2 = next_id(s), id3 = next_id(s);
+  weir_subtask_snapshot sn;
+  snap_u64(&sn, "op", 0, 1, 10);
+  write_commit(s, id0, &sn, 0);
+  for (int round = 0; round < 2; round++) {
+    uint64_t cid = round == 0 ? id : id3;
+    g_gate.entered = g_gate.open = 0;
+    gate_close(s, cid);
+    /* Armed while the writer is held, past the gate's own transaction. */
+    setenv("WEIR_FAILPOINTS",
+           round == 0 ? "store.commit=error@1" : "store.chunk_txn_commit=error@1", 1);
+    weir_failpoint_reload();
+    uint64_t with = weir__store_test_commits_with_writes(s);
+    seen_msg w[3], c;
+    memset(w, 0, sizeof w);
+    memset(&c, 0, sizeof c);
+    c.store = s;
+    for (uint32_t i = 0; i < 3; i++) {
+      w[i].store = s;
+      snap_u64(&sn, "w", i, 3, 40);
+      cr_assert_eq(weir_store_write_subtask(s, cid, &sn, on_done_msg, &w[i]), 0);
+    }
+    weir_store_commit_info ci = {.id = cid, .subtasks = 4};
+    cr_assert_eq(weir_store_commit(s, &ci, on_done_msg, &c), 0);
+    gate_open();
+    weir_store_flush(s);
+    cr_assert_eq(weir__store_test_commits_with_writes(s) - with, 0);
+    cr_assert_eq(c.s.calls, 1);
+    cr_assert_eq(c.s.status, WEIR_EIO, "round %d: %d", round, c.s.status);
+    char want[128];
+    snprintf(want, sizeof want, "checkpoint %llu", (ull)cid);
+    cr_assert(strstr(c.msg, want) != NULL, "%s", c.msg);
+    if (round == 0) {
+      cr_assert(strstr(c.msg, "[simulated by failpoint store.commit]") != NULL, "%s", c.msg);
+      for (uint32_t i = 0; i < 3; i++) cr_assert_eq(w[i].s.status, 0, "%s", w[i].msg);
+    } else {
+      cr_assert(strstr(c.msg, "not committed: the transaction holding its last writes and its "
+                              "metadata") != NULL,
+                "%s", c.msg);
+      cr_assert(strstr(c.msg, "[simulated by failpoint store.chunk_txn_commit]") != NULL, "%s",
+                c.msg);
+      for (uint32_t i = 0; i < 3; i++) {
+        cr_assert_eq(w[i].s.status, WEIR_EIO, "%d", w[i].s.status);
+        cr_assert(strstr(w[i].msg, "[simulated by failpoint store.chunk_txn_commit]") != NULL, "%s",
+                  w[i].msg);
+      }
+    }
+    size_t max;
+    uint64_t count;
+    cr_assert_eq(weir__store_test_chunk_stats(s, cid, &max, &count), 0);
+    cr_assert_eq(count, 0, "round %d: %llu chunks left", round, (ull)count);
+    weir_store_ckpt *list;
+    size_t n;
+    cr_assert_eq(weir_store_list(s, &list, &n), 0);
+    for (size_t i = 0; i < n; i++) cr_assert_neq(list[i].id, cid);
+    weir_free(list);
+    cr_assert_eq(weir_failpoint_hits(round == 0 ? "store.commit" : "store.chunk_txn_commit"), 1);
+    unsetenv("WEIR_FAILPOINTS");
+    weir_failpoint_reload();
+    if (round == 0) {
+      snap_u64(&sn, "op", 0, 1, 10);
+      write_commit(s, id2, &sn, 0);
+    }
+  }
+  weir_store_job j;
+  cr_assert_eq(weir_store_job_get(s, &j), 1);
+  cr_assert_eq(j.latest, id2);
+  weir_store_close(s);
   cr_assert_eq(th_leak_check(), 0);
 }
 

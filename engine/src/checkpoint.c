@@ -11,10 +11,13 @@
  * is a copy-on-write view, read by the store's reader threads or, when the
  * workers take every core (job.c, views_on_tasks), by the task itself once
  * it has forwarded the barrier (weir__task_write_held). Serialising and
- * writing happen on the store-writer thread; its completion callback counts
- * the acknowledgement under the job's ck_mu and wakes the coordinator. An
- * acknowledgement for a checkpoint that is no longer pending (aborted by
- * timeout, or superseded) is dropped.
+ * writing happen on the store-writer thread. A write is counted twice under
+ * the job's ck_mu: when it is queued (the coordinator queues the commit
+ * right behind the last one, so the store commits as soon as the writes are
+ * durable, in the same transaction as the last of them, without a round
+ * trip through the coordinator) and when the store's completion callback
+ * acknowledges it. An acknowledgement for a checkpoint that is no longer
+ * pending (aborted by timeout, or superseded) is dropped.
  */
 #include <stdio.h>
 #include <uv.h>
@@ -98,7 +101,7 @@ typedef struct ack {
 /* Counts one operator subtask's acknowledgement of checkpoint id. */
 static void count_ack(weir_job *job, uint64_t id, int status, const weir_store_written *w) {
   pthread_mutex_lock(&job->ck_mu);
-  if (job->ck.id == id && !job->ck.committing) {
+  if (job->ck.id == id) {
     job->ck.acks++;
     if (status < 0) {
       job->ck.failed++;
@@ -140,7 +143,12 @@ static void write_state_ex(weir_job *job, uint64_t id, weir_subtask_snapshot *s,
     weir_free(a);
     weir_subtask_snapshot_free(s);
     count_ack(job, id, rc, NULL);
+    return;
   }
+  pthread_mutex_lock(&job->ck_mu);
+  int last = job->ck.id == id && ++job->ck.handed == job->ck.expected;
+  pthread_mutex_unlock(&job->ck_mu);
+  if (last) weir__job_poke(job);
 }
 
 static void write_state(weir_job *job, uint64_t id, weir_subtask_snapshot *s) {
@@ -328,7 +336,7 @@ void weir__task_no_channels(weir__task *t, uint64_t id) {
   weir_job *job = t->job;
   if (!job->store) return;
   pthread_mutex_lock(&job->ck_mu);
-  /* The channel state's acknowledgement is still missing, so the
+  /* The channel state is still missing from the writes queued, so the
    * coordinator cannot have started the commit. */
   if (job->ck.id == id && !job->ck.committing) job->ck.expected--;
   pthread_mutex_unlock(&job->ck_mu);

@@ -89,7 +89,9 @@ enum { WEIR__UNALIGNED_ALWAYS = 1, WEIR__UNALIGNED_TIMEOUT = 2 };
 
 typedef struct weir__pending_ckpt {
   uint64_t id;
-  uint32_t expected, acks, failed;
+  /* Writes the checkpoint must hold, writes queued at the store, and
+   * acknowledgements (writes durable, or failed). */
+  uint32_t expected, handed, acks, failed;
   int status; /* first write error */
   uint64_t bytes;
   uint64_t trigger_ns; /* monotonic */

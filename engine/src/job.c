@@ -18,10 +18,14 @@
  *
  *   idle --timer--> triggered(n): trigger_id = n, every task woken; sources
  *        inject barrier n, finished tasks answer at once, the rest align
- *   triggered --every operator subtask's state written--> committing(n):
- *        weir_store_commit (metadata + latest pointer, one transaction)
+ *   triggered --every operator subtask's state queued at the store-->
+ *        committing(n): weir_store_commit (metadata + latest pointer, one
+ *        transaction), queued behind those writes: the store runs it once
+ *        they are durable, in the transaction of the last of them when it
+ *        can, with no round trip through this thread between
  *   committing --durable--> completed: complete_id = n, tasks told
- *   triggered/committing --write failed, timeout--> aborted: aborted_id = n
+ *   triggered --write failed, timeout--> aborted: aborted_id = n
+ *   committing --write or commit failed--> aborted: aborted_id = n
  *
  * Ownership: before anything else touches the state directory the run
  * acquires its lease (snapshot/lease.c) and holds it to the end; every
@@ -39,7 +43,7 @@
  *        flight in the loop: see task.c)
  *   draining --every task drained--> snapping(n): sync_snap_id = n; every
  *        task snapshots while nothing moves anywhere
- *   snapping --every state written--> committing(n) --durable--> completed
+ *   snapping --every state queued--> committing(n) --durable--> completed
  *   completed/aborted: resume_id = n, the sources run again
  *
  * While a synchronous checkpoint drains, the coordinator wakes every task
@@ -306,7 +310,8 @@ static void on_committed(void *user, int status, const weir_store_written *w) {
   pthread_mutex_lock(&job->ck_mu);
   job->ck.committed = 1;
   job->ck.commit_status = status;
-  if (status < 0) weir_store_error(job->store, job->ck.why, sizeof job->ck.why);
+  /* A failed write's own message (count_ack) says more than the commit's. */
+  if (status < 0 && !job->ck.failed) weir_store_error(job->store, job->ck.why, sizeof job->ck.why);
   pthread_mutex_unlock(&job->ck_mu);
   weir__job_poke(job);
 }
@@ -328,8 +333,9 @@ static void ck_progress(coord *c) {
     job->ck.snapping = snap = 1;
     job->ck.align_ns = weir_clock_mono_ns() - ck.trigger_ns;
   }
-  if (ck.id && !ck.committing && ck.acks == ck.expected && !ck.failed) job->ck.committing = 1;
-  if (ck.id && ck.committed) job->ck.id = 0;
+  if (ck.id && !ck.committing && ck.handed == ck.expected && !ck.failed) job->ck.committing = 1;
+  /* A failed commit is left to ck_abort, which takes its message. */
+  if (ck.id && ck.committed && ck.commit_status >= 0) job->ck.id = 0;
   pthread_mutex_unlock(&job->ck_mu);
   if (!ck.id) return;
   if (snap) {
@@ -339,11 +345,12 @@ static void ck_progress(coord *c) {
     wake_all(job);
     return;
   }
-  if (!ck.committing && ck.acks == ck.expected) {
-    if (ck.failed) {
-      ck_abort(c, ck.id, ck.status, "writing its state failed");
-      return;
-    }
+  if (!ck.committing && ck.failed) {
+    /* Declined once every write queued has answered. */
+    if (ck.acks == ck.expected) ck_abort(c, ck.id, ck.status, "writing its state failed");
+    return;
+  }
+  if (!ck.committing && ck.handed == ck.expected) {
     int rc = weir_failpoint("ckpt.before_meta_commit");
     if (rc) {
       pthread_mutex_lock(&job->ck_mu);
@@ -358,11 +365,14 @@ static void ck_progress(coord *c) {
         .epoch = weir_lease_epoch(job->lease),
         .trigger_ms = ck.trigger_ms,
         .duration_ms = (now - ck.trigger_ns) / 1000000u,
+        .trigger_ns = ck.trigger_ns,
         .alignment_ms = ck.align_ns / 1000000u,
         .key_groups = (uint32_t)job->opts.max_parallelism,
         .final = ck.final && !atomic_load(&job->stopping),
         .subtasks = ck.expected,
     };
+    WEIR_LOG_D("checkpoint %llu: every write queued, %u of %u durable: commit queued",
+               (unsigned long long)ck.id, ck.acks, ck.expected);
     rc = weir_store_commit(job->store, &info, on_committed, job);
     if (rc) ck_abort(c, ck.id, rc, "its commit could not be queued");
     return;
@@ -370,7 +380,11 @@ static void ck_progress(coord *c) {
   if (ck.committed) {
     uv_timer_stop(&c->timeout);
     if (ck.commit_status < 0) {
-      ck_abort(c, ck.id, ck.commit_status, "its commit failed");
+      /* A write that failed behind the queued commit failed the commit. */
+      if (ck.failed)
+        ck_abort(c, ck.id, ck.status, "writing its state failed");
+      else
+        ck_abort(c, ck.id, ck.commit_status, "its commit failed");
       return;
     }
     uint64_t took_ns = weir_clock_mono_ns() - ck.trigger_ns, ms = took_ns / 1000000u;

@@ -215,6 +215,10 @@ typedef struct weir_store_commit_info {
   uint64_t epoch;        /* the committing owner's lease epoch (0: no lease) */
   int64_t trigger_ms;    /* wall clock when triggered */
   uint64_t duration_ms;  /* trigger to all subtasks acknowledged */
+  uint64_t trigger_ns;   /* if not 0: the trigger on weir_clock_mono_ns, and the
+                            store measures duration_ms itself, from it to the
+                            moment it writes the metadata (for a commit queued
+                            before its writes are done) */
   uint64_t alignment_ms; /* longest alignment of any subtask */
   uint32_t key_groups;   /* key groups (max parallelism) of keyed state */
   int final;             /* the job's final checkpoint: marks it finished */
@@ -226,7 +230,13 @@ typedef struct weir_store_commit_info {
 /* Queues the commit of checkpoint c->id: one write transaction with its
  * metadata (every subtask written for it), the latest pointer and, if
  * final, the finished flag; then retention removes checkpoints beyond the
- * last `retain` (counted over all instances) in later transactions. Fails
+ * last `retain` (counted over all instances) in later transactions.
+ * Requests run in queue order, so the commit may be queued right behind
+ * the checkpoint's own subtask writes, before they are done: it then runs
+ * once they are durable (and fails if one of them failed), and if it is
+ * the next request when the writer has put the last of them, its metadata
+ * goes into the transaction that holds them (one durable commit for both;
+ * their done() callbacks run first, once it is durable). Fails
  * (without committing, and discarding what was written for c->id) if a
  * subtask write of this checkpoint failed or c->subtasks disagrees with the
  * writes, if it was already committed, aborted or failed, or was handed out
