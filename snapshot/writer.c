@@ -1864,10 +1864,21 @@ int weir__writer_call(weir_store *s, weir__req *r) {
  * keys in again, and the kernel zeroed them: two thirds of the writer's
  * time, a third of a 2-worker counter job's throughput at 100 ms
  * checkpoints. Keeping up to 64 MiB free is process-wide (glibc has no
- * per-heap setting); MALLOC_TRIM_THRESHOLD_ in the environment wins. */
+ * per-heap setting); MALLOC_TRIM_THRESHOLD_ in the environment wins.
+ * That setting also freezes glibc's threshold for serving an allocation
+ * from a mapping of its own at 128 KiB, and the store makes allocations of
+ * a few MB per subtask write (LMDB's page lists of each nested write
+ * transaction, channel-state blobs): each was a fresh mapping, faulted in
+ * page by page at every checkpoint (an unaligned checkpoint on 2 cores
+ * took ~1 ms longer). From 4 MiB on they still get their own mappings
+ * (large state arrays, which ask for huge pages: weir_malloc_big);
+ * MALLOC_MMAP_THRESHOLD_ in the environment wins. */
 static void keep_freed_pages(void) {
 #if defined(__GLIBC__) && defined(M_TRIM_THRESHOLD)
   if (getenv("MALLOC_TRIM_THRESHOLD_") == NULL) (void)mallopt(M_TRIM_THRESHOLD, 64 << 20);
+#endif
+#if defined(__GLIBC__) && defined(M_MMAP_THRESHOLD)
+  if (getenv("MALLOC_MMAP_THRESHOLD_") == NULL) (void)mallopt(M_MMAP_THRESHOLD, 4 << 20);
 #endif
 }
 

@@ -126,7 +126,7 @@ static void expect_sample(uint8_t *blob, uint64_t len) {
   expect(&r, OUTS, 5, 1);
   weir__cs_to_inputs(&r);
   expect(&r, INS, 4, 0);
-  weir_free(blob);
+  weir__cs_free(blob);
   cr_assert_eq(th_leak_check(), 0);
 }
 
@@ -161,7 +161,7 @@ static uint64_t blob_of(void (*make)(uint32_t, uint64_t *, int64_t *, uint64_t *
   cr_assert_eq(weir__cs_open(&r, blob, len, 0, &why), 0, "%s", why);
   weir__cs_to_inputs(&r);
   expect(&r, v, 1024, 0);
-  weir_free(blob);
+  weir__cs_free(blob);
   weir_free(v);
   weir__batch_destroy(b);
   cr_assert_eq(th_leak_check(), 0);
@@ -234,7 +234,7 @@ static uint64_t put_delta2(uint8_t *p, uint64_t o, uint64_t v, uint64_t prev) {
  * output record. Format 2: varint differences, a record
  * [key][ts][id][len][payload], outputs in runs (0,0) x 3 and (1,2) x 2. */
 static uint8_t *earlier(uint32_t fmt, uint64_t *len) {
-  uint8_t *p = weir_malloc(1024);
+  uint8_t *p = weir_pool_alloc(1024); /* freed as a writer's blob */
   uint64_t o = WEIR__CS_HDR;
   for (int sec = 0; sec < 2; sec++) {
     const want *w = sec ? INS : OUTS;
@@ -329,7 +329,7 @@ Test(chanstate, header_errors) {
   cr_assert_str_eq(why, "malformed input record");
   cr_assert_eq(read_all(blob, len, 200, &why, &n), 0, "%s", why);
   cr_assert_eq(n, 9);
-  weir_free(blob);
+  weir__cs_free(blob);
   cr_assert_eq(th_leak_check(), 0);
 }
 
@@ -452,7 +452,7 @@ Test(chanstate, damaged_blobs_stay_in_bounds) {
     (void)read_all(p, len, 256, &why, &n);
   }
   weir_free(p);
-  weir_free(blob);
+  weir__cs_free(blob);
   cr_assert_eq(th_leak_check(), 0);
 }
 
@@ -502,7 +502,7 @@ Test(chanstate, random_round_trips) {
     expect(&r, w, nout, 1);
     weir__cs_to_inputs(&r);
     expect(&r, w + nout, nin, 0);
-    weir_free(blob);
+    weir__cs_free(blob);
   }
   weir__batch_destroy(b);
   weir_free(w);
@@ -517,7 +517,7 @@ static uint8_t *seed_input(uint8_t m, uint8_t *blob, uint64_t len, size_t *n) {
   cr_assert_not_null(in);
   in[0] = m;
   memcpy(in + 1, blob, len);
-  weir_free(blob);
+  weir__cs_free(blob);
   *n = len + 1;
   return in;
 }

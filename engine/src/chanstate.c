@@ -13,12 +13,26 @@
  * count. */
 #define REC_MAX 32u
 #define RUN_MAX 20u
+/* The smallest buffer. */
+#define CS_MIN (64u * 1024u)
 
+/* The buffer comes from the pool of large arrays (weir/alloc.h), sized
+ * at first like the task's previous blob: a cut's channel state is
+ * written while the task runs, on the critical path of the checkpoint,
+ * and a fresh buffer of a few MB grown by doubling faulted in every page
+ * at every checkpoint (330 faults, 4-6 ms of a 2-core VM's slow worker,
+ * against ~1 ms for the encoding itself). */
 static void reserve(weir__cs_writer *w, uint64_t more) {
   if (w->len + more <= w->cap) return;
-  uint64_t n = w->cap ? w->cap : 4096;
+  /* A quarter more than last time: a blob that grows a little does not
+   * grow into a fresh buffer. */
+  uint64_t first = w->hint + w->hint / 4;
+  uint64_t n = w->cap ? 2 * w->cap : first > CS_MIN ? first : CS_MIN;
   while (n < w->len + more) n *= 2;
-  w->buf = weir_realloc(w->buf, (size_t)n);
+  uint8_t *b = weir_pool_alloc((size_t)n);
+  if (w->len) memcpy(b, w->buf, (size_t)w->len);
+  weir_pool_free(w->buf);
+  w->buf = b;
   w->cap = n;
 }
 
@@ -67,12 +81,18 @@ static inline uint8_t *put_field(uint8_t *q, unsigned code, uint64_t u, uint64_t
 }
 
 /* An id that far (zigzagged) from the one it is coded against makes the
- * writer look for a nearer one among the last WEIR__CS_IDS, at the first
- * such id after a near one and then every SCAN_EVERY (ids that are hashes
- * are near none: the look costs them WEIR__CS_IDS / SCAN_EVERY compares
- * a record). */
+ * writer try the lag it used before this one (two sources taking turns),
+ * then look for a nearer id among the last WEIR__CS_IDS. A look that finds
+ * none allows the next only SCAN_EVERY records later (ids that are hashes
+ * are near none: the look costs them WEIR__CS_IDS / SCAN_EVERY compares a
+ * record), one that finds one only SCAN_AGAIN later: whatever the pattern
+ * of near and far ids, a record costs at most WEIR__CS_IDS / SCAN_AGAIN
+ * compares. (Resetting the count at every near id instead let ids that
+ * alternate between near and far look on every second record, five times
+ * the cost of the rest of the encoding.) */
 #define FAR_ID (1ull << 20)
 #define SCAN_EVERY 64u
+#define SCAN_AGAIN 8u
 
 /* The id lag + 1 records back among the section's first n. */
 static inline uint64_t id_back(const uint64_t *ids, uint64_t n, uint32_t lag) {
@@ -83,7 +103,8 @@ static void section_start(weir__cs_writer *w) {
   w->pkey = 0;
   w->pts = 0;
   memset(w->ids, 0, sizeof w->ids);
-  w->lag = w->misses = 0;
+  w->lag = w->prev_lag = 0;
+  w->next_scan = 0;
 }
 
 /* Codes id, the section's record n: the varint and lag byte of format 3,
@@ -91,9 +112,14 @@ static void section_start(weir__cs_writer *w) {
 static uint8_t *put_id(weir__cs_writer *w, uint8_t *q, uint64_t id, uint64_t n, int *raw) {
   uint64_t u = zz(id - id_back(w->ids, n, w->lag));
   uint32_t lag = w->lag;
-  if (u < FAR_ID) {
-    w->misses = 0;
-  } else if (w->misses++ % SCAN_EVERY == 0) {
+  if (u >= FAR_ID && w->prev_lag != lag) {
+    uint64_t v = zz(id - id_back(w->ids, n, w->prev_lag));
+    if (v < u) {
+      u = v;
+      lag = w->prev_lag;
+    }
+  }
+  if (u >= FAR_ID && n >= w->next_scan) {
     uint32_t most = n < WEIR__CS_IDS ? (uint32_t)n : WEIR__CS_IDS;
     for (uint32_t l = 0; l < most; l++) {
       uint64_t v = zz(id - id_back(w->ids, n, l));
@@ -102,6 +128,7 @@ static uint8_t *put_id(weir__cs_writer *w, uint8_t *q, uint64_t id, uint64_t n, 
         lag = l;
       }
     }
+    w->next_scan = n + (u < FAR_ID ? SCAN_AGAIN : SCAN_EVERY);
   }
   w->ids[n & (WEIR__CS_IDS - 1)] = id;
   /* Raw when the varint of u << 1 (and a new lag's byte) would take 8
@@ -114,6 +141,7 @@ static uint8_t *put_id(weir__cs_writer *w, uint8_t *q, uint64_t id, uint64_t n, 
   }
   q = put_varint(q, u << 1 | (uint64_t)relag);
   if (relag) {
+    w->prev_lag = w->lag;
     w->lag = lag;
     *q++ = (uint8_t)lag;
   }
@@ -183,12 +211,24 @@ uint8_t *weir__cs_finish(weir__cs_writer *w, uint64_t *len) {
   uint8_t *blob = w->buf;
   *len = w->len;
   memset(w, 0, sizeof *w);
+  w->hint = *len;
   return blob;
 }
 
 void weir__cs_drop(weir__cs_writer *w) {
-  weir_free(w->buf);
+  uint64_t hint = w->hint;
+  weir_pool_free(w->buf);
   memset(w, 0, sizeof *w);
+  w->hint = hint;
+}
+
+void weir__cs_free(uint8_t *blob) {
+  weir_pool_free(blob);
+}
+
+void weir__cs_release(uint8_t *blob, uint64_t len) {
+  (void)len;
+  weir_pool_free(blob);
 }
 
 /* ---- reading ---------------------------------------------------------------- */

@@ -63,10 +63,12 @@ typedef struct weir__cs_writer {
   uint64_t len, cap;
   uint64_t out_records, in_records;
   uint64_t in_start; /* offset of the input section, 0 while writing outputs */
+  uint64_t hint;     /* the size of the last blob: the next one's first buffer */
   uint64_t pkey;     /* the previous record of this section */
   int64_t pts;
   uint64_t ids[WEIR__CS_IDS]; /* the section's last ids, a ring */
-  uint32_t lag, misses;       /* the id coded against; ids far from it since a hit */
+  uint32_t lag, prev_lag;     /* the id coded against, and the one before */
+  uint64_t next_scan;         /* the first record that may look for a nearer id */
 } weir__cs_writer;
 
 /* Starts a blob (drops one left unfinished) at its output section. */
@@ -82,10 +84,16 @@ static inline void weir__cs_batch(weir__cs_writer *w, const weir__batch *b) {
 /* Ends the output section and starts the input section. */
 void weir__cs_inputs(weir__cs_writer *w);
 /* Completes the header and hands the blob over (caller frees it with
- * weir_free); *len is its size. The writer is empty afterwards. */
+ * weir__cs_free, or the store with weir__cs_release); *len is its size.
+ * The writer is empty afterwards, and its next blob starts as large as
+ * this one. */
 uint8_t *weir__cs_finish(weir__cs_writer *w, uint64_t *len);
 /* Frees an unfinished blob. */
 void weir__cs_drop(weir__cs_writer *w);
+/* Frees a blob of weir__cs_finish (pooled memory: not weir_free). */
+void weir__cs_free(uint8_t *blob);
+/* The same as a weir_subtask_snapshot.blob_release. */
+void weir__cs_release(uint8_t *blob, uint64_t len);
 
 /* One decoded record. data points into the blob. */
 typedef struct weir__cs_rec {

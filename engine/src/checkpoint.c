@@ -310,7 +310,7 @@ int weir__task_snapshot_unaligned(weir__task *t, uint64_t id, uint64_t align_ns)
 int weir__task_write_channels(weir__task *t, uint64_t id, uint8_t *blob, uint64_t len) {
   weir_job *job = t->job;
   if (!job->store) {
-    weir_free(blob);
+    weir__cs_free(blob);
     return 0;
   }
   weir_ctx *c = t->ops[0];
@@ -326,6 +326,7 @@ int weir__task_write_channels(weir__task *t, uint64_t id, uint8_t *blob, uint64_
   s.parallelism = c->parallelism;
   s.blob = blob;
   s.blob_len = len;
+  s.blob_release = weir__cs_release;
   WEIR_LOG_D("checkpoint %llu: channel state of '%s' subtask %u: %llu bytes",
              (unsigned long long)id, c->node->name, c->subtask, (unsigned long long)len);
   write_state_ex(job, id, &s, 1);

@@ -523,13 +523,13 @@ static int cs_finish(weir__task *t) {
   uint8_t *blob = weir__cs_finish(&t->cs, &len);
   if (none) {
     /* Nothing overtaken: no entry (one durable write less). */
-    weir_free(blob);
+    weir__cs_free(blob);
     weir__task_no_channels(t, id);
     return 0;
   }
   int rc = weir_failpoint("ckpt.channel_state");
   if (rc) {
-    weir_free(blob);
+    weir__cs_free(blob);
     weir__job_failed(t->job, rc, "checkpoint %llu: failpoint ckpt.channel_state",
                      (unsigned long long)id);
     return rc;

@@ -112,7 +112,7 @@ int fz_chanstate(const uint8_t *data, size_t size) {
       broken("re-encoding changed a record");
   }
   weir_free(c.v);
-  weir_free(q);
+  weir__cs_free(q);
   weir_free(a.v);
   weir_free(p);
   return 1;
