@@ -87,9 +87,8 @@ static inline uint8_t *put_field(uint8_t *q, unsigned code, uint64_t u, uint64_t
  * are near none: the look costs them WEIR__CS_IDS / SCAN_EVERY compares a
  * record), one that finds one only SCAN_AGAIN later: whatever the pattern
  * of near and far ids, a record costs at most WEIR__CS_IDS / SCAN_AGAIN
- * compares. (Resetting the count at every near id instead let ids that
- * alternate between near and far look on every second record, five times
- * the cost of the rest of the encoding.) */
+ * compares (restarting the count at every near id let ids that alternate
+ * between near and far look on every second record). */
 #define FAR_ID (1ull << 20)
 #define SCAN_EVERY 64u
 #define SCAN_AGAIN 8u
