@@ -701,10 +701,9 @@ static int probe_child(const weir_store *s, uint64_t unused, char *msg, size_t l
   int rc = child_env(s, &env, &txn, msg, len);
   if (rc < 0) return rc;
   rc = probe_main(s, txn, msg, len);
-  const char *const *names = db_names;
   for (int i = 0; i < 3 && rc == 0; i++) {
     MDB_dbi dbi;
-    int r = mdb_dbi_open(txn, names[i], 0, &dbi);
+    int r = mdb_dbi_open(txn, db_names[i], 0, &dbi);
     if (r == MDB_NOTFOUND) continue;
     MDB_cursor *cur = NULL;
     if (r == 0) r = mdb_cursor_open(txn, dbi, &cur);
@@ -727,7 +726,7 @@ static int probe_child(const weir_store *s, uint64_t unused, char *msg, size_t l
     if (r != 0 && r != MDB_NOTFOUND) {
       rc = weir__mdb_err(r);
       snprintf(msg, len, "store %s%s: reading database \"%s\" after %llu entries: %s", s->path,
-               rc == WEIR_ECORRUPT ? " is damaged" : "", names[i], (ull)n, weir__mdb_text(r));
+               rc == WEIR_ECORRUPT ? " is damaged" : "", db_names[i], (ull)n, weir__mdb_text(r));
     }
   }
   mdb_txn_abort(txn);

@@ -1560,6 +1560,34 @@ static weir__req *commit_behind(weir_store *s, const wgroup *g) {
   return r;
 }
 
+/* Commits the group's open transaction with c's metadata in it (a nested
+ * transaction of its own), durably; the group's members are settled, not
+ * reported. Returns 0 (durable and owned) or the commit's error (message
+ * set; a failure before the metadata was in leaves the transaction
+ * committed without it, as a chunk transaction). */
+static int commit_in_group(weir_store *s, wgroup *g, ckcommit *c) {
+  c->id = c->r->commit.id;
+  MDB_txn *nest = NULL;
+  int rc = commit_check(s, c);
+  if (rc == 0 && (rc = mdb_txn_begin(s->env, g->txn, 0, &nest)) != 0)
+    return commit_io_fail(s, c, rc, 0);
+  if (rc == 0 && (rc = commit_put(s, c, nest)) != 0) mdb_txn_abort(nest);
+  if (rc != 0) return rc;
+  if ((rc = mdb_txn_commit(nest)) != 0) { /* the shared one may be half merged */
+    group_end_txn(s, g, rc, "", NULL);
+    return commit_io_fail(s, c, rc, 1);
+  }
+  const char *fp = "";
+  if ((rc = group_end_txn(s, g, 0, "", &fp)) != 0) {
+    c->fp = fp;
+    return commit_io_fail(s, c, rc, 1);
+  }
+  s->stats.commits_with_writes++;
+  WEIR_LOG_D("store %s: checkpoint %llu: its metadata went into the transaction of its last writes",
+             s->path, (ull)c->id);
+  return commit_owned(s, c);
+}
+
 /* Runs the write `first` and, on the writer thread, every write queued
  * right behind it as one group (above), and the checkpoint's commit if it
  * is queued right behind them (commit_behind): its metadata then goes into
@@ -1591,36 +1619,8 @@ static void exec_writes(weir_store *s, weir__req *first) {
     if (g.txn == NULL) group_report(s, &g);
   }
   ckcommit c = {.r = commit_behind(s, &g), .fp = ""};
-  int crc = 0;
-  if (c.r != NULL) {
-    c.id = c.r->commit.id;
-    MDB_txn *nest = NULL;
-    crc = commit_check(s, &c);
-    if (crc == 0 && (crc = mdb_txn_begin(s->env, g.txn, 0, &nest)) != 0) {
-      nest = NULL;
-      crc = commit_io_fail(s, &c, crc, 0);
-    }
-    if (crc == 0 && (crc = commit_put(s, &c, nest)) != 0) mdb_txn_abort(nest);
-    if (crc == 0 && (crc = mdb_txn_commit(nest)) != 0) { /* the shared one may be half merged */
-      group_end_txn(s, &g, crc, "", NULL);
-      crc = commit_io_fail(s, &c, crc, 1);
-    }
-  }
-  if (g.txn != NULL) {
-    int with = c.r != NULL && crc == 0;
-    const char *fp = "";
-    int rc = group_end_txn(s, &g, 0, "", with ? &fp : NULL);
-    if (with && rc != 0) {
-      c.fp = fp;
-      crc = commit_io_fail(s, &c, rc, 1);
-    } else if (with) {
-      crc = commit_owned(s, &c);
-      s->stats.commits_with_writes++;
-      WEIR_LOG_D("store %s: checkpoint %llu: its metadata went into the transaction of its last "
-                 "writes",
-                 s->path, (ull)c.id);
-    }
-  }
+  int crc = c.r != NULL ? commit_in_group(s, &g, &c) : 0;
+  if (g.txn != NULL) group_end_txn(s, &g, 0, "", NULL); /* no commit in it */
   if (crc < 0) { /* the members' done() calls set their own messages */
     char why[sizeof s->err];
     c.why = weir_strdup(weir_store_error(s, why, sizeof why));

@@ -202,6 +202,13 @@ static void assert_same(const weir_subtask_snapshot *want, const weir_subtask_sn
   if (want->blob_len) cr_assert_arr_eq(got->blob, want->blob, want->blob_len);
 }
 
+/* The job record's latest completed checkpoint. */
+static uint64_t latest_of(weir_store *s) {
+  weir_store_job j;
+  cr_assert_eq(weir_store_job_get(s, &j), 1);
+  return j.latest;
+}
+
 /* Writes sn (ownership taken) for checkpoint id and commits it; asserts
  * both succeed. */
 static void write_commit(weir_store *s, uint64_t id, weir_subtask_snapshot *sn, int final) {
@@ -2201,15 +2208,10 @@ Test(store, failed_group_transaction_fails_every_write_in_it) {
   }
   cr_assert_lt(c.status, 0);
   cr_assert(strstr(err_of(s), "not committed") != NULL, "%s", err_of(s));
-  size_t max;
-  uint64_t count;
-  cr_assert_eq(weir__store_test_chunk_stats(s, id, &max, &count), 0);
-  cr_assert_eq(count, 0);
+  cr_assert_eq(chunks_of(s, id), 0);
   snap_u64(&sn, "op", 0, 1, 10);
   write_commit(s, id2, &sn, 0);
-  weir_store_job j;
-  cr_assert_eq(weir_store_job_get(s, &j), 1);
-  cr_assert_eq(j.latest, id2);
+  cr_assert_eq(latest_of(s), id2);
   weir_store_close(s);
   cr_assert_eq(th_leak_check(), 0);
 }
@@ -2317,9 +2319,7 @@ Test(store, commit_queued_behind_its_writes_shares_their_transaction, .timeout =
   for (uint32_t i = 0; i < NGROUP; i++) bytes += w[i].s.w.bytes;
   cr_assert_geq(c.s.w.bytes, bytes, "the commit counts %llu bytes, its writes %llu",
                 (ull)c.s.w.bytes, (ull)bytes);
-  weir_store_job j;
-  cr_assert_eq(weir_store_job_get(s, &j), 1);
-  cr_assert_eq(j.latest, id);
+  cr_assert_eq(latest_of(s), id);
   assert_loaded(s, id, "w", keep, NGROUP);
   cr_assert_eq(weir_store_verify(s, id), 0, "%s", err_of(s));
 
@@ -2345,10 +2345,8 @@ Test(store, commit_queued_behind_its_writes_shares_their_transaction, .timeout =
   cr_assert_eq(c2.status, 0, "%s", err_of(s));
   cr_assert_eq(weir__store_test_commits_with_writes(s) - with, 0);
   assert_loaded(s, id2, "w", &k2, 1);
-  size_t max;
-  uint64_t count;
-  cr_assert_eq(weir__store_test_chunk_stats(s, other, &max, &count), 0);
-  cr_assert_eq(count, 0, "the aborted checkpoint left %llu chunks", (ull)count);
+  uint64_t left = chunks_of(s, other);
+  cr_assert_eq(left, 0, "the aborted checkpoint left %llu chunks", (ull)left);
   weir_store_close(s);
   cr_assert_eq(th_leak_check(), 0);
 }
@@ -2408,10 +2406,8 @@ Test(store, commit_failing_with_its_writes) {
                   w[i].msg);
       }
     }
-    size_t max;
-    uint64_t count;
-    cr_assert_eq(weir__store_test_chunk_stats(s, cid, &max, &count), 0);
-    cr_assert_eq(count, 0, "round %d: %llu chunks left", round, (ull)count);
+    uint64_t left = chunks_of(s, cid);
+    cr_assert_eq(left, 0, "round %d: %llu chunks left", round, (ull)left);
     weir_store_ckpt *list;
     size_t n;
     cr_assert_eq(weir_store_list(s, &list, &n), 0);
@@ -2425,9 +2421,7 @@ Test(store, commit_failing_with_its_writes) {
       write_commit(s, id2, &sn, 0);
     }
   }
-  weir_store_job j;
-  cr_assert_eq(weir_store_job_get(s, &j), 1);
-  cr_assert_eq(j.latest, id2);
+  cr_assert_eq(latest_of(s), id2);
   weir_store_close(s);
   cr_assert_eq(th_leak_check(), 0);
 }
