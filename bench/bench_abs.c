@@ -56,10 +56,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "weir/alloc.h"
-#include "weir/clock.h"
-#include "weir/log.h"
-#include "weir/store.h"
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "base/log.h"
+#include "snapshot/store.h"
 #include "weir/weir.h"
 #include "stopper.h"
 

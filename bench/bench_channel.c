@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "weir/clock.h"
+#include "base/clock.h"
 
 #define RING 4096 /* records; a power of two */
 

@@ -31,8 +31,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "weir/alloc.h"
-#include "weir/store.h"
+#include "base/alloc.h"
+#include "snapshot/store.h"
 
 extern char **environ;
 

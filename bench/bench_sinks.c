@@ -40,7 +40,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "weir/clock.h"
+#include "base/clock.h"
 #include "weir/nats.h"
 #include "weir/weir.h"
 

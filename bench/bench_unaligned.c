@@ -43,9 +43,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "weir/alloc.h"
-#include "weir/clock.h"
-#include "weir/log.h"
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "base/log.h"
 #include "weir/weir.h"
 #include "stopper.h"
 

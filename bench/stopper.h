@@ -16,7 +16,7 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "weir/clock.h"
+#include "base/clock.h"
 #include "weir/weir.h"
 
 typedef struct bench_stopper {

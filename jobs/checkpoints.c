@@ -13,11 +13,11 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "weir/alloc.h"
-#include "weir/json.h"
-#include "weir/lease.h"
+#include "base/alloc.h"
+#include "base/json.h"
+#include "snapshot/lease.h"
 #include "weir/sink.h"
-#include "weir/store.h"
+#include "snapshot/store.h"
 
 static void help_checkpoints(FILE *out) {
   fputs("usage: weir checkpoints [--state-dir DIR] [--json]\n"

@@ -170,9 +170,4 @@ void cli_job_unload(cli_loaded *l);
 int cli_cmd_checkpoints(int argc, char **argv);
 int cli_cmd_inspect(int argc, char **argv);
 
-/* verify.c: `weir verify` (argv[0] = "verify"; argv0 = the command's own
- * argv[0], a fallback to find this executable), and its help. */
-int cli_cmd_verify(int argc, char **argv, const char *argv0);
-void cli_help_verify(FILE *out);
-
 #endif

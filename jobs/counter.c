@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "weir/clock.h"
+#include "base/clock.h"
 #include "weir/nats.h"
 
 typedef struct counter_cfg {

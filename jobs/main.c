@@ -14,7 +14,7 @@
  * job's `print` sink.
  */
 #include "cli.h"
-#include "receiver.h"
+#include "tools.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -38,7 +38,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "weir/alloc.h"
+#include "base/alloc.h"
 
 /* Bytes read per refill beyond room for one maximal line. */
 #define READ_CHUNK (128u * 1024u)

@@ -29,8 +29,8 @@
 
 #include <string.h>
 
-#include "weir/alloc.h"
-#include "weir/clock.h"
+#include "base/alloc.h"
+#include "base/clock.h"
 
 /* The generator's options, copied and owned by the job (weir_job_adopt). */
 typedef struct gen_arg {

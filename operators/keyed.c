@@ -16,7 +16,7 @@
  */
 #include "weir/operators.h"
 
-#include "weir/alloc.h"
+#include "base/alloc.h"
 
 /* How many records ahead the batch loops prefetch state. */
 #define PREFETCH_AHEAD 16u

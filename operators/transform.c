@@ -17,7 +17,7 @@
  */
 #include "weir/operators.h"
 
-#include "weir/alloc.h"
+#include "base/alloc.h"
 
 /* {fn, user} of one transform node; owned by the job, read-only at run time. */
 typedef struct transform_arg {

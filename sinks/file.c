@@ -54,8 +54,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "weir/alloc.h"
-#include "weir/log.h"
+#include "base/alloc.h"
+#include "base/log.h"
 
 #define FILE_BUF (1024u * 1024u)
 

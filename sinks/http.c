@@ -59,10 +59,10 @@
 #include <string.h>
 #include <strings.h>
 
-#include "weir/alloc.h"
-#include "weir/clock.h"
-#include "weir/failpoint.h"
-#include "weir/log.h"
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "base/failpoint.h"
+#include "base/log.h"
 
 #ifdef WEIR_HAVE_CURL
 #include <curl/curl.h>

@@ -10,7 +10,7 @@
  */
 #include "sink_impl.h"
 
-#include "weir/alloc.h"
+#include "base/alloc.h"
 
 void weir__linebuf_init(weir__linebuf *lb, size_t cap, size_t flush_at,
                         int (*write)(weir_ctx *, void *, const char *, size_t), void *sink) {

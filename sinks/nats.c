@@ -51,10 +51,10 @@
 #include <string.h>
 
 #include "nats_impl.h"
-#include "weir/alloc.h"
-#include "weir/clock.h"
-#include "weir/failpoint.h"
-#include "weir/log.h"
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "base/failpoint.h"
+#include "base/log.h"
 
 #define DEFAULT_PENDING 1024u
 #define ACK_TIMEOUT_MS 5000 /* libnats reports an ack missing after this */

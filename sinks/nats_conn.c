@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "weir/alloc.h"
+#include "base/alloc.h"
 #include "sink_impl.h"
 
 static int url_error(char *err, size_t errlen, const char *fmt, const char *spec) {

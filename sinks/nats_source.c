@@ -37,9 +37,9 @@
 #include <string.h>
 
 #include "nats_impl.h"
-#include "weir/alloc.h"
-#include "weir/clock.h"
-#include "weir/log.h"
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "base/log.h"
 
 int weir_nats_source_check(const char *url, char *err, size_t errlen) {
   if (!url || strncmp(url, "nats://", 7) != 0) {

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "sink_impl.h"
-#include "weir/alloc.h"
+#include "base/alloc.h"
 
 /* Formats r with fn into scratch (grown as asked) and appends it to the
  * log as u32 length + bytes. */

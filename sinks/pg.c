@@ -85,9 +85,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "weir/alloc.h"
-#include "weir/clock.h"
-#include "weir/log.h"
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "base/log.h"
 
 #ifdef WEIR_HAVE_PQ
 #include <libpq-fe.h>

@@ -12,7 +12,7 @@
 
 #include <stdio.h>
 
-#include "weir/alloc.h"
+#include "base/alloc.h"
 
 #define PRINT_BUF (128u * 1024u)
 #define PRINT_FLUSH_AT (64u * 1024u)

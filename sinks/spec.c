@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "nats_impl.h"
-#include "weir/alloc.h"
+#include "base/alloc.h"
 
 #define SPEC_HELP                                                                                  \
   "use null, print, file:DIR, http://HOST:PORT/PATH, nats://HOST:PORT/SUBJECT or postgresql://..."

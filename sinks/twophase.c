@@ -40,10 +40,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "weir/alloc.h"
-#include "weir/clock.h"
-#include "weir/failpoint.h"
-#include "weir/log.h"
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "base/failpoint.h"
+#include "base/log.h"
 #include "weir/sink.h"
 
 #define MAGIC "WSK2"

@@ -24,8 +24,8 @@
 #include <string.h>
 
 #include "weir.pb-c.h"
-#include "weir/alloc.h"
-#include "weir/assert.h"
+#include "base/alloc.h"
+#include "base/assert.h"
 #include "weir/error.h"
 
 static int fail(int rc, char *err, size_t errlen, const char *fmt, ...)

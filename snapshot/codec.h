@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "envelope.h"
-#include "weir/store.h"
+#include "snapshot/store.h"
 
 /* The largest stored chunk value, envelope included: 65,536 bytes would take
  * 17 LMDB pages of 4 KiB with the page header, 65,520 takes 16. */

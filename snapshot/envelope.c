@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "weir/error.h"
-#include "weir/store.h"
+#include "snapshot/store.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <nmmintrin.h>

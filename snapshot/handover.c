@@ -46,8 +46,8 @@
 #include <unistd.h>
 
 #include "store_impl.h"
-#include "weir/alloc.h"
-#include "weir/log.h"
+#include "base/alloc.h"
+#include "base/log.h"
 
 typedef unsigned long long ull;
 

@@ -85,7 +85,7 @@
  * Effects outside the store are fenced by their sinks: weir_ctx_epoch and
  * weir_ctx_owner_check (weir/job.h) expose this lease to them.
  */
-#include "weir/lease.h"
+#include "snapshot/lease.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -107,9 +107,9 @@
 #include <sys/sysctl.h>
 #endif
 
-#include "weir/alloc.h"
-#include "weir/clock.h"
-#include "weir/log.h"
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "base/log.h"
 
 typedef unsigned long long ull;
 

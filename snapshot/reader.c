@@ -33,10 +33,10 @@
 #include <unistd.h>
 
 #include "store_impl.h"
-#include "weir/alloc.h"
-#include "weir/assert.h"
-#include "weir/clock.h"
-#include "weir/log.h"
+#include "base/alloc.h"
+#include "base/assert.h"
+#include "base/clock.h"
+#include "base/log.h"
 
 #define MAX_READERS 4
 

@@ -58,10 +58,10 @@
 #include <unistd.h>
 
 #include "store_impl.h"
-#include "weir/alloc.h"
-#include "weir/assert.h"
-#include "weir/clock.h"
-#include "weir/log.h"
+#include "base/alloc.h"
+#include "base/assert.h"
+#include "base/clock.h"
+#include "base/log.h"
 
 typedef unsigned long long ull;
 

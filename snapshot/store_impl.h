@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "codec.h"
-#include "weir/store.h"
+#include "snapshot/store.h"
 
 #define WEIR__ID_BLOCK 64u      /* checkpoint ids reserved per durable write */
 #define WEIR__TXN_CHUNKS 64u    /* chunk puts per write transaction (~4 MB) */

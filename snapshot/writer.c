@@ -73,12 +73,12 @@
 #endif
 
 #include "store_impl.h"
-#include "weir/lease.h"
-#include "weir/alloc.h"
-#include "weir/assert.h"
-#include "weir/clock.h"
-#include "weir/failpoint.h"
-#include "weir/log.h"
+#include "snapshot/lease.h"
+#include "base/alloc.h"
+#include "base/assert.h"
+#include "base/clock.h"
+#include "base/failpoint.h"
+#include "base/log.h"
 
 typedef unsigned long long ull;
 

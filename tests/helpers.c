@@ -11,7 +11,7 @@
  */
 #include "helpers.h"
 
-#include "weir/failpoint.h"
+#include "base/failpoint.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -25,7 +25,7 @@
 #include <time.h>
 
 #include "state.h"
-#include "weir/alloc.h"
+#include "base/alloc.h"
 
 #define KEYS 40000u /* key space; EMPTY is the extra key KEYS */
 #define ROUNDS 120

@@ -30,7 +30,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "weir/clock.h"
+#include "base/clock.h"
 #include "weir/job.h"
 
 #if defined(__SANITIZE_THREAD__)

@@ -22,8 +22,8 @@
 
 #include "envelope.h"
 #include "helpers.h"
-#include "weir/alloc.h"
-#include "weir/store.h"
+#include "base/alloc.h"
+#include "snapshot/store.h"
 #include "weir/weir.h"
 
 #define N 120000u

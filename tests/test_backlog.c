@@ -38,8 +38,8 @@
 
 #include "helpers.h"
 #include "iteration.h"
-#include "weir/alloc.h"
-#include "weir/failpoint.h"
+#include "base/alloc.h"
+#include "base/failpoint.h"
 
 /* Memory bound of the logs under test (0: never spill). */
 static uint64_t spill_bound;

@@ -27,7 +27,7 @@
 #include "channel.h"
 #include "helpers.h"
 #include "spill.h"
-#include "weir/failpoint.h"
+#include "base/failpoint.h"
 
 typedef struct sides {
   int producer, consumer; /* notify() calls received */

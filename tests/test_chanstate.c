@@ -15,7 +15,7 @@
 #include "chanstate.h"
 #include "chanstate_input.h"
 #include "helpers.h"
-#include "weir/alloc.h"
+#include "base/alloc.h"
 
 typedef struct want {
   uint32_t k, j, len;

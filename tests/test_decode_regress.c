@@ -30,9 +30,9 @@
 #include "codec.h"
 #include "decode_input.h"
 #include "helpers.h"
-#include "weir/alloc.h"
+#include "base/alloc.h"
 #include "weir/error.h"
-#include "weir/store.h"
+#include "snapshot/store.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define HAVE_ASAN 1

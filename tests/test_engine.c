@@ -33,10 +33,10 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "weir/clock.h"
-#include "weir/failpoint.h"
+#include "base/clock.h"
+#include "base/failpoint.h"
 #include "weir/job.h"
-#include "weir/log.h"
+#include "base/log.h"
 #include "weir/weir.h"
 
 #define MAXP 8

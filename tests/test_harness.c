@@ -10,7 +10,7 @@
 #include "graph.h"
 #include "harness.h"
 #include "helpers.h"
-#include "weir/alloc.h"
+#include "base/alloc.h"
 #include "weir/weir.h"
 
 typedef struct out_rec {

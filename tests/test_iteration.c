@@ -58,9 +58,9 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "weir/alloc.h"
+#include "base/alloc.h"
 #include "weir/job.h"
-#include "weir/store.h"
+#include "snapshot/store.h"
 
 typedef unsigned long long ull;
 

@@ -44,11 +44,11 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "weir/alloc.h"
-#include "weir/clock.h"
-#include "weir/lease.h"
-#include "weir/log.h"
-#include "weir/store.h"
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "snapshot/lease.h"
+#include "base/log.h"
+#include "snapshot/store.h"
 
 typedef unsigned long long ull;
 #define MS 1000000ull

@@ -67,7 +67,7 @@
 #include "envelope.h"
 #include "helpers.h"
 #include "weir/operators.h"
-#include "weir/store.h"
+#include "snapshot/store.h"
 
 typedef unsigned long long ull;
 

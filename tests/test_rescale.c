@@ -24,9 +24,9 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "weir/alloc.h"
+#include "base/alloc.h"
 #include "weir/operators.h"
-#include "weir/store.h"
+#include "snapshot/store.h"
 #include "weir/weir.h"
 
 #define N 240000u

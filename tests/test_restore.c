@@ -29,10 +29,10 @@
 #include "envelope.h"
 #include "helpers.h"
 #include "store_impl.h"
-#include "weir/alloc.h"
-#include "weir/failpoint.h"
+#include "base/alloc.h"
+#include "base/failpoint.h"
 #include "weir/operators.h"
-#include "weir/store.h"
+#include "snapshot/store.h"
 #include "weir/weir.h"
 
 #define N 360000u

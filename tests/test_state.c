@@ -27,7 +27,7 @@
 #include "helpers.h"
 #include "state.h"
 #include "task.h" /* struct weir_ctx, to look at a subtask's bytes entries */
-#include "weir/alloc.h"
+#include "base/alloc.h"
 #include "weir/job.h"
 
 static uint64_t test_seed(void) {

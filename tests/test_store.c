@@ -41,10 +41,10 @@
 #include "envelope.h"
 #include "helpers.h"
 #include "store_impl.h"
-#include "weir/alloc.h"
-#include "weir/clock.h"
-#include "weir/failpoint.h"
-#include "weir/store.h"
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "base/failpoint.h"
+#include "snapshot/store.h"
 
 typedef unsigned long long ull;
 

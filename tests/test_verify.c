@@ -1,4 +1,4 @@
-/* tests/test_verify.c: owns the test of `weir verify` (jobs/verify.c): it
+/* tests/test_verify.c: owns the test of `weir verify` (tools/verify.c): it
  * runs the harness with R = 2 on a small job, then checks its report against
  * the destination's own records, and against what each scenario must show.
  *

@@ -5,8 +5,8 @@
 
 #include <string.h>
 
-#include "weir/alloc.h"
-#include "weir/assert.h"
+#include "base/alloc.h"
+#include "base/assert.h"
 
 void weir__align_init(weir__align *a, uint32_t nin, weir__align_mode mode) {
   memset(a, 0, sizeof *a);

@@ -1,7 +1,7 @@
 /* batch.c: owns the memory layout of batches (see batch.h). */
 #include "batch.h"
 
-#include "weir/alloc.h"
+#include "base/alloc.h"
 
 /* Initial arena: 16 bytes per record covers the common small payloads. */
 #define ARENA_PER_RECORD 16u

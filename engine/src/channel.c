@@ -11,9 +11,9 @@
 #include <errno.h>
 
 #include "spill.h"
-#include "weir/alloc.h"
-#include "weir/assert.h"
-#include "weir/log.h"
+#include "base/alloc.h"
+#include "base/assert.h"
+#include "base/log.h"
 
 static uint32_t pow2_at_least(uint32_t n) {
   uint32_t p = 1;

@@ -5,8 +5,8 @@
 
 #include <string.h>
 
-#include "weir/alloc.h"
-#include "weir/assert.h"
+#include "base/alloc.h"
+#include "base/assert.h"
 
 /* A record's worst case before its payload: three 9-byte values and a
  * 5-byte length; an output run's header: two 5-byte varints and a 10-byte
@@ -16,7 +16,7 @@
 /* The smallest buffer. */
 #define CS_MIN (64u * 1024u)
 
-/* The buffer comes from the pool of large arrays (weir/alloc.h), sized
+/* The buffer comes from the pool of large arrays (base/alloc.h), sized
  * at first like the task's previous blob: a cut's channel state is
  * written while the task runs, on the critical path of the checkpoint,
  * and a fresh buffer of a few MB grown by doubling faulted in every page

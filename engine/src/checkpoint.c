@@ -23,11 +23,11 @@
 #include <uv.h>
 #include <string.h>
 
-#include "weir/alloc.h"
-#include "weir/clock.h"
-#include "weir/failpoint.h"
-#include "weir/log.h"
-#include "weir/store.h"
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "base/failpoint.h"
+#include "base/log.h"
+#include "snapshot/store.h"
 #include "iteration.h"
 #include "task.h"
 

@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "weir/alloc.h"
-#include "weir/lease.h"
-#include "weir/store.h"
+#include "base/alloc.h"
+#include "snapshot/lease.h"
+#include "snapshot/store.h"
 #include "hash.h"
 #include "task.h"
 

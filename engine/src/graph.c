@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "weir/alloc.h"
+#include "base/alloc.h"
 #include "graph.h"
 #include "iteration.h"
 

@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-#include "weir/alloc.h"
+#include "base/alloc.h"
 #include "task.h"
 
 struct weir__harness {

@@ -10,7 +10,7 @@
 #define WEIR_HARNESS_H
 
 #include "weir/job.h"
-#include "weir/store.h"
+#include "snapshot/store.h"
 
 typedef struct weir__harness weir__harness;
 

@@ -50,10 +50,10 @@
 
 #include <string.h>
 
-#include "weir/alloc.h"
-#include "weir/assert.h"
-#include "weir/failpoint.h"
-#include "weir/store.h"
+#include "base/alloc.h"
+#include "base/assert.h"
+#include "base/failpoint.h"
+#include "snapshot/store.h"
 #include "spill.h"
 #include "task.h"
 

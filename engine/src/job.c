@@ -77,12 +77,12 @@
 #include <uv.h>
 
 #include "rescale.h"
-#include "weir/alloc.h"
-#include "weir/clock.h"
-#include "weir/failpoint.h"
-#include "weir/lease.h"
-#include "weir/log.h"
-#include "weir/store.h"
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "base/failpoint.h"
+#include "snapshot/lease.h"
+#include "base/log.h"
+#include "snapshot/store.h"
 #include "task.h"
 #include "worker.h"
 
@@ -599,7 +599,7 @@ static void *prefault_items(void *p) {
   for (size_t i; (i = atomic_fetch_add(&pf->next, 1)) < pf->n;) {
     load_item *it = &pf->items[i];
     if (!it->entries) continue;
-    weir_fork_hold(); /* the probe forks meanwhile: see weir/alloc.h */
+    weir_fork_hold(); /* the probe forks meanwhile: see base/alloc.h */
     it->table = weir__u64_table_prefault(it->entries, &it->table_bytes);
     weir_fork_release();
   }

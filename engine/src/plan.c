@@ -12,7 +12,7 @@
  */
 #include <string.h>
 
-#include "weir/alloc.h"
+#include "base/alloc.h"
 #include "channel.h"
 #include "hash.h"
 #include "task.h"

@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "hash.h"
-#include "weir/alloc.h"
+#include "base/alloc.h"
 
 /* The new subtask (of p) that owns a routing key. */
 static uint32_t owner(uint64_t key, uint32_t key_groups, uint32_t p) {

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "weir/store.h"
+#include "snapshot/store.h"
 
 typedef struct weir__rescale_kind {
   int keyed;             /* its input is hash-partitioned: keyed state moves */

@@ -12,9 +12,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "weir/alloc.h"
-#include "weir/failpoint.h"
-#include "weir/log.h"
+#include "base/alloc.h"
+#include "base/failpoint.h"
+#include "base/log.h"
 
 #define SPILL_BUF (256u * 1024u)
 

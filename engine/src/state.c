@@ -7,11 +7,11 @@
 #include <sys/mman.h>
 
 #include "spin.h"
-#include "weir/alloc.h"
-#include "weir/assert.h"
+#include "base/alloc.h"
+#include "base/assert.h"
 #include "hash.h"
 #include "weir/job.h"
-#include "weir/store.h"
+#include "snapshot/store.h"
 
 #define MIN_CAP 1024u
 

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "task.h"
-#include "weir/json.h"
+#include "base/json.h"
 
 static const char *kind_name(weir__node_kind k) {
   return k == WEIR__NODE_SOURCE ? "source" : k == WEIR__NODE_SINK ? "sink" : "operator";

@@ -79,12 +79,12 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "weir/alloc.h"
-#include "weir/assert.h"
-#include "weir/clock.h"
-#include "weir/failpoint.h"
-#include "weir/log.h"
-#include "weir/store.h"
+#include "base/alloc.h"
+#include "base/assert.h"
+#include "base/clock.h"
+#include "base/failpoint.h"
+#include "base/log.h"
+#include "snapshot/store.h"
 #include "hash.h"
 #include "iteration.h"
 

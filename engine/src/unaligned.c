@@ -5,8 +5,8 @@
 
 #include <string.h>
 
-#include "weir/alloc.h"
-#include "weir/assert.h"
+#include "base/alloc.h"
+#include "base/assert.h"
 
 void weir__unalign_init(weir__unalign *u, uint32_t nin) {
   memset(u, 0, sizeof *u);

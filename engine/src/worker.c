@@ -29,11 +29,11 @@
 #include <string.h>
 
 #include "spin.h"
-#include "weir/alloc.h"
-#include "weir/assert.h"
-#include "weir/clock.h"
-#include "weir/failpoint.h"
-#include "weir/log.h"
+#include "base/alloc.h"
+#include "base/assert.h"
+#include "base/clock.h"
+#include "base/failpoint.h"
+#include "base/log.h"
 #include "task.h"
 
 #define SPIN_NS 50000u

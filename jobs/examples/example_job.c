@@ -14,8 +14,7 @@
  *
  * Build it by hand (it links against nothing: the weir binary that loads it
  * provides every weir_* function):
- *   cc -std=c11 -O2 -shared -fPIC -I include -I engine/include \
- *      -I engine/base/include -I operators/include -I sinks/include \
+ *   cc -std=c11 -O2 -shared -fPIC -I include \
  *      jobs/examples/example_job.c -o example_job.so
  * (on macOS add -undefined dynamic_lookup), or let CMake build it into
  * <build>/jobs/example_job.so. Run it:

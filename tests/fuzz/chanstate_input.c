@@ -8,7 +8,7 @@
 
 #include "batch.h"
 #include "chanstate.h"
-#include "weir/alloc.h"
+#include "base/alloc.h"
 
 static void broken(const char *what) {
   fprintf(stderr, "fz_chanstate: broken promise: %s\n", what);

@@ -15,7 +15,7 @@
 
 #include "codec.h"
 #include "envelope.h"
-#include "weir/alloc.h"
+#include "base/alloc.h"
 #include "weir/error.h"
 
 static const uint8_t *cur_data; /* the input being decoded, for dumps */

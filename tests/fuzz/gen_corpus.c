@@ -18,7 +18,7 @@
 
 #include "codec.h"
 #include "decode_input.h"
-#include "weir/alloc.h"
+#include "base/alloc.h"
 
 static const char *dir;
 static int written;

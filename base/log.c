@@ -1,7 +1,7 @@
 /* log.c: owns the log level and the format of log lines on stderr. */
-#include "weir/log.h"
-#include "weir/assert.h"
-#include "weir/clock.h"
+#include "base/log.h"
+#include "base/assert.h"
+#include "base/clock.h"
 
 #include <stdarg.h>
 #include <stdatomic.h>

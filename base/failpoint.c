@@ -1,7 +1,7 @@
 /* failpoint.c: owns the failpoint table parsed from WEIR_FAILPOINTS (see
- * weir/failpoint.h). Hits are counted with atomics so that points reached
+ * base/failpoint.h). Hits are counted with atomics so that points reached
  * from several threads fire exactly once at the N-th hit. */
-#include "weir/failpoint.h"
+#include "base/failpoint.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -12,7 +12,7 @@
 #include <time.h>
 
 #include "weir/error.h"
-#include "weir/log.h"
+#include "base/log.h"
 
 #define MAX_POINTS 16
 

@@ -1,4 +1,4 @@
-/* weir/json.h: the one JSON string writer of weir's reports (job summary,
+/* base/json.h: the one JSON string writer of weir's reports (job summary,
  * checkpoint listings). */
 #ifndef WEIR_JSON_H
 #define WEIR_JSON_H

@@ -1,4 +1,4 @@
-/* weir/lease.h: the job lease of a state directory: who may run the job and
+/* snapshot/lease.h: the job lease of a state directory: who may run the job and
  * commit its checkpoints now (DESIGN.md §7).
  *
  * A run acquires the lease before it does anything else with its state

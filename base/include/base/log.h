@@ -1,4 +1,4 @@
-/* weir/log.h: leveled logging to stderr.
+/* base/log.h: leveled logging to stderr.
  *
  * The level is checked before the arguments are evaluated, so a disabled
  * WEIR_LOG_DEBUG costs one load and a branch. Nothing is logged per record:

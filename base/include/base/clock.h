@@ -1,4 +1,4 @@
-/* weir/clock.h: monotonic and wall clocks. */
+/* base/clock.h: monotonic and wall clocks. */
 #ifndef WEIR_CLOCK_H
 #define WEIR_CLOCK_H
 

@@ -1,5 +1,5 @@
 /* json.c: owns escaping strings for the JSON that weir writes. */
-#include "weir/json.h"
+#include "base/json.h"
 
 void weir_json_string(FILE *f, const char *s) {
   fputc('"', f);

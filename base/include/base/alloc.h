@@ -1,4 +1,4 @@
-/* weir/alloc.h: the one allocation policy of weir.
+/* base/alloc.h: the one allocation policy of weir.
  *
  * Out of memory is not an input error that a caller can handle usefully in a
  * dataflow engine (a half-built batch or state table has no sane fallback), so

@@ -1,5 +1,5 @@
-/* jobs/verify.c: owns `weir verify`, the harness that makes the failure
- * window of an HTTP destination visible (issue 8, DESIGN.md §2 and §7): it
+/* tools/verify.c: owns `weir verify`, the harness that makes the failure
+ * window of an HTTP destination visible (DESIGN.md §2 and §7): it
  * runs the counter job in separate worker processes (fork/exec of this very
  * binary) that share one state directory, interrupts them in named
  * scenarios, R times each, and reports per scenario what the destination
@@ -48,6 +48,7 @@
  * each stopped (SIGKILL at worst) and reaped before a repetition ends.
  */
 #include "cli.h"
+#include "tools.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -62,10 +63,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "weir/alloc.h"
-#include "weir/clock.h"
-#include "weir/json.h"
-#include "weir/lease.h"
+#include "base/alloc.h"
+#include "base/clock.h"
+#include "base/json.h"
+#include "snapshot/lease.h"
 
 #define WAIT_MS 120000u /* the longest any one worker step may take */
 #define POLL_US 1000u

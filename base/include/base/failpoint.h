@@ -1,4 +1,4 @@
-/* weir/failpoint.h: named failure points, armed from the environment.
+/* base/failpoint.h: named failure points, armed from the environment.
  *
  *   WEIR_FAILPOINTS="ckpt.before_meta_commit=kill@3,sink.after_send=error"
  *

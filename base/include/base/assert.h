@@ -1,4 +1,4 @@
-/* weir/assert.h: assertions on weir's own invariants.
+/* base/assert.h: assertions on weir's own invariants.
  *
  * WEIR_ASSERT is always on and must stay cheap. WEIR_DEBUG_ASSERT is for
  * O(n) invariant checks and compiles away unless WEIR_DEBUG is defined.

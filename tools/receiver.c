@@ -1,4 +1,4 @@
-/* jobs/receiver.c: owns `weir receiver`, a reference HTTP destination for the
+/* tools/receiver.c: owns `weir receiver`, a reference HTTP destination for the
  * sinks' tests: a libmicrohttpd server that applies every POSTed text body as
  * an *effect*, honours `Idempotency-Key` the way a careful provider does
  * (Stripe, the IETF httpapi draft), and keeps its facts in a SQLite database;
@@ -78,7 +78,7 @@
  * What libmicrohttpd answers itself (bytes that do not parse as HTTP,
  * oversized headers) never reaches the handler and is not a request here.
  */
-#include "receiver.h"
+#include "tools.h"
 
 #include "cli.h"
 
@@ -98,8 +98,8 @@
 #include <microhttpd.h>
 #include <sqlite3.h>
 
-#include "weir/alloc.h"
-#include "weir/clock.h"
+#include "base/alloc.h"
+#include "base/clock.h"
 
 #define RECV_MAX_BODY (1024 * 1024)                     /* larger bodies get 413 */
 #define RECV_MAX_DISCARD (16 * 1024 * 1024)             /* beyond this, the connection is closed */

@@ -1,5 +1,5 @@
 /* clock.c: owns weir's view of time (monotonic and wall clocks). */
-#include "weir/clock.h"
+#include "base/clock.h"
 
 #include <time.h>
 

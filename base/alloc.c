@@ -1,5 +1,5 @@
 /* alloc.c: owns the out-of-memory policy (abort with a message). */
-#include "weir/alloc.h"
+#include "base/alloc.h"
 
 #include <pthread.h>
 #include <stdint.h>

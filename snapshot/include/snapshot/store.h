@@ -1,4 +1,4 @@
-/* weir/store.h: the checkpoint store of a job's state directory.
+/* snapshot/store.h: the checkpoint store of a job's state directory.
  *
  * One LMDB environment per state directory (<dir>/store; <dir>/store.<epoch>
  * after a handover, see weir_store_handover), holding the job
