@@ -193,6 +193,8 @@ struct weir_job {
  * coordinator. Thread-safe. */
 void weir__job_failed(weir_job *job, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* weir__job_failed with "what: " and the store's message; returns rc. */
+int weir__job_store_failed(weir_job *job, int rc, const char *what);
 /* A worker finished its last task: wakes the coordinator. Thread-safe. */
 void weir__job_poke(weir_job *job);
 /* Synchronous checkpoints: a task drained for checkpoint id (everything
