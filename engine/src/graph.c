@@ -13,6 +13,7 @@
 #include "weir/store.h"
 #include "graph.h"
 #include "iteration.h"
+#include "job.h"
 
 int weir_job_create(weir_job **out, const char *name) {
   if (!out) return WEIR_EINVAL;

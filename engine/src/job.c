@@ -1,31 +1,26 @@
 /* job.c: owns running a job: defaults, the coordinator loop on the calling
- * thread (completion, failure, stop requests, signals, progress, and the
- * checkpoint coordinator), the lease, and the job lifecycle in its state
- * directory (restore.c loads a checkpoint).
+ * thread (completion, failure, stop requests, signals, progress, and
+ * carrying out the checkpoint coordinator's actions), the lease, and the
+ * job's lifecycle in its state directory.
  *
  * DESIGN
  * The coordinator is the only thread that starts and stops workers and the
  * only one that triggers, commits or aborts checkpoints. Workers, the store
  * writer and weir_job_stop() reach it through one uv_async_t; its handler
- * looks at the job's state (failed, tasks done, stop requests, the pending
- * checkpoint) rather than at messages, because uv_async_send coalesces.
- * weir_job_stop() may run in a signal handler or race with the end of the
- * run: it bumps `senders` around its uv_async_send, and the coordinator,
- * after marking itself gone, waits for `senders` to drop to zero before it
- * closes the handle.
+ * looks at the job's state (failed, tasks done, stop requests, the
+ * checkpoint coordinator's next step) rather than at messages, because
+ * uv_async_send coalesces. weir_job_stop() may run in a signal handler or
+ * race with the end of the run: it bumps `senders` around its
+ * uv_async_send, and the coordinator, after marking itself gone, waits for
+ * `senders` to drop to zero before it closes the handle.
  *
- * Checkpoints, one in flight at a time:
- *
- *   idle --timer--> triggered(n): trigger_id = n, every task woken; sources
- *        inject barrier n, finished tasks answer at once, the rest align
- *   triggered --every operator subtask's state queued at the store-->
- *        committing(n): weir_store_commit (metadata + latest pointer, one
- *        transaction), queued behind those writes: the store runs it once
- *        they are durable, in the transaction of the last of them when it
- *        can, with no round trip through this thread between
- *   committing --durable--> completed: complete_id = n, tasks told
- *   triggered --write failed, timeout--> aborted: aborted_id = n
- *   committing --write or commit failed--> aborted: aborted_id = n
+ * Checkpoints, one in flight at a time, follow the state machine of
+ * coordinator.c: this file feeds it the timer's trigger, the timeout and
+ * its own wake-ups, and carries out what it answers (barriers, the commit,
+ * completion, abort, telling the tasks). The commit is queued behind the
+ * checkpoint's writes as soon as every write is queued: the store runs it
+ * once they are durable, in the transaction of the last of them when it
+ * can, with no round trip through this thread between.
  *
  * Ownership: before anything else touches the state directory the run
  * acquires its lease (snapshot/lease.c) and holds it to the end; every
@@ -34,17 +29,13 @@
  * the run with WEIR_EFENCED.
  *
  * Synchronous checkpoints (opts.sync_checkpoints), the stop-the-world
- * baseline of the ABS paper:
- *
- *   idle --timer--> draining(n): trigger_id = n; each source pushes a drain
- *        marker (barrier n) and pauses; a task aligns on the marker as on a
- *        barrier, forwards it and reports drained (a loop head first waits
- *        until every head of its loop has the marker and nothing is in
- *        flight in the loop: see task.c)
- *   draining --every task drained--> snapping(n): sync_snap_id = n; every
- *        task snapshots while nothing moves anywhere
- *   snapping --every state queued--> committing(n) --durable--> completed
- *   completed/aborted: resume_id = n, the sources run again
+ * baseline of the ABS paper: each source pushes a drain marker (barrier n)
+ * and pauses; a task aligns on the marker as on a barrier, forwards it and
+ * reports drained (a loop head first waits until every head of its loop
+ * has the marker and nothing is in flight in the loop: see task.c). Once
+ * every task drained, sync_snap_id = n and every task snapshots while
+ * nothing moves anywhere; when the checkpoint completes or aborts,
+ * resume_id = n and the sources run again.
  *
  * While a synchronous checkpoint drains, the coordinator wakes every task
  * each millisecond: a loop head waits for its loop's count of records in
@@ -67,6 +58,8 @@
  * request), waits until every task has been told it completed, and only
  * then stops the workers.
  */
+#include "job.h"
+
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -78,6 +71,7 @@
 
 #include "restore.h"
 #include "weir/alloc.h"
+#include "weir/assert.h"
 #include "weir/clock.h"
 #include "weir/failpoint.h"
 #include "weir/lease.h"
@@ -86,7 +80,8 @@
 #include "task.h"
 #include "worker.h"
 
-typedef struct coord {
+/* The coordinator loop's handles and what only it reads. */
+typedef struct runner {
   weir_job *job;
   uv_loop_t loop;
   uv_async_t async;
@@ -95,25 +90,14 @@ typedef struct coord {
   int handled_stops;
   int signals;
   int ending;
-  int final_triggered;
-  uint32_t expected; /* operator subtasks: acknowledgements per checkpoint */
-  uint32_t failures; /* checkpoints failed in a row */
-  uv_timer_t retry;  /* a failed final checkpoint is tried again */
-  uv_timer_t drain;  /* synchronous checkpoints: wakes every task while draining */
-  int retry_wait;    /* ... when it fires */
-} coord;
+  uv_timer_t retry; /* a failed final checkpoint is tried again */
+  uv_timer_t drain; /* synchronous checkpoints: wakes every task while draining */
+} runner;
 
 void weir__job_poke(weir_job *job) {
   atomic_fetch_add(&job->senders, 1);
   if (atomic_load(&job->coord_alive)) uv_async_send((uv_async_t *)job->coord_async);
   atomic_fetch_sub(&job->senders, 1);
-}
-
-void weir__job_sync_drained(weir_job *job, uint64_t id) {
-  pthread_mutex_lock(&job->ck_mu);
-  if (job->ck.id == id && !job->ck.snapping) job->ck.drained++;
-  pthread_mutex_unlock(&job->ck_mu);
-  weir__job_poke(job);
 }
 
 void weir_job_stop(weir_job *job) {
@@ -156,164 +140,34 @@ static void wake_all(weir_job *job) {
   for (uint32_t i = 0; i < job->ntasks; i++) weir__task_wake(job->tasks[i]);
 }
 
-static void coord_end(coord *c) {
-  if (c->ending) return;
-  c->ending = 1;
-  weir__workers_stop(c->job);
-  atomic_store(&c->job->coord_alive, 0);
-  while (atomic_load(&c->job->senders)) uv_sleep(0);
-  uv_close((uv_handle_t *)&c->async, close_cb);
-  uv_close((uv_handle_t *)&c->interval, close_cb);
-  uv_close((uv_handle_t *)&c->timeout, close_cb);
-  uv_close((uv_handle_t *)&c->retry, close_cb);
-  uv_close((uv_handle_t *)&c->drain, close_cb);
-  if (c->job->opts.progress_ms && c->job->opts.progress)
-    uv_close((uv_handle_t *)&c->progress, close_cb);
-  if (c->job->opts.handle_signals) {
-    uv_close((uv_handle_t *)&c->sigint, close_cb);
-    uv_close((uv_handle_t *)&c->sigterm, close_cb);
+static void coord_end(runner *r) {
+  if (r->ending) return;
+  r->ending = 1;
+  weir__workers_stop(r->job);
+  atomic_store(&r->job->coord_alive, 0);
+  while (atomic_load(&r->job->senders)) uv_sleep(0);
+  uv_close((uv_handle_t *)&r->async, close_cb);
+  uv_close((uv_handle_t *)&r->interval, close_cb);
+  uv_close((uv_handle_t *)&r->timeout, close_cb);
+  uv_close((uv_handle_t *)&r->retry, close_cb);
+  uv_close((uv_handle_t *)&r->drain, close_cb);
+  if (r->job->opts.progress_ms && r->job->opts.progress)
+    uv_close((uv_handle_t *)&r->progress, close_cb);
+  if (r->job->opts.handle_signals) {
+    uv_close((uv_handle_t *)&r->sigint, close_cb);
+    uv_close((uv_handle_t *)&r->sigterm, close_cb);
   }
 }
 
-/* ---- checkpoints ---------------------------------------------------------- */
+/* ---- checkpoints: the coordinator's actions ------------------------------- */
 
+static void carry_out(runner *r, weir__coord_act *a);
 static void on_timeout(uv_timer_t *h);
-
-static void on_drain(uv_timer_t *h) {
-  coord *c = h->data;
-  wake_all(c->job);
-}
-
-/* Starts a checkpoint. Returns 0 or the store's error (when no id can be
- * reserved, e.g. on a full disk), with the message in the store. */
-static int ck_trigger(coord *c, int final) {
-  weir_job *job = c->job;
-  uint64_t id;
-  int rc = weir_store_next_id(job->store, &id);
-  if (rc) return rc;
-  pthread_mutex_lock(&job->ck_mu);
-  memset(&job->ck, 0, sizeof job->ck);
-  job->ck.id = id;
-  job->ck.expected = c->expected;
-  job->ck.trigger_ns = weir_clock_mono_ns();
-  job->ck.trigger_ms = weir_clock_wall_ms();
-  job->ck.final = final;
-  pthread_mutex_unlock(&job->ck_mu);
-  if (final) {
-    c->final_triggered = 1;
-    atomic_store(&job->final_id, id);
-  }
-  atomic_store_explicit(&job->trigger_id, id, memory_order_release);
-  WEIR_LOG_D("checkpoint %llu triggered%s", (unsigned long long)id, final ? " (final)" : "");
-  uv_timer_start(&c->timeout, on_timeout, job->opts.checkpoint_timeout_ms, 0);
-  if (job->opts.sync_checkpoints) uv_timer_start(&c->drain, on_drain, 1, 1);
-  /* Sources inject the barriers: ahead of whatever their workers run. */
-  for (uint32_t i = 0; i < job->ntasks; i++)
-    if (job->tasks[i]->is_source)
-      weir__task_wake_first(job->tasks[i]);
-    else
-      weir__task_wake(job->tasks[i]);
-  return 0;
-}
-
-static int tolerated(const weir_job *job) {
-  int t = job->opts.tolerable_checkpoint_failures;
-  return t == 0 ? WEIR_DEFAULT_TOLERABLE_FAILURES : t == WEIR_TOLERATE_NONE ? 0 : t;
-}
-
 static void on_retry(uv_timer_t *h);
 
-/* Checkpoint id (0: one that could not start) failed for `why` (the store's
- * `detail`, if any). Counts it against the tolerance: within it, the job
- * runs on and the restore point stays the latest completed checkpoint (a
- * final checkpoint is tried again after one interval); beyond it, the job
- * fails with WEIR_ECKPTLIMIT. */
-static void ck_declined(coord *c, uint64_t id, int final, const char *why, const char *detail) {
-  weir_job *job = c->job;
-  c->failures++;
-  char what[64], point[96];
-  if (id)
-    snprintf(what, sizeof what, "%scheckpoint %llu", final ? "the final " : "",
-             (unsigned long long)id);
-  else
-    snprintf(what, sizeof what, "%scheckpoint", final ? "the final " : "a ");
-  uint64_t keep = job->info.last_checkpoint ? job->info.last_checkpoint : job->info.restored_from;
-  if (keep)
-    snprintf(point, sizeof point, "checkpoint %llu", (unsigned long long)keep);
-  else
-    snprintf(point, sizeof point, "none (a restore starts from the beginning)");
-  if (!detail) detail = "";
-  const char *sep = detail[0] ? ": " : "";
-  int tol = tolerated(job);
-  if (tol != WEIR_TOLERATE_ANY && c->failures > (uint32_t)tol) {
-    weir__job_failed(job, WEIR_ECKPTLIMIT,
-                     "%s failed: %s%s%s; %u checkpoints failed in a row, more than the %d "
-                     "tolerated (--tolerable-checkpoint-failures): the job stops; its restore "
-                     "point is %s",
-                     what, why, sep, detail, c->failures, tol, point);
-    return;
-  }
-  if (tol == WEIR_TOLERATE_ANY)
-    WEIR_LOG_W("%s declined: %s%s%s; the restore point stays %s (%u failed in a row)", what, why,
-               sep, detail, point, c->failures);
-  else
-    WEIR_LOG_W("%s declined: %s%s%s; the restore point stays %s (%u failed in a row, %d "
-               "tolerated)",
-               what, why, sep, detail, point, c->failures, tol);
-  if (final) {
-    uint32_t ms = job->opts.checkpoint_interval_ms ? job->opts.checkpoint_interval_ms : 1000;
-    c->final_triggered = 0;
-    atomic_store(&job->final_id, 0);
-    c->retry_wait = 1;
-    uv_timer_start(&c->retry, on_retry, ms, 0);
-  }
-}
-
-static void ck_abort(coord *c, uint64_t id, int status, const char *why) {
-  weir_job *job = c->job;
-  char detail[sizeof job->ck.why] = "";
-  uv_timer_stop(&c->timeout);
-  uv_timer_stop(&c->drain);
-  pthread_mutex_lock(&job->ck_mu);
-  if (job->ck.id == id) {
-    if (status < 0) snprintf(detail, sizeof detail, "%s", job->ck.why);
-    job->ck.id = 0;
-  }
-  pthread_mutex_unlock(&job->ck_mu);
-  if (status < 0 && !detail[0]) weir_store_error(job->store, detail, sizeof detail);
-  weir_store_abort(job->store, id);
-  job->info.checkpoints_failed++;
-  if (status == WEIR_EFENCED) { /* not ours to commit any more: stop */
-    char lost[512];
-    weir__job_failed(job, status, "checkpoint %llu not committed: %s", (unsigned long long)id,
-                     weir_lease_error(job->lease, lost, sizeof lost));
-    return;
-  }
-  atomic_store(&job->aborted_id, id);
-  atomic_store(&job->resume_id, id); /* synchronous checkpoints: sources run again */
-  ck_declined(c, id, atomic_load(&job->final_id) == id, why, detail);
-  wake_all(job);
-}
-
-static void on_timeout(uv_timer_t *h) {
-  coord *c = h->data;
-  weir_job *job = c->job;
-  pthread_mutex_lock(&job->ck_mu);
-  uint64_t id = job->ck.committing ? 0 : job->ck.id;
-  pthread_mutex_unlock(&job->ck_mu);
-  if (id) ck_abort(c, id, 0, "timed out before every operator acknowledged");
-}
-
-static void on_committed(void *user, int status, const weir_store_written *w) {
-  (void)w;
-  weir_job *job = user;
-  pthread_mutex_lock(&job->ck_mu);
-  job->ck.committed = 1;
-  job->ck.commit_status = status;
-  /* A failed write's own message (count_ack) says more than the commit's. */
-  if (status < 0 && !job->ck.failed) weir_store_error(job->store, job->ck.why, sizeof job->ck.why);
-  pthread_mutex_unlock(&job->ck_mu);
-  weir__job_poke(job);
+static void on_drain(uv_timer_t *h) {
+  runner *r = h->data;
+  wake_all(r->job);
 }
 
 /* Nanoseconds as microseconds in a u32 (saturating), for weir_run_info. */
@@ -322,164 +176,256 @@ static uint32_t us_u32(uint64_t ns) {
   return us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
 }
 
-/* Moves the pending checkpoint along; called on every wake-up. */
-static void ck_progress(coord *c) {
-  weir_job *job = c->job;
+/* Starts a checkpoint. Returns 0 or the store's error (when no id can be
+ * reserved, e.g. on a full disk), with the message in the store. */
+static int ck_trigger(runner *r, int final) {
+  weir_job *job = r->job;
+  uint64_t id;
+  int rc = weir_store_next_id(job->store, &id);
+  if (rc) return rc;
+  weir__coord_act a;
   pthread_mutex_lock(&job->ck_mu);
-  weir__pending_ckpt ck = job->ck;
-  int snap = 0;
-  if (ck.id && job->opts.sync_checkpoints && !ck.snapping && ck.drained == job->ntasks) {
-    /* Nothing moves any more: every task snapshots now. */
-    job->ck.snapping = snap = 1;
-    job->ck.align_ns = weir_clock_mono_ns() - ck.trigger_ns;
-  }
-  if (ck.id && !ck.committing && ck.handed == ck.expected && !ck.failed) job->ck.committing = 1;
-  /* A failed commit is left to ck_abort, which takes its message. */
-  if (ck.id && ck.committed && ck.commit_status >= 0) job->ck.id = 0;
+  rc = weir__coord_trigger(&job->coord, id, final, weir_clock_mono_ns(), weir_clock_wall_ms(), &a);
   pthread_mutex_unlock(&job->ck_mu);
-  if (!ck.id) return;
-  if (snap) {
-    WEIR_LOG_D("checkpoint %llu: every task drained, snapshotting", (unsigned long long)ck.id);
-    uv_timer_stop(&c->drain);
-    atomic_store(&job->sync_snap_id, ck.id);
-    wake_all(job);
-    return;
-  }
-  if (!ck.committing && ck.failed) {
-    /* Declined once every write queued has answered. */
-    if (ck.acks == ck.expected) ck_abort(c, ck.id, ck.status, "writing its state failed");
-    return;
-  }
-  if (!ck.committing && ck.handed == ck.expected) {
-    int rc = weir_failpoint("ckpt.before_meta_commit");
-    if (rc) {
-      pthread_mutex_lock(&job->ck_mu);
-      job->ck.committing = 0;
-      pthread_mutex_unlock(&job->ck_mu);
-      ck_abort(c, ck.id, 0, "failpoint ckpt.before_meta_commit");
-      return;
-    }
-    /* The store measures the duration (trigger_ns): the commit is queued
-     * before the writes are done. */
-    weir_store_commit_info info = {
-        .id = ck.id,
-        .epoch = weir_lease_epoch(job->lease),
-        .trigger_ms = ck.trigger_ms,
-        .trigger_ns = ck.trigger_ns,
-        .alignment_ms = ck.align_ns / 1000000u,
-        .key_groups = (uint32_t)job->opts.max_parallelism,
-        .final = ck.final && !atomic_load(&job->stopping),
-        .subtasks = ck.expected,
-    };
-    WEIR_LOG_D("checkpoint %llu: every write queued, %u of %u durable: commit queued",
-               (unsigned long long)ck.id, ck.acks, ck.expected);
-    rc = weir_store_commit(job->store, &info, on_committed, job);
-    if (rc) ck_abort(c, ck.id, rc, "its commit could not be queued");
-    return;
-  }
-  if (ck.committed) {
-    uv_timer_stop(&c->timeout);
-    if (ck.commit_status < 0) {
-      /* A write that failed behind the queued commit failed the commit. */
-      if (ck.failed)
-        ck_abort(c, ck.id, ck.status, "writing its state failed");
-      else
-        ck_abort(c, ck.id, ck.commit_status, "its commit failed");
-      return;
-    }
-    uint64_t took_ns = weir_clock_mono_ns() - ck.trigger_ns, ms = took_ns / 1000000u;
-    char un[96] = "";
-    if (job->unaligned)
-      snprintf(un, sizeof un, ", %s, channel state %llu bytes",
-               ck.unaligned ? "unaligned" : "aligned", (unsigned long long)ck.channel_bytes);
-    WEIR_LOG_I("checkpoint %llu completed in %llu ms (%llu bytes, %s %llu ms%s)%s",
-               (unsigned long long)ck.id, (unsigned long long)ms, (unsigned long long)ck.bytes,
-               job->opts.sync_checkpoints ? "drain" : "alignment",
-               (unsigned long long)(ck.align_ns / 1000000u), un, ck.final ? ", final" : "");
-    job->info.unaligned_checkpoints += ck.unaligned ? 1 : 0;
-    job->info.channel_state_bytes += ck.channel_bytes;
-    if (job->info.checkpoint_ms_n < WEIR_RUN_INFO_DURATIONS) {
-      uint32_t k = job->info.checkpoint_ms_n++;
-      job->info.alignment_us[k] = us_u32(ck.align_ns);
-      job->info.checkpoint_us[k] = us_u32(took_ns);
-      job->info.checkpoint_ms[k] = (uint32_t)ms;
-    }
-    job->info.last_checkpoint = ck.id;
-    job->info.checkpoints++;
-    c->failures = 0;
-    (void)weir_failpoint("ckpt.after_meta_commit");
-    atomic_store(&job->complete_id, ck.id);
-    atomic_store(&job->resume_id, ck.id); /* synchronous checkpoints: sources run again */
-    wake_all(job);
+  WEIR_ASSERT(rc == 0); /* only triggered when weir__coord_may_trigger */
+  carry_out(r, &a);
+  return 0;
+}
+
+/* Checkpoint id (0: one that could not start) failed: the coordinator
+ * counts it against the tolerance. */
+static void ck_declined(runner *r, uint64_t id, int final, const char *why, const char *detail) {
+  weir_job *job = r->job;
+  weir__coord_act d;
+  pthread_mutex_lock(&job->ck_mu);
+  weir__coord_declined(&job->coord, id, final, why, detail, &d);
+  pthread_mutex_unlock(&job->ck_mu);
+  if (d.what & WEIR__CA_FAIL) weir__job_failed(job, d.status, "%s", d.msg);
+  if (d.what & WEIR__CA_DECLINE) WEIR_LOG_W("%s", d.msg);
+  if (d.what & WEIR__CA_RETRY) {
+    uint32_t ms = job->opts.checkpoint_interval_ms ? job->opts.checkpoint_interval_ms : 1000;
+    atomic_store(&job->final_id, 0);
+    uv_timer_start(&r->retry, on_retry, ms, 0);
   }
 }
 
-static void on_interval(uv_timer_t *h) {
-  coord *c = h->data;
-  weir_job *job = c->job;
-  if (c->ending || c->final_triggered || atomic_load(&job->tasks_done) == job->ntasks) return;
+/* A checkpoint could not start: counted as failed and declined. */
+static void ck_not_started(runner *r, int final) {
+  char msg[512];
+  r->job->info.checkpoints_failed++;
+  ck_declined(r, 0, final, "it could not start", weir_store_error(r->job->store, msg, sizeof msg));
+}
+
+/* The coordinator thread gives the checkpoint in flight up. */
+static void ck_give_up(runner *r, int status, const char *why, const char *detail) {
+  weir__coord_act a;
+  pthread_mutex_lock(&r->job->ck_mu);
+  weir__coord_abort(&r->job->coord, status, why, detail, &a);
+  pthread_mutex_unlock(&r->job->ck_mu);
+  carry_out(r, &a);
+}
+
+static void on_committed(void *user, int status, const weir_store_written *w) {
+  (void)w;
+  weir_job *job = user;
+  char why[sizeof job->coord.ck.why];
+  why[0] = 0;
+  if (status < 0) weir_store_error(job->store, why, sizeof why);
   pthread_mutex_lock(&job->ck_mu);
-  int busy = job->ck.id != 0;
+  int due = weir__coord_committed(&job->coord, status, why);
   pthread_mutex_unlock(&job->ck_mu);
-  if (busy) return;
-  int rc = ck_trigger(c, 0);
+  if (due) weir__job_poke(job);
+}
+
+static void do_barriers(runner *r, const weir__ck_pending *ck) {
+  weir_job *job = r->job;
+  if (ck->final) atomic_store(&job->final_id, ck->id);
+  atomic_store_explicit(&job->trigger_id, ck->id, memory_order_release);
+  WEIR_LOG_D("checkpoint %llu triggered%s", (unsigned long long)ck->id,
+             ck->final ? " (final)" : "");
+  uv_timer_start(&r->timeout, on_timeout, job->opts.checkpoint_timeout_ms, 0);
+  if (job->opts.sync_checkpoints) uv_timer_start(&r->drain, on_drain, 1, 1);
+  /* Sources inject the barriers: ahead of whatever their workers run. */
+  for (uint32_t i = 0; i < job->ntasks; i++)
+    if (job->tasks[i]->is_source)
+      weir__task_wake_first(job->tasks[i]);
+    else
+      weir__task_wake(job->tasks[i]);
+}
+
+static void do_snapshot(runner *r, const weir__ck_pending *ck) {
+  WEIR_LOG_D("checkpoint %llu: every task drained, snapshotting", (unsigned long long)ck->id);
+  uv_timer_stop(&r->drain);
+  atomic_store(&r->job->sync_snap_id, ck->id);
+  wake_all(r->job);
+}
+
+static void do_commit(runner *r, const weir__ck_pending *ck) {
+  weir_job *job = r->job;
+  int rc = weir_failpoint("ckpt.before_meta_commit");
+  if (rc) {
+    ck_give_up(r, 0, "failpoint ckpt.before_meta_commit", NULL);
+    return;
+  }
+  /* The store measures the duration (trigger_ns): the commit is queued
+   * before the writes are done. */
+  weir_store_commit_info info = {
+      .id = ck->id,
+      .epoch = weir_lease_epoch(job->lease),
+      .trigger_ms = ck->trigger_ms,
+      .trigger_ns = ck->trigger_ns,
+      .alignment_ms = ck->align_ns / 1000000u,
+      .key_groups = (uint32_t)job->opts.max_parallelism,
+      .final = ck->final && !atomic_load(&job->stopping),
+      .subtasks = ck->expected,
+  };
+  WEIR_LOG_D("checkpoint %llu: every write queued, %u of %u durable: commit queued",
+             (unsigned long long)ck->id, ck->acks, ck->expected);
+  rc = weir_store_commit(job->store, &info, on_committed, job);
   if (rc) {
     char msg[512];
-    job->info.checkpoints_failed++;
-    ck_declined(c, 0, 0, "it could not start", weir_store_error(job->store, msg, sizeof msg));
+    ck_give_up(r, rc, "its commit could not be queued",
+               weir_store_error(job->store, msg, sizeof msg));
   }
+}
+
+static void do_complete(runner *r, const weir__ck_pending *ck) {
+  weir_job *job = r->job;
+  uv_timer_stop(&r->timeout);
+  uint64_t took_ns = weir_clock_mono_ns() - ck->trigger_ns, ms = took_ns / 1000000u;
+  char un[96] = "";
+  if (job->unaligned)
+    snprintf(un, sizeof un, ", %s, channel state %llu bytes",
+             ck->unaligned ? "unaligned" : "aligned", (unsigned long long)ck->channel_bytes);
+  WEIR_LOG_I("checkpoint %llu completed in %llu ms (%llu bytes, %s %llu ms%s)%s",
+             (unsigned long long)ck->id, (unsigned long long)ms, (unsigned long long)ck->bytes,
+             job->opts.sync_checkpoints ? "drain" : "alignment",
+             (unsigned long long)(ck->align_ns / 1000000u), un, ck->final ? ", final" : "");
+  job->info.unaligned_checkpoints += ck->unaligned ? 1 : 0;
+  job->info.channel_state_bytes += ck->channel_bytes;
+  if (job->info.checkpoint_ms_n < WEIR_RUN_INFO_DURATIONS) {
+    uint32_t k = job->info.checkpoint_ms_n++;
+    job->info.alignment_us[k] = us_u32(ck->align_ns);
+    job->info.checkpoint_us[k] = us_u32(took_ns);
+    job->info.checkpoint_ms[k] = (uint32_t)ms;
+  }
+  job->info.last_checkpoint = ck->id;
+  job->info.checkpoints++;
+  (void)weir_failpoint("ckpt.after_meta_commit");
+  atomic_store(&job->complete_id, ck->id);
+  atomic_store(&job->resume_id, ck->id); /* synchronous checkpoints: sources run again */
+}
+
+/* Returns 0 if the tasks must not be told (the lease is lost: the job
+ * fails instead). */
+static int do_abort(runner *r, weir__coord_act *a) {
+  weir_job *job = r->job;
+  uint64_t id = a->ck.id;
+  uv_timer_stop(&r->timeout);
+  uv_timer_stop(&r->drain);
+  if (a->status < 0 && !a->ck.why[0]) weir_store_error(job->store, a->ck.why, sizeof a->ck.why);
+  weir_store_abort(job->store, id);
+  job->info.checkpoints_failed++;
+  if (a->status == WEIR_EFENCED) { /* not ours to commit any more: stop */
+    char lost[512];
+    weir__job_failed(job, a->status, "checkpoint %llu not committed: %s", (unsigned long long)id,
+                     weir_lease_error(job->lease, lost, sizeof lost));
+    return 0;
+  }
+  atomic_store(&job->aborted_id, id);
+  atomic_store(&job->resume_id, id); /* synchronous checkpoints: sources run again */
+  ck_declined(r, id, a->ck.final, a->why, a->ck.why);
+  return 1;
+}
+
+static void carry_out(runner *r, weir__coord_act *a) {
+  int notify = a->what & WEIR__CA_NOTIFY;
+  if (a->what & WEIR__CA_BARRIERS) do_barriers(r, &a->ck);
+  if (a->what & WEIR__CA_SNAPSHOT) do_snapshot(r, &a->ck);
+  if (a->what & WEIR__CA_COMMIT) do_commit(r, &a->ck);
+  if (a->what & WEIR__CA_COMPLETE) do_complete(r, &a->ck);
+  if ((a->what & WEIR__CA_ABORT) && !do_abort(r, a)) notify = 0;
+  if (notify) wake_all(r->job);
+}
+
+static void on_timeout(uv_timer_t *h) {
+  runner *r = h->data;
+  weir__coord_act a;
+  pthread_mutex_lock(&r->job->ck_mu);
+  weir__coord_timeout(&r->job->coord, &a);
+  pthread_mutex_unlock(&r->job->ck_mu);
+  carry_out(r, &a);
+}
+
+/* Moves the checkpoint in flight along; called on every wake-up. */
+static void ck_progress(runner *r) {
+  weir__coord_act a;
+  pthread_mutex_lock(&r->job->ck_mu);
+  weir__coord_step(&r->job->coord, weir_clock_mono_ns(), &a);
+  pthread_mutex_unlock(&r->job->ck_mu);
+  carry_out(r, &a);
+}
+
+static int may_trigger(weir_job *job, int final) {
+  pthread_mutex_lock(&job->ck_mu);
+  int may = weir__coord_may_trigger(&job->coord, final);
+  pthread_mutex_unlock(&job->ck_mu);
+  return may;
+}
+
+static void on_interval(uv_timer_t *h) {
+  runner *r = h->data;
+  weir_job *job = r->job;
+  if (r->ending || atomic_load(&job->tasks_done) == job->ntasks || !may_trigger(job, 0)) return;
+  if (ck_trigger(r, 0)) ck_not_started(r, 0);
 }
 
 static void on_async(uv_async_t *h);
 
 /* A failed final checkpoint's retry is due. */
 static void on_retry(uv_timer_t *h) {
-  coord *c = h->data;
-  c->retry_wait = 0;
-  on_async(&c->async);
+  runner *r = h->data;
+  pthread_mutex_lock(&r->job->ck_mu);
+  weir__coord_retry_due(&r->job->coord);
+  pthread_mutex_unlock(&r->job->ck_mu);
+  on_async(&r->async);
 }
 
 /* ---- the coordinator's wake-ups ------------------------------------------- */
 
 static void on_async(uv_async_t *h) {
-  coord *c = h->data;
-  weir_job *job = c->job;
-  if (c->ending) return;
+  runner *r = h->data;
+  weir_job *job = r->job;
+  if (r->ending) return;
   if (atomic_load(&job->failed)) {
-    coord_end(c);
+    coord_end(r);
     return;
   }
-  if (job->store) ck_progress(c);
+  if (job->store) ck_progress(r);
   if (atomic_load(&job->failed)) {
-    coord_end(c);
+    coord_end(r);
     return;
   }
   if (atomic_load(&job->tasks_done) == job->ntasks) {
     if (!job->store || job->recover_only) {
-      coord_end(c);
+      coord_end(r);
       return;
     }
-    pthread_mutex_lock(&job->ck_mu);
-    int busy = job->ck.id != 0;
-    pthread_mutex_unlock(&job->ck_mu);
     uint64_t fin = atomic_load(&job->final_id);
-    if (!c->final_triggered && !busy && !c->retry_wait) {
-      int rc = ck_trigger(c, 1);
-      if (rc) {
-        char msg[512];
-        job->info.checkpoints_failed++;
-        ck_declined(c, 0, 1, "it could not start", weir_store_error(job->store, msg, sizeof msg));
-        if (atomic_load(&job->failed)) coord_end(c);
+    if (may_trigger(job, 1)) {
+      if (ck_trigger(r, 1)) {
+        ck_not_started(r, 1);
+        if (atomic_load(&job->failed)) coord_end(r);
       }
     } else if (fin && atomic_load(&job->complete_id) == fin &&
                atomic_load(&job->final_notified) == job->ntasks) {
-      coord_end(c);
+      coord_end(r);
     }
     return;
   }
-  if (atomic_load(&job->stop_requests) && !c->handled_stops) {
+  if (atomic_load(&job->stop_requests) && !r->handled_stops) {
     /* Graceful: sources end, everything downstream drains and finishes. */
-    c->handled_stops = 1;
+    r->handled_stops = 1;
     job->info.checkpoint_ms_before_stop = job->info.checkpoint_ms_n;
     WEIR_LOG_I("stopping: sources end, the job drains");
     atomic_store(&job->stopping, 1);
@@ -491,23 +437,23 @@ static void on_async(uv_async_t *h) {
 /* A first SIGINT/SIGTERM stops the job gracefully; a second abandons the
  * drain. */
 static void on_signal(uv_signal_t *h, int signum) {
-  coord *c = h->data;
-  if (c->ending) return;
-  if (++c->signals > 1) {
-    weir__job_failed(c->job, WEIR_ECANCELED, "stopped by a second %s before the job could drain",
+  runner *r = h->data;
+  if (r->ending) return;
+  if (++r->signals > 1) {
+    weir__job_failed(r->job, WEIR_ECANCELED, "stopped by a second %s before the job could drain",
                      signum == SIGINT ? "SIGINT" : "SIGTERM");
-    coord_end(c);
+    coord_end(r);
     return;
   }
-  atomic_fetch_add(&c->job->stop_requests, 1);
-  on_async(&c->async);
+  atomic_fetch_add(&r->job->stop_requests, 1);
+  on_async(&r->async);
 }
 
 static void on_progress(uv_timer_t *h) {
-  coord *c = h->data;
+  runner *r = h->data;
   weir_progress p;
-  collect(c->job, &p);
-  c->job->opts.progress(c->job->opts.progress_user, &p);
+  collect(r->job, &p);
+  r->job->opts.progress(r->job->opts.progress_user, &p);
 }
 
 /* ---- lifecycle ------------------------------------------------------------ */
@@ -748,10 +694,9 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
   int rc = weir__plan_freeze(job);
   if (rc) return rc;
 
-  coord c;
-  memset(&c, 0, sizeof c);
-  c.job = job;
-  for (uint32_t i = 0; i < job->ntasks; i++) c.expected += job->tasks[i]->nops;
+  runner r;
+  memset(&r, 0, sizeof r);
+  r.job = job;
   /* From the lease on, SIGINT and SIGTERM must stop the job in order
    * (release the lease): held back until the loop's handlers are in place
    * (a restore may take seconds before that). */
@@ -776,41 +721,45 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
   }
 
   if (!job->info.job_id[0]) random_job_id(job->info.job_id);
+  uint32_t writes = 0; /* operator subtasks: the writes of an aligned checkpoint */
+  for (uint32_t i = 0; i < job->ntasks; i++) writes += job->tasks[i]->nops;
+  weir__coord_init(&job->coord, writes, job->ntasks, job->opts.sync_checkpoints,
+                   job->opts.tolerable_checkpoint_failures, job->info.restored_from);
 
-  uv_loop_init(&c.loop);
-  uv_async_init(&c.loop, &c.async, on_async);
-  c.async.data = &c;
-  job->coord_async = &c.async;
-  uv_timer_init(&c.loop, &c.interval);
-  uv_timer_init(&c.loop, &c.timeout);
-  uv_timer_init(&c.loop, &c.retry);
-  uv_timer_init(&c.loop, &c.drain);
-  c.interval.data = c.timeout.data = c.retry.data = c.drain.data = &c;
+  uv_loop_init(&r.loop);
+  uv_async_init(&r.loop, &r.async, on_async);
+  r.async.data = &r;
+  job->coord_async = &r.async;
+  uv_timer_init(&r.loop, &r.interval);
+  uv_timer_init(&r.loop, &r.timeout);
+  uv_timer_init(&r.loop, &r.retry);
+  uv_timer_init(&r.loop, &r.drain);
+  r.interval.data = r.timeout.data = r.retry.data = r.drain.data = &r;
   if (job->store && job->opts.checkpoint_interval_ms)
-    uv_timer_start(&c.interval, on_interval, job->opts.checkpoint_interval_ms,
+    uv_timer_start(&r.interval, on_interval, job->opts.checkpoint_interval_ms,
                    job->opts.checkpoint_interval_ms);
   if (job->opts.progress_ms && job->opts.progress) {
-    uv_timer_init(&c.loop, &c.progress);
-    c.progress.data = &c;
-    uv_timer_start(&c.progress, on_progress, job->opts.progress_ms, job->opts.progress_ms);
+    uv_timer_init(&r.loop, &r.progress);
+    r.progress.data = &r;
+    uv_timer_start(&r.progress, on_progress, job->opts.progress_ms, job->opts.progress_ms);
   }
   if (job->opts.handle_signals) {
-    uv_signal_init(&c.loop, &c.sigint);
-    uv_signal_init(&c.loop, &c.sigterm);
-    c.sigint.data = c.sigterm.data = &c;
-    uv_signal_start(&c.sigint, on_signal, SIGINT);
-    uv_signal_start(&c.sigterm, on_signal, SIGTERM);
+    uv_signal_init(&r.loop, &r.sigint);
+    uv_signal_init(&r.loop, &r.sigterm);
+    r.sigint.data = r.sigterm.data = &r;
+    uv_signal_start(&r.sigint, on_signal, SIGINT);
+    uv_signal_start(&r.sigterm, on_signal, SIGTERM);
   }
   pthread_sigmask(SIG_SETMASK, &old_mask, NULL); /* a signal held back arrives now */
   atomic_store(&job->coord_alive, 1);
   job->start_ns = weir_clock_mono_ns();
   rc = weir__workers_start(job);
   if (rc) weir__job_failed(job, rc, "cannot start worker threads");
-  on_async(&c.async); /* stop requests made before the run, empty jobs */
-  uv_run(&c.loop, UV_RUN_DEFAULT);
+  on_async(&r.async); /* stop requests made before the run, empty jobs */
+  uv_run(&r.loop, UV_RUN_DEFAULT);
   weir__workers_join(job);
   job->end_ns = weir_clock_mono_ns();
-  uv_loop_close(&c.loop);
+  uv_loop_close(&r.loop);
   job->coord_async = NULL;
   if (job->store) {
     weir_store_close(job->store); /* waits for queued writes */
