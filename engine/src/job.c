@@ -458,6 +458,44 @@ static void on_progress(uv_timer_t *h) {
 
 /* ---- lifecycle ------------------------------------------------------------ */
 
+/* A restore of a finished job: returns 1 (nothing to run) or, when it has
+ * a final checkpoint, 0 with that checkpoint loaded for its operators'
+ * notifications only; or an error. */
+static int recover_finished(weir_job *job, const weir_store_job *rec) {
+  WEIR_LOG_I("job %s already finished (instance %llu): nothing to restore", rec->job_id,
+             (unsigned long long)rec->instance);
+  snprintf(job->info.job_id, sizeof job->info.job_id, "%s", rec->job_id);
+  job->info.instance = rec->instance;
+  job->info.already_finished = 1;
+  if (!rec->latest) return 1;
+  /* Its final checkpoint may have completed without every operator
+   * hearing of it (a crash right after the commit): restore it, tell
+   * them, and run nothing. */
+  int rc = weir__restore_load(job, rec->latest, 1);
+  if (rc) return rc;
+  job->recover_only = 1;
+  atomic_store(&job->complete_id, rec->latest);
+  atomic_store(&job->final_id, rec->latest);
+  return 0;
+}
+
+/* 0 if checkpoint id is in the store, else WEIR_ENOCKPT (or the store's
+ * error) with the job failed. */
+static int find_checkpoint(weir_job *job, uint64_t id) {
+  weir_store_ckpt *list = NULL;
+  size_t n = 0;
+  int rc = weir_store_list(job->store, &list, &n);
+  if (rc) return weir__job_store_failed(job, rc, "cannot list checkpoints");
+  int found = 0;
+  for (size_t i = 0; i < n; i++) found |= list[i].id == id;
+  weir_free(list);
+  if (found) return 0;
+  weir__job_failed(job, WEIR_ENOCKPT,
+                   "checkpoint %llu is not in the state directory '%s' (see 'weir checkpoints')",
+                   (unsigned long long)id, job->opts.state_dir);
+  return WEIR_ENOCKPT;
+}
+
 /* Opens the store and decides what this run is (DESIGN.md §5): returns 0 to
  * run, 1 if there is nothing to do (restore of a finished job), or an error. */
 static int prepare_store(weir_job *job) {
@@ -492,46 +530,17 @@ static int prepare_store(weir_job *job) {
     new_instance = exists;
     break;
   case WEIR_RESTORE_LATEST:
-    if (exists && rec.finished) {
-      WEIR_LOG_I("job %s already finished (instance %llu): nothing to restore", rec.job_id,
-                 (unsigned long long)rec.instance);
-      snprintf(job->info.job_id, sizeof job->info.job_id, "%s", rec.job_id);
-      job->info.instance = rec.instance;
-      job->info.already_finished = 1;
-      if (!rec.latest) return 1;
-      /* Its final checkpoint may have completed without every operator
-       * hearing of it (a crash right after the commit): restore it, tell
-       * them, and run nothing. */
-      int lrc = weir__restore_load(job, rec.latest, 1);
-      if (lrc) return lrc;
-      job->recover_only = 1;
-      atomic_store(&job->complete_id, rec.latest);
-      atomic_store(&job->final_id, rec.latest);
-      return 0;
-    }
+    if (exists && rec.finished) return recover_finished(job, &rec);
     if (!exists || !rec.latest)
       WEIR_LOG_I("no checkpoint has completed yet: starting from the beginning");
     else
       from = rec.latest;
     break;
-  case WEIR_RESTORE_ID: {
-    weir_store_ckpt *list = NULL;
-    size_t n = 0;
-    rc = weir_store_list(job->store, &list, &n);
-    if (rc) return weir__job_store_failed(job, rc, "cannot list checkpoints");
-    int found = 0;
-    for (size_t i = 0; i < n; i++) found |= list[i].id == o->restore_id;
-    weir_free(list);
-    if (!found) {
-      weir__job_failed(job, WEIR_ENOCKPT,
-                       "checkpoint %llu is not in the state directory '%s' (see 'weir "
-                       "checkpoints')",
-                       (unsigned long long)o->restore_id, o->state_dir);
-      return WEIR_ENOCKPT;
-    }
+  case WEIR_RESTORE_ID:
+    rc = find_checkpoint(job, o->restore_id);
+    if (rc) return rc;
     from = o->restore_id;
     break;
-  }
   }
   rc = weir_store_job_begin(job->store, new_instance, &rec);
   if (rc) return weir__job_store_failed(job, rc, "cannot start the job in its state directory");
@@ -654,29 +663,25 @@ static void apply_defaults(weir_run_opts *o) {
   if (!o->spill_dir) o->spill_dir = o->state_dir;
 }
 
-int weir_job_run(weir_job *job, const weir_run_opts *opts) {
-  if (!job) return WEIR_EINVAL;
-  if (job->build_err) return job->build_err;
-  if (job->ran) return weir_job_fail(job, WEIR_ESTATE, "a job runs only once");
-  job->ran = 1;
-  if (opts) job->opts = *opts;
-  apply_defaults(&job->opts);
-  if (job->opts.workers > 1024 || job->opts.batch_records > (1u << 20))
+/* Checks the run options (defaults applied) and decides the barrier
+ * handling of the run. Returns 0 or WEIR_EINVAL with the job's message. */
+static int check_opts(weir_job *job) {
+  const weir_run_opts *o = &job->opts;
+  if (o->workers > 1024 || o->batch_records > (1u << 20))
     return weir_job_fail(job, WEIR_EINVAL, "workers or batch size out of range");
-  if (job->opts.sync_checkpoints && job->opts.at_least_once)
+  if (o->sync_checkpoints && o->at_least_once)
     return weir_job_fail(job, WEIR_EINVAL,
                          "synchronous checkpoints drain every channel: they do not combine with "
                          "at-least-once barriers");
-  if ((job->opts.unaligned || job->opts.alignment_timeout_ms) &&
-      (job->opts.sync_checkpoints || job->opts.at_least_once))
+  if ((o->unaligned || o->alignment_timeout_ms) && (o->sync_checkpoints || o->at_least_once))
     return weir_job_fail(
         job, WEIR_EINVAL, "unaligned checkpoints and the alignment timeout do not combine with %s",
-        job->opts.sync_checkpoints ? "synchronous checkpoints" : "at-least-once barriers");
-  if (job->opts.alignment_timeout_ms)
+        o->sync_checkpoints ? "synchronous checkpoints" : "at-least-once barriers");
+  if (o->alignment_timeout_ms)
     job->unaligned = WEIR__UNALIGNED_TIMEOUT;
-  else if (job->opts.unaligned)
+  else if (o->unaligned)
     job->unaligned = WEIR__UNALIGNED_ALWAYS;
-  if (!job->opts.state_dir) job->unaligned = 0; /* no checkpoints at all */
+  if (!o->state_dir) job->unaligned = 0; /* no checkpoints at all */
   if (job->unaligned && job->nloops) {
     /* Channel state of a cycle would have to include the feedback edges'
      * unbounded (spilling) queues and the in-flight count of the loop; the
@@ -686,17 +691,60 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
                "(unaligned checkpoints and the alignment timeout apply to acyclic jobs only)");
     job->unaligned = 0;
   }
-  if (job->opts.tolerable_checkpoint_failures < WEIR_TOLERATE_ANY)
+  if (o->tolerable_checkpoint_failures < WEIR_TOLERATE_ANY)
     return weir_job_fail(job, WEIR_EINVAL, "tolerable checkpoint failures: %d is not a count",
-                         job->opts.tolerable_checkpoint_failures);
+                         o->tolerable_checkpoint_failures);
+  return 0;
+}
+
+/* Sets up the coordinator loop: its wake-up, timers and signal handlers,
+ * and the checkpoint coordinator. */
+static void loop_open(runner *r) {
+  weir_job *job = r->job;
+  uint32_t writes = 0; /* operator subtasks: the writes of an aligned checkpoint */
+  for (uint32_t i = 0; i < job->ntasks; i++) writes += job->tasks[i]->nops;
+  weir__coord_init(&job->coord, writes, job->ntasks, job->opts.sync_checkpoints,
+                   job->opts.tolerable_checkpoint_failures, job->info.restored_from);
+  uv_loop_init(&r->loop);
+  uv_async_init(&r->loop, &r->async, on_async);
+  r->async.data = r;
+  job->coord_async = &r->async;
+  uv_timer_init(&r->loop, &r->interval);
+  uv_timer_init(&r->loop, &r->timeout);
+  uv_timer_init(&r->loop, &r->retry);
+  uv_timer_init(&r->loop, &r->drain);
+  r->interval.data = r->timeout.data = r->retry.data = r->drain.data = r;
+  if (job->store && job->opts.checkpoint_interval_ms)
+    uv_timer_start(&r->interval, on_interval, job->opts.checkpoint_interval_ms,
+                   job->opts.checkpoint_interval_ms);
+  if (job->opts.progress_ms && job->opts.progress) {
+    uv_timer_init(&r->loop, &r->progress);
+    r->progress.data = r;
+    uv_timer_start(&r->progress, on_progress, job->opts.progress_ms, job->opts.progress_ms);
+  }
+  if (job->opts.handle_signals) {
+    uv_signal_init(&r->loop, &r->sigint);
+    uv_signal_init(&r->loop, &r->sigterm);
+    r->sigint.data = r->sigterm.data = r;
+    uv_signal_start(&r->sigint, on_signal, SIGINT);
+    uv_signal_start(&r->sigterm, on_signal, SIGTERM);
+  }
+}
+
+int weir_job_run(weir_job *job, const weir_run_opts *opts) {
+  if (!job) return WEIR_EINVAL;
+  if (job->build_err) return job->build_err;
+  if (job->ran) return weir_job_fail(job, WEIR_ESTATE, "a job runs only once");
+  job->ran = 1;
+  if (opts) job->opts = *opts;
+  apply_defaults(&job->opts);
+  int rc = check_opts(job);
+  if (rc) return rc;
   job->nworkers = (uint32_t)job->opts.workers;
   job->views_on_tasks = views_on_tasks(job->nworkers);
-  int rc = weir__plan_freeze(job);
+  rc = weir__plan_freeze(job);
   if (rc) return rc;
 
-  runner r;
-  memset(&r, 0, sizeof r);
-  r.job = job;
   /* From the lease on, SIGINT and SIGTERM must stop the job in order
    * (release the lease): held back until the loop's handlers are in place
    * (a restore may take seconds before that). */
@@ -719,37 +767,12 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
       return rc > 0 ? 0 : atomic_load(&job->failed) ? atomic_load(&job->failed) : rc;
     }
   }
-
   if (!job->info.job_id[0]) random_job_id(job->info.job_id);
-  uint32_t writes = 0; /* operator subtasks: the writes of an aligned checkpoint */
-  for (uint32_t i = 0; i < job->ntasks; i++) writes += job->tasks[i]->nops;
-  weir__coord_init(&job->coord, writes, job->ntasks, job->opts.sync_checkpoints,
-                   job->opts.tolerable_checkpoint_failures, job->info.restored_from);
 
-  uv_loop_init(&r.loop);
-  uv_async_init(&r.loop, &r.async, on_async);
-  r.async.data = &r;
-  job->coord_async = &r.async;
-  uv_timer_init(&r.loop, &r.interval);
-  uv_timer_init(&r.loop, &r.timeout);
-  uv_timer_init(&r.loop, &r.retry);
-  uv_timer_init(&r.loop, &r.drain);
-  r.interval.data = r.timeout.data = r.retry.data = r.drain.data = &r;
-  if (job->store && job->opts.checkpoint_interval_ms)
-    uv_timer_start(&r.interval, on_interval, job->opts.checkpoint_interval_ms,
-                   job->opts.checkpoint_interval_ms);
-  if (job->opts.progress_ms && job->opts.progress) {
-    uv_timer_init(&r.loop, &r.progress);
-    r.progress.data = &r;
-    uv_timer_start(&r.progress, on_progress, job->opts.progress_ms, job->opts.progress_ms);
-  }
-  if (job->opts.handle_signals) {
-    uv_signal_init(&r.loop, &r.sigint);
-    uv_signal_init(&r.loop, &r.sigterm);
-    r.sigint.data = r.sigterm.data = &r;
-    uv_signal_start(&r.sigint, on_signal, SIGINT);
-    uv_signal_start(&r.sigterm, on_signal, SIGTERM);
-  }
+  runner r;
+  memset(&r, 0, sizeof r);
+  r.job = job;
+  loop_open(&r);
   pthread_sigmask(SIG_SETMASK, &old_mask, NULL); /* a signal held back arrives now */
   atomic_store(&job->coord_alive, 1);
   job->start_ns = weir_clock_mono_ns();
