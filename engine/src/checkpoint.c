@@ -34,6 +34,7 @@
 #include "weir/store.h"
 #include "iteration.h"
 #include "job.h"
+#include "restore.h"
 #include "task.h"
 
 struct weir_snapshot_writer {
@@ -438,13 +439,8 @@ int weir__ctx_restore(weir_ctx *c) {
     weir_snapshot_reader r = {s};
     rc = cb(c, &r);
   }
-  uint64_t ns = uv_hrtime() - t0, was = atomic_load(&c->job->restore_install_ns);
-  while (ns > was && !atomic_compare_exchange_weak(&c->job->restore_install_ns, &was, ns)) {
-  }
-  uint64_t built = ns + c->restore_stream_ns; /* with what the load built */
-  was = atomic_load(&c->job->restore_build_ns);
-  while (built > was && !atomic_compare_exchange_weak(&c->job->restore_build_ns, &was, built)) {
-  }
+  uint64_t ns = uv_hrtime() - t0;
+  weir__restore_note(&c->job->restore, ns, c->restore_stream_ns);
   WEIR_LOG_D("restored '%s' subtask %u: %llu u64 and %llu byte-string entries in %.1f ms",
              c->node->name, c->subtask, (unsigned long long)s->n_u64,
              (unsigned long long)s->n_bytes, (double)ns / 1e6);

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "coordinator.h"
+#include "restore.h"
 #include "weir/job.h"
 
 typedef enum {
@@ -152,9 +153,8 @@ struct weir_job {
   pthread_mutex_t ck_mu;
   weir__coord coord;
   weir_run_info info;
-  _Atomic uint64_t restore_build_ns;   /* the slowest subtask's, so far */
-  _Atomic uint64_t cow_copies;         /* pages copied for views, by closed tasks */
-  _Atomic uint64_t restore_install_ns; /* of it, after open: the slowest subtask's */
+  weir__restore_stats restore;
+  _Atomic uint64_t cow_copies; /* pages copied for views, by closed tasks */
   int recover_only; /* a finished job: only tell operators its last checkpoint completed */
   /* Barrier handling of this run: 0 aligned (or at-least-once, or sync),
    * WEIR__UNALIGNED_ALWAYS, or WEIR__UNALIGNED_TIMEOUT (aligned first, an

@@ -108,9 +108,9 @@ void weir_job_stop(weir_job *job) {
 
 const weir_run_info *weir_job_run_info(const weir_job *job) {
   weir_job *j = (weir_job *)job; /* the build time is gathered from the subtasks */
-  j->info.restore_build_ms = (double)atomic_load(&j->restore_build_ns) / 1e6;
+  j->info.restore_build_ms = (double)atomic_load(&j->restore.build_ns) / 1e6;
   j->info.cow_pages_copied = atomic_load(&j->cow_copies);
-  j->info.restore_ms = j->info.restore_read_ms + (double)atomic_load(&j->restore_install_ns) / 1e6;
+  j->info.restore_ms = j->info.restore_read_ms + (double)atomic_load(&j->restore.install_ns) / 1e6;
   if (!atomic_load(&j->stopping)) j->info.checkpoint_ms_before_stop = j->info.checkpoint_ms_n;
   return &job->info;
 }

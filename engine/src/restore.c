@@ -18,7 +18,19 @@
 #include "weir/failpoint.h"
 #include "weir/log.h"
 #include "weir/store.h"
+#include "graph.h"
 #include "task.h"
+
+static void atomic_max(_Atomic uint64_t *a, uint64_t v) {
+  uint64_t was = atomic_load(a);
+  while (v > was && !atomic_compare_exchange_weak(a, &was, v)) {
+  }
+}
+
+void weir__restore_note(weir__restore_stats *st, uint64_t install_ns, uint64_t stream_ns) {
+  atomic_max(&st->install_ns, install_ns);
+  atomic_max(&st->build_ns, install_ns + stream_ns);
+}
 
 /* Subtask states to load, shared by the threads that load them. */
 typedef struct load_item {
