@@ -11,17 +11,21 @@
  * is a copy-on-write view, read by the store's reader threads or, when the
  * workers take every core (job.c, views_on_tasks), by the task itself once
  * it has forwarded the barrier (weir__task_write_held). Serialising and
- * writing happen on the store-writer thread. A write is counted twice under
- * the job's ck_mu: when it is queued (the coordinator queues the commit
- * right behind the last one, so the store commits as soon as the writes are
- * durable, in the same transaction as the last of them, without a round
- * trip through the coordinator) and when the store's completion callback
- * acknowledges it. An acknowledgement for a checkpoint that is no longer
- * pending (aborted by timeout, or superseded) is dropped.
+ * writing happen on the store-writer thread. A write is reported to the
+ * checkpoint coordinator (coordinator.c) twice, under the job's ck_mu: when
+ * it is queued (the coordinator queues the commit right behind the last
+ * one, so the store commits as soon as the writes are durable, in the same
+ * transaction as the last of them, without a round trip through the
+ * coordinator) and when the store's completion callback acknowledges it.
+ * The coordinator thread is woken only when the coordinator has a step to
+ * take; an acknowledgement for a checkpoint that is no longer pending
+ * (aborted by timeout, or superseded) is dropped.
  */
+#include "checkpoint.h"
+
 #include <stdio.h>
-#include <uv.h>
 #include <string.h>
+#include <uv.h>
 
 #include "base/alloc.h"
 #include "base/clock.h"
@@ -29,6 +33,8 @@
 #include "base/log.h"
 #include "snapshot/store.h"
 #include "iteration.h"
+#include "job.h"
+#include "restore.h"
 #include "task.h"
 
 struct weir_snapshot_writer {
@@ -100,23 +106,15 @@ typedef struct ack {
 
 /* Counts one operator subtask's acknowledgement of checkpoint id. */
 static void count_ack(weir_job *job, uint64_t id, int status, const weir_store_written *w) {
+  char why[sizeof job->coord.ck.why];
+  why[0] = 0;
+  /* The store's message for this failure (set just before done() ran on
+   * the writer thread, or by the refused request). */
+  if (status < 0) weir_store_error(job->store, why, sizeof why);
   pthread_mutex_lock(&job->ck_mu);
-  if (job->ck.id == id) {
-    job->ck.acks++;
-    if (status < 0) {
-      job->ck.failed++;
-      if (!job->ck.status) {
-        job->ck.status = status;
-        /* The store's message for this failure (set just before done() ran
-         * on the writer thread, or by the refused request). */
-        weir_store_error(job->store, job->ck.why, sizeof job->ck.why);
-      }
-    } else if (w) {
-      job->ck.bytes += w->bytes;
-    }
-  }
+  int due = weir__coord_written(&job->coord, id, status, w ? w->bytes : 0, why);
   pthread_mutex_unlock(&job->ck_mu);
-  weir__job_poke(job);
+  if (due) weir__job_poke(job);
 }
 
 /* The store writer finished (or failed) one subtask's state. */
@@ -146,9 +144,9 @@ static void write_state_ex(weir_job *job, uint64_t id, weir_subtask_snapshot *s,
     return;
   }
   pthread_mutex_lock(&job->ck_mu);
-  int last = job->ck.id == id && ++job->ck.handed == job->ck.expected;
+  int due = weir__coord_queued(&job->coord, id);
   pthread_mutex_unlock(&job->ck_mu);
-  if (last) weir__job_poke(job);
+  if (due) weir__job_poke(job);
 }
 
 static void write_state(weir_job *job, uint64_t id, weir_subtask_snapshot *s) {
@@ -244,13 +242,7 @@ static int task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns, int unal
   t->ckpt_done = id;
   if (!job->store) return 0;
   pthread_mutex_lock(&job->ck_mu);
-  if (job->ck.id == id && align_ns > job->ck.align_ns) job->ck.align_ns = align_ns;
-  /* The channel state is one more write to wait for; counted before any
-   * of this task's writes can be acknowledged. */
-  if (job->ck.id == id && unaligned) {
-    job->ck.expected++;
-    job->ck.unaligned++;
-  }
+  weir__coord_cut(&job->coord, id, align_ns, unaligned);
   pthread_mutex_unlock(&job->ck_mu);
   for (uint32_t i = 0; i < t->nops; i++) {
     /* A loop head that opened a back-edge log for this checkpoint (it was
@@ -315,7 +307,7 @@ int weir__task_write_channels(weir__task *t, uint64_t id, uint8_t *blob, uint64_
   }
   weir_ctx *c = t->ops[0];
   pthread_mutex_lock(&job->ck_mu);
-  if (job->ck.id == id) job->ck.channel_bytes += len - WEIR__CS_HDR;
+  weir__coord_channel_bytes(&job->coord, id, len - WEIR__CS_HDR);
   pthread_mutex_unlock(&job->ck_mu);
   weir_subtask_snapshot s;
   memset(&s, 0, sizeof s);
@@ -337,11 +329,17 @@ void weir__task_no_channels(weir__task *t, uint64_t id) {
   weir_job *job = t->job;
   if (!job->store) return;
   pthread_mutex_lock(&job->ck_mu);
-  /* The channel state is still missing from the writes queued, so the
-   * coordinator cannot have started the commit. */
-  if (job->ck.id == id && !job->ck.committing) job->ck.expected--;
+  int due = weir__coord_no_channels(&job->coord, id);
   pthread_mutex_unlock(&job->ck_mu);
-  weir__job_poke(job);
+  if (due) weir__job_poke(job);
+}
+
+void weir__task_drained(weir__task *t, uint64_t id) {
+  weir_job *job = t->job;
+  pthread_mutex_lock(&job->ck_mu);
+  int due = weir__coord_drained(&job->coord, id);
+  pthread_mutex_unlock(&job->ck_mu);
+  if (due) weir__job_poke(job);
 }
 
 int weir__head_write_log(weir__task *t) {
@@ -441,13 +439,8 @@ int weir__ctx_restore(weir_ctx *c) {
     weir_snapshot_reader r = {s};
     rc = cb(c, &r);
   }
-  uint64_t ns = uv_hrtime() - t0, was = atomic_load(&c->job->restore_install_ns);
-  while (ns > was && !atomic_compare_exchange_weak(&c->job->restore_install_ns, &was, ns)) {
-  }
-  uint64_t built = ns + c->restore_stream_ns; /* with what the load built */
-  was = atomic_load(&c->job->restore_build_ns);
-  while (built > was && !atomic_compare_exchange_weak(&c->job->restore_build_ns, &was, built)) {
-  }
+  uint64_t ns = uv_hrtime() - t0;
+  weir__restore_note(&c->job->restore, ns, c->restore_stream_ns);
   WEIR_LOG_D("restored '%s' subtask %u: %llu u64 and %llu byte-string entries in %.1f ms",
              c->node->name, c->subtask, (unsigned long long)s->n_u64,
              (unsigned long long)s->n_bytes, (double)ns / 1e6);

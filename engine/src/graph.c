@@ -9,9 +9,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "base/alloc.h"
+#include "weir/alloc.h"
+#include "weir/store.h"
 #include "graph.h"
 #include "iteration.h"
+#include "job.h"
 
 int weir_job_create(weir_job **out, const char *name) {
   if (!out) return WEIR_EINVAL;
@@ -94,6 +96,12 @@ void weir__job_failed(weir_job *job, int err, const char *fmt, ...) {
     va_end(ap);
   }
   weir__job_poke(job);
+}
+
+int weir__job_store_failed(weir_job *job, int rc, const char *what) {
+  char msg[512];
+  weir__job_failed(job, rc, "%s: %s", what, weir_store_error(job->store, msg, sizeof msg));
+  return rc;
 }
 
 const char *weir_job_error(const weir_job *job) {

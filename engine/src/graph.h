@@ -14,6 +14,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "coordinator.h"
+#include "restore.h"
 #include "weir/job.h"
 
 typedef enum {
@@ -80,36 +82,12 @@ struct weir_stream {
   weir__stream_out out[];
 };
 
-/* The one checkpoint in flight (ck_mu). */
+/* Barrier handling of a run (weir_job.unaligned). */
 enum { WEIR__UNALIGNED_ALWAYS = 1, WEIR__UNALIGNED_TIMEOUT = 2 };
 
 /* Suffix of the operator name under which a task's channel state is stored
  * (its chain head's name + this; graph.c refuses operator names with it). */
 #define WEIR__CHANNELS_SUFFIX WEIR_CHANNEL_STATE_SUFFIX
-
-typedef struct weir__pending_ckpt {
-  uint64_t id;
-  /* Writes the checkpoint must hold, writes queued at the store, and
-   * acknowledgements (writes durable, or failed). */
-  uint32_t expected, handed, acks, failed;
-  int status; /* first write error */
-  uint64_t bytes;
-  uint64_t trigger_ns; /* monotonic */
-  int64_t trigger_ms;  /* wall clock */
-  uint64_t align_ns;   /* longest alignment */
-  int final;
-  int committing, committed, commit_status;
-  char why[768]; /* the store's message for the first failure */
-  /* Synchronous checkpoints: tasks that drained (sources paused, every
-   * input delivered the drain marker), and whether the snapshot phase
-   * began. */
-  uint32_t drained;
-  int snapping;
-  /* Unaligned cuts taken for it, and bytes of channel state they recorded
-   * (input and output records, before the store's envelopes). */
-  uint32_t unaligned;
-  uint64_t channel_bytes;
-} weir__pending_ckpt;
 
 typedef struct weir__adopted {
   void *p;
@@ -157,9 +135,9 @@ struct weir_job {
   pthread_mutex_t err_mu;
   char errmsg[1024];
   uint64_t start_ns, end_ns;
-  /* Checkpoints (see checkpoint.c). The ids below are published by the
-   * coordinator and read by tasks; `ck` is shared with the store-writer
-   * thread's callbacks under ck_mu. */
+  /* Checkpoints (see coordinator.c). The ids below are published by the
+   * coordinator thread and read by tasks; `coord` is fed events by the
+   * coordinator thread, the tasks and the store writer, under ck_mu. */
   struct weir_store *store;
   struct weir_lease *lease;     /* ownership of state_dir (lease.c) */
   _Atomic uint64_t trigger_id;  /* latest checkpoint triggered */
@@ -173,11 +151,10 @@ struct weir_job {
   _Atomic uint64_t resume_id;
   atomic_uint final_notified; /* tasks told that the final one completed */
   pthread_mutex_t ck_mu;
-  weir__pending_ckpt ck;
+  weir__coord coord;
   weir_run_info info;
-  _Atomic uint64_t restore_build_ns;   /* the slowest subtask's, so far */
-  _Atomic uint64_t cow_copies;         /* pages copied for views, by closed tasks */
-  _Atomic uint64_t restore_install_ns; /* of it, after open: the slowest subtask's */
+  weir__restore_stats restore;
+  _Atomic uint64_t cow_copies; /* pages copied for views, by closed tasks */
   int recover_only; /* a finished job: only tell operators its last checkpoint completed */
   /* Barrier handling of this run: 0 aligned (or at-least-once, or sync),
    * WEIR__UNALIGNED_ALWAYS, or WEIR__UNALIGNED_TIMEOUT (aligned first, an
@@ -193,11 +170,8 @@ struct weir_job {
  * coordinator. Thread-safe. */
 void weir__job_failed(weir_job *job, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* A worker finished its last task: wakes the coordinator. Thread-safe. */
-void weir__job_poke(weir_job *job);
-/* Synchronous checkpoints: a task drained for checkpoint id (everything
- * before the drain marker processed, marker forwarded). Thread-safe. */
-void weir__job_sync_drained(weir_job *job, uint64_t id);
+/* weir__job_failed with "what: " and the store's message; returns rc. */
+int weir__job_store_failed(weir_job *job, int rc, const char *what);
 
 /* plan.c: freezes the graph; returns 0 or WEIR_EPLAN with the job's error
  * message set. */

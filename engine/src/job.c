@@ -1,31 +1,26 @@
 /* job.c: owns running a job: defaults, the coordinator loop on the calling
- * thread (completion, failure, stop requests, signals, progress, and the
- * checkpoint coordinator), the job lifecycle in its state directory, and
- * restore.
+ * thread (completion, failure, stop requests, signals, progress, and
+ * carrying out the checkpoint coordinator's actions), the lease, and the
+ * job's lifecycle in its state directory.
  *
  * DESIGN
  * The coordinator is the only thread that starts and stops workers and the
  * only one that triggers, commits or aborts checkpoints. Workers, the store
  * writer and weir_job_stop() reach it through one uv_async_t; its handler
- * looks at the job's state (failed, tasks done, stop requests, the pending
- * checkpoint) rather than at messages, because uv_async_send coalesces.
- * weir_job_stop() may run in a signal handler or race with the end of the
- * run: it bumps `senders` around its uv_async_send, and the coordinator,
- * after marking itself gone, waits for `senders` to drop to zero before it
- * closes the handle.
+ * looks at the job's state (failed, tasks done, stop requests, the
+ * checkpoint coordinator's next step) rather than at messages, because
+ * uv_async_send coalesces. weir_job_stop() may run in a signal handler or
+ * race with the end of the run: it bumps `senders` around its
+ * uv_async_send, and the coordinator, after marking itself gone, waits for
+ * `senders` to drop to zero before it closes the handle.
  *
- * Checkpoints, one in flight at a time:
- *
- *   idle --timer--> triggered(n): trigger_id = n, every task woken; sources
- *        inject barrier n, finished tasks answer at once, the rest align
- *   triggered --every operator subtask's state queued at the store-->
- *        committing(n): weir_store_commit (metadata + latest pointer, one
- *        transaction), queued behind those writes: the store runs it once
- *        they are durable, in the transaction of the last of them when it
- *        can, with no round trip through this thread between
- *   committing --durable--> completed: complete_id = n, tasks told
- *   triggered --write failed, timeout--> aborted: aborted_id = n
- *   committing --write or commit failed--> aborted: aborted_id = n
+ * Checkpoints, one in flight at a time, follow the state machine of
+ * coordinator.c: this file feeds it the timer's trigger, the timeout and
+ * its own wake-ups, and carries out what it answers (barriers, the commit,
+ * completion, abort, telling the tasks). The commit is queued behind the
+ * checkpoint's writes as soon as every write is queued: the store runs it
+ * once they are durable, in the transaction of the last of them when it
+ * can, with no round trip through this thread between.
  *
  * Ownership: before anything else touches the state directory the run
  * acquires its lease (snapshot/lease.c) and holds it to the end; every
@@ -34,17 +29,13 @@
  * the run with WEIR_EFENCED.
  *
  * Synchronous checkpoints (opts.sync_checkpoints), the stop-the-world
- * baseline of the ABS paper:
- *
- *   idle --timer--> draining(n): trigger_id = n; each source pushes a drain
- *        marker (barrier n) and pauses; a task aligns on the marker as on a
- *        barrier, forwards it and reports drained (a loop head first waits
- *        until every head of its loop has the marker and nothing is in
- *        flight in the loop: see task.c)
- *   draining --every task drained--> snapping(n): sync_snap_id = n; every
- *        task snapshots while nothing moves anywhere
- *   snapping --every state queued--> committing(n) --durable--> completed
- *   completed/aborted: resume_id = n, the sources run again
+ * baseline of the ABS paper: each source pushes a drain marker (barrier n)
+ * and pauses; a task aligns on the marker as on a barrier, forwards it and
+ * reports drained (a loop head first waits until every head of its loop
+ * has the marker and nothing is in flight in the loop: see task.c). Once
+ * every task drained, sync_snap_id = n and every task snapshots while
+ * nothing moves anywhere; when the checkpoint completes or aborts,
+ * resume_id = n and the sources run again.
  *
  * While a synchronous checkpoint drains, the coordinator wakes every task
  * each millisecond: a loop head waits for its loop's count of records in
@@ -67,6 +58,8 @@
  * request), waits until every task has been told it completed, and only
  * then stops the workers.
  */
+#include "job.h"
+
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -76,17 +69,19 @@
 #include <sys/random.h>
 #include <uv.h>
 
-#include "rescale.h"
-#include "base/alloc.h"
-#include "base/clock.h"
-#include "base/failpoint.h"
-#include "snapshot/lease.h"
-#include "base/log.h"
-#include "snapshot/store.h"
+#include "restore.h"
+#include "weir/alloc.h"
+#include "weir/assert.h"
+#include "weir/clock.h"
+#include "weir/failpoint.h"
+#include "weir/lease.h"
+#include "weir/log.h"
+#include "weir/store.h"
 #include "task.h"
 #include "worker.h"
 
-typedef struct coord {
+/* The coordinator loop's handles and what only it reads. */
+typedef struct runner {
   weir_job *job;
   uv_loop_t loop;
   uv_async_t async;
@@ -95,25 +90,14 @@ typedef struct coord {
   int handled_stops;
   int signals;
   int ending;
-  int final_triggered;
-  uint32_t expected; /* operator subtasks: acknowledgements per checkpoint */
-  uint32_t failures; /* checkpoints failed in a row */
-  uv_timer_t retry;  /* a failed final checkpoint is tried again */
-  uv_timer_t drain;  /* synchronous checkpoints: wakes every task while draining */
-  int retry_wait;    /* ... when it fires */
-} coord;
+  uv_timer_t retry; /* a failed final checkpoint is tried again */
+  uv_timer_t drain; /* synchronous checkpoints: wakes every task while draining */
+} runner;
 
 void weir__job_poke(weir_job *job) {
   atomic_fetch_add(&job->senders, 1);
   if (atomic_load(&job->coord_alive)) uv_async_send((uv_async_t *)job->coord_async);
   atomic_fetch_sub(&job->senders, 1);
-}
-
-void weir__job_sync_drained(weir_job *job, uint64_t id) {
-  pthread_mutex_lock(&job->ck_mu);
-  if (job->ck.id == id && !job->ck.snapping) job->ck.drained++;
-  pthread_mutex_unlock(&job->ck_mu);
-  weir__job_poke(job);
 }
 
 void weir_job_stop(weir_job *job) {
@@ -124,9 +108,9 @@ void weir_job_stop(weir_job *job) {
 
 const weir_run_info *weir_job_run_info(const weir_job *job) {
   weir_job *j = (weir_job *)job; /* the build time is gathered from the subtasks */
-  j->info.restore_build_ms = (double)atomic_load(&j->restore_build_ns) / 1e6;
+  j->info.restore_build_ms = (double)atomic_load(&j->restore.build_ns) / 1e6;
   j->info.cow_pages_copied = atomic_load(&j->cow_copies);
-  j->info.restore_ms = j->info.restore_read_ms + (double)atomic_load(&j->restore_install_ns) / 1e6;
+  j->info.restore_ms = j->info.restore_read_ms + (double)atomic_load(&j->restore.install_ns) / 1e6;
   if (!atomic_load(&j->stopping)) j->info.checkpoint_ms_before_stop = j->info.checkpoint_ms_n;
   return &job->info;
 }
@@ -156,164 +140,34 @@ static void wake_all(weir_job *job) {
   for (uint32_t i = 0; i < job->ntasks; i++) weir__task_wake(job->tasks[i]);
 }
 
-static void coord_end(coord *c) {
-  if (c->ending) return;
-  c->ending = 1;
-  weir__workers_stop(c->job);
-  atomic_store(&c->job->coord_alive, 0);
-  while (atomic_load(&c->job->senders)) uv_sleep(0);
-  uv_close((uv_handle_t *)&c->async, close_cb);
-  uv_close((uv_handle_t *)&c->interval, close_cb);
-  uv_close((uv_handle_t *)&c->timeout, close_cb);
-  uv_close((uv_handle_t *)&c->retry, close_cb);
-  uv_close((uv_handle_t *)&c->drain, close_cb);
-  if (c->job->opts.progress_ms && c->job->opts.progress)
-    uv_close((uv_handle_t *)&c->progress, close_cb);
-  if (c->job->opts.handle_signals) {
-    uv_close((uv_handle_t *)&c->sigint, close_cb);
-    uv_close((uv_handle_t *)&c->sigterm, close_cb);
+static void coord_end(runner *r) {
+  if (r->ending) return;
+  r->ending = 1;
+  weir__workers_stop(r->job);
+  atomic_store(&r->job->coord_alive, 0);
+  while (atomic_load(&r->job->senders)) uv_sleep(0);
+  uv_close((uv_handle_t *)&r->async, close_cb);
+  uv_close((uv_handle_t *)&r->interval, close_cb);
+  uv_close((uv_handle_t *)&r->timeout, close_cb);
+  uv_close((uv_handle_t *)&r->retry, close_cb);
+  uv_close((uv_handle_t *)&r->drain, close_cb);
+  if (r->job->opts.progress_ms && r->job->opts.progress)
+    uv_close((uv_handle_t *)&r->progress, close_cb);
+  if (r->job->opts.handle_signals) {
+    uv_close((uv_handle_t *)&r->sigint, close_cb);
+    uv_close((uv_handle_t *)&r->sigterm, close_cb);
   }
 }
 
-/* ---- checkpoints ---------------------------------------------------------- */
+/* ---- checkpoints: the coordinator's actions ------------------------------- */
 
+static void carry_out(runner *r, weir__coord_act *a);
 static void on_timeout(uv_timer_t *h);
-
-static void on_drain(uv_timer_t *h) {
-  coord *c = h->data;
-  wake_all(c->job);
-}
-
-/* Starts a checkpoint. Returns 0 or the store's error (when no id can be
- * reserved, e.g. on a full disk), with the message in the store. */
-static int ck_trigger(coord *c, int final) {
-  weir_job *job = c->job;
-  uint64_t id;
-  int rc = weir_store_next_id(job->store, &id);
-  if (rc) return rc;
-  pthread_mutex_lock(&job->ck_mu);
-  memset(&job->ck, 0, sizeof job->ck);
-  job->ck.id = id;
-  job->ck.expected = c->expected;
-  job->ck.trigger_ns = weir_clock_mono_ns();
-  job->ck.trigger_ms = weir_clock_wall_ms();
-  job->ck.final = final;
-  pthread_mutex_unlock(&job->ck_mu);
-  if (final) {
-    c->final_triggered = 1;
-    atomic_store(&job->final_id, id);
-  }
-  atomic_store_explicit(&job->trigger_id, id, memory_order_release);
-  WEIR_LOG_D("checkpoint %llu triggered%s", (unsigned long long)id, final ? " (final)" : "");
-  uv_timer_start(&c->timeout, on_timeout, job->opts.checkpoint_timeout_ms, 0);
-  if (job->opts.sync_checkpoints) uv_timer_start(&c->drain, on_drain, 1, 1);
-  /* Sources inject the barriers: ahead of whatever their workers run. */
-  for (uint32_t i = 0; i < job->ntasks; i++)
-    if (job->tasks[i]->is_source)
-      weir__task_wake_first(job->tasks[i]);
-    else
-      weir__task_wake(job->tasks[i]);
-  return 0;
-}
-
-static int tolerated(const weir_job *job) {
-  int t = job->opts.tolerable_checkpoint_failures;
-  return t == 0 ? WEIR_DEFAULT_TOLERABLE_FAILURES : t == WEIR_TOLERATE_NONE ? 0 : t;
-}
-
 static void on_retry(uv_timer_t *h);
 
-/* Checkpoint id (0: one that could not start) failed for `why` (the store's
- * `detail`, if any). Counts it against the tolerance: within it, the job
- * runs on and the restore point stays the latest completed checkpoint (a
- * final checkpoint is tried again after one interval); beyond it, the job
- * fails with WEIR_ECKPTLIMIT. */
-static void ck_declined(coord *c, uint64_t id, int final, const char *why, const char *detail) {
-  weir_job *job = c->job;
-  c->failures++;
-  char what[64], point[96];
-  if (id)
-    snprintf(what, sizeof what, "%scheckpoint %llu", final ? "the final " : "",
-             (unsigned long long)id);
-  else
-    snprintf(what, sizeof what, "%scheckpoint", final ? "the final " : "a ");
-  uint64_t keep = job->info.last_checkpoint ? job->info.last_checkpoint : job->info.restored_from;
-  if (keep)
-    snprintf(point, sizeof point, "checkpoint %llu", (unsigned long long)keep);
-  else
-    snprintf(point, sizeof point, "none (a restore starts from the beginning)");
-  if (!detail) detail = "";
-  const char *sep = detail[0] ? ": " : "";
-  int tol = tolerated(job);
-  if (tol != WEIR_TOLERATE_ANY && c->failures > (uint32_t)tol) {
-    weir__job_failed(job, WEIR_ECKPTLIMIT,
-                     "%s failed: %s%s%s; %u checkpoints failed in a row, more than the %d "
-                     "tolerated (--tolerable-checkpoint-failures): the job stops; its restore "
-                     "point is %s",
-                     what, why, sep, detail, c->failures, tol, point);
-    return;
-  }
-  if (tol == WEIR_TOLERATE_ANY)
-    WEIR_LOG_W("%s declined: %s%s%s; the restore point stays %s (%u failed in a row)", what, why,
-               sep, detail, point, c->failures);
-  else
-    WEIR_LOG_W("%s declined: %s%s%s; the restore point stays %s (%u failed in a row, %d "
-               "tolerated)",
-               what, why, sep, detail, point, c->failures, tol);
-  if (final) {
-    uint32_t ms = job->opts.checkpoint_interval_ms ? job->opts.checkpoint_interval_ms : 1000;
-    c->final_triggered = 0;
-    atomic_store(&job->final_id, 0);
-    c->retry_wait = 1;
-    uv_timer_start(&c->retry, on_retry, ms, 0);
-  }
-}
-
-static void ck_abort(coord *c, uint64_t id, int status, const char *why) {
-  weir_job *job = c->job;
-  char detail[sizeof job->ck.why] = "";
-  uv_timer_stop(&c->timeout);
-  uv_timer_stop(&c->drain);
-  pthread_mutex_lock(&job->ck_mu);
-  if (job->ck.id == id) {
-    if (status < 0) snprintf(detail, sizeof detail, "%s", job->ck.why);
-    job->ck.id = 0;
-  }
-  pthread_mutex_unlock(&job->ck_mu);
-  if (status < 0 && !detail[0]) weir_store_error(job->store, detail, sizeof detail);
-  weir_store_abort(job->store, id);
-  job->info.checkpoints_failed++;
-  if (status == WEIR_EFENCED) { /* not ours to commit any more: stop */
-    char lost[512];
-    weir__job_failed(job, status, "checkpoint %llu not committed: %s", (unsigned long long)id,
-                     weir_lease_error(job->lease, lost, sizeof lost));
-    return;
-  }
-  atomic_store(&job->aborted_id, id);
-  atomic_store(&job->resume_id, id); /* synchronous checkpoints: sources run again */
-  ck_declined(c, id, atomic_load(&job->final_id) == id, why, detail);
-  wake_all(job);
-}
-
-static void on_timeout(uv_timer_t *h) {
-  coord *c = h->data;
-  weir_job *job = c->job;
-  pthread_mutex_lock(&job->ck_mu);
-  uint64_t id = job->ck.committing ? 0 : job->ck.id;
-  pthread_mutex_unlock(&job->ck_mu);
-  if (id) ck_abort(c, id, 0, "timed out before every operator acknowledged");
-}
-
-static void on_committed(void *user, int status, const weir_store_written *w) {
-  (void)w;
-  weir_job *job = user;
-  pthread_mutex_lock(&job->ck_mu);
-  job->ck.committed = 1;
-  job->ck.commit_status = status;
-  /* A failed write's own message (count_ack) says more than the commit's. */
-  if (status < 0 && !job->ck.failed) weir_store_error(job->store, job->ck.why, sizeof job->ck.why);
-  pthread_mutex_unlock(&job->ck_mu);
-  weir__job_poke(job);
+static void on_drain(uv_timer_t *h) {
+  runner *r = h->data;
+  wake_all(r->job);
 }
 
 /* Nanoseconds as microseconds in a u32 (saturating), for weir_run_info. */
@@ -322,164 +176,256 @@ static uint32_t us_u32(uint64_t ns) {
   return us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
 }
 
-/* Moves the pending checkpoint along; called on every wake-up. */
-static void ck_progress(coord *c) {
-  weir_job *job = c->job;
+/* Starts a checkpoint. Returns 0 or the store's error (when no id can be
+ * reserved, e.g. on a full disk), with the message in the store. */
+static int ck_trigger(runner *r, int final) {
+  weir_job *job = r->job;
+  uint64_t id;
+  int rc = weir_store_next_id(job->store, &id);
+  if (rc) return rc;
+  weir__coord_act a;
   pthread_mutex_lock(&job->ck_mu);
-  weir__pending_ckpt ck = job->ck;
-  int snap = 0;
-  if (ck.id && job->opts.sync_checkpoints && !ck.snapping && ck.drained == job->ntasks) {
-    /* Nothing moves any more: every task snapshots now. */
-    job->ck.snapping = snap = 1;
-    job->ck.align_ns = weir_clock_mono_ns() - ck.trigger_ns;
-  }
-  if (ck.id && !ck.committing && ck.handed == ck.expected && !ck.failed) job->ck.committing = 1;
-  /* A failed commit is left to ck_abort, which takes its message. */
-  if (ck.id && ck.committed && ck.commit_status >= 0) job->ck.id = 0;
+  rc = weir__coord_trigger(&job->coord, id, final, weir_clock_mono_ns(), weir_clock_wall_ms(), &a);
   pthread_mutex_unlock(&job->ck_mu);
-  if (!ck.id) return;
-  if (snap) {
-    WEIR_LOG_D("checkpoint %llu: every task drained, snapshotting", (unsigned long long)ck.id);
-    uv_timer_stop(&c->drain);
-    atomic_store(&job->sync_snap_id, ck.id);
-    wake_all(job);
-    return;
-  }
-  if (!ck.committing && ck.failed) {
-    /* Declined once every write queued has answered. */
-    if (ck.acks == ck.expected) ck_abort(c, ck.id, ck.status, "writing its state failed");
-    return;
-  }
-  if (!ck.committing && ck.handed == ck.expected) {
-    int rc = weir_failpoint("ckpt.before_meta_commit");
-    if (rc) {
-      pthread_mutex_lock(&job->ck_mu);
-      job->ck.committing = 0;
-      pthread_mutex_unlock(&job->ck_mu);
-      ck_abort(c, ck.id, 0, "failpoint ckpt.before_meta_commit");
-      return;
-    }
-    /* The store measures the duration (trigger_ns): the commit is queued
-     * before the writes are done. */
-    weir_store_commit_info info = {
-        .id = ck.id,
-        .epoch = weir_lease_epoch(job->lease),
-        .trigger_ms = ck.trigger_ms,
-        .trigger_ns = ck.trigger_ns,
-        .alignment_ms = ck.align_ns / 1000000u,
-        .key_groups = (uint32_t)job->opts.max_parallelism,
-        .final = ck.final && !atomic_load(&job->stopping),
-        .subtasks = ck.expected,
-    };
-    WEIR_LOG_D("checkpoint %llu: every write queued, %u of %u durable: commit queued",
-               (unsigned long long)ck.id, ck.acks, ck.expected);
-    rc = weir_store_commit(job->store, &info, on_committed, job);
-    if (rc) ck_abort(c, ck.id, rc, "its commit could not be queued");
-    return;
-  }
-  if (ck.committed) {
-    uv_timer_stop(&c->timeout);
-    if (ck.commit_status < 0) {
-      /* A write that failed behind the queued commit failed the commit. */
-      if (ck.failed)
-        ck_abort(c, ck.id, ck.status, "writing its state failed");
-      else
-        ck_abort(c, ck.id, ck.commit_status, "its commit failed");
-      return;
-    }
-    uint64_t took_ns = weir_clock_mono_ns() - ck.trigger_ns, ms = took_ns / 1000000u;
-    char un[96] = "";
-    if (job->unaligned)
-      snprintf(un, sizeof un, ", %s, channel state %llu bytes",
-               ck.unaligned ? "unaligned" : "aligned", (unsigned long long)ck.channel_bytes);
-    WEIR_LOG_I("checkpoint %llu completed in %llu ms (%llu bytes, %s %llu ms%s)%s",
-               (unsigned long long)ck.id, (unsigned long long)ms, (unsigned long long)ck.bytes,
-               job->opts.sync_checkpoints ? "drain" : "alignment",
-               (unsigned long long)(ck.align_ns / 1000000u), un, ck.final ? ", final" : "");
-    job->info.unaligned_checkpoints += ck.unaligned ? 1 : 0;
-    job->info.channel_state_bytes += ck.channel_bytes;
-    if (job->info.checkpoint_ms_n < WEIR_RUN_INFO_DURATIONS) {
-      uint32_t k = job->info.checkpoint_ms_n++;
-      job->info.alignment_us[k] = us_u32(ck.align_ns);
-      job->info.checkpoint_us[k] = us_u32(took_ns);
-      job->info.checkpoint_ms[k] = (uint32_t)ms;
-    }
-    job->info.last_checkpoint = ck.id;
-    job->info.checkpoints++;
-    c->failures = 0;
-    (void)weir_failpoint("ckpt.after_meta_commit");
-    atomic_store(&job->complete_id, ck.id);
-    atomic_store(&job->resume_id, ck.id); /* synchronous checkpoints: sources run again */
-    wake_all(job);
+  WEIR_ASSERT(rc == 0); /* only triggered when weir__coord_may_trigger */
+  carry_out(r, &a);
+  return 0;
+}
+
+/* Checkpoint id (0: one that could not start) failed: the coordinator
+ * counts it against the tolerance. */
+static void ck_declined(runner *r, uint64_t id, int final, const char *why, const char *detail) {
+  weir_job *job = r->job;
+  weir__coord_act d;
+  pthread_mutex_lock(&job->ck_mu);
+  weir__coord_declined(&job->coord, id, final, why, detail, &d);
+  pthread_mutex_unlock(&job->ck_mu);
+  if (d.what & WEIR__CA_FAIL) weir__job_failed(job, d.status, "%s", d.msg);
+  if (d.what & WEIR__CA_DECLINE) WEIR_LOG_W("%s", d.msg);
+  if (d.what & WEIR__CA_RETRY) {
+    uint32_t ms = job->opts.checkpoint_interval_ms ? job->opts.checkpoint_interval_ms : 1000;
+    atomic_store(&job->final_id, 0);
+    uv_timer_start(&r->retry, on_retry, ms, 0);
   }
 }
 
-static void on_interval(uv_timer_t *h) {
-  coord *c = h->data;
-  weir_job *job = c->job;
-  if (c->ending || c->final_triggered || atomic_load(&job->tasks_done) == job->ntasks) return;
+/* A checkpoint could not start: counted as failed and declined. */
+static void ck_not_started(runner *r, int final) {
+  char msg[512];
+  r->job->info.checkpoints_failed++;
+  ck_declined(r, 0, final, "it could not start", weir_store_error(r->job->store, msg, sizeof msg));
+}
+
+/* The coordinator thread gives the checkpoint in flight up. */
+static void ck_give_up(runner *r, int status, const char *why, const char *detail) {
+  weir__coord_act a;
+  pthread_mutex_lock(&r->job->ck_mu);
+  weir__coord_abort(&r->job->coord, status, why, detail, &a);
+  pthread_mutex_unlock(&r->job->ck_mu);
+  carry_out(r, &a);
+}
+
+static void on_committed(void *user, int status, const weir_store_written *w) {
+  (void)w;
+  weir_job *job = user;
+  char why[sizeof job->coord.ck.why];
+  why[0] = 0;
+  if (status < 0) weir_store_error(job->store, why, sizeof why);
   pthread_mutex_lock(&job->ck_mu);
-  int busy = job->ck.id != 0;
+  int due = weir__coord_committed(&job->coord, status, why);
   pthread_mutex_unlock(&job->ck_mu);
-  if (busy) return;
-  int rc = ck_trigger(c, 0);
+  if (due) weir__job_poke(job);
+}
+
+static void do_barriers(runner *r, const weir__ck_pending *ck) {
+  weir_job *job = r->job;
+  if (ck->final) atomic_store(&job->final_id, ck->id);
+  atomic_store_explicit(&job->trigger_id, ck->id, memory_order_release);
+  WEIR_LOG_D("checkpoint %llu triggered%s", (unsigned long long)ck->id,
+             ck->final ? " (final)" : "");
+  uv_timer_start(&r->timeout, on_timeout, job->opts.checkpoint_timeout_ms, 0);
+  if (job->opts.sync_checkpoints) uv_timer_start(&r->drain, on_drain, 1, 1);
+  /* Sources inject the barriers: ahead of whatever their workers run. */
+  for (uint32_t i = 0; i < job->ntasks; i++)
+    if (job->tasks[i]->is_source)
+      weir__task_wake_first(job->tasks[i]);
+    else
+      weir__task_wake(job->tasks[i]);
+}
+
+static void do_snapshot(runner *r, const weir__ck_pending *ck) {
+  WEIR_LOG_D("checkpoint %llu: every task drained, snapshotting", (unsigned long long)ck->id);
+  uv_timer_stop(&r->drain);
+  atomic_store(&r->job->sync_snap_id, ck->id);
+  wake_all(r->job);
+}
+
+static void do_commit(runner *r, const weir__ck_pending *ck) {
+  weir_job *job = r->job;
+  int rc = weir_failpoint("ckpt.before_meta_commit");
+  if (rc) {
+    ck_give_up(r, 0, "failpoint ckpt.before_meta_commit", NULL);
+    return;
+  }
+  /* The store measures the duration (trigger_ns): the commit is queued
+   * before the writes are done. */
+  weir_store_commit_info info = {
+      .id = ck->id,
+      .epoch = weir_lease_epoch(job->lease),
+      .trigger_ms = ck->trigger_ms,
+      .trigger_ns = ck->trigger_ns,
+      .alignment_ms = ck->align_ns / 1000000u,
+      .key_groups = (uint32_t)job->opts.max_parallelism,
+      .final = ck->final && !atomic_load(&job->stopping),
+      .subtasks = ck->expected,
+  };
+  WEIR_LOG_D("checkpoint %llu: every write queued, %u of %u durable: commit queued",
+             (unsigned long long)ck->id, ck->acks, ck->expected);
+  rc = weir_store_commit(job->store, &info, on_committed, job);
   if (rc) {
     char msg[512];
-    job->info.checkpoints_failed++;
-    ck_declined(c, 0, 0, "it could not start", weir_store_error(job->store, msg, sizeof msg));
+    ck_give_up(r, rc, "its commit could not be queued",
+               weir_store_error(job->store, msg, sizeof msg));
   }
+}
+
+static void do_complete(runner *r, const weir__ck_pending *ck) {
+  weir_job *job = r->job;
+  uv_timer_stop(&r->timeout);
+  uint64_t took_ns = weir_clock_mono_ns() - ck->trigger_ns, ms = took_ns / 1000000u;
+  char un[96] = "";
+  if (job->unaligned)
+    snprintf(un, sizeof un, ", %s, channel state %llu bytes",
+             ck->unaligned ? "unaligned" : "aligned", (unsigned long long)ck->channel_bytes);
+  WEIR_LOG_I("checkpoint %llu completed in %llu ms (%llu bytes, %s %llu ms%s)%s",
+             (unsigned long long)ck->id, (unsigned long long)ms, (unsigned long long)ck->bytes,
+             job->opts.sync_checkpoints ? "drain" : "alignment",
+             (unsigned long long)(ck->align_ns / 1000000u), un, ck->final ? ", final" : "");
+  job->info.unaligned_checkpoints += ck->unaligned ? 1 : 0;
+  job->info.channel_state_bytes += ck->channel_bytes;
+  if (job->info.checkpoint_ms_n < WEIR_RUN_INFO_DURATIONS) {
+    uint32_t k = job->info.checkpoint_ms_n++;
+    job->info.alignment_us[k] = us_u32(ck->align_ns);
+    job->info.checkpoint_us[k] = us_u32(took_ns);
+    job->info.checkpoint_ms[k] = (uint32_t)ms;
+  }
+  job->info.last_checkpoint = ck->id;
+  job->info.checkpoints++;
+  (void)weir_failpoint("ckpt.after_meta_commit");
+  atomic_store(&job->complete_id, ck->id);
+  atomic_store(&job->resume_id, ck->id); /* synchronous checkpoints: sources run again */
+}
+
+/* Returns 0 if the tasks must not be told (the lease is lost: the job
+ * fails instead). */
+static int do_abort(runner *r, weir__coord_act *a) {
+  weir_job *job = r->job;
+  uint64_t id = a->ck.id;
+  uv_timer_stop(&r->timeout);
+  uv_timer_stop(&r->drain);
+  if (a->status < 0 && !a->ck.why[0]) weir_store_error(job->store, a->ck.why, sizeof a->ck.why);
+  weir_store_abort(job->store, id);
+  job->info.checkpoints_failed++;
+  if (a->status == WEIR_EFENCED) { /* not ours to commit any more: stop */
+    char lost[512];
+    weir__job_failed(job, a->status, "checkpoint %llu not committed: %s", (unsigned long long)id,
+                     weir_lease_error(job->lease, lost, sizeof lost));
+    return 0;
+  }
+  atomic_store(&job->aborted_id, id);
+  atomic_store(&job->resume_id, id); /* synchronous checkpoints: sources run again */
+  ck_declined(r, id, a->ck.final, a->why, a->ck.why);
+  return 1;
+}
+
+static void carry_out(runner *r, weir__coord_act *a) {
+  int notify = a->what & WEIR__CA_NOTIFY;
+  if (a->what & WEIR__CA_BARRIERS) do_barriers(r, &a->ck);
+  if (a->what & WEIR__CA_SNAPSHOT) do_snapshot(r, &a->ck);
+  if (a->what & WEIR__CA_COMMIT) do_commit(r, &a->ck);
+  if (a->what & WEIR__CA_COMPLETE) do_complete(r, &a->ck);
+  if ((a->what & WEIR__CA_ABORT) && !do_abort(r, a)) notify = 0;
+  if (notify) wake_all(r->job);
+}
+
+static void on_timeout(uv_timer_t *h) {
+  runner *r = h->data;
+  weir__coord_act a;
+  pthread_mutex_lock(&r->job->ck_mu);
+  weir__coord_timeout(&r->job->coord, &a);
+  pthread_mutex_unlock(&r->job->ck_mu);
+  carry_out(r, &a);
+}
+
+/* Moves the checkpoint in flight along; called on every wake-up. */
+static void ck_progress(runner *r) {
+  weir__coord_act a;
+  pthread_mutex_lock(&r->job->ck_mu);
+  weir__coord_step(&r->job->coord, weir_clock_mono_ns(), &a);
+  pthread_mutex_unlock(&r->job->ck_mu);
+  carry_out(r, &a);
+}
+
+static int may_trigger(weir_job *job, int final) {
+  pthread_mutex_lock(&job->ck_mu);
+  int may = weir__coord_may_trigger(&job->coord, final);
+  pthread_mutex_unlock(&job->ck_mu);
+  return may;
+}
+
+static void on_interval(uv_timer_t *h) {
+  runner *r = h->data;
+  weir_job *job = r->job;
+  if (r->ending || atomic_load(&job->tasks_done) == job->ntasks || !may_trigger(job, 0)) return;
+  if (ck_trigger(r, 0)) ck_not_started(r, 0);
 }
 
 static void on_async(uv_async_t *h);
 
 /* A failed final checkpoint's retry is due. */
 static void on_retry(uv_timer_t *h) {
-  coord *c = h->data;
-  c->retry_wait = 0;
-  on_async(&c->async);
+  runner *r = h->data;
+  pthread_mutex_lock(&r->job->ck_mu);
+  weir__coord_retry_due(&r->job->coord);
+  pthread_mutex_unlock(&r->job->ck_mu);
+  on_async(&r->async);
 }
 
 /* ---- the coordinator's wake-ups ------------------------------------------- */
 
 static void on_async(uv_async_t *h) {
-  coord *c = h->data;
-  weir_job *job = c->job;
-  if (c->ending) return;
+  runner *r = h->data;
+  weir_job *job = r->job;
+  if (r->ending) return;
   if (atomic_load(&job->failed)) {
-    coord_end(c);
+    coord_end(r);
     return;
   }
-  if (job->store) ck_progress(c);
+  if (job->store) ck_progress(r);
   if (atomic_load(&job->failed)) {
-    coord_end(c);
+    coord_end(r);
     return;
   }
   if (atomic_load(&job->tasks_done) == job->ntasks) {
     if (!job->store || job->recover_only) {
-      coord_end(c);
+      coord_end(r);
       return;
     }
-    pthread_mutex_lock(&job->ck_mu);
-    int busy = job->ck.id != 0;
-    pthread_mutex_unlock(&job->ck_mu);
     uint64_t fin = atomic_load(&job->final_id);
-    if (!c->final_triggered && !busy && !c->retry_wait) {
-      int rc = ck_trigger(c, 1);
-      if (rc) {
-        char msg[512];
-        job->info.checkpoints_failed++;
-        ck_declined(c, 0, 1, "it could not start", weir_store_error(job->store, msg, sizeof msg));
-        if (atomic_load(&job->failed)) coord_end(c);
+    if (may_trigger(job, 1)) {
+      if (ck_trigger(r, 1)) {
+        ck_not_started(r, 1);
+        if (atomic_load(&job->failed)) coord_end(r);
       }
     } else if (fin && atomic_load(&job->complete_id) == fin &&
                atomic_load(&job->final_notified) == job->ntasks) {
-      coord_end(c);
+      coord_end(r);
     }
     return;
   }
-  if (atomic_load(&job->stop_requests) && !c->handled_stops) {
+  if (atomic_load(&job->stop_requests) && !r->handled_stops) {
     /* Graceful: sources end, everything downstream drains and finishes. */
-    c->handled_stops = 1;
+    r->handled_stops = 1;
     job->info.checkpoint_ms_before_stop = job->info.checkpoint_ms_n;
     WEIR_LOG_I("stopping: sources end, the job drains");
     atomic_store(&job->stopping, 1);
@@ -491,365 +437,63 @@ static void on_async(uv_async_t *h) {
 /* A first SIGINT/SIGTERM stops the job gracefully; a second abandons the
  * drain. */
 static void on_signal(uv_signal_t *h, int signum) {
-  coord *c = h->data;
-  if (c->ending) return;
-  if (++c->signals > 1) {
-    weir__job_failed(c->job, WEIR_ECANCELED, "stopped by a second %s before the job could drain",
+  runner *r = h->data;
+  if (r->ending) return;
+  if (++r->signals > 1) {
+    weir__job_failed(r->job, WEIR_ECANCELED, "stopped by a second %s before the job could drain",
                      signum == SIGINT ? "SIGINT" : "SIGTERM");
-    coord_end(c);
+    coord_end(r);
     return;
   }
-  atomic_fetch_add(&c->job->stop_requests, 1);
-  on_async(&c->async);
+  atomic_fetch_add(&r->job->stop_requests, 1);
+  on_async(&r->async);
 }
 
 static void on_progress(uv_timer_t *h) {
-  coord *c = h->data;
+  runner *r = h->data;
   weir_progress p;
-  collect(c->job, &p);
-  c->job->opts.progress(c->job->opts.progress_user, &p);
+  collect(r->job, &p);
+  r->job->opts.progress(r->job->opts.progress_user, &p);
 }
 
-/* ---- lifecycle and restore ------------------------------------------------- */
+/* ---- lifecycle ------------------------------------------------------------ */
 
-static int store_fail(weir_job *job, int rc, const char *what) {
-  char msg[512];
-  weir__job_failed(job, rc, "%s: %s", what, weir_store_error(job->store, msg, sizeof msg));
-  return rc;
-}
-
-/* Subtask states to load, shared by the threads that load them. */
-typedef struct load_item {
-  weir__node *node;
-  int subtask;
-  weir_subtask_snapshot *snap;
-  int rc;
-  /* Keyed operators: u64 state goes straight into the subtask's table. */
-  weir__u64_build build;
-  uint64_t build_ns; /* time spent filling the table */
-  uint64_t entries;  /* u64 entries the metadata records */
-  /* The table prefaulted for them (owned until the build takes it). */
-  uint64_t *table, table_bytes;
-} load_item;
-
-typedef struct loader {
-  weir_store *store;
-  uint64_t id;
-  load_item *items;
-  size_t n;
-  atomic_size_t next;
-} loader;
-
-static void sink_begin(void *user, uint64_t entries) {
-  load_item *it = user;
-  uint64_t t0 = uv_hrtime();
-  weir__u64_build_begin(&it->build, &it->node->ctx[it->subtask]->state.u, entries, it->table,
-                        it->table_bytes);
-  it->table = NULL; /* the build's now */
-  it->build_ns += uv_hrtime() - t0;
-}
-
-static void sink_chunk(void *user, const uint64_t *keys, const uint64_t *values, size_t n) {
-  load_item *it = user;
-  uint64_t t0 = uv_hrtime();
-  weir__u64_build_add(&it->build, keys, values, n);
-  it->build_ns += uv_hrtime() - t0;
-}
-
-/* Loads one item: a keyed operator's u64 state streams into its table as
- * the chunks are read and checked (no intermediate arrays; reading and
- * building alternate per chunk on this thread), the rest (byte-string
- * entries, positions, blobs: small) into the snapshot installed at open. */
-static void load_one(loader *l, load_item *it) {
-  weir_ctx *c = it->node->ctx[it->subtask];
-  int stream = it->node->keyed && !c->state.u.slots && !c->state.u.cow;
-  weir_store_u64_sink sink = {sink_begin, sink_chunk, it};
-  it->snap = weir_calloc(1, sizeof *it->snap);
-  it->rc = weir_store_load_stream(l->store, l->id, it->node->name, (uint32_t)it->subtask,
-                                  stream ? &sink : NULL, it->snap);
-  if (stream && it->build.m) {
-    uint64_t t0 = uv_hrtime();
-    if (it->rc == 0)
-      weir__u64_build_end(&it->build);
-    else { /* entries of a checkpoint that failed a later check */
-      weir__state_close(&c->state);
-      weir__state_init(&c->state);
-    }
-    it->build_ns += uv_hrtime() - t0;
-  }
-  c->restore_stream_ns = it->build_ns;
-  if (it->rc) {
-    weir_free(it->snap);
-    it->snap = NULL;
-  }
-}
-
-/* Prefaulting the tables of the items while the probe child runs: one
- * thread per worker (the caller only waits for the child meanwhile). */
-typedef struct prefaulter {
-  load_item *items;
-  size_t n;
-  atomic_size_t next;
-  pthread_t th[64];
-  int started;
-} prefaulter;
-
-static void *prefault_items(void *p) {
-  prefaulter *pf = p;
-  for (size_t i; (i = atomic_fetch_add(&pf->next, 1)) < pf->n;) {
-    load_item *it = &pf->items[i];
-    if (!it->entries) continue;
-    weir_fork_hold(); /* the probe forks meanwhile: see base/alloc.h */
-    it->table = weir__u64_table_prefault(it->entries, &it->table_bytes);
-    weir_fork_release();
-  }
-  return NULL;
-}
-
-static void prefault_start(prefaulter *pf, load_item *items, size_t n, int threads) {
-  memset(pf, 0, sizeof *pf);
-  pf->items = items;
-  pf->n = n;
-  atomic_init(&pf->next, 0);
-  for (int t = 0; t < threads && t < 64 && (size_t)t < n; t++) {
-    if (pthread_create(&pf->th[pf->started], NULL, prefault_items, pf) != 0) break;
-    pf->started++;
-  }
-}
-
-static void prefault_join(prefaulter *pf) {
-  for (int t = 0; t < pf->started; t++) pthread_join(pf->th[t], NULL);
-}
-
-static void *load_items(void *p) {
-  loader *l = p;
-  for (size_t i; (i = atomic_fetch_add(&l->next, 1)) < l->n;) load_one(l, &l->items[i]);
-  return NULL;
-}
-
-/* Loads the items on up to `threads` threads (the caller's included), each
- * with its own read transaction: reading, checking and building a large
- * state is the bulk of a restore, and each subtask's state is independent.
- * Hands each state to its subtask; the first error (but WEIR_ENOENT:
- * nothing stored) fails the job, and then every table built here is
- * dropped again. */
-static int load_parallel(weir_job *job, uint64_t id, load_item *items, size_t n, int threads) {
-  loader l = {job->store, id, items, n, 0};
-  pthread_t th[64];
-  int started = 0;
-  for (int t = 1; t < threads && t < 64 && (size_t)t < n; t++) {
-    if (pthread_create(&th[started], NULL, load_items, &l) != 0) break;
-    started++;
-  }
-  load_items(&l);
-  for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
-  int rc = 0;
-  for (size_t i = 0; i < n; i++) {
-    load_item *it = &items[i];
-    if (it->snap) {
-      it->node->ctx[it->subtask]->restore = it->snap;
-    } else if (it->rc != WEIR_ENOENT && !rc) {
-      rc = it->rc;
-      store_fail(job, rc, "cannot restore");
-    }
-  }
-  if (rc)
-    for (size_t i = 0; i < n; i++) {
-      weir_ctx *c = items[i].node->ctx[items[i].subtask];
-      weir__state_close(&c->state);
-      weir__state_init(&c->state);
-    }
-  return rc;
-}
-
-/* Loads every stored subtask state of node n in checkpoint id and
- * redistributes them among n's current subtasks (rescale.c). */
-static int load_rescaled(weir_job *job, uint64_t id, weir__node *n, uint32_t p0,
-                         uint32_t key_groups) {
-  weir_subtask_snapshot **old = weir_calloc(p0, sizeof *old);
-  weir_subtask_snapshot **out = weir_calloc((size_t)n->parallelism, sizeof *out);
-  int rc = 0;
-  for (uint32_t k = 0; k < p0 && !rc; k++) {
-    old[k] = weir_calloc(1, sizeof *old[k]);
-    rc = weir_store_load(job->store, id, n->name, k, old[k]);
-    if (rc == WEIR_ENOENT) {
-      weir_free(old[k]);
-      old[k] = NULL;
-      rc = 0;
-    } else if (rc) {
-      store_fail(job, rc, "cannot restore");
-    }
-  }
-  if (!rc) {
-    weir__rescale_kind kind = {.keyed = n->keyed,
-                               .rescalable_source = n->svt && n->svt->rescalable,
-                               .loop_head = n->head_of != NULL,
-                               .rescalable_blob = n->ovt && n->ovt->rescalable};
-    char msg[400];
-    rc = weir__rescale(n->name, &kind, key_groups, old, p0, (uint32_t)n->parallelism, out, msg,
-                       sizeof msg);
-    if (rc)
-      weir__job_failed(job, rc, "cannot restore checkpoint %llu with parallelism %d: %s",
-                       (unsigned long long)id, n->parallelism, msg);
-  }
-  for (uint32_t k = 0; k < p0; k++) {
-    if (!old[k]) continue;
-    weir_subtask_snapshot_free(old[k]);
-    weir_free(old[k]);
-  }
-  for (int s = 0; s < n->parallelism; s++) n->ctx[s]->restore = rc ? NULL : out[s];
-  if (rc)
-    for (int s = 0; s < n->parallelism; s++)
-      if (out[s]) {
-        weir_subtask_snapshot_free(out[s]);
-        weir_free(out[s]);
-      }
-  weir_free(old);
-  weir_free(out);
-  return rc;
-}
-
-/* Loads checkpoint id into the contexts (installed when tasks open),
- * redistributing the state of operators whose parallelism changed, or of
- * every keyed operator if the number of key groups did. notified_only: only
- * the operators that hear of completed checkpoints (a finished job's
- * restore, which runs nothing but those notifications). */
-static int load_checkpoint(weir_job *job, uint64_t id, int notified_only) {
-  uint64_t t0 = uv_hrtime();
-  /* The metadata first: weir_store_open's child already walked every
-   * metadata value (probe_child in store.c), so reading it cannot fault. */
-  weir_store_ckpt_info *info = NULL;
-  int rc = weir_store_info(job->store, id, &info);
-  if (rc) return store_fail(job, rc, "cannot restore");
-  uint32_t kg = (uint32_t)job->opts.max_parallelism;
-  /* Checkpoints that did not record it were taken with the default. */
-  uint32_t old_kg = info->key_groups ? info->key_groups : WEIR_DEFAULT_MAX_PARALLELISM;
-  job->info.restored_bytes = info->ckpt.bytes;
-  uint32_t *p0 = weir_calloc(job->nnodes, sizeof *p0); /* 0: nothing stored */
-  uint32_t *pc = weir_calloc(job->nnodes, sizeof *pc); /* channel state: its parallelism */
-  int channels = 0;
-  /* The checkpoint must belong to this job's graph. */
-  for (uint32_t i = 0; i < info->nsubtasks && !rc; i++) {
-    weir_store_subtask_info *st = &info->subtasks[i];
-    size_t ol = strlen(st->op), sl = strlen(WEIR__CHANNELS_SUFFIX);
-    int is_chan = ol > sl && strcmp(st->op + ol - sl, WEIR__CHANNELS_SUFFIX) == 0;
-    uint32_t k = 0;
-    while (k < job->nnodes && (is_chan ? strlen(job->nodes[k]->name) != ol - sl ||
-                                             strncmp(job->nodes[k]->name, st->op, ol - sl)
-                                       : strcmp(job->nodes[k]->name, st->op) != 0))
-      k++;
-    if (k < job->nnodes && is_chan) {
-      if (job->nodes[k]->chain_pos != 0) {
-        rc = WEIR_EPLAN;
-        weir__job_failed(job, rc,
-                         "checkpoint %llu holds channel state of operator '%.*s', which does not "
-                         "start a task in this job: is it the same job?",
-                         (unsigned long long)id, (int)(ol - sl), st->op);
-      }
-      pc[k] = st->parallelism;
-      channels = 1;
-      continue;
-    }
-    if (k == job->nnodes) {
-      rc = WEIR_EPLAN;
-      weir__job_failed(job, rc,
-                       "checkpoint %llu holds state of operator '%s', which this job does not "
-                       "have: is it the same job?",
-                       (unsigned long long)id, st->op);
-    } else {
-      p0[k] = st->parallelism;
-    }
-  }
-  /* What to load, and how: operators restored with their own parallelism
-   * (and key groups) stream on parallel threads (load_parallel); the others
-   * are redistributed (load_rescaled). */
-  size_t nitems = 0;
-  load_item *items = NULL;
-  weir__node **resc = weir_calloc(job->nnodes, sizeof *resc);
-  uint32_t nresc = 0;
-  for (uint32_t k = 0; k < job->nnodes && !rc; k++) {
-    weir__node *n = job->nodes[k];
-    if (!p0[k]) continue;
-    if (notified_only && !(n->ovt && n->ovt->checkpoint_complete)) continue;
-    if (p0[k] != (uint32_t)n->parallelism || (n->keyed && old_kg != kg)) {
-      resc[nresc++] = n;
-      continue;
-    }
-    items = weir_realloc(items, (nitems + (size_t)n->parallelism) * sizeof *items);
-    for (int s = 0; s < n->parallelism; s++) {
-      load_item *it = &items[nitems++];
-      *it = (load_item){.node = n, .subtask = s};
-      for (uint32_t i = 0; i < info->nsubtasks && n->keyed; i++)
-        if (info->subtasks[i].subtask == (uint32_t)s && !strcmp(info->subtasks[i].op, n->name))
-          it->entries = info->subtasks[i].u64_entries;
-    }
-  }
-  weir_store_ckpt_info_free(info);
-  /* Only the pages, in a child: the values are checked as they are loaded
-   * (in parallel, below), and a damaged one fails the restore there. While
-   * the child walks, this process has nothing to read: it has the kernel
-   * zero the tables the load will fill (prefault). */
-  if (!rc) {
-    prefaulter pf;
-    prefault_start(&pf, items, nitems, (int)job->nworkers);
-    rc = weir_store_probe(job->store, id);
-    job->info.restore_probe_ms = (double)(uv_hrtime() - t0) / 1e6;
-    prefault_join(&pf);
-    if (rc) store_fail(job, rc, "cannot restore");
-  }
-  /* Channel state holds records per output channel and in flight to each
-   * subtask: it restores only into the same tasks and channels (the same
-   * parallelism everywhere, the same key groups). */
-  for (uint32_t k = 0; k < job->nnodes && !rc && channels && !notified_only; k++) {
-    weir__node *n = job->nodes[k];
-    uint32_t had = pc[k] ? pc[k] : p0[k];
-    if ((had && had != (uint32_t)n->parallelism) || old_kg != kg) {
-      rc = WEIR_EPLAN;
-      weir__job_failed(job, rc,
-                       "checkpoint %llu is unaligned (it holds channel state): it restores only "
-                       "with the parallelism and key groups it was taken with (operator '%s' had "
-                       "%u subtasks, now %d; key groups %u, now %u); restore an aligned "
-                       "checkpoint to rescale",
-                       (unsigned long long)id, n->name, had, n->parallelism, old_kg, kg);
-    }
-  }
-  for (uint32_t k = 0; k < job->nnodes && !rc && channels && !notified_only; k++) {
-    weir__node *n = job->nodes[k];
-    if (!pc[k]) continue;
-    char op[512];
-    snprintf(op, sizeof op, "%s" WEIR__CHANNELS_SUFFIX, n->name);
-    for (int s = 0; s < n->parallelism && !rc; s++) {
-      weir_subtask_snapshot *snap = weir_calloc(1, sizeof *snap);
-      rc = weir_store_load(job->store, id, op, (uint32_t)s, snap);
-      if (rc == WEIR_ENOENT) {
-        weir_free(snap);
-        rc = 0;
-        continue;
-      }
-      if (rc) {
-        weir_free(snap);
-        store_fail(job, rc, "cannot restore");
-        break;
-      }
-      n->ctx[s]->restore_chan = snap;
-    }
-  }
-  weir_free(pc);
-  for (uint32_t r = 0; r < nresc && !rc; r++) {
-    weir__node *n = resc[r];
-    WEIR_LOG_I("checkpoint %llu: redistributing the state of '%s' from %u to %d subtasks",
-               (unsigned long long)id, n->name, p0[n->index], n->parallelism);
-    rc = load_rescaled(job, id, n, p0[n->index], kg);
-  }
-  weir_free(resc);
-  weir_free(p0);
-  if (!rc) rc = load_parallel(job, id, items, nitems, (int)job->nworkers);
-  for (size_t i = 0; i < nitems; i++) /* tables prefaulted for a load that did not run */
-    weir__u64_table_free(items[i].table, items[i].table_bytes);
-  weir_free(items);
+/* A restore of a finished job: returns 1 (nothing to run) or, when it has
+ * a final checkpoint, 0 with that checkpoint loaded for its operators'
+ * notifications only; or an error. */
+static int recover_finished(weir_job *job, const weir_store_job *rec) {
+  WEIR_LOG_I("job %s already finished (instance %llu): nothing to restore", rec->job_id,
+             (unsigned long long)rec->instance);
+  snprintf(job->info.job_id, sizeof job->info.job_id, "%s", rec->job_id);
+  job->info.instance = rec->instance;
+  job->info.already_finished = 1;
+  if (!rec->latest) return 1;
+  /* Its final checkpoint may have completed without every operator
+   * hearing of it (a crash right after the commit): restore it, tell
+   * them, and run nothing. */
+  int rc = weir__restore_load(job, rec->latest, 1);
   if (rc) return rc;
-  job->info.restore_read_ms = (double)(uv_hrtime() - t0) / 1e6;
-  return weir_failpoint("ckpt.during_restore");
+  job->recover_only = 1;
+  atomic_store(&job->complete_id, rec->latest);
+  atomic_store(&job->final_id, rec->latest);
+  return 0;
+}
+
+/* 0 if checkpoint id is in the store, else WEIR_ENOCKPT (or the store's
+ * error) with the job failed. */
+static int find_checkpoint(weir_job *job, uint64_t id) {
+  weir_store_ckpt *list = NULL;
+  size_t n = 0;
+  int rc = weir_store_list(job->store, &list, &n);
+  if (rc) return weir__job_store_failed(job, rc, "cannot list checkpoints");
+  int found = 0;
+  for (size_t i = 0; i < n; i++) found |= list[i].id == id;
+  weir_free(list);
+  if (found) return 0;
+  weir__job_failed(job, WEIR_ENOCKPT,
+                   "checkpoint %llu is not in the state directory '%s' (see 'weir checkpoints')",
+                   (unsigned long long)id, job->opts.state_dir);
+  return WEIR_ENOCKPT;
 }
 
 /* Opens the store and decides what this run is (DESIGN.md §5): returns 0 to
@@ -867,7 +511,7 @@ static int prepare_store(weir_job *job) {
   }
   weir_store_job rec;
   int exists = weir_store_job_get(job->store, &rec);
-  if (exists < 0) return store_fail(job, exists, "cannot read the state directory");
+  if (exists < 0) return weir__job_store_failed(job, exists, "cannot read the state directory");
   uint64_t from = 0;
   int new_instance = 0;
   switch (o->restore) {
@@ -886,53 +530,24 @@ static int prepare_store(weir_job *job) {
     new_instance = exists;
     break;
   case WEIR_RESTORE_LATEST:
-    if (exists && rec.finished) {
-      WEIR_LOG_I("job %s already finished (instance %llu): nothing to restore", rec.job_id,
-                 (unsigned long long)rec.instance);
-      snprintf(job->info.job_id, sizeof job->info.job_id, "%s", rec.job_id);
-      job->info.instance = rec.instance;
-      job->info.already_finished = 1;
-      if (!rec.latest) return 1;
-      /* Its final checkpoint may have completed without every operator
-       * hearing of it (a crash right after the commit): restore it, tell
-       * them, and run nothing. */
-      int lrc = load_checkpoint(job, rec.latest, 1);
-      if (lrc) return lrc;
-      job->recover_only = 1;
-      atomic_store(&job->complete_id, rec.latest);
-      atomic_store(&job->final_id, rec.latest);
-      return 0;
-    }
+    if (exists && rec.finished) return recover_finished(job, &rec);
     if (!exists || !rec.latest)
       WEIR_LOG_I("no checkpoint has completed yet: starting from the beginning");
     else
       from = rec.latest;
     break;
-  case WEIR_RESTORE_ID: {
-    weir_store_ckpt *list = NULL;
-    size_t n = 0;
-    rc = weir_store_list(job->store, &list, &n);
-    if (rc) return store_fail(job, rc, "cannot list checkpoints");
-    int found = 0;
-    for (size_t i = 0; i < n; i++) found |= list[i].id == o->restore_id;
-    weir_free(list);
-    if (!found) {
-      weir__job_failed(job, WEIR_ENOCKPT,
-                       "checkpoint %llu is not in the state directory '%s' (see 'weir "
-                       "checkpoints')",
-                       (unsigned long long)o->restore_id, o->state_dir);
-      return WEIR_ENOCKPT;
-    }
+  case WEIR_RESTORE_ID:
+    rc = find_checkpoint(job, o->restore_id);
+    if (rc) return rc;
     from = o->restore_id;
     break;
   }
-  }
   rc = weir_store_job_begin(job->store, new_instance, &rec);
-  if (rc) return store_fail(job, rc, "cannot start the job in its state directory");
+  if (rc) return weir__job_store_failed(job, rc, "cannot start the job in its state directory");
   snprintf(job->info.job_id, sizeof job->info.job_id, "%s", rec.job_id);
   job->info.instance = rec.instance;
   if (from) {
-    rc = load_checkpoint(job, from, 0);
+    rc = weir__restore_load(job, from, 0);
     if (rc) return rc;
     job->info.restored_from = from;
     WEIR_LOG_I("restored job %s from checkpoint %llu (%.1f MB read, checked and built in %.0f "
@@ -1048,29 +663,25 @@ static void apply_defaults(weir_run_opts *o) {
   if (!o->spill_dir) o->spill_dir = o->state_dir;
 }
 
-int weir_job_run(weir_job *job, const weir_run_opts *opts) {
-  if (!job) return WEIR_EINVAL;
-  if (job->build_err) return job->build_err;
-  if (job->ran) return weir_job_fail(job, WEIR_ESTATE, "a job runs only once");
-  job->ran = 1;
-  if (opts) job->opts = *opts;
-  apply_defaults(&job->opts);
-  if (job->opts.workers > 1024 || job->opts.batch_records > (1u << 20))
+/* Checks the run options (defaults applied) and decides the barrier
+ * handling of the run. Returns 0 or WEIR_EINVAL with the job's message. */
+static int check_opts(weir_job *job) {
+  const weir_run_opts *o = &job->opts;
+  if (o->workers > 1024 || o->batch_records > (1u << 20))
     return weir_job_fail(job, WEIR_EINVAL, "workers or batch size out of range");
-  if (job->opts.sync_checkpoints && job->opts.at_least_once)
+  if (o->sync_checkpoints && o->at_least_once)
     return weir_job_fail(job, WEIR_EINVAL,
                          "synchronous checkpoints drain every channel: they do not combine with "
                          "at-least-once barriers");
-  if ((job->opts.unaligned || job->opts.alignment_timeout_ms) &&
-      (job->opts.sync_checkpoints || job->opts.at_least_once))
+  if ((o->unaligned || o->alignment_timeout_ms) && (o->sync_checkpoints || o->at_least_once))
     return weir_job_fail(
         job, WEIR_EINVAL, "unaligned checkpoints and the alignment timeout do not combine with %s",
-        job->opts.sync_checkpoints ? "synchronous checkpoints" : "at-least-once barriers");
-  if (job->opts.alignment_timeout_ms)
+        o->sync_checkpoints ? "synchronous checkpoints" : "at-least-once barriers");
+  if (o->alignment_timeout_ms)
     job->unaligned = WEIR__UNALIGNED_TIMEOUT;
-  else if (job->opts.unaligned)
+  else if (o->unaligned)
     job->unaligned = WEIR__UNALIGNED_ALWAYS;
-  if (!job->opts.state_dir) job->unaligned = 0; /* no checkpoints at all */
+  if (!o->state_dir) job->unaligned = 0; /* no checkpoints at all */
   if (job->unaligned && job->nloops) {
     /* Channel state of a cycle would have to include the feedback edges'
      * unbounded (spilling) queues and the in-flight count of the loop; the
@@ -1080,18 +691,60 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
                "(unaligned checkpoints and the alignment timeout apply to acyclic jobs only)");
     job->unaligned = 0;
   }
-  if (job->opts.tolerable_checkpoint_failures < WEIR_TOLERATE_ANY)
+  if (o->tolerable_checkpoint_failures < WEIR_TOLERATE_ANY)
     return weir_job_fail(job, WEIR_EINVAL, "tolerable checkpoint failures: %d is not a count",
-                         job->opts.tolerable_checkpoint_failures);
+                         o->tolerable_checkpoint_failures);
+  return 0;
+}
+
+/* Sets up the coordinator loop: its wake-up, timers and signal handlers,
+ * and the checkpoint coordinator. */
+static void loop_open(runner *r) {
+  weir_job *job = r->job;
+  uint32_t writes = 0; /* operator subtasks: the writes of an aligned checkpoint */
+  for (uint32_t i = 0; i < job->ntasks; i++) writes += job->tasks[i]->nops;
+  weir__coord_init(&job->coord, writes, job->ntasks, job->opts.sync_checkpoints,
+                   job->opts.tolerable_checkpoint_failures, job->info.restored_from);
+  uv_loop_init(&r->loop);
+  uv_async_init(&r->loop, &r->async, on_async);
+  r->async.data = r;
+  job->coord_async = &r->async;
+  uv_timer_init(&r->loop, &r->interval);
+  uv_timer_init(&r->loop, &r->timeout);
+  uv_timer_init(&r->loop, &r->retry);
+  uv_timer_init(&r->loop, &r->drain);
+  r->interval.data = r->timeout.data = r->retry.data = r->drain.data = r;
+  if (job->store && job->opts.checkpoint_interval_ms)
+    uv_timer_start(&r->interval, on_interval, job->opts.checkpoint_interval_ms,
+                   job->opts.checkpoint_interval_ms);
+  if (job->opts.progress_ms && job->opts.progress) {
+    uv_timer_init(&r->loop, &r->progress);
+    r->progress.data = r;
+    uv_timer_start(&r->progress, on_progress, job->opts.progress_ms, job->opts.progress_ms);
+  }
+  if (job->opts.handle_signals) {
+    uv_signal_init(&r->loop, &r->sigint);
+    uv_signal_init(&r->loop, &r->sigterm);
+    r->sigint.data = r->sigterm.data = r;
+    uv_signal_start(&r->sigint, on_signal, SIGINT);
+    uv_signal_start(&r->sigterm, on_signal, SIGTERM);
+  }
+}
+
+int weir_job_run(weir_job *job, const weir_run_opts *opts) {
+  if (!job) return WEIR_EINVAL;
+  if (job->build_err) return job->build_err;
+  if (job->ran) return weir_job_fail(job, WEIR_ESTATE, "a job runs only once");
+  job->ran = 1;
+  if (opts) job->opts = *opts;
+  apply_defaults(&job->opts);
+  int rc = check_opts(job);
+  if (rc) return rc;
   job->nworkers = (uint32_t)job->opts.workers;
   job->views_on_tasks = views_on_tasks(job->nworkers);
-  int rc = weir__plan_freeze(job);
+  rc = weir__plan_freeze(job);
   if (rc) return rc;
 
-  coord c;
-  memset(&c, 0, sizeof c);
-  c.job = job;
-  for (uint32_t i = 0; i < job->ntasks; i++) c.expected += job->tasks[i]->nops;
   /* From the lease on, SIGINT and SIGTERM must stop the job in order
    * (release the lease): held back until the loop's handlers are in place
    * (a restore may take seconds before that). */
@@ -1114,43 +767,22 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
       return rc > 0 ? 0 : atomic_load(&job->failed) ? atomic_load(&job->failed) : rc;
     }
   }
-
   if (!job->info.job_id[0]) random_job_id(job->info.job_id);
 
-  uv_loop_init(&c.loop);
-  uv_async_init(&c.loop, &c.async, on_async);
-  c.async.data = &c;
-  job->coord_async = &c.async;
-  uv_timer_init(&c.loop, &c.interval);
-  uv_timer_init(&c.loop, &c.timeout);
-  uv_timer_init(&c.loop, &c.retry);
-  uv_timer_init(&c.loop, &c.drain);
-  c.interval.data = c.timeout.data = c.retry.data = c.drain.data = &c;
-  if (job->store && job->opts.checkpoint_interval_ms)
-    uv_timer_start(&c.interval, on_interval, job->opts.checkpoint_interval_ms,
-                   job->opts.checkpoint_interval_ms);
-  if (job->opts.progress_ms && job->opts.progress) {
-    uv_timer_init(&c.loop, &c.progress);
-    c.progress.data = &c;
-    uv_timer_start(&c.progress, on_progress, job->opts.progress_ms, job->opts.progress_ms);
-  }
-  if (job->opts.handle_signals) {
-    uv_signal_init(&c.loop, &c.sigint);
-    uv_signal_init(&c.loop, &c.sigterm);
-    c.sigint.data = c.sigterm.data = &c;
-    uv_signal_start(&c.sigint, on_signal, SIGINT);
-    uv_signal_start(&c.sigterm, on_signal, SIGTERM);
-  }
+  runner r;
+  memset(&r, 0, sizeof r);
+  r.job = job;
+  loop_open(&r);
   pthread_sigmask(SIG_SETMASK, &old_mask, NULL); /* a signal held back arrives now */
   atomic_store(&job->coord_alive, 1);
   job->start_ns = weir_clock_mono_ns();
   rc = weir__workers_start(job);
   if (rc) weir__job_failed(job, rc, "cannot start worker threads");
-  on_async(&c.async); /* stop requests made before the run, empty jobs */
-  uv_run(&c.loop, UV_RUN_DEFAULT);
+  on_async(&r.async); /* stop requests made before the run, empty jobs */
+  uv_run(&r.loop, UV_RUN_DEFAULT);
   weir__workers_join(job);
   job->end_ns = weir_clock_mono_ns();
-  uv_loop_close(&c.loop);
+  uv_loop_close(&r.loop);
   job->coord_async = NULL;
   if (job->store) {
     weir_store_close(job->store); /* waits for queued writes */

@@ -87,6 +87,7 @@
 #include "snapshot/store.h"
 #include "hash.h"
 #include "iteration.h"
+#include "job.h"
 
 static int op_process(weir_ctx *ctx, const weir__batch *b, uint32_t from, uint32_t n);
 
@@ -800,7 +801,7 @@ static int un_replay(weir__task *t) {
 /* Synchronous checkpoints: this task forwarded drain marker id. */
 static void report_drained(weir__task *t, uint64_t id) {
   t->sync_drained = id;
-  weir__job_sync_drained(t->job, id);
+  weir__task_drained(t, id);
 }
 
 /* The cut of checkpoint id at this task: snapshot, then forward the

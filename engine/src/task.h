@@ -15,6 +15,8 @@
 #include "batch.h"
 #include "channel.h"
 #include "chanstate.h"
+#include "checkpoint.h"
+#include "ctx.h"
 #include "graph.h"
 #include "state.h"
 #include "unaligned.h"
@@ -187,57 +189,11 @@ void weir__task_wake_first(weir__task *t);
 /* worker.c: arm the task's timer to wake it after `us` microseconds. */
 void weir__task_wake_after(weir__task *t, uint64_t us);
 
-/* checkpoint.c: snapshot every operator of the task for checkpoint id
- * (synchronous copy; the store writes asynchronously and acknowledges to the
- * coordinator). Returns 0 or an error (the job is then failed). */
-int weir__task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns);
-/* checkpoint.c: as weir__task_snapshot, for an unaligned cut: the task's
- * channel state (weir__task_write_channels) is one more write the
- * checkpoint must wait for. */
-int weir__task_snapshot_unaligned(weir__task *t, uint64_t id, uint64_t align_ns);
-/* checkpoint.c: reads the views of the snapshots weir__task_snapshot held
- * (t->hold_views) and hands them to the store; the caller has forwarded
- * the barrier, and the task has processed nothing since its cut, so the
- * views are still the table itself and nothing is copied on write. */
-void weir__task_write_held(weir__task *t);
-/* checkpoint.c: frees snapshots still held (a task that failed between its
- * cut and forwarding the barrier). */
-void weir__task_drop_held(weir__task *t);
-/* checkpoint.c: writes the task's channel state of checkpoint id (takes
- * the blob over) under its chain head's name + WEIR__CHANNELS_SUFFIX. */
-int weir__task_write_channels(weir__task *t, uint64_t id, uint8_t *blob, uint64_t len);
-/* checkpoint.c: the task's unaligned cut of checkpoint id overtook nothing:
- * the checkpoint waits for no channel state from it after all. */
-void weir__task_no_channels(weir__task *t, uint64_t id);
-/* checkpoint.c: the synchronous part of one operator's snapshot (a copy of
- * its managed state plus its snapshot callback's output) into *s. */
-struct weir_subtask_snapshot;
-int weir__ctx_snapshot(weir_ctx *c, uint64_t id, struct weir_subtask_snapshot *s);
-/* checkpoint.c: a loop head's back-edge log completed: write it as the
- * head operator's state in its checkpoint. */
-int weir__head_write_log(weir__task *t);
-/* checkpoint.c: tell the task's operators about completed / aborted
- * checkpoints they have not heard of. */
-int weir__task_notify(weir__task *t);
-/* checkpoint.c: install a loaded snapshot into ctx (keyed state, then the
- * operator's restore callback). Called on the task's thread after open. */
-int weir__ctx_restore(weir_ctx *ctx);
-/* In a restore callback: takes the restored blob over instead of copying it
- * (release it with *release(p, len), or weir_free when that is NULL). */
-uint8_t *weir__snapshot_take_blob(weir_snapshot_reader *r, uint64_t *len,
-                                  void (**release)(uint8_t *, uint64_t));
-
 /* task.c: calls every operator's poll; sets t->held. Returns 0 or the
  * error (reported with the operator's name). */
 int weir__task_poll(weir__task *t);
 
 /* task.c: calls the operator's finish (emissions get their own lineage). */
 int weir__ctx_finish(weir_ctx *c);
-
-/* Operator context lifecycle (ctx.c). */
-weir_ctx *weir__ctx_create(weir__task *t, weir__node *node, uint32_t subtask);
-void weir__ctx_destroy(weir_ctx *ctx);
-/* Records an operator error in the job with the operator's name. */
-int weir__ctx_report(weir_ctx *ctx, int err, const char *what);
 
 #endif
