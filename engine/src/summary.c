@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "task.h"
+#include "task_ctx.h"
 #include "weir/json.h"
 
 static const char *kind_name(weir__node_kind k) {

@@ -1,9 +1,10 @@
-/* task.h: tasks (one subtask of a chain of operators), their operator
- * contexts and their output routers.
+/* task.h: tasks (one subtask of a chain of operators) and their output
+ * routers.
  *
  * A task runs on one worker thread and owns everything below: its contexts,
  * its chain's link batches, its routers' current batches, the producer side
  * of its output channels and the consumer side of its input channels.
+ * Its operators' contexts are in task_ctx.h.
  */
 #ifndef WEIR_TASK_H
 #define WEIR_TASK_H
@@ -16,56 +17,13 @@
 #include "channel.h"
 #include "chanstate.h"
 #include "graph.h"
-#include "state.h"
+#include "task_ctx.h"
 #include "unaligned.h"
 
-#define WEIR__MAX_COUNTERS 16
 /* A step of a task ends after the batch that takes it past this much time,
  * and a chain slower than this per batch takes its input in slices of
  * about this much time (task.c). */
 #define WEIR__STEP_NS 1000000u
-
-typedef struct weir__counter {
-  const char *name;
-  _Atomic uint64_t value;
-} weir__counter;
-
-struct weir_ctx {
-  weir__task *task;
-  weir__node *node;
-  weir_job *job;
-  uint32_t subtask, parallelism;
-  uint32_t max_record;
-  int keyed;
-  void *user;
-  int opened;
-  /* The input record being processed: derived emissions take its timestamp
-   * and derive their ids from its id and a per-parent sequence number. */
-  int64_t cur_ts;
-  uint64_t cur_id;
-  uint64_t seq_parent, seq;
-  uint64_t salt;
-  uint64_t cur_key;
-  /* Chained successor: emissions go to `link`, processed by `next`. NULL
-   * for the chain's tail, whose emissions go to the task's routers. */
-  weir_ctx *next;
-  weir__batch *link;
-  /* Records in/out: counted by the owner, published once per step. */
-  uint64_t n_in, n_out;
-  _Atomic uint64_t pub_in, pub_out;
-  atomic_uint ncounters;
-  weir__counter counters[WEIR__MAX_COUNTERS];
-  weir__state state;
-  /* State loaded from a checkpoint, installed when the task opens (a keyed
-   * operator's u64 state is already in `state`, built while loading). */
-  struct weir_subtask_snapshot *restore;
-  uint64_t restore_stream_ns; /* time the load spent building `state` */
-  /* Chain heads: the task's channel state in that checkpoint, if any. */
-  struct weir_subtask_snapshot *restore_chan;
-  /* Source pacing: wake-up requested by weir_ctx_wake_after. */
-  uint64_t wake_after_us;
-  char msg[512];
-};
 
 typedef struct weir__router {
   weir__part part;
@@ -209,35 +167,14 @@ int weir__task_write_channels(weir__task *t, uint64_t id, uint8_t *blob, uint64_
 /* checkpoint.c: the task's unaligned cut of checkpoint id overtook nothing:
  * the checkpoint waits for no channel state from it after all. */
 void weir__task_no_channels(weir__task *t, uint64_t id);
-/* checkpoint.c: the synchronous part of one operator's snapshot (a copy of
- * its managed state plus its snapshot callback's output) into *s. */
-struct weir_subtask_snapshot;
-int weir__ctx_snapshot(weir_ctx *c, uint64_t id, struct weir_subtask_snapshot *s);
 /* checkpoint.c: a loop head's back-edge log completed: write it as the
  * head operator's state in its checkpoint. */
 int weir__head_write_log(weir__task *t);
 /* checkpoint.c: tell the task's operators about completed / aborted
  * checkpoints they have not heard of. */
 int weir__task_notify(weir__task *t);
-/* checkpoint.c: install a loaded snapshot into ctx (keyed state, then the
- * operator's restore callback). Called on the task's thread after open. */
-int weir__ctx_restore(weir_ctx *ctx);
-/* In a restore callback: takes the restored blob over instead of copying it
- * (release it with *release(p, len), or weir_free when that is NULL). */
-uint8_t *weir__snapshot_take_blob(weir_snapshot_reader *r, uint64_t *len,
-                                  void (**release)(uint8_t *, uint64_t));
-
 /* task.c: calls every operator's poll; sets t->held. Returns 0 or the
  * error (reported with the operator's name). */
 int weir__task_poll(weir__task *t);
-
-/* task.c: calls the operator's finish (emissions get their own lineage). */
-int weir__ctx_finish(weir_ctx *c);
-
-/* Operator context lifecycle (ctx.c). */
-weir_ctx *weir__ctx_create(weir__task *t, weir__node *node, uint32_t subtask);
-void weir__ctx_destroy(weir_ctx *ctx);
-/* Records an operator error in the job with the operator's name. */
-int weir__ctx_report(weir_ctx *ctx, int err, const char *what);
 
 #endif
