@@ -28,6 +28,7 @@
 #include "weir/failpoint.h"
 #include "weir/log.h"
 #include "weir/store.h"
+#include "chanstate.h"
 #include "iteration.h"
 #include "task.h"
 

@@ -7,6 +7,7 @@
 #include "weir/alloc.h"
 #include "weir/lease.h"
 #include "weir/store.h"
+#include "batch.h"
 #include "hash.h"
 #include "task.h"
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "weir/alloc.h"
+#include "batch.h"
 #include "task.h"
 
 struct weir__harness {
