@@ -468,6 +468,14 @@ static void push_control(weir__task *t, uint32_t kind, uint64_t id) {
   }
 }
 
+/* Nonzero, after publishing the counts, if the task's outputs are full:
+ * the step ends and a consumer wakes the task. */
+static int outputs_blocked(weir__task *t) {
+  if (outputs_writable(t)) return 0;
+  publish_stats(t);
+  return 1;
+}
+
 /* ---- checkpoints ------------------------------------------------------------ */
 
 /* Synchronous checkpoints: this task forwarded drain marker id. */
@@ -493,6 +501,21 @@ int weir__task_take_checkpoint(weir__task *t, uint64_t id, uint64_t align_ns) {
   if (t->head_loop) rc = weir__head_log_start(t, id);
   if (!rc && weir__task_sync_mode(t)) report_drained(t, id);
   return rc;
+}
+
+/* A finished task answers the triggered checkpoint with its final state:
+ * everything it will ever emit is before any later cut. Returns 1 if the
+ * task failed. */
+static int answer_trigger(weir__task *t) {
+  uint64_t tr = atomic_load(&t->job->trigger_id);
+  if (weir__task_sync_mode(t)) {
+    if (t->head_loop) weir__head_ready(t, tr);
+    report_drained(t, tr); /* snapshots with the others */
+  } else if (weir__task_snapshot(t, tr, 0)) {
+    weir__task_failed(t, WEIR_ECKPT);
+    return 1;
+  }
+  return 0;
 }
 
 /* Synchronous checkpoints: a source that forwarded a drain marker waits
@@ -521,17 +544,8 @@ void weir__task_finish(weir__task *t) {
     return;
   }
   /* A checkpoint triggered while this task drained its last input: no
-   * barrier will reach it any more, so its final state answers it. */
-  if (weir__task_pending_trigger(t)) {
-    uint64_t tr = atomic_load(&t->job->trigger_id);
-    if (weir__task_sync_mode(t)) {
-      if (t->head_loop) weir__head_ready(t, tr);
-      report_drained(t, tr); /* snapshots with the others */
-    } else if (weir__task_snapshot(t, tr, 0)) {
-      weir__task_failed(t, WEIR_ECKPT);
-      return;
-    }
-  }
+   * barrier will reach it any more. */
+  if (weir__task_pending_trigger(t) && answer_trigger(t)) return;
   /* finish may have started effects (a sink without checkpoints commits
    * its only transaction at the end of input): wait for them. */
   if (weir__task_poll(t)) {
@@ -617,8 +631,15 @@ static int complete_alignment(weir__task *t) {
   return 0;
 }
 
-/* Processes up to one step's worth of restored input records (sliced like
- * live input). Returns 1 if more remain, 0 when done, or an error. */
+/* ---- a step of a task with inputs ------------------------------------------- */
+
+/* How a part of a step ends: the step goes on, or it ends and the task
+ * waits for a wake-up, or it ends and the task runs again soon. */
+typedef enum { STEP_ON, STEP_WAIT, STEP_AGAIN } step_end;
+
+/* Restored input records go through the chain before any live input, a
+ * step at a time and sliced like live input. Returns 1 if more remain, 0
+ * when done, or an error. */
 static int replay_batches(weir__task *t) {
   uint64_t t0 = weir_clock_mono_ns(), t1 = t0;
   for (uint32_t n = 0; n < t->budget_batches; n++) {
@@ -634,6 +655,96 @@ static int replay_batches(weir__task *t) {
     if (!outputs_writable(t) || t2 - t0 > WEIR__STEP_NS) break;
   }
   return weir__task_un_replay_left(t);
+}
+
+static step_end replay_step(weir__task *t) {
+  int rc = replay_batches(t);
+  if (rc < 0) {
+    weir__task_failed(t, rc);
+    return STEP_WAIT;
+  }
+  if (!outputs_writable(t)) return STEP_WAIT;
+  return rc > 0 ? STEP_AGAIN : STEP_ON;
+}
+
+static step_end head_step(weir__task *t) {
+  int hd = weir__head_duties(t);
+  /* A replayed log or an injected barrier may be waiting for room. */
+  if (hd == 1 || !outputs_writable(t)) return STEP_WAIT;
+  return hd == 2 ? STEP_AGAIN : STEP_ON; /* more of the log next step */
+}
+
+/* Whether input i may be read now. */
+static inline int readable(const weir__task *t, uint32_t i) {
+  return !t->in_ended[i] && weir__align_readable(&t->align, i) &&
+         !(t->backlog && weir__backlog_blocked(t->backlog, i));
+}
+
+/* The head batch of the next input to read, round robin, or NULL. A loop
+ * head reads its feedback edges first, and its external inputs only while
+ * it admits them (see weir__head_admits). */
+static inline weir__batch *next_input(weir__task *t, int external, uint32_t *idx) {
+  for (int pass = t->head_loop ? 0 : 1; pass < (external ? 2 : 1); pass++) {
+    for (uint32_t k = 0; k < t->nin; k++) {
+      uint32_t i = t->rr + k < t->nin ? t->rr + k : t->rr + k - t->nin;
+      if (!readable(t, i) || (pass == 0 && !t->in_back[i])) continue;
+      weir__batch *b = weir__chan_peek(t->in[i]);
+      if (b) {
+        *idx = i;
+        return b;
+      }
+    }
+  }
+  return NULL;
+}
+
+/* Nothing to read: announces waiting on every input it would read, and
+ * returns 1 if one got data meanwhile (between the peek and the flag). */
+static int wait_inputs(weir__task *t, int external) {
+  int again = 0;
+  for (uint32_t i = 0; i < t->nin; i++)
+    if (readable(t, i) && (external || t->in_back[i]) && weir__chan_wait(t->in[i])) again = 1;
+  return again;
+}
+
+/* The step ends to wait for input. */
+static void go_idle(weir__task *t) {
+  weir__task_flush_outputs(t);
+  if (!t->head_loop || weir__head_duties(t) != 1) settle_pending(t);
+  publish_stats(t);
+}
+
+/* A data batch on input idx: (a slice of) it goes through the chain, and
+ * into a checkpoint's log where one needs it. *now: the time after the
+ * call. Returns 1 if the step must end here. */
+static inline int input_data(weir__task *t, uint32_t idx, weir__batch *b, uint64_t *now) {
+  uint32_t from = t->in_off[idx], n = b->len - from;
+  if (t->pace.sliceable) n = slice_of(t, n);
+  uint64_t t1 = weir_clock_mono_ns();
+  if (t->head_loop && weir__backlog_logging(t->backlog, idx))
+    weir__backlog_batch(t->backlog, b, from, n);
+  weir__task_un_log(t, idx, b, from, n);
+  int rc = op_process(t->ops[0], b, from, n);
+  if (from + n == b->len) {
+    t->in_off[idx] = 0;
+    weir__chan_release(t->in[idx]);
+  } else {
+    t->in_off[idx] = from + n;
+  }
+  if (!rc) rc = chain_flush(t, 0);
+  if (rc) {
+    weir__task_failed(t, rc);
+    return 1;
+  }
+  /* Only the call's own time: a snapshot taken on a barrier
+   * between calls would look like a cost per call. */
+  *now = weir_clock_mono_ns();
+  note_time(t, *now - t1, n);
+  if (t->in_loopin[idx])
+    weir__loop_consumed(t, n);
+  else if (t->loop_out)
+    weir__loop_publish_all(t);
+  return outputs_blocked(t);
 }
 
 /* End of input on input idx. Returns 1 if the step must end here. */
@@ -656,55 +767,30 @@ static int input_barrier(weir__task *t, uint32_t idx, uint64_t id) {
   if (t->in_back[idx]) return weir__head_back_barrier(t, idx, id);
   if (t->job->unaligned) {
     if (weir__task_un_barrier(t, idx, id)) return 1;
-    if (t->job->unaligned == WEIR__UNALIGNED_ALWAYS) {
-      if (!outputs_writable(t)) {
-        publish_stats(t);
-        return 1;
-      }
-      return 0;
-    }
+    if (t->job->unaligned == WEIR__UNALIGNED_ALWAYS) return outputs_blocked(t);
   }
   weir__align_result ar = weir__align_barrier(&t->align, idx, id, weir_clock_mono_ns());
-  if (ar == WEIR__ALIGN_COMPLETE) {
-    if (complete_alignment(t)) return 1;
-    if (!outputs_writable(t)) {
-      publish_stats(t);
-      return 1;
-    }
-  } else if (ar == WEIR__ALIGN_NONE && weir_failpoint("ckpt.aligning")) {
+  if (ar == WEIR__ALIGN_COMPLETE) return complete_alignment(t) || outputs_blocked(t);
+  if (ar == WEIR__ALIGN_NONE && weir_failpoint("ckpt.aligning")) {
     weir__task_failed(t, WEIR_ECKPT);
     return 1;
   }
   return 0;
 }
 
+/* A step of a task with inputs: restored records first, then a loop
+ * head's duties, then up to its budget of input batches. */
 static int input_step(weir__task *t) {
-  uint32_t processed = 0;
-  if (weir__task_un_replaying(t)) {
-    int rc = replay_batches(t);
-    if (rc < 0) {
-      weir__task_failed(t, rc);
-      return 0;
-    }
-    if (!outputs_writable(t)) return 0;
-    if (rc > 0) return 1;
-  }
-  if (t->head_loop) {
-    int hd = weir__head_duties(t);
-    if (hd == 1) return 0;
-    /* A replayed log or an injected barrier may be waiting for room. */
-    if (!outputs_writable(t)) return 0;
-    if (hd == 2) return 1; /* more of the log next step */
-  }
+  step_end e = weir__task_un_replaying(t) ? replay_step(t) : STEP_ON;
+  if (e == STEP_ON && t->head_loop) e = head_step(t);
+  if (e != STEP_ON) return e == STEP_AGAIN;
   /* Unaligned: while a checkpoint is in flight and this task took its cut,
    * it yields after every batch, so that the tasks sharing its worker see
    * their barriers soon even when this one is slow (a mailbox step of a
    * slow operator would otherwise hold them back for its whole budget). */
   uint32_t budget = weir__task_un_in_flight(t) ? 1 : t->budget_batches;
   uint64_t t0 = weir_clock_mono_ns();
-  while (processed < budget) {
-    weir__batch *b = NULL;
-    uint32_t idx = 0;
+  for (uint32_t processed = 0; processed < budget;) {
     int cut = weir__task_un_poll(t);
     if (cut < 0) return 0;
     if (cut > 0) {
@@ -713,69 +799,20 @@ static int input_step(weir__task *t) {
       publish_stats(t);
       return 1;
     }
-    int passes = !t->head_loop || weir__head_admits(t) ? 2 : 1;
-    for (int pass = t->head_loop ? 0 : 1; pass < passes && !b; pass++) {
-      for (uint32_t k = 0; k < t->nin; k++) {
-        uint32_t i = t->rr + k < t->nin ? t->rr + k : t->rr + k - t->nin;
-        if (t->in_ended[i] || !weir__align_readable(&t->align, i)) continue;
-        if (pass == 0 && !t->in_back[i]) continue;
-        if (t->backlog && weir__backlog_blocked(t->backlog, i)) continue;
-        b = weir__chan_peek(t->in[i]);
-        if (b) {
-          idx = i;
-          break;
-        }
-      }
-    }
+    int external = !t->head_loop || weir__head_admits(t);
+    uint32_t idx = 0;
+    weir__batch *b = next_input(t, external, &idx);
     if (!b) {
-      /* Nothing to read: announce waiting on every live input, then look
-       * once more (data may have arrived between the peek and the flag). */
-      int again = 0;
-      for (uint32_t i = 0; i < t->nin; i++)
-        if (!t->in_ended[i] && weir__align_readable(&t->align, i) &&
-            (passes == 2 || t->in_back[i]) &&
-            !(t->backlog && weir__backlog_blocked(t->backlog, i)) && weir__chan_wait(t->in[i]))
-          again = 1;
-      if (again) continue;
-      weir__task_flush_outputs(t);
-      if (!t->head_loop || weir__head_duties(t) != 1) settle_pending(t);
-      publish_stats(t);
+      if (wait_inputs(t, external)) continue;
+      go_idle(t);
       return 0;
     }
     t->rr = idx + 1 == t->nin ? 0 : idx + 1;
     if (b->kind == WEIR__MSG_DATA) {
-      uint32_t from = t->in_off[idx], n = b->len - from;
-      if (t->pace.sliceable) n = slice_of(t, n);
-      uint64_t t1 = weir_clock_mono_ns();
-      if (t->head_loop && weir__backlog_logging(t->backlog, idx))
-        weir__backlog_batch(t->backlog, b, from, n);
-      weir__task_un_log(t, idx, b, from, n);
-      int rc = op_process(t->ops[0], b, from, n);
-      if (from + n == b->len) {
-        t->in_off[idx] = 0;
-        weir__chan_release(t->in[idx]);
-      } else {
-        t->in_off[idx] = from + n;
-      }
-      if (!rc) rc = chain_flush(t, 0);
-      if (rc) {
-        weir__task_failed(t, rc);
-        return 0;
-      }
-      /* Only the call's own time: a snapshot taken on a barrier
-       * between calls would look like a cost per call. */
-      uint64_t t2 = weir_clock_mono_ns();
-      note_time(t, t2 - t1, n);
-      if (t->in_loopin[idx])
-        weir__loop_consumed(t, n);
-      else if (t->loop_out)
-        weir__loop_publish_all(t);
+      uint64_t now;
+      if (input_data(t, idx, b, &now)) return 0;
       processed++;
-      if (!outputs_writable(t)) {
-        publish_stats(t);
-        return 0;
-      }
-      if (t2 - t0 > WEIR__STEP_NS) break;
+      if (now - t0 > WEIR__STEP_NS) break;
     } else if (b->kind == WEIR__MSG_EOI) {
       weir__chan_release(t->in[idx]);
       if (input_ended(t, idx)) return 0;
@@ -815,17 +852,8 @@ int weir__task_run(weir__task *t) {
       return 0;
     }
   }
-  if (t->state != WEIR__TASK_RUNNING && weir__task_pending_trigger(t)) {
-    /* Finished: everything it will ever emit is before any later cut. */
-    uint64_t tr = atomic_load(&t->job->trigger_id);
-    if (weir__task_sync_mode(t)) {
-      if (t->head_loop) weir__head_ready(t, tr);
-      report_drained(t, tr);
-    } else if (weir__task_snapshot(t, tr, 0)) {
-      weir__task_failed(t, WEIR_ECKPT);
-      return 0;
-    }
-  }
+  if (t->state != WEIR__TASK_RUNNING && weir__task_pending_trigger(t) && answer_trigger(t))
+    return 0;
   if (t->state == WEIR__TASK_DONE) return 0;
   /* A barrier may overtake what waits for a full output. After a cut, the
    * worker's other tasks go first (the barriers just sent are theirs). */
