@@ -32,6 +32,7 @@
 #include "base/failpoint.h"
 #include "base/log.h"
 #include "snapshot/store.h"
+#include "chanstate.h"
 #include "iteration.h"
 #include "job.h"
 #include "restore.h"

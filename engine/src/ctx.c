@@ -9,6 +9,7 @@
 #include "base/alloc.h"
 #include "snapshot/lease.h"
 #include "snapshot/store.h"
+#include "batch.h"
 #include "hash.h"
 #include "task.h"
 

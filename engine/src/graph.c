@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "weir/alloc.h"
-#include "weir/store.h"
+#include "base/alloc.h"
+#include "snapshot/store.h"
 #include "graph.h"
 #include "iteration.h"
 #include "job.h"

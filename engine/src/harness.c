@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "batch.h"
 #include "task.h"
 
 struct weir__harness {

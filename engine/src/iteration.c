@@ -45,6 +45,9 @@
  * what processing it emitted. The count never undercounts, so when it reads
  * 0 after every external input of the head ended, the loop is done: the
  * heads send end of input into the loop, which drains round to them.
+ *
+ * The tasks' part (the head's duties, the count kept by every task inside
+ * a loop) is in iteration_task.c.
  */
 #include "iteration.h"
 
@@ -54,8 +57,9 @@
 #include "base/assert.h"
 #include "base/failpoint.h"
 #include "snapshot/store.h"
+#include "batch.h"
 #include "spill.h"
-#include "task.h"
+#include "task_ctx.h"
 
 /* ---- the head operator ------------------------------------------------------ */
 
@@ -259,6 +263,11 @@ void weir__backlog_append(weir__backlog *l, uint64_t key, int64_t ts, uint64_t i
   l->mem = need;
 }
 
+void weir__backlog_batch(weir__backlog *l, const weir__batch *b, uint32_t from, uint32_t n) {
+  for (uint32_t r = from; r < from + n; r++)
+    weir__backlog_append(l, b->keys[r], b->ts[r], b->ids[r], b->data + b->off[r], b->lens[r]);
+}
+
 weir__log_result weir__backlog_barrier(weir__backlog *l, uint32_t i, uint64_t id) {
   WEIR_ASSERT(i < l->nin && l->back[i]);
   if (id > l->id && id > l->last) {
@@ -317,40 +326,4 @@ uint8_t *weir__backlog_take(weir__backlog *l, uint64_t *len, void (**release)(ui
   l->len = l->mem = l->cap = l->records = 0;
   l->id = 0;
   return p;
-}
-
-/* ---- records in flight -------------------------------------------------------- */
-
-void weir__loop_publish(weir__router *r) {
-  if (r->loop_inc) {
-    atomic_fetch_add(&r->loop->inflight, r->loop_inc);
-    r->loop_inc = 0;
-  }
-}
-
-static void wake_heads(weir__loop *l) {
-  for (uint32_t i = 0; i < l->nheads; i++) weir__task_wake(l->heads[i]);
-}
-
-int weir__loop_drained(weir__loop *l) {
-  return atomic_load(&l->ext_done) == l->nheads && atomic_load(&l->inflight) == 0;
-}
-
-void weir__loop_publish_all(weir__task *t) {
-  for (uint32_t k = 0; k < t->nrouters; k++)
-    if (t->routers[k].loop) weir__loop_publish(&t->routers[k]);
-}
-
-void weir__loop_consumed(weir__task *t, uint64_t n) {
-  weir__loop_publish_all(t);
-  weir__loop *l = t->ops[0]->node->loop;
-  int64_t left = atomic_fetch_sub(&l->inflight, (int64_t)n) - (int64_t)n;
-  WEIR_ASSERT(left >= 0);
-  if ((left == 0 && weir__loop_drained(l)) || (left < l->admit && left + (int64_t)n >= l->admit))
-    wake_heads(l); /* drained, or room to admit external input again */
-}
-
-void weir__loop_ext_done(weir__loop *l) {
-  atomic_fetch_add(&l->ext_done, 1);
-  if (weir__loop_drained(l)) wake_heads(l);
 }

@@ -8,6 +8,7 @@
 
 #include "graph.h"
 
+struct weir__batch;
 struct weir__router;
 struct weir_subtask_snapshot;
 
@@ -64,6 +65,8 @@ static inline int weir__backlog_logging(const weir__backlog *l, uint32_t i) {
 }
 void weir__backlog_append(weir__backlog *l, uint64_t key, int64_t ts, uint64_t id,
                           const void *payload, uint32_t len);
+/* Appends records [from, from + n) of data batch b. */
+void weir__backlog_batch(weir__backlog *l, const struct weir__batch *b, uint32_t from, uint32_t n);
 /* Barrier `id` came back on back input i. Returns BLOCK when it came
  * before the head's own snapshot for `id` (a parallel head elsewhere in the
  * loop forwarded it first): the edge is then blocked until
@@ -78,7 +81,7 @@ weir__log_result weir__backlog_end(weir__backlog *l, uint32_t i);
 uint8_t *weir__backlog_take(weir__backlog *l, uint64_t *len, void (**release)(uint8_t *, uint64_t),
                             int *err);
 
-/* ---- records in flight ------------------------------------------------------ */
+/* ---- records in flight (iteration_task.c) --------------------------------------- */
 
 /* Adds what router r counted to its loop before a batch becomes visible. */
 void weir__loop_publish(struct weir__router *r);
@@ -96,6 +99,36 @@ void weir__loop_consumed(weir__task *t, uint64_t n);
 void weir__loop_ext_done(weir__loop *l);
 /* Nonzero once every external input ended and nothing is in flight. */
 int weir__loop_drained(weir__loop *l);
+
+/* ---- the head's task (iteration_task.c) ---------------------------------------- */
+
+/* At the task's open and close: the head's back-edge log. */
+void weir__head_open(weir__task *t);
+void weir__head_close(weir__task *t);
+/* Nonzero if the head reads its external inputs now, not only its feedback
+ * edges: the loop drains before more work enters it, which keeps the
+ * unbounded feedback queues (and the back-edge logs, and the time a barrier
+ * takes round the loop) small, and lets backpressure reach the sources. */
+int weir__head_admits(weir__task *t);
+/* Replays a restored back-edge log before any new input, acts as the
+ * loop's source of barriers once its external inputs ended, and finishes
+ * the task when the loop drained. Returns 1 if the step must end here, 2 if
+ * part of the log is still to be replayed, 0 otherwise. */
+int weir__head_duties(weir__task *t);
+/* The head took its cut of checkpoint id and forwarded the barrier: it
+ * logs its feedback edges until the barrier is back. Returns 0 or an
+ * error. */
+int weir__head_log_start(weir__task *t, uint64_t id);
+/* Barrier id, or end of input, on feedback input idx. Return 1 if the step
+ * must end here. */
+int weir__head_back_barrier(weir__task *t, uint32_t idx, uint64_t id);
+int weir__head_back_ended(weir__task *t, uint32_t idx);
+/* Synchronous checkpoints: drain marker id came on every regular input (or
+ * they ended); tells the loop's other heads. */
+void weir__head_ready(weir__task *t, uint64_t id);
+/* Synchronous checkpoints: the head aligned on drain marker id. Returns 1
+ * if the task failed. */
+int weir__head_aligned(weir__task *t, uint64_t id);
 
 /* ---- restore ------------------------------------------------------------------- */
 

@@ -70,13 +70,13 @@
 #include <uv.h>
 
 #include "restore.h"
-#include "weir/alloc.h"
-#include "weir/assert.h"
-#include "weir/clock.h"
-#include "weir/failpoint.h"
-#include "weir/lease.h"
-#include "weir/log.h"
-#include "weir/store.h"
+#include "base/alloc.h"
+#include "base/assert.h"
+#include "base/clock.h"
+#include "base/failpoint.h"
+#include "snapshot/lease.h"
+#include "base/log.h"
+#include "snapshot/store.h"
 #include "task.h"
 #include "worker.h"
 

@@ -14,10 +14,10 @@
 #include <uv.h>
 
 #include "rescale.h"
-#include "weir/alloc.h"
-#include "weir/failpoint.h"
-#include "weir/log.h"
-#include "weir/store.h"
+#include "base/alloc.h"
+#include "base/failpoint.h"
+#include "base/log.h"
+#include "snapshot/store.h"
 #include "graph.h"
 #include "task.h"
 

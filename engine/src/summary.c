@@ -5,6 +5,7 @@
 
 #include "task.h"
 #include "base/json.h"
+#include "task_ctx.h"
 
 static const char *kind_name(weir__node_kind k) {
   return k == WEIR__NODE_SOURCE ? "source" : k == WEIR__NODE_SINK ? "sink" : "operator";

@@ -48,36 +48,14 @@
  * the coordinator wakes every task each millisecond while a synchronous
  * checkpoint drains.
  *
- * Unaligned cuts (job->unaligned; unaligned.h has the state machine): the
- * task scans its input rings for barriers at every step, also when its
- * outputs are full (a producer wakes its consumer when it pushes an
- * unaligned barrier). At the first sight of barrier n it takes the cut:
- * partly filled output batches go into their channels, the data batches
- * waiting on the channels' pending lists are copied into the channel state
- * (output records: emitted before the cut, delivered after the barrier),
- * the operators snapshot, and barrier n goes into every output channel
- * ahead of the pending batches (weir__chan_push_front). Then every record
- * consumed from an input that has not delivered n yet is appended to the
- * channel state (input records), until every input delivered n or ended;
- * and as soon as barrier n is in sight in such an input's queue, the
- * batches in front of it are copied into the channel state at once (they
- * are processed later, not logged again: un_capture), so the channel state
- * is complete when every barrier n is in sight, not when the backlog in
- * front of them has been processed. The channel state is then written as
- * one more entry of checkpoint n (checkpoint.c). With
- * the alignment timeout the task aligns as usual and takes an unaligned cut
- * only when the barrier it saw first has waited longer than the timeout
- * (inputs that already delivered n are then not logged).
- *
- * Restore: the output records go back into their channels when the task
- * opens, before anything it emits; the input records are processed before
- * any live input (a step at a time, sliced like live input), and no
- * barrier is looked for until they are.
+ * Unaligned cuts (job->unaligned) are task_unaligned.c's: the step only
+ * asks it to look for barriers in the inputs' queues before each batch,
+ * and hands it what it consumes while a cut's channel state is recorded.
+ * The duties of a loop head's task are iteration_task.c's.
  */
 #include "task.h"
 
 #include <math.h>
-#include <stdio.h>
 
 #include "base/alloc.h"
 #include "base/assert.h"
@@ -88,6 +66,10 @@
 #include "hash.h"
 #include "iteration.h"
 #include "job.h"
+#include "batch.h"
+#include "channel.h"
+#include "task_step.h"
+#include "task_unaligned.h"
 
 static int op_process(weir_ctx *ctx, const weir__batch *b, uint32_t from, uint32_t n);
 
@@ -375,7 +357,7 @@ static int chain_flush(weir__task *t, uint32_t from) {
   return 0;
 }
 
-static void flush_outputs(weir__task *t) {
+void weir__task_flush_outputs(weir__task *t) {
   for (uint32_t k = 0; k < t->nrouters; k++) {
     weir__router *r = &t->routers[k];
     for (uint32_t j = 0; j < r->n; j++) {
@@ -390,10 +372,9 @@ static void flush_outputs(weir__task *t) {
 
 static void maybe_timeout_flush(weir__task *t) {
   uint64_t now = weir_clock_mono_ns();
-  if (now - t->last_flush_ns >= (uint64_t)t->job->opts.buffer_timeout_us * 1000u) flush_outputs(t);
+  if (now - t->last_flush_ns >= (uint64_t)t->job->opts.buffer_timeout_us * 1000u)
+    weir__task_flush_outputs(t);
 }
-
-static void task_failed(weir__task *t, int rc);
 
 static int outputs_writable(weir__task *t) {
   for (uint32_t k = 0; k < t->nrouters; k++) {
@@ -401,7 +382,7 @@ static int outputs_writable(weir__task *t) {
     for (uint32_t j = 0; j < r->n; j++) {
       int ok = weir__chan_writable(r->chans[j]);
       if (r->chans[j]->spill_err) {
-        task_failed(t, WEIR_EIO); /* the channel logged what and where */
+        weir__task_failed(t, WEIR_EIO); /* the channel logged what and where */
         return 0;
       }
       if (!ok) return 0;
@@ -459,7 +440,7 @@ static void count_final(weir__task *t) {
   weir__job_poke(t->job);
 }
 
-static void task_failed(weir__task *t, int rc) {
+void weir__task_failed(weir__task *t, int rc) {
   publish_stats(t);
   /* The operator already reported its error with its name; this covers
    * errors that did not come from an operator callback. */
@@ -478,7 +459,7 @@ int weir__ctx_finish(weir_ctx *c) {
 /* Sends a control event on every output channel, after every record
  * emitted before it. */
 static void push_control(weir__task *t, uint32_t kind, uint64_t id) {
-  flush_outputs(t);
+  weir__task_flush_outputs(t);
   for (uint32_t k = 0; k < t->nrouters; k++) {
     weir__router *r = &t->routers[k];
     for (uint32_t j = 0; j < r->n; j++) {
@@ -490,313 +471,15 @@ static void push_control(weir__task *t, uint32_t kind, uint64_t id) {
   }
 }
 
-static inline int sync_mode(const weir__task *t) {
-  return t->job->opts.sync_checkpoints;
+/* Nonzero, after publishing the counts, if the task's outputs are full:
+ * the step ends and a consumer wakes the task. */
+static int outputs_blocked(weir__task *t) {
+  if (outputs_writable(t)) return 0;
+  publish_stats(t);
+  return 1;
 }
 
-/* ---- unaligned cuts -------------------------------------------------------- */
-
-/* Starts the channel state of a cut: the output records waiting on every
- * output channel's pending list, one run per channel. */
-static void cs_begin(weir__task *t) {
-  weir__cs_begin(&t->cs);
-  for (uint32_t k = 0; k < t->nrouters; k++) {
-    weir__router *r = &t->routers[k];
-    for (uint32_t j = 0; j < r->n; j++) {
-      uint64_t n = 0;
-      for (weir__batch *b = r->chans[j]->pend_head; b; b = b->next)
-        if (b->kind == WEIR__MSG_DATA) n += b->len;
-      if (!n) continue;
-      weir__cs_run(&t->cs, k, j, n);
-      for (weir__batch *b = r->chans[j]->pend_head; b; b = b->next)
-        if (b->kind == WEIR__MSG_DATA) weir__cs_batch(&t->cs, b);
-    }
-  }
-  weir__cs_inputs(&t->cs);
-}
-
-/* Hands the completed channel state of un.cur to the store. Returns 0 or an
- * error (the job has been failed). */
-static int cs_finish(weir__task *t) {
-  uint64_t id = weir__unalign_done(&t->un);
-  int none = !t->cs.out_records && !t->cs.in_records;
-  uint64_t len;
-  uint8_t *blob = weir__cs_finish(&t->cs, &len);
-  if (none) {
-    /* Nothing overtaken: no entry (one durable write less). */
-    weir__cs_free(blob);
-    weir__task_no_channels(t, id);
-    return 0;
-  }
-  int rc = weir_failpoint("ckpt.channel_state");
-  if (rc) {
-    weir__cs_free(blob);
-    weir__job_failed(t->job, rc, "checkpoint %llu: failpoint ckpt.channel_state",
-                     (unsigned long long)id);
-    return rc;
-  }
-  return weir__task_write_channels(t, id, blob, len);
-}
-
-/* Logs records [from, from + n) of a data batch consumed from input idx
- * if they crossed the cut. */
-static inline void un_log(weir__task *t, uint32_t idx, const weir__batch *b, uint32_t from,
-                          uint32_t n) {
-  if (!t->job->unaligned || !weir__unalign_data(&t->un, idx, n)) return;
-  weir__cs_records(&t->cs, b, from, from + n);
-}
-
-/* The unaligned cut of checkpoint id (passed: inputs that delivered it
- * already, or NULL). Returns 0 or an error (the job has been failed). */
-static int un_cut(weir__task *t, uint64_t id, const uint8_t *passed, uint64_t align_ns) {
-  flush_outputs(t);
-  cs_begin(t);
-  weir__unalign_result ur = weir__unalign_start(&t->un, id, passed);
-  uint32_t parts = 0;
-  for (uint32_t i = 0; i < t->nin; i++) parts += t->in_off[i] != 0;
-  WEIR_LOG_D("checkpoint %llu: unaligned cut of task %u (%llu output records overtaken, %u "
-             "input batches consumed in part)",
-             (unsigned long long)id, t->index, (unsigned long long)t->cs.out_records, parts);
-  /* A source's cut overtakes only its pending output: no entry if none. */
-  int chan = t->nin > 0 || t->cs.out_records > 0;
-  t->hold_views = t->job->views_on_tasks;
-  int rc =
-      chan ? weir__task_snapshot_unaligned(t, id, align_ns) : weir__task_snapshot(t, id, align_ns);
-  t->hold_views = 0;
-  if (rc) return rc;
-  for (uint32_t k = 0; k < t->nrouters; k++) {
-    weir__router *r = &t->routers[k];
-    for (uint32_t j = 0; j < r->n; j++) {
-      weir__batch *b = weir__chan_batch(r->chans[j]);
-      b->kind = WEIR__MSG_BARRIER;
-      b->barrier_id = id;
-      weir__chan_push_front(r->chans[j], b);
-      /* Whether or not it waits on this input: it sees the barrier now. */
-      weir__task_wake_first(r->chans[j]->consumer);
-    }
-  }
-  weir__task_write_held(t);
-  if (ur == WEIR__UN_COMPLETE) {
-    if (chan) return cs_finish(t);
-    (void)weir__unalign_done(&t->un);
-    return 0;
-  }
-  return weir_failpoint("ckpt.unaligned_cut");
-}
-
-/* While recording the channel state of un.cur: an input that is still
- * logging and whose barrier un.cur (or end of input) is now in its queue
- * has all its records
- * before the cut in sight; they are copied into the channel state at once
- * (they are processed later, not logged again), so the channel state
- * completes as soon as every barrier is in sight, not once the backlog in
- * front of it has been processed. Returns 0 or an error (the job has been
- * failed). */
-static int un_capture(weir__task *t) {
-  for (uint32_t i = 0; i < t->nin && t->un.cur; i++) {
-    if (t->un.in[i] != WEIR__UN_LOGGING) continue;
-    weir__chan *ch = t->in[i];
-    uint64_t h = atomic_load_explicit(&ch->head, memory_order_relaxed);
-    uint64_t tl = atomic_load_explicit(&ch->tail, memory_order_acquire);
-    uint64_t p = h;
-    const weir__batch *stop = NULL;
-    for (; p < tl; p++) {
-      const weir__batch *b = ch->ring[p & ch->mask];
-      /* An input whose producer finished sends no barrier: its end of
-       * input stands for one (the producer's final state answered the
-       * checkpoint, so everything before the end is before the cut). */
-      if ((b->kind == WEIR__MSG_BARRIER && b->barrier_id == t->un.cur) ||
-          b->kind == WEIR__MSG_EOI) {
-        stop = b;
-        break;
-      }
-    }
-    if (!stop) continue; /* not in sight yet: logged as it is consumed */
-    if (stop->kind == WEIR__MSG_EOI)
-      WEIR_LOG_D("checkpoint %llu: task %u: input %u ended behind %llu queued batches, taken as "
-                 "channel state",
-                 (unsigned long long)t->un.cur, t->index, i, (unsigned long long)(p - h));
-    for (uint64_t q = h; q < p; q++) {
-      const weir__batch *b = ch->ring[q & ch->mask];
-      if (b->kind != WEIR__MSG_DATA) continue;
-      /* The head batch may be partly consumed already (a slice). */
-      uint32_t from = q == h ? t->in_off[i] : 0;
-      weir__cs_records(&t->cs, b, from, b->len);
-      (void)weir__unalign_data(&t->un, i, b->len - from); /* counted */
-    }
-    if (weir__unalign_barrier(&t->un, i, t->un.cur) == WEIR__UN_COMPLETE) return cs_finish(t);
-  }
-  return 0;
-}
-
-/* Scans every live input's ring for barriers not seen yet (positions
- * between the last scan and the tail) and takes the unaligned cut of the
- * newest one due: at once in WEIR__UNALIGNED_ALWAYS mode, after the
- * alignment timeout otherwise. Returns 1 if the task failed. */
-static int un_scan(weir__task *t) {
-  if (t->replay || t->state != WEIR__TASK_RUNNING) return 0;
-  uint64_t want = 0;
-  for (uint32_t i = 0; i < t->nin; i++) {
-    if (t->in_ended[i]) continue;
-    weir__chan *ch = t->in[i];
-    uint64_t h = atomic_load_explicit(&ch->head, memory_order_relaxed);
-    uint64_t tl = atomic_load_explicit(&ch->tail, memory_order_acquire);
-    uint64_t pos = t->scanned[i] > h ? t->scanned[i] : h;
-    for (; pos < tl; pos++) {
-      const weir__batch *b = ch->ring[pos & ch->mask];
-      if (b->kind == WEIR__MSG_BARRIER &&
-          weir__unalign_seen(&t->un, i, b->barrier_id) == WEIR__UN_CUT && b->barrier_id > want)
-        want = b->barrier_id;
-    }
-    t->scanned[i] = pos;
-  }
-  uint64_t now = 0;
-  if (t->un.cur && un_capture(t)) {
-    task_failed(t, WEIR_ECKPT);
-    return 1;
-  }
-  if (t->job->unaligned == WEIR__UNALIGNED_TIMEOUT) {
-    if (want > t->seen_id) {
-      /* The timeout counts from the first sight of the barrier. */
-      t->seen_id = want;
-      t->seen_ns = weir_clock_mono_ns();
-      weir__task_wake_after(t, (uint64_t)t->job->opts.alignment_timeout_ms * 1000u + 100u);
-    }
-    if (t->seen_id <= t->un.last || t->seen_id <= t->align.last) return 0;
-    now = weir_clock_mono_ns();
-    uint64_t limit = (uint64_t)t->job->opts.alignment_timeout_ms * 1000000u;
-    if (now - t->seen_ns < limit) {
-      /* Not yet: make sure a wake-up comes when it is due (libuv's timers
-       * count from the loop's cached time, so the one set at first sight
-       * may fire a little early, and a task that waits for input on a
-       * blocked alignment would then never look again: the switch must
-       * not depend on other events, or a task that aligns on a barrier
-       * another task sent ahead of its output after its own switch can
-       * wait for good). */
-      weir__task_wake_after(t, (limit - (now - t->seen_ns)) / 1000u + 1000u);
-      return 0;
-    }
-    want = t->seen_id;
-  }
-  if (!want) return 0;
-  /* Inputs that already delivered `want` (aligned so far) are not logged. */
-  uint8_t *passed = NULL;
-  uint64_t align_ns = 0;
-  if (t->job->unaligned == WEIR__UNALIGNED_TIMEOUT) {
-    align_ns = now - t->seen_ns;
-    if (t->align.cur == want) {
-      passed = weir_calloc(t->nin, 1);
-      for (uint32_t i = 0; i < t->nin; i++) passed[i] = t->align.in[i] == WEIR__IN_BLOCKED;
-    }
-    weir__align_force(&t->align, want);
-    WEIR_LOG_D("checkpoint %llu: task %u switches to an unaligned cut after %llu ms",
-               (unsigned long long)want, t->index, (unsigned long long)(align_ns / 1000000u));
-  }
-  int rc = un_cut(t, want, passed, align_ns);
-  weir_free(passed);
-  if (!rc && t->un.cur) rc = un_capture(t);
-  if (rc) {
-    task_failed(t, WEIR_ECKPT);
-    return 1;
-  }
-  return 0;
-}
-
-/* Restore: pushes the restored output records into their channels (before
- * anything the task emits) and keeps the input records for replay. Returns
- * 0 or WEIR_ECORRUPT (reported). */
-static int un_restore(weir__task *t) {
-  weir_ctx *c = t->ops[0];
-  weir_subtask_snapshot *s = c->restore_chan;
-  if (!s) return 0;
-  c->restore_chan = NULL;
-  uint64_t len = 0;
-  void (*release)(uint8_t *, uint64_t) = s->blob_release;
-  uint8_t *p = s->blob;
-  len = s->blob_len;
-  s->blob = NULL;
-  s->blob_len = 0;
-  s->blob_release = NULL;
-  weir_subtask_snapshot_free(s);
-  weir_free(s);
-  const char *why = NULL;
-  weir__cs_reader rd;
-  weir__cs_rec rec;
-  int rc = weir__cs_open(&rd, p, len, c->max_record, &why);
-  if (!rc)
-    while ((rc = weir__cs_next(&rd, &rec, &why)) > 0) {
-      if (rec.k >= t->nrouters || rec.j >= t->routers[rec.k].n) {
-        why = "an output record names no channel of this task";
-        break;
-      }
-      route_append(&t->routers[rec.k], rec.j, rec.key, rec.ts, rec.id, rec.data, rec.len);
-    }
-  /* The input section: checked now, replayed later. */
-  if (!rc) {
-    weir__cs_to_inputs(&rd);
-    t->replay_rd = rd;
-    do rc = weir__cs_next(&rd, &rec, &why);
-    while (rc > 0);
-  }
-  if (why) {
-    weir_blob_free(p, len, release);
-    return weir_ctx_fail(c, WEIR_ECORRUPT, "restored channel state of task %u: %s", t->index, why);
-  }
-  flush_outputs(t);
-  if (rd.out_records || rd.in_records)
-    WEIR_LOG_I("'%s' subtask %u: restored channel state: %llu output records, %llu input "
-               "records",
-               c->node->name, c->subtask, (unsigned long long)rd.out_records,
-               (unsigned long long)rd.in_records);
-  if (rd.in_records) {
-    t->replay = p;
-    t->replay_len = len;
-    t->replay_release = release;
-    t->replay_batch = weir__batch_create(t->batch_records);
-  } else {
-    weir_blob_free(p, len, release);
-  }
-  return 0;
-}
-
-/* Processes up to one step's worth of restored input records. Returns 1 if
- * more remain, 0 when done, or an error. */
-static int un_replay(weir__task *t) {
-  weir__cs_reader *rd = &t->replay_rd;
-  weir__cs_rec rec;
-  const char *why;
-  uint64_t t0 = weir_clock_mono_ns(), t1 = t0;
-  for (uint32_t n = 0; n < t->budget_batches && rd->off < rd->end; n++) {
-    weir__batch *b = t->replay_batch;
-    weir__batch_reset(b);
-    /* A slow chain replays in slices too (see input_step). */
-    uint32_t want = t->sliceable ? slice_of(t, t->batch_records) : t->batch_records;
-    while (b->len < want) {
-      weir__cs_reader at = *rd;
-      /* Checked in un_restore: a record, or the end. */
-      if (weir__cs_next(rd, &rec, &why) <= 0) break;
-      if (!weir__batch_fits(b, rec.len)) {
-        *rd = at;
-        break;
-      }
-      weir__batch_append(b, rec.key, rec.ts, rec.id, rec.data, rec.len);
-    }
-    int rc = op_process(t->ops[0], b, 0, b->len);
-    if (!rc) rc = chain_flush(t, 0);
-    if (rc) return rc;
-    uint64_t t2 = weir_clock_mono_ns();
-    note_time(t, t2 - t1, b->len);
-    t1 = t2;
-    if (!outputs_writable(t) || t2 - t0 > WEIR__STEP_NS) break;
-  }
-  if (rd->off < rd->end) return 1;
-  weir_blob_free(t->replay, t->replay_len, t->replay_release);
-  t->replay = NULL;
-  t->replay_len = 0;
-  weir__batch_destroy(t->replay_batch);
-  t->replay_batch = NULL;
-  return 0;
-}
+/* ---- checkpoints ------------------------------------------------------------ */
 
 /* Synchronous checkpoints: this task forwarded drain marker id. */
 static void report_drained(weir__task *t, uint64_t id) {
@@ -807,82 +490,51 @@ static void report_drained(weir__task *t, uint64_t id) {
 /* The cut of checkpoint id at this task: snapshot, then forward the
  * barrier (synchronous checkpoints: forward the drain marker, and snapshot
  * later). Returns 0 or an error (the job has been failed). */
-static int take_checkpoint(weir__task *t, uint64_t id, uint64_t align_ns) {
+int weir__task_take_checkpoint(weir__task *t, uint64_t id, uint64_t align_ns) {
   int rc = 0;
-  if (t->job->unaligned == WEIR__UNALIGNED_ALWAYS) return un_cut(t, id, NULL, align_ns);
-  if (t->job->unaligned) weir__unalign_taken(&t->un, id);
+  if (t->job->unaligned == WEIR__UNALIGNED_ALWAYS) return weir__task_un_cut(t, id, NULL, align_ns);
+  if (t->job->unaligned) weir__task_un_taken(t, id);
   if (t->head_loop) t->log_id = id;
   t->hold_views = t->job->views_on_tasks;
-  if (!sync_mode(t)) rc = weir__task_snapshot(t, id, align_ns);
+  if (!weir__task_sync_mode(t)) rc = weir__task_snapshot(t, id, align_ns);
   t->hold_views = 0;
   if (rc) return rc;
   push_control(t, WEIR__MSG_BARRIER, id);
   weir__task_write_held(t);
-  /* A loop head now logs its feedback edges until the barrier is back. */
-  if (t->head_loop) {
-    if (weir__backlog_start(t->backlog, id) == WEIR__LOG_COMPLETE)
-      rc = weir__head_write_log(t);
-    else if (weir_failpoint("iter.log_open"))
-      rc = WEIR_ECKPT; /* a back-edge log is open */
-  }
-  if (!rc && sync_mode(t)) report_drained(t, id);
+  if (t->head_loop) rc = weir__head_log_start(t, id);
+  if (!rc && weir__task_sync_mode(t)) report_drained(t, id);
   return rc;
 }
 
-/* Sources (which have no barrier to wait for) and finished tasks answer a
- * triggered checkpoint at once (synchronous checkpoints: once, by
- * forwarding the drain marker or reporting drained). */
-static int pending_trigger(weir__task *t) {
-  uint64_t tr = atomic_load_explicit(&t->job->trigger_id, memory_order_acquire);
-  return tr > t->ckpt_done && (!sync_mode(t) || tr > t->sync_drained);
-}
-
-/* Synchronous checkpoints: a source that forwarded a drain marker waits
- * until its checkpoint completed or failed. */
-static int sync_paused(weir__task *t) {
-  return sync_mode(t) && t->sync_drained > atomic_load(&t->job->resume_id);
-}
-
-/* Synchronous checkpoints, loop heads: drain marker id came on every
- * regular input (or they ended). Tells the loop's other heads. */
-static void head_ready(weir__task *t, uint64_t id) {
-  atomic_store(&t->sync_ready, id);
-  weir__loop *l = t->head_loop;
-  for (uint32_t i = 0; i < l->nheads; i++)
-    if (l->heads[i] != t) weir__task_wake(l->heads[i]);
-}
-
-/* Synchronous checkpoints, loop heads: forwards the drain marker into the
- * loop once every head of the loop has it and nothing is in flight inside
- * (nothing can enter any more, so the loop stays empty); a marker of a
- * checkpoint that already ended goes on at once. Returns 1 if the task
- * failed. */
-static int head_sync(weir__task *t) {
-  uint64_t id = atomic_load_explicit(&t->sync_ready, memory_order_relaxed);
-  if (!id || id <= t->sync_drained || t->state != WEIR__TASK_RUNNING) return 0;
-  weir__loop *l = t->head_loop;
-  if (id > atomic_load(&t->job->resume_id)) {
-    for (uint32_t i = 0; i < l->nheads; i++)
-      if (atomic_load(&l->heads[i]->sync_ready) < id) return 0; /* it wakes us when ready */
-    /* The count has no waiters to wake: the coordinator wakes every task
-     * each millisecond while a synchronous checkpoint drains (job.c). */
-    if (atomic_load(&l->inflight) != 0) return 0;
-  }
-  if (take_checkpoint(t, id, 0)) {
-    task_failed(t, WEIR_ECKPT);
+/* A finished task answers the triggered checkpoint with its final state:
+ * everything it will ever emit is before any later cut. Returns 1 if the
+ * task failed. */
+static int answer_trigger(weir__task *t) {
+  uint64_t tr = atomic_load(&t->job->trigger_id);
+  if (weir__task_sync_mode(t)) {
+    if (t->head_loop) weir__head_ready(t, tr);
+    report_drained(t, tr); /* snapshots with the others */
+  } else if (weir__task_snapshot(t, tr, 0)) {
+    weir__task_failed(t, WEIR_ECKPT);
     return 1;
   }
   return 0;
 }
 
+/* Synchronous checkpoints: a source that forwarded a drain marker waits
+ * until its checkpoint completed or failed. */
+static int sync_paused(weir__task *t) {
+  return weir__task_sync_mode(t) && t->sync_drained > atomic_load(&t->job->resume_id);
+}
+
 /* End of all input: finish each operator in chain order, then send end of
  * input downstream. */
-static void task_finish(weir__task *t) {
+void weir__task_finish(weir__task *t) {
   for (uint32_t i = 0; i < t->nops; i++) {
     int rc = weir__ctx_finish(t->ops[i]);
     if (!rc) rc = chain_flush(t, i);
     if (rc) {
-      task_failed(t, rc);
+      weir__task_failed(t, rc);
       return;
     }
   }
@@ -891,25 +543,16 @@ static void task_finish(weir__task *t) {
   /* A head finishes when its loop drained: nothing can reach it on a
    * feedback edge any more, so an open log is complete. */
   if (t->head_loop && t->backlog->id && weir__head_write_log(t)) {
-    task_failed(t, WEIR_ECKPT);
+    weir__task_failed(t, WEIR_ECKPT);
     return;
   }
   /* A checkpoint triggered while this task drained its last input: no
-   * barrier will reach it any more, so its final state answers it. */
-  if (pending_trigger(t)) {
-    uint64_t tr = atomic_load(&t->job->trigger_id);
-    if (sync_mode(t)) {
-      if (t->head_loop) head_ready(t, tr);
-      report_drained(t, tr); /* snapshots with the others */
-    } else if (weir__task_snapshot(t, tr, 0)) {
-      task_failed(t, WEIR_ECKPT);
-      return;
-    }
-  }
+   * barrier will reach it any more. */
+  if (weir__task_pending_trigger(t) && answer_trigger(t)) return;
   /* finish may have started effects (a sink without checkpoints commits
    * its only transaction at the end of input): wait for them. */
   if (weir__task_poll(t)) {
-    task_failed(t, WEIR_EOPERATOR);
+    weir__task_failed(t, WEIR_EOPERATOR);
     return;
   }
   if (outputs_writable(t) && !t->held) task_done(t);
@@ -921,13 +564,13 @@ static int source_step(weir__task *t) {
   uint64_t t0 = weir_clock_mono_ns();
   for (uint32_t n = 0; n < t->budget_batches; n++) {
     if (atomic_load_explicit(&t->job->stopping, memory_order_relaxed)) {
-      task_finish(t);
+      weir__task_finish(t);
       return 0;
     }
-    if (pending_trigger(t)) {
+    if (weir__task_pending_trigger(t)) {
       uint64_t id = atomic_load(&t->job->trigger_id);
-      if (weir_failpoint("ckpt.barrier_injected") || take_checkpoint(t, id, 0)) {
-        task_failed(t, WEIR_ECKPT);
+      if (weir_failpoint("ckpt.barrier_injected") || weir__task_take_checkpoint(t, id, 0)) {
+        weir__task_failed(t, WEIR_ECKPT);
         return 0;
       }
       if (sync_paused(t)) {
@@ -947,22 +590,22 @@ static int source_step(weir__task *t) {
     int rc = c->node->svt->run(c, want);
     if (rc < 0) {
       weir__ctx_report(c, rc, "run");
-      task_failed(t, rc);
+      weir__task_failed(t, rc);
       return 0;
     }
     int frc = chain_flush(t, 0);
     if (frc) {
-      task_failed(t, frc);
+      weir__task_failed(t, frc);
       return 0;
     }
     uint64_t t2 = weir_clock_mono_ns(), made = c->n_out - before;
     note_time(t, t2 - t1, made);
     if (rc == WEIR_SOURCE_DONE) {
-      task_finish(t);
+      weir__task_finish(t);
       return 0;
     }
     if (rc == WEIR_SOURCE_IDLE) {
-      flush_outputs(t);
+      weir__task_flush_outputs(t);
       settle_pending(t);
       publish_stats(t);
       if (c->wake_after_us) weir__task_wake_after(t, c->wake_after_us);
@@ -983,79 +626,140 @@ static int source_step(weir__task *t) {
 static int complete_alignment(weir__task *t) {
   uint64_t align_ns = weir_clock_mono_ns() - t->align.started_ns;
   uint64_t id = weir__align_done(&t->align);
-  if (sync_mode(t) && t->head_loop) {
-    head_ready(t, id);
-    /* Tests: the other heads may act on this one's readiness meanwhile. */
-    (void)weir_failpoint("iter.head_ready");
-    return head_sync(t);
-  }
-  if (take_checkpoint(t, id, align_ns)) {
-    task_failed(t, WEIR_ECKPT);
+  if (weir__task_sync_mode(t) && t->head_loop) return weir__head_aligned(t, id);
+  if (weir__task_take_checkpoint(t, id, align_ns)) {
+    weir__task_failed(t, WEIR_ECKPT);
     return 1;
   }
   return 0;
 }
 
-/* Loop heads: replay a restored back-edge log before any new input, act as
- * the loop's source of barriers once its external inputs ended, and finish
- * when the loop drained. Returns 1 if the step must end here, 2 if part of
- * the log is still to be replayed. */
-static int head_duties(weir__task *t) {
-  if (!t->replayed) {
-    int rc = weir__head_replay(t->ops[0], (uint64_t)t->budget_batches * t->batch_records);
-    if (rc >= 0) {
-      int frc = chain_flush(t, 0);
-      if (frc) rc = frc;
-      weir__loop_publish_all(t);
-    }
-    if (rc < 0) {
-      task_failed(t, rc);
-      return 1;
-    }
-    if (rc > 0) return 2;
-    t->replayed = 1;
+/* ---- a step of a task with inputs ------------------------------------------- */
+
+/* How a part of a step ends: the step goes on, or it ends and the task
+ * waits for a wake-up, or it ends and the task runs again soon. */
+typedef enum { STEP_ON, STEP_WAIT, STEP_AGAIN } step_end;
+
+/* Restored input records go through the chain before any live input, a
+ * step at a time and sliced like live input. Returns 1 if more remain, 0
+ * when done, or an error. */
+static int replay_batches(weir__task *t) {
+  uint64_t t0 = weir_clock_mono_ns(), t1 = t0;
+  for (uint32_t n = 0; n < t->budget_batches; n++) {
+    uint32_t want = t->pace.sliceable ? slice_of(t, t->batch_records) : t->batch_records;
+    weir__batch *b = weir__task_un_replay_next(t, want);
+    if (!b) break;
+    int rc = op_process(t->ops[0], b, 0, b->len);
+    if (!rc) rc = chain_flush(t, 0);
+    if (rc) return rc;
+    uint64_t t2 = weir_clock_mono_ns();
+    note_time(t, t2 - t1, b->len);
+    t1 = t2;
+    if (!outputs_writable(t) || t2 - t0 > WEIR__STEP_NS) break;
   }
-  if (sync_mode(t)) {
-    uint64_t tr = atomic_load(&t->job->trigger_id);
-    if (t->nregular_ended == t->nregular && pending_trigger(t) &&
-        atomic_load_explicit(&t->sync_ready, memory_order_relaxed) < tr)
-      head_ready(t, tr); /* no marker will come on an external input */
-    if (head_sync(t)) return 1;
+  return weir__task_un_replay_left(t);
+}
+
+static step_end replay_step(weir__task *t) {
+  int rc = replay_batches(t);
+  if (rc < 0) {
+    weir__task_failed(t, rc);
+    return STEP_WAIT;
   }
-  if (t->nregular_ended < t->nregular) return 0;
-  if (!sync_mode(t) && pending_trigger(t) && !t->backlog->id) {
-    /* No barrier will come on an external input: inject it, as a source. */
-    if (take_checkpoint(t, atomic_load(&t->job->trigger_id), 0)) {
-      task_failed(t, WEIR_ECKPT);
-      return 1;
+  if (!outputs_writable(t)) return STEP_WAIT;
+  return rc > 0 ? STEP_AGAIN : STEP_ON;
+}
+
+static step_end head_step(weir__task *t) {
+  int hd = weir__head_duties(t);
+  /* A replayed log or an injected barrier may be waiting for room. */
+  if (hd == 1 || !outputs_writable(t)) return STEP_WAIT;
+  return hd == 2 ? STEP_AGAIN : STEP_ON; /* more of the log next step */
+}
+
+/* Whether input i may be read now. */
+static inline int readable(const weir__task *t, uint32_t i) {
+  return !t->in_ended[i] && weir__align_readable(&t->align, i) &&
+         !(t->backlog && weir__backlog_blocked(t->backlog, i));
+}
+
+/* The head batch of the next input to read, round robin, or NULL. A loop
+ * head reads its feedback edges first, and its external inputs only while
+ * it admits them (see weir__head_admits). */
+static inline weir__batch *next_input(weir__task *t, int external, uint32_t *idx) {
+  for (int pass = t->head_loop ? 0 : 1; pass < (external ? 2 : 1); pass++) {
+    for (uint32_t k = 0; k < t->nin; k++) {
+      uint32_t i = t->rr + k < t->nin ? t->rr + k : t->rr + k - t->nin;
+      if (!readable(t, i) || (pass == 0 && !t->in_back[i])) continue;
+      weir__batch *b = weir__chan_peek(t->in[i]);
+      if (b) {
+        *idx = i;
+        return b;
+      }
     }
   }
-  if (weir__loop_drained(t->head_loop)) {
-    task_finish(t);
+  return NULL;
+}
+
+/* Nothing to read: announces waiting on every input it would read, and
+ * returns 1 if one got data meanwhile (between the peek and the flag). */
+static int wait_inputs(weir__task *t, int external) {
+  int again = 0;
+  for (uint32_t i = 0; i < t->nin; i++)
+    if (readable(t, i) && (external || t->in_back[i]) && weir__chan_wait(t->in[i])) again = 1;
+  return again;
+}
+
+/* The step ends to wait for input. */
+static void go_idle(weir__task *t) {
+  weir__task_flush_outputs(t);
+  if (!t->head_loop || weir__head_duties(t) != 1) settle_pending(t);
+  publish_stats(t);
+}
+
+/* A data batch on input idx: (a slice of) it goes through the chain, and
+ * into a checkpoint's log where one needs it. *now: the time after the
+ * call. Returns 1 if the step must end here. */
+static inline int input_data(weir__task *t, uint32_t idx, weir__batch *b, uint64_t *now) {
+  uint32_t from = t->in_off[idx], n = b->len - from;
+  if (t->pace.sliceable) n = slice_of(t, n);
+  uint64_t t1 = weir_clock_mono_ns();
+  if (t->head_loop && weir__backlog_logging(t->backlog, idx))
+    weir__backlog_batch(t->backlog, b, from, n);
+  weir__task_un_log(t, idx, b, from, n);
+  int rc = op_process(t->ops[0], b, from, n);
+  if (from + n == b->len) {
+    t->in_off[idx] = 0;
+    weir__chan_release(t->in[idx]);
+  } else {
+    t->in_off[idx] = from + n;
+  }
+  if (!rc) rc = chain_flush(t, 0);
+  if (rc) {
+    weir__task_failed(t, rc);
     return 1;
   }
-  return 0;
+  /* Only the call's own time: a snapshot taken on a barrier
+   * between calls would look like a cost per call. */
+  *now = weir_clock_mono_ns();
+  note_time(t, *now - t1, n);
+  if (t->in_loopin[idx])
+    weir__loop_consumed(t, n);
+  else if (t->loop_out)
+    weir__loop_publish_all(t);
+  return outputs_blocked(t);
 }
 
 /* End of input on input idx. Returns 1 if the step must end here. */
 static int input_ended(weir__task *t, uint32_t idx) {
   t->in_ended[idx] = 1;
   ++t->nended;
-  if (t->in_back[idx]) {
-    if (weir__backlog_end(t->backlog, idx) == WEIR__LOG_COMPLETE && weir__head_write_log(t)) {
-      task_failed(t, WEIR_ECKPT);
-      return 1;
-    }
-    return 0;
-  }
-  if (t->job->unaligned && weir__unalign_end(&t->un, idx) == WEIR__UN_COMPLETE && cs_finish(t)) {
-    task_failed(t, WEIR_ECKPT);
-    return 1;
-  }
+  if (t->in_back[idx]) return weir__head_back_ended(t, idx);
+  if (weir__task_un_ended(t, idx)) return 1;
   if (weir__align_end(&t->align, idx) == WEIR__ALIGN_COMPLETE && complete_alignment(t)) return 1;
   if (++t->nregular_ended == t->nregular && t->head_loop) weir__loop_ext_done(t->head_loop);
   if (!t->head_loop && t->nended == t->nin) {
-    task_finish(t);
+    weir__task_finish(t);
     return 1;
   }
   return 0;
@@ -1063,180 +767,55 @@ static int input_ended(weir__task *t, uint32_t idx) {
 
 /* Barrier `id` on input idx. Returns 1 if the step must end here. */
 static int input_barrier(weir__task *t, uint32_t idx, uint64_t id) {
-  if (t->in_back[idx]) {
-    weir__log_result lr = weir__backlog_barrier(t->backlog, idx, id);
-    if (lr == WEIR__LOG_COMPLETE && weir__head_write_log(t)) {
-      task_failed(t, WEIR_ECKPT);
-      return 1;
-    }
-    if (lr == WEIR__LOG_BLOCK && t->nregular_ended == t->nregular && head_duties(t) == 1) return 1;
-    return 0;
-  }
+  if (t->in_back[idx]) return weir__head_back_barrier(t, idx, id);
   if (t->job->unaligned) {
-    weir__unalign_result ur = weir__unalign_barrier(&t->un, idx, id);
-    if (ur == WEIR__UN_CUT && t->job->unaligned == WEIR__UNALIGNED_ALWAYS) {
-      /* It arrived after the last scan: cut now (nothing of this input is
-       * overtaken; the others are recorded as usual). */
-      if (un_cut(t, id, NULL, 0)) {
-        task_failed(t, WEIR_ECKPT);
-        return 1;
-      }
-      ur = weir__unalign_barrier(&t->un, idx, id);
-    }
-    if (ur == WEIR__UN_COMPLETE && cs_finish(t)) {
-      task_failed(t, WEIR_ECKPT);
-      return 1;
-    }
-    if (t->job->unaligned == WEIR__UNALIGNED_ALWAYS) {
-      if (!outputs_writable(t)) {
-        publish_stats(t);
-        return 1;
-      }
-      return 0;
-    }
-    /* Timeout mode: an aligned cut unless the task switched (then the
-     * barrier is stale for the aligner). A barrier that arrived after the
-     * last scan starts the timeout here. */
-    if (id > t->seen_id && id > t->un.last && id > t->align.last) {
-      t->seen_id = id;
-      t->seen_ns = weir_clock_mono_ns();
-      weir__task_wake_after(t, (uint64_t)t->job->opts.alignment_timeout_ms * 1000u + 1000u);
-    }
+    if (weir__task_un_barrier(t, idx, id)) return 1;
+    if (t->job->unaligned == WEIR__UNALIGNED_ALWAYS) return outputs_blocked(t);
   }
   weir__align_result ar = weir__align_barrier(&t->align, idx, id, weir_clock_mono_ns());
-  if (ar == WEIR__ALIGN_COMPLETE) {
-    if (complete_alignment(t)) return 1;
-    if (!outputs_writable(t)) {
-      publish_stats(t);
-      return 1;
-    }
-  } else if (ar == WEIR__ALIGN_NONE && weir_failpoint("ckpt.aligning")) {
-    task_failed(t, WEIR_ECKPT);
+  if (ar == WEIR__ALIGN_COMPLETE) return complete_alignment(t) || outputs_blocked(t);
+  if (ar == WEIR__ALIGN_NONE && weir_failpoint("ckpt.aligning")) {
+    weir__task_failed(t, WEIR_ECKPT);
     return 1;
   }
   return 0;
 }
 
+/* A step of a task with inputs: restored records first, then a loop
+ * head's duties, then up to its budget of input batches. */
 static int input_step(weir__task *t) {
-  uint32_t processed = 0;
-  if (t->replay) {
-    int rc = un_replay(t);
-    if (rc < 0) {
-      task_failed(t, rc);
-      return 0;
-    }
-    if (!outputs_writable(t)) return 0;
-    if (rc > 0) return 1;
-  }
-  if (t->head_loop) {
-    int hd = head_duties(t);
-    if (hd == 1) return 0;
-    /* A replayed log or an injected barrier may be waiting for room. */
-    if (!outputs_writable(t)) return 0;
-    if (hd == 2) return 1; /* more of the log next step */
-  }
+  step_end e = weir__task_un_replaying(t) ? replay_step(t) : STEP_ON;
+  if (e == STEP_ON && t->head_loop) e = head_step(t);
+  if (e != STEP_ON) return e == STEP_AGAIN;
   /* Unaligned: while a checkpoint is in flight and this task took its cut,
    * it yields after every batch, so that the tasks sharing its worker see
    * their barriers soon even when this one is slow (a mailbox step of a
    * slow operator would otherwise hold them back for its whole budget). */
-  uint32_t budget = t->budget_batches;
-  if (t->job->unaligned && t->un.last &&
-      t->un.last >= atomic_load_explicit(&t->job->trigger_id, memory_order_relaxed) &&
-      t->un.last > atomic_load_explicit(&t->job->complete_id, memory_order_relaxed))
-    budget = 1;
+  uint32_t budget = weir__task_un_in_flight(t) ? 1 : t->budget_batches;
   uint64_t t0 = weir_clock_mono_ns();
-  while (processed < budget) {
-    weir__batch *b = NULL;
-    uint32_t idx = 0;
-    if (t->job->unaligned) {
-      uint64_t before = t->un.last;
-      if (un_scan(t)) return 0;
-      if (t->un.last != before) {
-        /* Just took a cut: let the worker's other tasks see theirs. */
-        maybe_timeout_flush(t);
-        publish_stats(t);
-        return 1;
-      }
-    }
-    /* (Not while a checkpoint waits on the external inputs: records held
-     * on a blocked edge stay in flight, and would hold the barrier back.
-     * That includes a barrier not read yet: with a body behind a hash edge,
-     * the body aligns on every head, so one head's barrier queued behind
-     * admission-limited input blocks the others' records in the body, which
-     * keeps the count at the limit.) */
-    int passes = !t->head_loop || t->align.cur || t->backlog->nearly || pending_trigger(t) ||
-                         atomic_load(&t->head_loop->inflight) < t->head_loop->admit
-                     ? 2
-                     : 1;
-    /* A loop head reads its feedback edges first, and external input only
-     * while few records are in flight in the loop: the loop drains before
-     * more work enters it, which keeps the unbounded feedback queues (and
-     * the back-edge logs, and the time a barrier takes round the loop)
-     * small, and lets backpressure reach the sources. */
-    for (int pass = t->head_loop ? 0 : 1; pass < passes && !b; pass++) {
-      for (uint32_t k = 0; k < t->nin; k++) {
-        uint32_t i = t->rr + k < t->nin ? t->rr + k : t->rr + k - t->nin;
-        if (t->in_ended[i] || !weir__align_readable(&t->align, i)) continue;
-        if (pass == 0 && !t->in_back[i]) continue;
-        if (t->backlog && weir__backlog_blocked(t->backlog, i)) continue;
-        b = weir__chan_peek(t->in[i]);
-        if (b) {
-          idx = i;
-          break;
-        }
-      }
-    }
-    if (!b) {
-      /* Nothing to read: announce waiting on every live input, then look
-       * once more (data may have arrived between the peek and the flag). */
-      int again = 0;
-      for (uint32_t i = 0; i < t->nin; i++)
-        if (!t->in_ended[i] && weir__align_readable(&t->align, i) &&
-            (passes == 2 || t->in_back[i]) &&
-            !(t->backlog && weir__backlog_blocked(t->backlog, i)) && weir__chan_wait(t->in[i]))
-          again = 1;
-      if (again) continue;
-      flush_outputs(t);
-      if (!t->head_loop || head_duties(t) != 1) settle_pending(t);
+  for (uint32_t processed = 0; processed < budget;) {
+    int cut = weir__task_un_poll(t);
+    if (cut < 0) return 0;
+    if (cut > 0) {
+      /* Just took a cut: let the worker's other tasks see theirs. */
+      maybe_timeout_flush(t);
       publish_stats(t);
+      return 1;
+    }
+    int external = !t->head_loop || weir__head_admits(t);
+    uint32_t idx = 0;
+    weir__batch *b = next_input(t, external, &idx);
+    if (!b) {
+      if (wait_inputs(t, external)) continue;
+      go_idle(t);
       return 0;
     }
     t->rr = idx + 1 == t->nin ? 0 : idx + 1;
     if (b->kind == WEIR__MSG_DATA) {
-      uint32_t from = t->in_off[idx], n = b->len - from;
-      if (t->sliceable) n = slice_of(t, n);
-      uint64_t t1 = weir_clock_mono_ns();
-      if (t->head_loop && weir__backlog_logging(t->backlog, idx))
-        for (uint32_t r = from; r < from + n; r++)
-          weir__backlog_append(t->backlog, b->keys[r], b->ts[r], b->ids[r], b->data + b->off[r],
-                               b->lens[r]);
-      un_log(t, idx, b, from, n);
-      int rc = op_process(t->ops[0], b, from, n);
-      if (from + n == b->len) {
-        t->in_off[idx] = 0;
-        weir__chan_release(t->in[idx]);
-      } else {
-        t->in_off[idx] = from + n;
-      }
-      if (!rc) rc = chain_flush(t, 0);
-      if (rc) {
-        task_failed(t, rc);
-        return 0;
-      }
-      /* Only the call's own time: a snapshot taken on a barrier
-       * between calls would look like a cost per call. */
-      uint64_t t2 = weir_clock_mono_ns();
-      note_time(t, t2 - t1, n);
-      if (t->in_loopin[idx])
-        weir__loop_consumed(t, n);
-      else if (t->loop_out)
-        weir__loop_publish_all(t);
+      uint64_t now;
+      if (input_data(t, idx, b, &now)) return 0;
       processed++;
-      if (!outputs_writable(t)) {
-        publish_stats(t);
-        return 0;
-      }
-      if (t2 - t0 > WEIR__STEP_NS) break;
+      if (now - t0 > WEIR__STEP_NS) break;
     } else if (b->kind == WEIR__MSG_EOI) {
       weir__chan_release(t->in[idx]);
       if (input_ended(t, idx)) return 0;
@@ -1251,14 +830,16 @@ static int input_step(weir__task *t) {
   return 1;
 }
 
+/* ---- the task -------------------------------------------------------------- */
+
 int weir__task_run(weir__task *t) {
   if (atomic_load_explicit(&t->job->failed, memory_order_relaxed)) return 0;
   if (weir__task_notify(t)) {
-    task_failed(t, WEIR_ECKPT);
+    weir__task_failed(t, WEIR_ECKPT);
     return 0;
   }
   if (weir__task_poll(t)) {
-    task_failed(t, WEIR_EOPERATOR);
+    weir__task_failed(t, WEIR_EOPERATOR);
     return 0;
   }
   count_final(t);
@@ -1266,40 +847,30 @@ int weir__task_run(weir__task *t) {
     if (t->state != WEIR__TASK_DONE && !t->held) task_done(t);
     return 0;
   }
-  if (sync_mode(t)) {
+  if (weir__task_sync_mode(t)) {
     /* Every task drained: snapshot while nothing moves. */
     uint64_t snap = atomic_load(&t->job->sync_snap_id);
     if (snap > t->ckpt_done && snap == t->sync_drained && weir__task_snapshot(t, snap, 0)) {
-      task_failed(t, WEIR_ECKPT);
+      weir__task_failed(t, WEIR_ECKPT);
       return 0;
     }
   }
-  if (t->state != WEIR__TASK_RUNNING && pending_trigger(t)) {
-    /* Finished: everything it will ever emit is before any later cut. */
-    uint64_t tr = atomic_load(&t->job->trigger_id);
-    if (sync_mode(t)) {
-      if (t->head_loop) head_ready(t, tr);
-      report_drained(t, tr);
-    } else if (weir__task_snapshot(t, tr, 0)) {
-      task_failed(t, WEIR_ECKPT);
-      return 0;
-    }
-  }
+  if (t->state != WEIR__TASK_RUNNING && weir__task_pending_trigger(t) && answer_trigger(t))
+    return 0;
   if (t->state == WEIR__TASK_DONE) return 0;
   /* A barrier may overtake what waits for a full output. After a cut, the
    * worker's other tasks go first (the barriers just sent are theirs). */
-  if (t->job->unaligned && !t->is_source) {
-    uint64_t before = t->un.last;
-    if (un_scan(t)) return 0;
-    if (t->un.last != before) return 1;
+  if (!t->is_source) {
+    int cut = weir__task_un_poll(t);
+    if (cut) return cut > 0;
   }
   if (t->job->unaligned == WEIR__UNALIGNED_ALWAYS && t->is_source &&
-      t->state == WEIR__TASK_RUNNING && pending_trigger(t)) {
+      t->state == WEIR__TASK_RUNNING && weir__task_pending_trigger(t)) {
     /* A backpressured source injects the barrier at once, ahead of the
      * output it cannot hand over yet (that becomes its channel state). */
     uint64_t id = atomic_load(&t->job->trigger_id);
-    if (weir_failpoint("ckpt.barrier_injected") || take_checkpoint(t, id, 0)) {
-      task_failed(t, WEIR_ECKPT);
+    if (weir_failpoint("ckpt.barrier_injected") || weir__task_take_checkpoint(t, id, 0)) {
+      weir__task_failed(t, WEIR_ECKPT);
       return 0;
     }
   }
@@ -1319,20 +890,13 @@ int weir__task_open(weir__task *t) {
   /* Feedback edges are outside alignment (see iteration.c). */
   for (uint32_t i = 0; i < t->nin; i++)
     if (t->in_back[i]) weir__align_exclude(&t->align, i);
-  weir__unalign_init(&t->un, t->nin);
-  t->scanned = weir_calloc(t->nin ? t->nin : 1, sizeof *t->scanned);
   t->in_off = weir_calloc(t->nin ? t->nin : 1, sizeof *t->in_off);
   /* Loop heads log whole batches, and consumption inside a loop is
    * counted per batch: their batches are never sliced. */
-  t->sliceable = !t->head_loop;
+  t->pace.sliceable = !t->head_loop;
   for (uint32_t i = 0; i < t->nin; i++)
-    if (t->in_loopin[i] || t->in_back[i]) t->sliceable = 0;
-  if (t->head_loop && !t->backlog) {
-    t->backlog = weir_calloc(1, sizeof *t->backlog);
-    uint64_t bound = t->job->opts.loop_memory_bytes;
-    weir__backlog_init(t->backlog, t->nin, t->in_back, bound == UINT64_MAX ? 0 : bound,
-                       t->job->opts.spill_dir);
-  }
+    if (t->in_loopin[i] || t->in_back[i]) t->pace.sliceable = 0;
+  if (t->head_loop) weir__head_open(t);
   for (uint32_t i = 0; i < t->nops; i++) {
     weir_ctx *c = t->ops[i];
     int rc = 0;
@@ -1345,7 +909,7 @@ int weir__task_open(weir__task *t) {
     rc = weir__ctx_restore(c);
     if (rc < 0) return rc;
   }
-  return un_restore(t);
+  return weir__task_un_open(t);
 }
 
 void weir__task_close(weir__task *t) {
@@ -1361,21 +925,20 @@ void weir__task_close(weir__task *t) {
     c->opened = 0;
   }
   weir__align_close(&t->align);
-  weir__unalign_close(&t->un);
-  weir_free(t->scanned);
-  t->scanned = NULL;
   weir_free(t->in_off);
   t->in_off = NULL;
   weir__task_drop_held(t);
-  weir__cs_drop(&t->cs);
-  if (t->replay) weir_blob_free(t->replay, t->replay_len, t->replay_release);
-  t->replay = NULL;
-  weir__batch_destroy(t->replay_batch);
-  t->replay_batch = NULL;
-  if (t->backlog) {
-    weir__backlog_close(t->backlog);
-    weir_free(t->backlog);
-    t->backlog = NULL;
-  }
+  weir__task_un_close(t);
+  weir__head_close(t);
   publish_stats(t);
+}
+
+int weir__task_chain_flush(weir__task *t, uint32_t from) {
+  return chain_flush(t, from);
+}
+
+/* Appends a restored output record (task_unaligned.c). */
+void weir__task_route(weir__task *t, uint32_t k, uint32_t j, uint64_t key, int64_t ts, uint64_t id,
+                      const void *p, uint32_t len) {
+  route_append(&t->routers[k], j, key, ts, id, p, len);
 }

@@ -1,9 +1,12 @@
-/* task.h: tasks (one subtask of a chain of operators), their operator
- * contexts and their output routers.
+/* task.h: tasks (one subtask of a chain of operators) and their output
+ * routers.
  *
  * A task runs on one worker thread and owns everything below: its contexts,
  * its chain's link batches, its routers' current batches, the producer side
  * of its output channels and the consumer side of its input channels.
+ * Beside it: its operators' contexts (task_ctx.h), its unaligned cuts
+ * (task_unaligned.h), its loop duties (iteration.h), and what its step
+ * offers those files (task_step.h).
  */
 #ifndef WEIR_TASK_H
 #define WEIR_TASK_H
@@ -12,82 +15,38 @@
 #include <stdint.h>
 
 #include "align.h"
-#include "batch.h"
-#include "channel.h"
-#include "chanstate.h"
 #include "checkpoint.h"
 #include "ctx.h"
 #include "graph.h"
-#include "state.h"
-#include "unaligned.h"
+#include "task_ctx.h"
 
-#define WEIR__MAX_COUNTERS 16
 /* A step of a task ends after the batch that takes it past this much time,
  * and a chain slower than this per batch takes its input in slices of
  * about this much time (task.c). */
 #define WEIR__STEP_NS 1000000u
 
-typedef struct weir__counter {
-  const char *name;
-  _Atomic uint64_t value;
-} weir__counter;
-
-struct weir_ctx {
-  weir__task *task;
-  weir__node *node;
-  weir_job *job;
-  uint32_t subtask, parallelism;
-  uint32_t max_record;
-  int keyed;
-  void *user;
-  int opened;
-  /* The input record being processed: derived emissions take its timestamp
-   * and derive their ids from its id and a per-parent sequence number. */
-  int64_t cur_ts;
-  uint64_t cur_id;
-  uint64_t seq_parent, seq;
-  uint64_t salt;
-  uint64_t cur_key;
-  /* Chained successor: emissions go to `link`, processed by `next`. NULL
-   * for the chain's tail, whose emissions go to the task's routers. */
-  weir_ctx *next;
-  weir__batch *link;
-  /* Records in/out: counted by the owner, published once per step. */
-  uint64_t n_in, n_out;
-  _Atomic uint64_t pub_in, pub_out;
-  atomic_uint ncounters;
-  weir__counter counters[WEIR__MAX_COUNTERS];
-  weir__state state;
-  /* State loaded from a checkpoint, installed when the task opens (a keyed
-   * operator's u64 state is already in `state`, built while loading). */
-  struct weir_subtask_snapshot *restore;
-  uint64_t restore_stream_ns; /* time the load spent building `state` */
-  /* Chain heads: the task's channel state in that checkpoint, if any. */
-  struct weir_subtask_snapshot *restore_chan;
-  /* Source pacing: wake-up requested by weir_ctx_wake_after. */
-  uint64_t wake_after_us;
-  char msg[512];
-};
+struct weir__task_un;
 
 typedef struct weir__router {
   weir__part part;
   uint32_t n; /* channels, one per consumer subtask (1 for forward) */
   weir__chan **chans;
-  weir__batch **cur;   /* batch being filled per channel, or NULL */
-  uint32_t rr;         /* rebalance cursor */
-  uint32_t max_par;    /* key groups */
-  uint16_t *kg_target; /* hash: key group -> channel index */
-  weir__loop *loop;    /* an edge inside a loop: records are counted */
-  int64_t loop_inc;    /* counted, not yet published to loop->inflight */
+  struct weir__batch **cur; /* batch being filled per channel, or NULL */
+  uint32_t rr;              /* rebalance cursor */
+  uint32_t max_par;         /* key groups */
+  uint16_t *kg_target;      /* hash: key group -> channel index */
+  weir__loop *loop;         /* an edge inside a loop: records are counted */
+  int64_t loop_inc;         /* counted, not yet published to loop->inflight */
 } weir__router;
 
 /* A chain's cost per call and per record, fitted from its recent calls
- * (task.c: note_time). */
+ * (task.c: note_time), and whether its input may be sliced at all. */
 typedef struct weir__pace {
   double call_ns, rec_ns;                /* the fit */
   double scatter;                        /* its residual variance */
   double sw, sww, sx, sxx, sy, sxy, syy; /* fading sums over (records, ns) of calls */
   int per_call;                          /* never sliced while set */
+  int sliceable;                         /* never sliced unless set */
 } weir__pace;
 
 typedef enum { WEIR__TASK_RUNNING, WEIR__TASK_FINISHING, WEIR__TASK_DONE } weir__task_state;
@@ -123,15 +82,20 @@ struct weir__task {
   uint32_t batch_records;
   /* Slices of slow chains (task.c): records of each input's head batch
    * consumed already; the chain's cost model (a call of n records takes
-   * call_ns + rec_ns * n) and the fading sums it is fitted from; whether
-   * this task may slice at all. */
+   * call_ns + rec_ns * n) and the fading sums it is fitted from. */
   uint32_t *in_off;
   weir__pace pace;
-  int sliceable;
-  /* Loops: set when the chain's head is an iteration head. */
+  /* Loop heads (iteration_task.c): set when the chain's head is an
+   * iteration head. */
   weir__loop *head_loop;
   struct weir__backlog *backlog;
-  int replayed;
+  int replayed; /* a restored back-edge log went into the loop */
+  /* The latest checkpoint whose cut this head took while running, so that
+   * its state there is a back-edge log. */
+  uint64_t log_id;
+  /* Synchronous checkpoints: the latest drain marker that came on every
+   * regular input (read by the loop's other heads). */
+  _Atomic uint64_t sync_ready;
   /* Checkpoints. */
   weir__align align;
   uint64_t ckpt_done; /* latest checkpoint this task snapshotted */
@@ -149,26 +113,13 @@ struct weir__task {
   int held;
   int final_pending; /* told of the final checkpoint, not yet counted */
   /* Synchronous checkpoints: the latest drain marker this task forwarded
-   * (reported drained); for loop heads, the latest whose marker came on
-   * every regular input (read by the loop's other heads). */
+   * (reported drained). */
   uint64_t sync_drained;
-  /* Loop heads: the latest checkpoint whose cut this head took while
-   * running, so that its state there is a back-edge log. */
-  uint64_t log_id;
-  _Atomic uint64_t sync_ready;
-  /* Unaligned checkpoints (see "Unaligned cuts" in task.c). */
-  weir__unalign un;
-  uint64_t *scanned; /* per input: ring position scanned for barriers up to */
-  uint64_t seen_id;  /* alignment timeout: newest barrier seen, and when */
-  uint64_t seen_ns;
-  weir__cs_writer cs; /* channel state of un.cur being recorded */
-  /* Restored channel state: input records still to replay before live
-   * input (an owned blob and a reader at the next record). */
-  uint8_t *replay;
-  uint64_t replay_len;
-  weir__cs_reader replay_rd;
-  void (*replay_release)(uint8_t *, uint64_t);
-  weir__batch *replay_batch;
+  /* Unaligned cuts and restored channel state (task_unaligned.h): NULL
+   * unless the job takes unaligned cuts or the task restored channel
+   * state. Out of line: its channel-state buffers are kilobytes that the
+   * aligned path never reads. */
+  struct weir__task_un *un;
 };
 
 /* Runs the task for one bounded step. Returns 1 if it should run again soon
@@ -192,8 +143,5 @@ void weir__task_wake_after(weir__task *t, uint64_t us);
 /* task.c: calls every operator's poll; sets t->held. Returns 0 or the
  * error (reported with the operator's name). */
 int weir__task_poll(weir__task *t);
-
-/* task.c: calls the operator's finish (emissions get their own lineage). */
-int weir__ctx_finish(weir_ctx *c);
 
 #endif

@@ -1,0 +1,83 @@
+/* task_ctx.h: the operator context (weir_ctx), one per operator of a task,
+ * and the calls that make, snapshot, restore and finish it.
+ *
+ * Separate from task.h so that what reads only operators' contexts (the
+ * statistics, the head operator) does not see the task's internals.
+ */
+#ifndef WEIR_TASK_CTX_H
+#define WEIR_TASK_CTX_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "graph.h"
+#include "state.h"
+
+#define WEIR__MAX_COUNTERS 16
+
+struct weir__batch;
+struct weir_subtask_snapshot;
+
+typedef struct weir__counter {
+  const char *name;
+  _Atomic uint64_t value;
+} weir__counter;
+
+struct weir_ctx {
+  weir__task *task;
+  weir__node *node;
+  weir_job *job;
+  uint32_t subtask, parallelism;
+  uint32_t max_record;
+  int keyed;
+  void *user;
+  int opened;
+  /* The input record being processed: derived emissions take its timestamp
+   * and derive their ids from its id and a per-parent sequence number. */
+  int64_t cur_ts;
+  uint64_t cur_id;
+  uint64_t seq_parent, seq;
+  uint64_t salt;
+  uint64_t cur_key;
+  /* Chained successor: emissions go to `link`, processed by `next`. NULL
+   * for the chain's tail, whose emissions go to the task's routers. */
+  weir_ctx *next;
+  struct weir__batch *link;
+  /* Records in/out: counted by the owner, published once per step. */
+  uint64_t n_in, n_out;
+  _Atomic uint64_t pub_in, pub_out;
+  atomic_uint ncounters;
+  weir__counter counters[WEIR__MAX_COUNTERS];
+  weir__state state;
+  /* State loaded from a checkpoint, installed when the task opens (a keyed
+   * operator's u64 state is already in `state`, built while loading). */
+  struct weir_subtask_snapshot *restore;
+  uint64_t restore_stream_ns; /* time the load spent building `state` */
+  /* Chain heads: the task's channel state in that checkpoint, if any. */
+  struct weir_subtask_snapshot *restore_chan;
+  /* Source pacing: wake-up requested by weir_ctx_wake_after. */
+  uint64_t wake_after_us;
+  char msg[512];
+};
+
+/* checkpoint.c: the synchronous part of one operator's snapshot (a copy of
+ * its managed state plus its snapshot callback's output) into *s. */
+int weir__ctx_snapshot(weir_ctx *c, uint64_t id, struct weir_subtask_snapshot *s);
+/* checkpoint.c: install a loaded snapshot into ctx (keyed state, then the
+ * operator's restore callback). Called on the task's thread after open. */
+int weir__ctx_restore(weir_ctx *ctx);
+/* In a restore callback: takes the restored blob over instead of copying it
+ * (release it with *release(p, len), or weir_free when that is NULL). */
+uint8_t *weir__snapshot_take_blob(weir_snapshot_reader *r, uint64_t *len,
+                                  void (**release)(uint8_t *, uint64_t));
+
+/* task.c: calls the operator's finish (emissions get their own lineage). */
+int weir__ctx_finish(weir_ctx *c);
+
+/* Operator context lifecycle (ctx.c). */
+weir_ctx *weir__ctx_create(weir__task *t, weir__node *node, uint32_t subtask);
+void weir__ctx_destroy(weir_ctx *ctx);
+/* Records an operator error in the job with the operator's name. */
+int weir__ctx_report(weir_ctx *ctx, int err, const char *what);
+
+#endif
