@@ -767,34 +767,3 @@ void weir_subtask_snapshot_free(weir_subtask_snapshot *snap) {
   weir_blob_free(snap->blob, snap->blob_len, snap->blob_release);
   memset(snap, 0, sizeof *snap);
 }
-
-/* ---- test hooks ------------------------------------------------------------------------ */
-
-void weir__store_test_child_signal(weir_store *s, int sig) {
-  s->test_child_signal = sig;
-}
-
-int weir__store_test_chunk_stats(weir_store *s, uint64_t id, size_t *max_len, uint64_t *count) {
-  *max_len = 0;
-  *count = 0;
-  MDB_txn *txn;
-  int rc = weir__read_txn(s, &txn);
-  if (rc < 0) return rc;
-  MDB_cursor *cur;
-  rc = mdb_cursor_open(txn, s->dbi_chunks, &cur);
-  if (rc == 0) {
-    uint8_t kb[WEIR__CHUNK_KEY];
-    weir__key_chunk(kb, id, 0, 0);
-    MDB_val key = {sizeof kb, kb}, val;
-    for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == 0;
-         rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-      if (key.mv_size < 8 || weir__be64(key.mv_data) != id) break;
-      if (val.mv_size > *max_len) *max_len = val.mv_size;
-      (*count)++;
-    }
-    mdb_cursor_close(cur);
-    if (rc == MDB_NOTFOUND) rc = 0;
-  }
-  mdb_txn_abort(txn);
-  return weir__mdb_err(rc);
-}

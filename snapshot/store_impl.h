@@ -2,7 +2,8 @@
  * store.c (the public API: opening, the job record, queueing writes,
  * reading), load.c (reading chunks back), verify.c (the checks in a child
  * process), reader.c (the view readers) and the writer thread's files
- * (writer.c and those of writer_impl.h).
+ * (writer.c and those of writer_impl.h), and the test hooks (testhooks.c,
+ * test builds only).
  */
 #ifndef WEIR_SNAPSHOT_STORE_IMPL_H
 #define WEIR_SNAPSHOT_STORE_IMPL_H
@@ -139,8 +140,10 @@ struct weir_store {
     uint64_t fill_cpu; /* of encode_cpu: writing planned chunks' bytes (chunker_write) */
   } stats;
 
-  int test_child_signal;    /* tests: verify's child raises this signal */
+#ifdef WEIR_TEST_HOOKS
+  int test_child_signal;    /* verify's child raises this signal */
   uint64_t test_chunk_txns; /* writer thread: chunk transactions committed */
+#endif
 };
 
 /* Sets the store's error message and returns rc (for `return fail(...)`). */
@@ -217,6 +220,8 @@ uint64_t weir__env_file_size(MDB_env *env);
  * read: 0, or an error (message set) when the store is damaged. */
 int weir__verify_structure(weir_store *s);
 
+#ifdef WEIR_TEST_HOOKS
+/* testhooks.c (test builds only) */
 /* Tests: makes verify's child raise `sig` before reading (0: off). */
 void weir__store_test_child_signal(weir_store *s, int sig);
 /* Tests: how many write transactions holding chunks the writer committed
@@ -229,5 +234,6 @@ uint64_t weir__store_test_commits_with_writes(weir_store *s);
 /* Tests: the largest chunk value size and the number of chunk values of
  * checkpoint id (read transaction). */
 int weir__store_test_chunk_stats(weir_store *s, uint64_t id, size_t *max_len, uint64_t *count);
+#endif
 
 #endif

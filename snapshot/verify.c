@@ -291,7 +291,9 @@ static int run_in_child(weir_store *s, child_fn fn, uint64_t id, const char *wha
       sigemptyset(&sa.sa_mask);
       sigaction(sigs[i], &sa, NULL);
     }
+#ifdef WEIR_TEST_HOOKS
     if (s->test_child_signal) raise(s->test_child_signal);
+#endif
     char msg[1024] = "";
     int rc = fn(s, id, msg, sizeof msg);
     uint8_t rep[4 + sizeof msg];

@@ -285,7 +285,9 @@ static int group_end_txn(weir_store *s, wgroup *g, int rc, const char *fp, const
     span t = span_begin();
     rc = meta_fp != NULL ? weir__commit_durable(s, g->txn) : mdb_txn_commit(g->txn);
     span_end(t, &s->stats.txn_cpu, &s->stats.txn_wall);
+#ifdef WEIR_TEST_HOOKS
     if (rc == 0 && g->chunks > 0) s->test_chunk_txns++;
+#endif
   } else {
     mdb_txn_abort(g->txn);
   }
@@ -661,14 +663,6 @@ static void execute(weir_store *s, weir__req *r) {
     r->status = 0;
     break;
   }
-}
-
-uint64_t weir__store_test_chunk_txns(weir_store *s) {
-  return s->test_chunk_txns;
-}
-
-uint64_t weir__store_test_commits_with_writes(weir_store *s) {
-  return s->stats.commits_with_writes;
 }
 
 /* ---- the thread ---------------------------------------------------------------- */
