@@ -182,6 +182,8 @@ void weir__writer_post(weir_store *s, weir__req *r);
 /* Runs a synchronous request: inline when called on the writer thread (or
  * before it runs), otherwise queued and waited for. Returns r->status. */
 int weir__writer_call(weir_store *s, weir__req *r);
+
+/* retention.c */
 /* Deletes the chunks of checkpoints that have neither metadata nor a
  * pending write (never completed), in short transactions. Writer thread (or
  * open, before it runs). */
