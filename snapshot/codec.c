@@ -46,17 +46,24 @@ static int fail(int rc, char *err, size_t errlen, const char *fmt, ...) {
  * armed hook makes an allocation fail softly, which exercises the paths
  * where protobuf-c gives up half-way through a message (as it does on
  * malformed input). The hook's state is per thread, so a test that arms it
- * does not disturb decodes on other threads. */
+ * does not disturb decodes on other threads. The hook exists in test builds
+ * only (WEIR_TEST_HOOKS). */
+#ifdef WEIR_TEST_HOOKS
 static _Thread_local long fail_countdown;         /* > 0: allocations until one fails */
 static _Thread_local unsigned long injected;      /* allocations the hook made fail */
 static _Thread_local unsigned long injected_seen; /* `injected` at the hook's last call */
+#else
+static const unsigned long injected = 0; /* no hook: every failure is the input's */
+#endif
 
 static void *pbc_malloc(void *data, size_t size) {
   (void)data;
+#ifdef WEIR_TEST_HOOKS
   if (__builtin_expect(fail_countdown > 0, 0) && --fail_countdown == 0) {
     injected++;
     return NULL;
   }
+#endif
   return weir_malloc(size);
 }
 
@@ -67,12 +74,14 @@ static void pbc_free(void *data, void *p) {
 
 static ProtobufCAllocator pbc_alloc = {pbc_malloc, pbc_free, NULL};
 
+#ifdef WEIR_TEST_HOOKS
 int weir__codec_fail_alloc_after(long n) {
   int fired = injected != injected_seen;
   injected_seen = injected;
   fail_countdown = n >= 0 ? n + 1 : 0;
   return fired;
 }
+#endif
 
 /* The error for an unpack that returned NULL, `before` being `injected` as it
  * was before the unpack: out of memory if the test hook made an allocation

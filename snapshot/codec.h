@@ -7,8 +7,8 @@
  * value that decodes is one the store could have written. Errors are
  * WEIR_ECORRUPT or WEIR_EFORMAT with a message in err naming what is wrong
  * (and, for metadata, the checkpoint and operator), or WEIR_ENOMEM when the
- * test hook weir__codec_fail_alloc_after made an allocation fail; whatever
- * the error, the decode has freed everything it allocated.
+ * test hook weir__codec_fail_alloc_after (test builds) made an allocation
+ * fail; whatever the error, the decode has freed everything it allocated.
  */
 #ifndef WEIR_SNAPSHOT_CODEC_H
 #define WEIR_SNAPSHOT_CODEC_H
@@ -41,16 +41,18 @@ static inline unsigned weir__varint_len(uint64_t v) {
   return 1u + (unsigned)(63 - __builtin_clzll(v | 1)) / 7u;
 }
 
+#ifdef WEIR_TEST_HOOKS
 /* Test hook (fault injection, as SQLite fails the Nth allocation): after the
  * next n allocations that protobuf-c makes for decoding on the calling
  * thread succeed, the one after fails, and the hook disarms itself; the
  * decode then returns WEIR_ENOMEM. n < 0 disarms. Returns 1 if the failure
- * armed by the previous call fired since then, else 0. Compiled in always:
- * disarmed, it costs one branch per protobuf-c allocation. The codec's own
- * allocations (weir_malloc) are not affected: real exhaustion aborts, the
- * one policy of weir/alloc.h. Thread-local: other threads' decodes never
- * see it. */
+ * armed by the previous call fired since then, else 0. Compiled into test
+ * builds only (WEIR_TEST_HOOKS: the tests' variant of the library, the
+ * fuzzers). The codec's own allocations (weir_malloc) are not affected:
+ * real exhaustion aborts, the one policy of weir/alloc.h. Thread-local:
+ * other threads' decodes never see it. */
 int weir__codec_fail_alloc_after(long n);
+#endif
 
 /* ---- job record ---------------------------------------------------------- */
 

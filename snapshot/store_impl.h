@@ -1,6 +1,9 @@
 /* store_impl.h (private to snapshot/): the store's internals shared by
- * store.c (opening, reading, verifying) and writer.c (the store-writer
- * thread and every write transaction after open).
+ * store.c (the public API: opening, the job record, queueing writes,
+ * reading), load.c (reading chunks back), verify.c (the checks in a child
+ * process), reader.c (the view readers) and the writer thread's files
+ * (writer.c and those of writer_impl.h), and the test hooks (testhooks.c,
+ * test builds only).
  */
 #ifndef WEIR_SNAPSHOT_STORE_IMPL_H
 #define WEIR_SNAPSHOT_STORE_IMPL_H
@@ -137,8 +140,10 @@ struct weir_store {
     uint64_t fill_cpu; /* of encode_cpu: writing planned chunks' bytes (chunker_write) */
   } stats;
 
-  int test_child_signal;    /* tests: verify's child raises this signal */
+#ifdef WEIR_TEST_HOOKS
+  int test_child_signal;    /* verify's child raises this signal */
   uint64_t test_chunk_txns; /* writer thread: chunk transactions committed */
+#endif
 };
 
 /* Sets the store's error message and returns rc (for `return fail(...)`). */
@@ -157,6 +162,10 @@ uint32_t weir__be32(const uint8_t *p);
 /* Reads the job record in txn: 1 (and *out), 0 (none) or an error (message
  * set). */
 int weir__txn_job(weir_store *s, MDB_txn *txn, MDB_dbi dbi, weir__job_rec *out);
+/* weir__txn_job without a store (in a child): the message goes to err. */
+int weir__read_job(MDB_txn *txn, MDB_dbi dbi, weir__job_rec *out, char *err, size_t errlen);
+/* Begins a read transaction: 0 or an error (message set). */
+int weir__read_txn(weir_store *s, MDB_txn **txn);
 
 /* handover.c: the name of dir's current environment ("store.<N>" of the
  * highest complete handover, else "store") into name; 0 or -errno. */
@@ -173,6 +182,8 @@ void weir__writer_post(weir_store *s, weir__req *r);
 /* Runs a synchronous request: inline when called on the writer thread (or
  * before it runs), otherwise queued and waited for. Returns r->status. */
 int weir__writer_call(weir_store *s, weir__req *r);
+
+/* retention.c */
 /* Deletes the chunks of checkpoints that have neither metadata nor a
  * pending write (never completed), in short transactions. Writer thread (or
  * open, before it runs). */
@@ -190,6 +201,29 @@ void weir__readers_claim(weir_store *s, weir__req *r);
 /* Stops the readers (every offered write claimed). */
 void weir__readers_stop(weir_store *s);
 
+/* load.c */
+/* Reads and checks every chunk of entry e of checkpoint id, into out and
+ * sink (either may be NULL); with fd >= 0 the values are read from the
+ * store file. 0 or an error with its message in err. Safe in a child. */
+int weir__read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_entry *e,
+                     uint64_t file_size, int fd, const weir_store_u64_sink *sink,
+                     weir_subtask_snapshot *out, char *err, size_t errlen);
+/* Looks up every chunk weir__read_entry would read, without decoding, each
+ * value within [map, map + file_size) (map NULL: its pages touched). */
+int weir__walk_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_entry *e,
+                     const uint8_t *map, uint64_t file_size, char *err, size_t errlen);
+/* The start of this process's mapping that holds p, or NULL. */
+const uint8_t *weir__mapping_of(const void *p);
+/* The size of env's data file (UINT64_MAX when it cannot be seen). */
+uint64_t weir__env_file_size(MDB_env *env);
+
+/* verify.c */
+/* Walks, in a child process, every page that open and the writer's scans
+ * read: 0, or an error (message set) when the store is damaged. */
+int weir__verify_structure(weir_store *s);
+
+#ifdef WEIR_TEST_HOOKS
+/* testhooks.c (test builds only) */
 /* Tests: makes verify's child raise `sig` before reading (0: off). */
 void weir__store_test_child_signal(weir_store *s, int sig);
 /* Tests: how many write transactions holding chunks the writer committed
@@ -202,5 +236,6 @@ uint64_t weir__store_test_commits_with_writes(weir_store *s);
 /* Tests: the largest chunk value size and the number of chunk values of
  * checkpoint id (read transaction). */
 int weir__store_test_chunk_stats(weir_store *s, uint64_t id, size_t *max_len, uint64_t *count);
+#endif
 
 #endif
