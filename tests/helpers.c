@@ -482,6 +482,10 @@ int64_t th_mono_ms(void) {
   return now_ms();
 }
 
+void th_sleep_ms(int ms) {
+  sleep_ms(ms);
+}
+
 uint64_t th_splitmix64(uint64_t *state) {
   uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;

@@ -108,6 +108,9 @@ int th_in_ci(void);
 /* CLOCK_MONOTONIC in milliseconds. */
 int64_t th_mono_ms(void);
 
+/* Sleeps ms milliseconds (again after a signal). */
+void th_sleep_ms(int ms);
+
 /* One step of splitmix64 over *state: seeded random numbers that a test can
  * replay from its printed seed. */
 uint64_t th_splitmix64(uint64_t *state);

@@ -20,8 +20,9 @@
  * replays it) or at the failpoint iter.log_open (a head starts logging a
  * back edge that is still open), then run with `--restore latest` until one
  * exits 0, in the same directories (the file sink truncates back to the
- * checkpoint's cut on restore). The process plumbing is in helpers.c
- * (th_run_killable, th_resumed_from, ...), shared with test_iteration.c.
+ * checkpoint's cut on restore). The runs, kills, restores and the random
+ * kill loop are the crash harness's (crash.h), shared with the other crash
+ * tests.
  *
  * The negative control kills a run right after a checkpoint whose back-edge
  * log is not empty, copies the directory, restores one copy with
@@ -42,17 +43,12 @@
  */
 #include <criterion/criterion.h>
 
-#include <dirent.h>
-#include <errno.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
+#include "crash.h"
 #include "helpers.h"
 
 typedef unsigned long long ull;
@@ -68,8 +64,6 @@ typedef unsigned long long ull;
 #define ASAN 0
 #endif
 
-#define KILLED (128 + SIGKILL)
-#define RUN_TIMEOUT_S 90
 #define MAX_ATTEMPTS 12
 
 /* The graph: an uninterrupted run takes about half a second (plain build,
@@ -138,212 +132,56 @@ static const graph_ref *reference(graph_ref *g, uint32_t n, uint32_t m) {
 /* Runs of the weir binary                                                  */
 
 typedef struct ccjob {
-  char *dir, *state, *out;
+  crash_job c;
   const graph_ref *g;
   int p;
-  char p_s[8], n_s[24], m_s[24], seed_s[24], sink_s[600];
-  const char *interval, *batch, *channel;
-  int runs;
-  char history[4096];
 } ccjob;
 
-static void hist(ccjob *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void hist(ccjob *j, const char *fmt, ...) {
-  size_t n = strlen(j->history);
-  if (n + 2 >= sizeof j->history) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(j->history + n, sizeof j->history - n, fmt, ap);
-  va_end(ap);
-}
-
-#define MAX_LIVE 4
-static ccjob *live[MAX_LIVE];
-
-/* A job in directory dir with the crash tests' settings: checkpoints every
- * 10 ms, batches of 16 records, channels of 2 batches. */
-static ccjob *ccjob_at(const char *dir, const graph_ref *g, int p) {
-  ccjob *j = calloc(1, sizeof *j);
-  cr_assert_not_null(j);
-  j->dir = strdup(dir);
-  size_t n = strlen(dir) + 16;
-  j->state = malloc(n);
-  j->out = malloc(n);
-  cr_assert(j->dir && j->state && j->out);
-  snprintf(j->state, n, "%s/state", dir);
-  snprintf(j->out, n, "%s/out", dir);
+/* A job in directory dir (NULL: a new one) with the crash tests' settings:
+ * checkpoints every 10 ms; batches of `batch` records, channels of
+ * `channel` batches. */
+static ccjob *ccjob_at(const char *dir, const graph_ref *g, int p, const char *batch,
+                       const char *channel) {
+  ccjob *j = (ccjob *)(dir ? crash_at(dir, "components", sizeof(ccjob))
+                           : crash_new("components", sizeof(ccjob)));
   j->g = g;
   j->p = p;
-  snprintf(j->p_s, sizeof j->p_s, "%d", p);
-  snprintf(j->n_s, sizeof j->n_s, "%u", g->n);
-  snprintf(j->m_s, sizeof j->m_s, "%u", g->m);
-  snprintf(j->seed_s, sizeof j->seed_s, "%u", SEED);
-  snprintf(j->sink_s, sizeof j->sink_s, "file:%s", j->out);
-  j->interval = "10";
-  j->batch = "16";
-  j->channel = "2";
-  hist(j, "dir %s, N=%u M=%u P=%d: ", dir, g->n, g->m, p);
-  for (int i = 0; i < MAX_LIVE; i++)
-    if (!live[i]) {
-      live[i] = j;
-      break;
-    }
+  crash_arg(&j->c, "--vertices", "%u", g->n);
+  crash_arg(&j->c, "--edges", "%u", g->m);
+  crash_arg(&j->c, "--seed", "%u", SEED);
+  crash_arg(&j->c, "--batch-records", "%s", batch);
+  crash_arg(&j->c, "--channel-batches", "%s", channel);
+  crash_par(&j->c, p);
+  j->c.interval = "10";
+  crash_hist(&j->c, "N=%u M=%u P=%d: ", g->n, g->m, p);
   return j;
 }
 
 static ccjob *ccjob_new(const graph_ref *g, int p) {
-  char *dir = th_tmpdir();
-  cr_assert_not_null(dir, "th_tmpdir: %s", strerror(errno));
-  ccjob *j = ccjob_at(dir, g, p);
-  free(dir);
-  return j;
+  return ccjob_at(NULL, g, p, "16", "2");
 }
 
-static void ccjob_free(ccjob *j) {
-  for (int i = 0; i < MAX_LIVE; i++)
-    if (live[i] == j) live[i] = NULL;
-  th_rmrf(j->dir);
-  free(j->dir);
-  free(j->state);
-  free(j->out);
-  free(j);
+static uint64_t label_of(const void *g, uint64_t v) {
+  return ((const graph_ref *)g)->label[v];
 }
 
-/* Suite teardown: removes what a failed test left (kept with
- * WEIR_TEST_KEEP=1). */
-static void cleanup(void) {
-  for (int i = 0; i < MAX_LIVE; i++) {
-    if (!live[i]) continue;
-    if (getenv("WEIR_TEST_KEEP")) {
-      fprintf(stderr, "kept %s\n", live[i]->dir);
-      free(live[i]->dir);
-      live[i]->dir = NULL;
-    }
-    ccjob_free(live[i]);
-  }
-  free(dense_ref.label);
-  free(sparse_ref.label);
-  dense_ref.label = sparse_ref.label = NULL;
-}
-
-/* Runs `weir run components` for j with failpoints armed (NULL: none) and
- * the extra arguments (NULL terminated); stderr into *err (caller frees).
- * kill_ms >= 0: SIGKILL after kill_ms. Returns the exit status, 128 + the
- * signal, or -1 after RUN_TIMEOUT_S; *ms (if not NULL) gets the wall time. */
-static int run_cc(ccjob *j, const char *failpoints, int kill_ms, char **err, int64_t *ms, ...) {
-  const char *argv[48];
-  int n = 0;
-  const char *fixed[] = {
-      WEIR_BINARY,  "run",
-      "components", "--vertices",
-      j->n_s,       "--edges",
-      j->m_s,       "--seed",
-      j->seed_s,    "--parallelism",
-      j->p_s,       "--workers",
-      "2",          "--state-dir",
-      j->state,     "--checkpoint-interval",
-      j->interval,  "--batch-records",
-      j->batch,     "--channel-batches",
-      j->channel,   "--sink",
-      j->sink_s,
-  };
-  for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) argv[n++] = fixed[i];
-  int first = n;
-  va_list ap;
-  va_start(ap, ms);
-  const char *a;
-  while ((a = va_arg(ap, const char *)) != NULL && n < 46) argv[n++] = a;
-  va_end(ap);
-  argv[n] = NULL;
-
-  char errpath[700];
-  snprintf(errpath, sizeof errpath, "%s/stderr.txt", j->dir);
-  int rc = th_run_killable(argv, j->dir, failpoints, kill_ms, RUN_TIMEOUT_S, errpath, err, ms);
-  cr_assert_neq(rc, -2, "fork: %s", strerror(errno));
-  j->runs++;
-  hist(j, "[run %d", j->runs);
-  if (failpoints) hist(j, " %s", failpoints);
-  if (kill_ms >= 0) hist(j, " kill at %d ms", kill_ms);
-  for (int i = first; argv[i]; i++) hist(j, " %s", argv[i]);
-  hist(j, ": %d] ", rc);
-  return rc;
-}
-
-/* Compares the sink directory with the reference: returns the number of
- * problems (a vertex missing, twice, or with a wrong label, malformed
- * lines, stray files) and describes the first in why; *wrong gets the
- * number of vertices with a wrong label. */
-static uint64_t out_diff(ccjob *j, char *why, size_t whylen, uint64_t *wrong) {
-  const graph_ref *g = j->g;
-  why[0] = '\0';
-  *wrong = 0;
-  uint8_t *seen = calloc(g->n, 1);
-  cr_assert_not_null(seen);
-  uint64_t problems = 0;
-#define PROBLEM(...)                                                                               \
-  do {                                                                                             \
-    if (!problems++) snprintf(why, whylen, __VA_ARGS__);                                           \
-  } while (0)
-  DIR *d = opendir(j->out);
-  if (!d) {
-    free(seen);
-    snprintf(why, whylen, "no sink directory %s", j->out);
-    return g->n;
-  }
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    size_t n = strlen(e->d_name);
-    if (!(n > 4 && strcmp(e->d_name + n - 4, ".txt") == 0 && strncmp(e->d_name, "sink-", 5) == 0))
-      PROBLEM("unexpected file %.64s in the sink directory", e->d_name);
-    char path[1200];
-    snprintf(path, sizeof path, "%s/%s", j->out, e->d_name);
-    char *text = th_read_file(path, NULL);
-    if (!text) {
-      PROBLEM("cannot read %.64s", e->d_name);
-      continue;
-    }
-    for (char *s = text, *nl; *s; s = nl + 1) {
-      nl = strchr(s, '\n');
-      if (!nl) {
-        PROBLEM("%.64s: last line without a newline: '%.40s'", e->d_name, s);
-        break;
-      }
-      *nl = '\0';
-      ull v, label;
-      char extra;
-      if (sscanf(s, "%llu %llu%c", &v, &label, &extra) != 2 || v >= g->n) {
-        PROBLEM("%.64s: bad line '%.80s'", e->d_name, s);
-        continue;
-      }
-      if (seen[v]++) PROBLEM("%.64s: vertex %llu twice ('%.80s')", e->d_name, v, s);
-      if (label != g->label[v]) {
-        ++*wrong;
-        PROBLEM("%.64s: '%.80s', expected label %u", e->d_name, s, g->label[v]);
-      }
-    }
-    free(text);
-  }
-  closedir(d);
-  uint64_t missing = 0;
-  for (uint32_t v = 0; v < g->n; v++)
-    if (!seen[v] && !missing++) PROBLEM("vertex %u missing", v);
-  if (missing > 1 && problems == 1)
-    snprintf(why + strlen(why), whylen - strlen(why), " (%llu vertices missing)", (ull)missing);
-  problems += missing ? missing - 1 : 0;
-#undef PROBLEM
-  free(seen);
-  return problems;
+/* Compares the sink directory with the reference: the number of problems
+ * (a vertex missing, twice, or with a wrong label, malformed lines, stray
+ * files), the first described; *wrong gets the number of vertices with a
+ * wrong label. */
+static void out_diff(ccjob *j, crash_diff *d, uint64_t *wrong) {
+  crash_ref r = {0, j->g->n - 1, label_of, j->g, "vertex"};
+  crash_diff_ids(j->c.out, &r, d, NULL, wrong);
 }
 
 static void check_exact(ccjob *j) {
-  char why[400];
+  crash_diff d;
   uint64_t wrong = 0;
-  uint64_t problems = out_diff(j, why, sizeof why, &wrong);
-  cr_assert_eq(problems, 0,
+  out_diff(j, &d, &wrong);
+  cr_assert_eq(d.problems, 0,
                "output differs from the reference (%llu problems, %llu wrong labels): %s\n"
                "history: %s",
-               (ull)problems, (ull)wrong, why, j->history);
+               (ull)d.problems, (ull)wrong, d.why, j->c.history);
 }
 
 /* The summary line: "components: finished N vertices, M edges in T s: C
@@ -360,16 +198,13 @@ static ull summary_components(const char *err, uint32_t n) {
   return components;
 }
 
-/* One `--restore latest` run (failpoints armed) that must end the job.
- * Returns 1 if it resumed from a checkpoint, 0 if not. */
-static int restore_to_end(ccjob *j, const char *failpoints) {
+/* One `--restore latest` run that must end the job. Returns 1 if it
+ * resumed from a checkpoint, 0 if not. */
+static int restore_to_end(ccjob *j) {
   char *err = NULL;
-  int rc = run_cc(j, failpoints, -1, &err, NULL, "--restore", "latest", NULL);
-  cr_assert_eq(rc, 0, "restore: exit %d, stderr: %s\nhistory: %s", rc, err, j->history);
-  long long from = th_resumed_from(err);
+  long long from = crash_restore_to_end(&j->c, 1, NULL, &err, NULL);
   cr_assert(from >= 0 || from == TH_ALREADY_FINISHED,
-            "the restore did not say where it resumed: %s\nhistory: %s", err, j->history);
-  hist(j, "(from %lld) ", from);
+            "the restore did not say where it resumed: %s\nhistory: %s", err, j->c.history);
   free(err);
   return from > 0;
 }
@@ -385,13 +220,11 @@ static int64_t dur_ms[5];
  * one completed checkpoint. */
 static void reference_run(int p, const char *interval, const char *batch, const char *channel) {
   const graph_ref *g = reference(&dense_ref, VERTICES, EDGES);
-  ccjob *j = ccjob_new(g, p);
-  j->interval = interval;
-  j->batch = batch;
-  j->channel = channel;
+  ccjob *j = ccjob_at(NULL, g, p, batch, channel);
+  j->c.interval = interval;
   char *err = NULL;
   int64_t ms = 0;
-  int rc = run_cc(j, NULL, -1, &err, &ms, NULL);
+  int rc = crash_runv(&j->c, NULL, -1, &err, &ms, NULL);
   cr_assert_eq(rc, 0, "P=%d: exit %d: %s", p, rc, err);
   check_exact(j);
   ull comps = summary_components(err, g->n);
@@ -399,7 +232,7 @@ static void reference_run(int p, const char *interval, const char *batch, const 
                (ull)g->components);
   ull id = 0, log = 0;
   int heads = 0;
-  cr_assert_eq(th_latest_op_state(WEIR_BINARY, j->state, "loop", &id, &log, &heads), 0);
+  cr_assert_eq(th_latest_op_state(WEIR_BINARY, j->c.state, "loop", &id, &log, &heads), 0);
   cr_assert_gt(id, 0, "P=%d: no checkpoint completed", p);
   if (!dur_ms[p]) dur_ms[p] = ms;
   fprintf(stderr,
@@ -407,7 +240,15 @@ static void reference_run(int p, const char *interval, const char *batch, const 
           "edges, %llu components in %lld ms, last checkpoint %llu\n",
           p, interval, batch, channel, g->n, g->m, comps, (long long)ms, id);
   free(err);
-  ccjob_free(j);
+  crash_free(&j->c);
+}
+
+/* Suite fini: the jobs a failed test left, and the references. */
+static void cleanup(void) {
+  crash_fini();
+  free(dense_ref.label);
+  free(sparse_ref.label);
+  dense_ref.label = sparse_ref.label = NULL;
 }
 
 TestSuite(components, .timeout = 170, .fini = cleanup);
@@ -434,12 +275,12 @@ static int log_open_kill(int p, unsigned hit, int tries, int *resumed, int *ende
     snprintf(fp, sizeof fp, "iter.log_open=kill@%u", hit);
     snprintf(want, sizeof want, "failpoint iter.log_open: kill (hit %u)", hit);
     char *err = NULL;
-    int rc = run_cc(j, fp, -1, &err, NULL, NULL);
+    int rc = crash_run(&j->c, fp, -1, &err, NULL);
     int fired = rc != 0;
     if (fired) {
-      cr_assert_eq(rc, KILLED, "P=%d: %s: exit %d, stderr: %s", p, fp, rc, err);
+      cr_assert_eq(rc, CRASH_KILLED, "P=%d: %s: exit %d, stderr: %s", p, fp, rc, err);
       cr_assert(strstr(err, want) != NULL, "P=%d: no '%s' in stderr: %s", p, want, err);
-      *resumed += restore_to_end(j, NULL);
+      *resumed += restore_to_end(j);
     } else {
       fprintf(stderr, "components::kill_while_back_edge_log_open: P=%d ended before hit %u\n", p,
               hit);
@@ -447,7 +288,7 @@ static int log_open_kill(int p, unsigned hit, int tries, int *resumed, int *ende
     }
     free(err);
     check_exact(j);
-    ccjob_free(j);
+    crash_free(&j->c);
     if (fired) return 1;
   }
   return 0;
@@ -479,69 +320,70 @@ Test(components, kill_while_back_edge_log_open) {
 /* ------------------------------------------------------------------------ */
 /* Random kills                                                             */
 
+typedef struct cc_kills {
+  uint64_t rng;
+  int p;
+  int64_t t0;
+  crash_resumes res;
+} cc_kills;
+
+static int cc_delay(crash_job *j, int attempt, int killing, void *user) {
+  (void)j;
+  (void)killing;
+  cc_kills *k = user;
+  k->t0 = th_mono_ms();
+  return crash_delay_within(dur_ms[k->p], attempt, th_splitmix64(&k->rng));
+}
+
+static void cc_after(crash_job *j, int attempt, int rc, const char *err, void *user) {
+  cc_kills *k = user;
+  /* A whole first run done before its kill: the reference ran while the
+   * machine was busier, and later delays come from this run's time. */
+  int64_t took = th_mono_ms() - k->t0;
+  if (attempt == 0 && rc == 0 && took < dur_ms[k->p]) dur_ms[k->p] = took;
+  crash_note_resume(j, attempt, rc, err, &k->res);
+}
+
+/* Jobs at P = 1, 2, 4 in turn. */
+static crash_job *cc_job(int jn, void *user) {
+  cc_kills *k = user;
+  k->p = 1 << (jn % 3);
+  return &ccjob_new(reference(&dense_ref, VERTICES, EDGES), k->p)->c;
+}
+
+static void cc_check(crash_job *j, void *user) {
+  (void)user;
+  check_exact((ccjob *)j);
+}
+
 /* At least 20 kills in at least 20 runs: jobs at P = 1, 2, 4 in turn, each
  * killed 1 to 3 times by SIGKILL at random delays (a first run between a
  * quarter of an uninterrupted run's duration and its end, a restore within
  * its first half; a first run that ends before its kill shortens that
  * duration), then restored until done; each checked exactly. */
 Test(components, random_kills) {
-  const char *env = getenv("WEIR_TEST_SEED");
-  uint64_t seed = env && *env ? strtoull(env, NULL, 10)
-                              : ((uint64_t)time(NULL) * 1000003u) ^ (uint64_t)getpid();
-  fprintf(stderr, "components::random_kills: seed %llu (replay: WEIR_TEST_SEED=%llu)\n", (ull)seed,
-          (ull)seed);
-  uint64_t rng = seed;
+  uint64_t seed = crash_seed("components::random_kills");
+  cc_kills k = {.rng = seed};
   for (int p = 1; p <= 4; p *= 2)
     if (!dur_ms[p]) reference_run(p, "10", "16", "2");
-  const graph_ref *g = reference(&dense_ref, VERTICES, EDGES);
-  int runs = 0, kills = 0, resumed = 0, finished_before_kill = 0;
-  for (int jn = 0; runs < 20 || kills < 20; jn++) {
-    cr_assert_lt(jn, 40, "only %d kills in %d runs of %d jobs", kills, runs, jn);
-    int p = 1 << (jn % 3);
-    ccjob *j = ccjob_new(g, p);
-    hist(j, "seed %llu, job %d: ", (ull)seed, jn);
-    int want_kills = 1 + (int)(th_splitmix64(&rng) % 3);
-    for (int attempt = 0;; attempt++) {
-      cr_assert_lt(attempt, MAX_ATTEMPTS, "no end after %d attempts\nhistory: %s", attempt,
-                   j->history);
-      char *err = NULL;
-      int killing = attempt < want_kills;
-      int64_t d = dur_ms[p] > 40 ? dur_ms[p] : 40;
-      uint64_t r = th_splitmix64(&rng);
-      int delay = !killing  ? -1
-                  : attempt ? 5 + (int)(r % (uint64_t)(d / 2))
-                            : (int)(d / 4 + (int64_t)(r % (uint64_t)(d - d / 4)));
-      int64_t t0 = th_mono_ms();
-      int rc = attempt ? run_cc(j, NULL, delay, &err, NULL, "--restore", "latest", NULL)
-                       : run_cc(j, NULL, delay, &err, NULL, NULL);
-      int64_t took = th_mono_ms() - t0;
-      /* A whole run done before its kill: the reference ran while the
-       * machine was busier, and later delays come from this run's time. */
-      if (killing && rc == 0 && attempt == 0 && took < dur_ms[p]) dur_ms[p] = took;
-      runs++;
-      cr_assert(rc == 0 || (killing && rc == KILLED), "exit %d, stderr: %s\nhistory: %s", rc, err,
-                j->history);
-      if (attempt) {
-        long long from = th_resumed_from(err);
-        /* A run killed before it logged anything may say nothing; a kill
-         * after the final checkpoint leaves nothing to do. */
-        cr_assert(from >= 0 || rc == KILLED || (from == TH_ALREADY_FINISHED && rc == 0),
-                  "restore said nothing about where it resumed: %s\nhistory: %s", err, j->history);
-        if (from > 0) resumed++;
-        if (from == TH_ALREADY_FINISHED && rc == 0) finished_before_kill++;
-      }
-      free(err);
-      if (rc == 0) break;
-      kills++;
-    }
-    check_exact(j);
-    ccjob_free(j);
-  }
+  crash_loop l = {.min_runs = 20,
+                  .min_kills = 20,
+                  .max_jobs = 40,
+                  .max_kills = 3,
+                  .max_attempts = MAX_ATTEMPTS,
+                  .seed = seed,
+                  .rng = &k.rng,
+                  .new_job = cc_job,
+                  .check = cc_check,
+                  .delay = cc_delay,
+                  .after = cc_after,
+                  .user = &k};
+  int runs = 0, kills = crash_kill_loop(&l, &runs);
   fprintf(stderr,
           "components::random_kills: %d runs, %d killed, %d restores resumed a checkpoint, %d "
           "kills came after the final checkpoint\n",
-          runs, kills, resumed, finished_before_kill);
-  cr_assert_gt(resumed, 0, "no restore resumed a checkpoint: the test would be vacuous");
+          runs, kills, k.res.resumed, k.res.finished_before_kill);
+  cr_assert_gt(k.res.resumed, 0, "no restore resumed a checkpoint: the test would be vacuous");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -568,17 +410,17 @@ Test(components, negative_control_without_replay) {
   for (int p = 2; p <= 4; p += 2) {
     ccjob *j = ccjob_new(g, p);
     char *err = NULL;
-    int rc = run_cc(j, NULL, -1, &err, NULL, NULL);
+    int rc = crash_run(&j->c, NULL, -1, &err, NULL);
     cr_assert_eq(rc, 0, "P=%d: exit %d: %s", p, rc, err);
     free(err);
     check_exact(j);
     ull id = 0, log = 0;
     int heads = 0;
-    cr_assert_eq(th_latest_op_state(WEIR_BINARY, j->state, "loop", &id, &log, &heads), 0);
+    cr_assert_eq(th_latest_op_state(WEIR_BINARY, j->c.state, "loop", &id, &log, &heads), 0);
     last[p] = (unsigned)id;
     fprintf(stderr, "components::negative_control: P=%d: a whole run takes %llu checkpoints\n", p,
             id);
-    ccjob_free(j);
+    crash_free(&j->c);
   }
   for (int attempt = 0; attempt < CONTROL_ATTEMPTS && (eligible < 3 || !wrong); attempt++) {
     int p = attempt % 2 ? 4 : 2;
@@ -589,53 +431,48 @@ Test(components, negative_control_without_replay) {
     char fp[64];
     snprintf(fp, sizeof fp, "ckpt.after_meta_commit=kill@%u", k);
     char *err = NULL;
-    int rc = run_cc(j, fp, -1, &err, NULL, NULL);
+    int rc = crash_run(&j->c, fp, -1, &err, NULL);
     if (rc == 0) { /* the job ended before checkpoint k */
       free(err);
-      ccjob_free(j);
+      crash_free(&j->c);
       continue;
     }
-    cr_assert_eq(rc, KILLED, "%s did not fire: exit %d, stderr: %s", fp, rc, err);
+    cr_assert_eq(rc, CRASH_KILLED, "%s did not fire: exit %d, stderr: %s", fp, rc, err);
     free(err);
     ull id = 0, log = 0;
     int heads = 0;
-    cr_assert_eq(th_latest_op_state(WEIR_BINARY, j->state, "loop", &id, &log, &heads), 0);
+    cr_assert_eq(th_latest_op_state(WEIR_BINARY, j->c.state, "loop", &id, &log, &heads), 0);
     cr_assert_eq(heads, p, "checkpoint %llu lists %d loop heads, expected %d", id, heads, p);
     fprintf(stderr,
             "components::negative_control: P=%d killed after checkpoint %llu: back-edge log %llu "
             "bytes\n",
             p, id, log);
     if (!log) {
-      ccjob_free(j);
+      crash_free(&j->c);
       continue;
     }
     eligible++;
-    char twin_dir[700];
-    snprintf(twin_dir, sizeof twin_dir, "%s-twin", j->dir);
-    const char *cp[] = {"/bin/cp", "-a", j->dir, twin_dir, NULL};
-    cr_assert_eq(th_run(cp, NULL, NULL, NULL, 60), 0, "cp -a %s %s", j->dir, twin_dir);
-    ccjob *twin = ccjob_at(twin_dir, g, p);
+    ccjob *twin = (ccjob *)crash_twin(&j->c, sizeof(ccjob));
 
     /* Without replay. */
-    rc = run_cc(j, "iter.skip_replay=error+", -1, &err, NULL, "--restore", "latest", NULL);
-    cr_assert_eq(rc, 0, "restore without replay: exit %d, stderr: %s", rc, err);
-    cr_assert_eq(th_resumed_from(err), (long long)id, "resumed elsewhere: %s", err);
-    free(err);
-    char why[400];
+    char *err2 = NULL;
+    long long at = crash_restore_to_end(&j->c, 1, "iter.skip_replay=error+", &err2, NULL);
+    cr_assert_eq(at, (long long)id, "resumed elsewhere: %s", err2);
+    free(err2);
+    crash_diff d;
     uint64_t nwrong = 0;
-    uint64_t problems = out_diff(j, why, sizeof why, &nwrong);
+    out_diff(j, &d, &nwrong);
     fprintf(stderr, "components::negative_control: without replay: %llu problems (%s)\n",
-            (ull)problems, problems ? why : "none");
-    if (problems) wrong++;
+            (ull)d.problems, d.problems ? d.why : "none");
+    if (d.problems) wrong++;
 
     /* With replay, from the very same checkpoint: exact. */
-    rc = run_cc(twin, NULL, -1, &err, NULL, "--restore", "latest", NULL);
-    cr_assert_eq(rc, 0, "twin restore: exit %d, stderr: %s", rc, err);
-    cr_assert_eq(th_resumed_from(err), (long long)id, "twin resumed elsewhere: %s", err);
-    free(err);
+    at = crash_restore_to_end(&twin->c, 1, NULL, &err2, NULL);
+    cr_assert_eq(at, (long long)id, "twin resumed elsewhere: %s", err2);
+    free(err2);
     check_exact(twin);
-    ccjob_free(twin);
-    ccjob_free(j);
+    crash_free(&twin->c);
+    crash_free(&j->c);
   }
   fprintf(stderr, "components::negative_control: %d of %d restores without replay were wrong\n",
           wrong, eligible);
@@ -647,16 +484,6 @@ Test(components, negative_control_without_replay) {
                eligible);
 }
 
-/* Crash tests run one at a time whatever --jobs says: a second test on the
- * cores would slow every run and move every kill. */
 int main(int argc, char *argv[]) {
-  setenv("WEIR_LOG", "info", 1); /* the tests read the restore messages */
-  struct criterion_test_set *tests = criterion_initialize();
-  int result = 0;
-  if (criterion_handle_args(argc, argv, true)) {
-    criterion_options.jobs = 1;
-    result = !criterion_run_all_tests(tests);
-  }
-  criterion_finalize(tests);
-  return result;
+  return crash_main(argc, argv, "info");
 }

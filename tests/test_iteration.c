@@ -57,6 +57,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "crash.h"
 #include "helpers.h"
 #include "base/alloc.h"
 #include "weir/job.h"
@@ -75,8 +76,6 @@ typedef unsigned long long ull;
 #define ASAN 0
 #endif
 
-#define KILLED (128 + SIGKILL)
-#define RUN_TIMEOUT_S 90
 #define MAX_ATTEMPTS 12
 
 #define assert_contains(hay, needle)                                                               \
@@ -548,202 +547,68 @@ static void reference(void) {
 }
 
 typedef struct cjob {
-  char *dir, *state, *out;
+  crash_job c;
   int p;
-  char p_s[8], records_s[24], sink_s[600];
-  int runs;
-  int spill; /* a tiny --loop-memory: feedback queues and logs go to files */
-  char history[4096];
 } cjob;
 
-static void hist(cjob *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void hist(cjob *j, const char *fmt, ...) {
-  size_t n = strlen(j->history);
-  if (n + 2 >= sizeof j->history) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(j->history + n, sizeof j->history - n, fmt, ap);
-  va_end(ap);
-}
-
-#define MAX_LIVE 4
-static cjob *live[MAX_LIVE];
-
+/* The collatz job at parallelism p in directory dir (NULL: a new one),
+ * checkpoints every 10 ms. */
 static cjob *cjob_at(const char *dir, int p) {
-  cjob *j = calloc(1, sizeof *j);
-  cr_assert_not_null(j);
-  j->dir = strdup(dir);
-  size_t n = strlen(dir) + 16;
-  j->state = malloc(n);
-  j->out = malloc(n);
-  snprintf(j->state, n, "%s/state", dir);
-  snprintf(j->out, n, "%s/out", dir);
+  cjob *j =
+      (cjob *)(dir ? crash_at(dir, "collatz", sizeof(cjob)) : crash_new("collatz", sizeof(cjob)));
   j->p = p;
-  snprintf(j->p_s, sizeof j->p_s, "%d", p);
-  snprintf(j->records_s, sizeof j->records_s, "%u", RECORDS);
-  snprintf(j->sink_s, sizeof j->sink_s, "file:%s", j->out);
-  hist(j, "dir %s, P=%d: ", dir, p);
-  for (int i = 0; i < MAX_LIVE; i++)
-    if (!live[i]) {
-      live[i] = j;
-      break;
-    }
+  crash_arg(&j->c, "--records", "%u", RECORDS);
+  crash_par(&j->c, p);
+  j->c.interval = "10";
+  crash_hist(&j->c, "P=%d: ", p);
   return j;
 }
 
 static cjob *cjob_new(int p) {
-  char *dir = th_tmpdir();
-  cr_assert_not_null(dir, "th_tmpdir: %s", strerror(errno));
-  cjob *j = cjob_at(dir, p);
-  free(dir);
-  return j;
+  return cjob_at(NULL, p);
 }
 
-static void cjob_free(cjob *j) {
-  for (int i = 0; i < MAX_LIVE; i++)
-    if (live[i] == j) live[i] = NULL;
-  th_rmrf(j->dir);
-  free(j->dir);
-  free(j->state);
-  free(j->out);
-  free(j);
+/* A tiny --loop-memory: feedback queues and logs go to files, and the
+ * restores read the logs through scratch files too. */
+static void cjob_spill(cjob *j) {
+  crash_arg(&j->c, "--loop-memory", "2K");
+  j->c.env[0] = "WEIR_FILE_BLOB_MIN=1";
 }
 
-/* Suite teardown: removes what a failed test left (kept with
- * WEIR_TEST_KEEP=1). */
+/* Suite fini: the jobs a failed test left, and the reference. */
 static void cleanup(void) {
-  for (int i = 0; i < MAX_LIVE; i++) {
-    if (!live[i]) continue;
-    if (getenv("WEIR_TEST_KEEP")) {
-      fprintf(stderr, "kept %s\n", live[i]->dir);
-      free(live[i]->dir);
-      live[i]->dir = NULL;
-    }
-    cjob_free(live[i]);
-  }
+  crash_fini();
   free(ref_steps);
   ref_steps = NULL;
 }
 
-/* Runs `weir run collatz` for j with failpoints armed (NULL: none), the
- * extra arguments (NULL terminated), stdout discarded and stderr into *err
- * (caller frees). kill_ms >= 0: SIGKILL the process group after kill_ms.
- * Returns the exit status, 128 + the signal, or -1 after RUN_TIMEOUT_S.
- * *ms (if not NULL) receives the run's wall time. */
-static int run_collatz(cjob *j, const char *failpoints, int kill_ms, char **err, int64_t *ms, ...) {
-  const char *argv[48];
-  int n = 0;
-  const char *fixed[] = {
-      WEIR_BINARY, "run",       "collatz", "--records",   j->records_s, "--parallelism",
-      j->p_s,      "--workers", "2",       "--state-dir", j->state,     "--checkpoint-interval",
-      "10",        "--sink",    j->sink_s,
-  };
-  for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) argv[n++] = fixed[i];
-  if (j->spill) {
-    argv[n++] = "--loop-memory";
-    argv[n++] = "2K";
-  }
-  int first = n;
-  va_list ap;
-  va_start(ap, ms);
-  const char *a;
-  while ((a = va_arg(ap, const char *)) != NULL && n < 46) argv[n++] = a;
-  va_end(ap);
-  argv[n] = NULL;
-
-  char errpath[700];
-  snprintf(errpath, sizeof errpath, "%s/stderr.txt", j->dir);
-  /* A spilling job also restores its logs through scratch files. */
-  if (j->spill) setenv("WEIR_FILE_BLOB_MIN", "1", 1);
-  int rc = th_run_killable(argv, j->dir, failpoints, kill_ms, RUN_TIMEOUT_S, errpath, err, ms);
-  unsetenv("WEIR_FILE_BLOB_MIN");
-  cr_assert_neq(rc, -2, "fork: %s", strerror(errno));
-  j->runs++;
-  hist(j, "[run %d", j->runs);
-  if (failpoints) hist(j, " %s", failpoints);
-  if (kill_ms >= 0) hist(j, " kill at %d ms", kill_ms);
-  for (int i = first; argv[i]; i++) hist(j, " %s", argv[i]);
-  hist(j, ": %d] ", rc);
-  return rc;
+static uint64_t steps_of(const void *user, uint64_t n) {
+  (void)user;
+  return ref_steps[n];
 }
 
-/* Compares the sink directory with the reference: returns the number of
+/* Compares the sink directory with the reference into d: the number of
  * problems (missing n, n twice, wrong step counts, malformed lines, stray
- * files) and describes the first in why; *total gets the sum of the steps
- * read. */
-static uint64_t out_diff(cjob *j, char *why, size_t whylen, ull *total) {
+ * files), the first described; *total gets the sum of the steps read. */
+static void out_diff(cjob *j, crash_diff *d, ull *total) {
   reference();
-  why[0] = '\0';
-  *total = 0;
-  uint8_t *seen = calloc(RECORDS + 1, 1);
-  cr_assert_not_null(seen);
-  uint64_t problems = 0;
-#define PROBLEM(...)                                                                               \
-  do {                                                                                             \
-    if (!problems++) snprintf(why, whylen, __VA_ARGS__);                                           \
-  } while (0)
-  DIR *d = opendir(j->out);
-  if (!d) {
-    free(seen);
-    snprintf(why, whylen, "no sink directory %s", j->out);
-    return RECORDS;
-  }
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    size_t n = strlen(e->d_name);
-    if (!(n > 4 && strcmp(e->d_name + n - 4, ".txt") == 0 && strncmp(e->d_name, "sink-", 5) == 0))
-      PROBLEM("unexpected file %.64s in the sink directory", e->d_name);
-    char path[1200];
-    snprintf(path, sizeof path, "%s/%s", j->out, e->d_name);
-    char *text = th_read_file(path, NULL);
-    if (!text) {
-      PROBLEM("cannot read %.64s", e->d_name);
-      continue;
-    }
-    for (char *s = text, *nl; *s; s = nl + 1) {
-      nl = strchr(s, '\n');
-      if (!nl) {
-        PROBLEM("%.64s: last line without a newline: '%.40s'", e->d_name, s);
-        break;
-      }
-      *nl = '\0';
-      ull num, steps;
-      char extra;
-      if (sscanf(s, "%llu %llu%c", &num, &steps, &extra) != 2 || num < 1 || num > RECORDS) {
-        PROBLEM("%.64s: bad line '%.80s'", e->d_name, s);
-        continue;
-      }
-      *total += steps;
-      if (seen[num]++) PROBLEM("%.64s: n = %llu twice ('%.80s')", e->d_name, num, s);
-      if (steps != ref_steps[num])
-        PROBLEM("%.64s: '%.80s', expected %llu steps", e->d_name, s, (ull)ref_steps[num]);
-    }
-    free(text);
-  }
-  closedir(d);
-  uint64_t missing = 0;
-  for (uint64_t n = 1; n <= RECORDS; n++)
-    if (!seen[n] && !missing++) PROBLEM("n = %llu missing", (ull)n);
-  if (missing && problems == 1 && missing > 1)
-    snprintf(why + strlen(why), whylen - strlen(why), " (%llu numbers missing)", (ull)missing);
-  problems += missing ? missing - 1 : 0;
-#undef PROBLEM
-  free(seen);
-  return problems;
+  crash_ref r = {1, RECORDS, steps_of, NULL, "n ="};
+  uint64_t sum = 0;
+  crash_diff_ids(j->c.out, &r, d, &sum, NULL);
+  *total = sum;
 }
 
 /* Nonzero if the sink directory holds an unpublished (.pending) file. */
 static int has_pending(cjob *j) {
-  return th_count_pending(j->out);
+  return th_count_pending(j->c.out);
 }
 
 static void check_exact(cjob *j) {
-  char why[400];
+  crash_diff d;
   ull total = 0;
-  uint64_t problems = out_diff(j, why, sizeof why, &total);
-  cr_assert_eq(problems, 0, "output differs from the reference (%llu problems): %s\nhistory: %s",
-               (ull)problems, why, j->history);
+  out_diff(j, &d, &total);
+  cr_assert_eq(d.problems, 0, "output differs from the reference (%llu problems): %s\nhistory: %s",
+               (ull)d.problems, d.why, j->c.history);
   cr_assert_eq(total, ref_total, "total %llu, expected %llu", total, ref_total);
 }
 
@@ -760,16 +625,13 @@ static ull summary_total(const char *err) {
   return total;
 }
 
-/* One `--restore latest` run (failpoints armed) that must end the job.
- * Returns 1 if it resumed from a checkpoint, 0 if from the beginning. */
-static int restore_to_end(cjob *j, const char *failpoints) {
+/* One `--restore latest` run that must end the job. Returns 1 if it
+ * resumed from a checkpoint, 0 if from the beginning. */
+static int restore_to_end(cjob *j) {
   char *err = NULL;
-  int rc = run_collatz(j, failpoints, -1, &err, NULL, "--restore", "latest", NULL);
-  cr_assert_eq(rc, 0, "restore: exit %d, stderr: %s\nhistory: %s", rc, err, j->history);
-  long long from = th_resumed_from(err);
+  long long from = crash_restore_to_end(&j->c, 1, NULL, &err, NULL);
   cr_assert_geq(from, 0, "the restore did not say where it resumed: %s\nhistory: %s", err,
-                j->history);
-  hist(j, "(from %lld) ", from);
+                j->c.history);
   free(err);
   return from > 0;
 }
@@ -782,7 +644,7 @@ static void collatz_reference_run(int p) {
   cjob *j = cjob_new(p);
   char *err = NULL;
   int64_t ms = 0;
-  int rc = run_collatz(j, NULL, -1, &err, &ms, NULL);
+  int rc = crash_runv(&j->c, NULL, -1, &err, &ms, NULL);
   cr_assert_eq(rc, 0, "P=%d: exit %d: %s", p, rc, err);
   check_exact(j);
   ull total = summary_total(err);
@@ -791,7 +653,7 @@ static void collatz_reference_run(int p) {
   fprintf(stderr, "iteration::collatz P=%d: %u numbers in %lld ms, total %llu\n", p, RECORDS,
           (long long)ms, total);
   free(err);
-  cjob_free(j);
+  crash_free(&j->c);
 }
 
 TestSuite(collatz, .timeout = 170, .fini = cleanup);
@@ -818,12 +680,12 @@ static int log_open_kill(int p, unsigned hit, int tries, int *resumed, int *ende
     snprintf(fp, sizeof fp, "iter.log_open=kill@%u", hit);
     snprintf(want, sizeof want, "failpoint iter.log_open: kill (hit %u)", hit);
     char *err = NULL;
-    int rc = run_collatz(j, fp, -1, &err, NULL, NULL);
+    int rc = crash_run(&j->c, fp, -1, &err, NULL);
     int fired = rc != 0;
     if (fired) {
-      cr_assert_eq(rc, KILLED, "P=%d: %s: exit %d, stderr: %s", p, fp, rc, err);
+      cr_assert_eq(rc, CRASH_KILLED, "P=%d: %s: exit %d, stderr: %s", p, fp, rc, err);
       cr_assert(strstr(err, want) != NULL, "P=%d: no '%s' in stderr: %s", p, want, err);
-      *resumed += restore_to_end(j, NULL);
+      *resumed += restore_to_end(j);
     } else {
       fprintf(stderr, "iteration::kill_while_back_edge_log_open: P=%d ended before hit %u\n", p,
               hit);
@@ -831,7 +693,7 @@ static int log_open_kill(int p, unsigned hit, int tries, int *resumed, int *ende
     }
     free(err);
     check_exact(j);
-    cjob_free(j);
+    crash_free(&j->c);
     if (fired) return 1;
   }
   return 0;
@@ -858,9 +720,44 @@ Test(collatz, kill_while_back_edge_log_open) {
 
 /* ---- random kills ------------------------------------------------------------ */
 
-static uint64_t rng;
-static uint64_t rnd(void) {
-  return th_splitmix64(&rng);
+typedef struct collatz_kills {
+  uint64_t rng;
+  int p;
+  crash_resumes res;
+} collatz_kills;
+
+static int collatz_delay(crash_job *j, int attempt, int killing, void *user) {
+  (void)j;
+  collatz_kills *k = user;
+  return killing ? crash_delay_within(dur_ms[k->p], attempt, th_splitmix64(&k->rng)) : -1;
+}
+
+static void collatz_after(crash_job *j, int attempt, int rc, const char *err, void *user) {
+  collatz_kills *k = user;
+  long long from = crash_note_resume(j, attempt, rc, err, &k->res);
+  if (from == TH_ALREADY_FINISHED && rc == 0)
+    cr_assert_not(has_pending((cjob *)j),
+                  "BUG (see collatz::kill_after_final_checkpoint_committed): killed after the "
+                  "final checkpoint committed, the restore did nothing and the sink's output "
+                  "stays unpublished (.pending)\nhistory: %s",
+                  j->history);
+}
+
+/* Jobs at P = 1, 2, 4 in turn, every other one spilling its loop to files. */
+static crash_job *collatz_job(int jn, void *user) {
+  collatz_kills *k = user;
+  k->p = 1 << (jn % 3);
+  cjob *j = cjob_new(k->p);
+  if (jn % 2) {
+    cjob_spill(j);
+    crash_hist(&j->c, "(--loop-memory 2K) ");
+  }
+  return &j->c;
+}
+
+static void collatz_check(crash_job *j, void *user) {
+  (void)user;
+  check_exact((cjob *)j);
 }
 
 /* At least 20 runs: jobs at P = 1, 2, 4 in turn (every other one with its
@@ -870,68 +767,29 @@ static uint64_t rnd(void) {
  * the log_open hit 1 cases; a restore within the first half),
  * then restored until done; each checked exactly. */
 Test(collatz, random_kills) {
-  const char *env = getenv("WEIR_TEST_SEED");
-  uint64_t seed = env && *env ? strtoull(env, NULL, 10)
-                              : ((uint64_t)time(NULL) * 1000003u) ^ (uint64_t)getpid();
-  fprintf(stderr, "iteration::random_kills: seed %llu (replay: WEIR_TEST_SEED=%llu)\n", (ull)seed,
-          (ull)seed);
-  rng = seed;
+  uint64_t seed = crash_seed("iteration::random_kills");
+  collatz_kills k = {.rng = seed};
   for (int p = 1; p <= 4; p *= 2)
     if (!dur_ms[p]) collatz_reference_run(p);
-  int runs = 0, kills = 0, resumed = 0, finished_before_kill = 0;
   /* At least 20 runs and 10 kills (a run may end before its kill). */
-  for (int jn = 0; runs < 20 || kills < 10; jn++) {
-    cr_assert_lt(jn, 30, "only %d kills in %d runs of %d jobs", kills, runs, jn);
-    int p = 1 << (jn % 3);
-    cjob *j = cjob_new(p);
-    j->spill = jn % 2; /* every other job spills its loop to files */
-    hist(j, "seed %llu, job %d%s: ", (ull)seed, jn, j->spill ? " (--loop-memory 2K)" : "");
-    int want_kills = 1 + (int)(rnd() % 3);
-    for (int attempt = 0;; attempt++) {
-      cr_assert_lt(attempt, MAX_ATTEMPTS, "no end after %d attempts\nhistory: %s", attempt,
-                   j->history);
-      char *err = NULL;
-      int killing = attempt < want_kills;
-      /* A first run: between a quarter of an uninterrupted run and its
-       * end; a restore (which has less left to do): in its first half. */
-      int64_t d = dur_ms[p] > 40 ? dur_ms[p] : 40;
-      int delay = !killing  ? -1
-                  : attempt ? 5 + (int)(rnd() % (uint64_t)(d / 2))
-                            : (int)(d / 4 + (int64_t)(rnd() % (uint64_t)(d - d / 4)));
-      int rc = attempt ? run_collatz(j, NULL, delay, &err, NULL, "--restore", "latest", NULL)
-                       : run_collatz(j, NULL, delay, &err, NULL, NULL);
-      runs++;
-      cr_assert(rc == 0 || (killing && rc == KILLED), "exit %d, stderr: %s\nhistory: %s", rc, err,
-                j->history);
-      if (attempt) {
-        long long from = th_resumed_from(err);
-        /* A run killed before it logged anything may say nothing; a kill
-         * after the final checkpoint leaves nothing to do. */
-        cr_assert(from >= 0 || rc == KILLED || (from == TH_ALREADY_FINISHED && rc == 0),
-                  "restore said nothing about where it resumed: %s\nhistory: %s", err, j->history);
-        if (from > 0) resumed++;
-        if (from == TH_ALREADY_FINISHED && rc == 0) {
-          finished_before_kill++;
-          cr_assert_not(
-              has_pending(j),
-              "BUG (see collatz::kill_after_final_checkpoint_committed): killed after the "
-              "final checkpoint committed, the restore did nothing and the sink's output "
-              "stays unpublished (.pending)\nhistory: %s",
-              j->history);
-        }
-      }
-      free(err);
-      if (rc == 0) break;
-      kills++;
-    }
-    check_exact(j);
-    cjob_free(j);
-  }
+  crash_loop l = {.min_runs = 20,
+                  .min_kills = 10,
+                  .max_jobs = 30,
+                  .max_kills = 3,
+                  .max_attempts = MAX_ATTEMPTS,
+                  .seed = seed,
+                  .rng = &k.rng,
+                  .new_job = collatz_job,
+                  .check = collatz_check,
+                  .delay = collatz_delay,
+                  .after = collatz_after,
+                  .user = &k};
+  int runs = 0, kills = crash_kill_loop(&l, &runs);
   fprintf(stderr,
           "iteration::random_kills: %d runs, %d killed, %d restores resumed a checkpoint, %d "
           "kills came after the final checkpoint\n",
-          runs, kills, resumed, finished_before_kill);
-  cr_assert_gt(resumed, 0, "no restore resumed a checkpoint: the test would be vacuous");
+          runs, kills, k.res.resumed, k.res.finished_before_kill);
+  cr_assert_gt(k.res.resumed, 0, "no restore resumed a checkpoint: the test would be vacuous");
   cr_assert_eq(th_leak_check(), 0);
 }
 
@@ -953,23 +811,22 @@ Test(collatz, random_kills) {
 Test(collatz, kill_after_final_checkpoint_committed) {
   cjob *j = cjob_new(2);
   char *err = NULL;
-  int rc = run_collatz(j, "ckpt.after_meta_commit=kill@1", -1, &err, NULL, "--checkpoint-interval",
-                       "0", NULL);
-  cr_assert_eq(rc, KILLED, "ckpt.after_meta_commit=kill@1 did not fire: exit %d, stderr: %s", rc,
-               err);
+  int rc = crash_run(&j->c, "ckpt.after_meta_commit=kill@1", -1, &err, "--checkpoint-interval", "0",
+                     NULL);
+  cr_assert_eq(rc, CRASH_KILLED, "ckpt.after_meta_commit=kill@1 did not fire: exit %d, stderr: %s",
+               rc, err);
   assert_contains(err, "failpoint ckpt.after_meta_commit: kill (hit 1)");
   assert_contains(err, "final");
   free(err);
-  rc = run_collatz(j, NULL, -1, &err, NULL, "--checkpoint-interval", "0", "--restore", "latest",
-                   NULL);
+  rc = crash_run(&j->c, NULL, -1, &err, "--checkpoint-interval", "0", "--restore", "latest", NULL);
   cr_assert_eq(rc, 0, "restore: exit %d, stderr: %s", rc, err);
   free(err);
   cr_assert_not(has_pending(j),
                 "BUG: the final checkpoint committed, the restore did nothing, and the sink's "
                 "output was never published (.pending files left)\nhistory: %s",
-                j->history);
+                j->c.history);
   check_exact(j);
-  cjob_free(j);
+  crash_free(&j->c);
   cr_assert_eq(th_leak_check(), 0);
 }
 
@@ -980,7 +837,7 @@ Test(collatz, kill_after_final_checkpoint_committed) {
 static ull latest_loop_log(cjob *j, ull *id) {
   ull log = 0;
   int heads = 0;
-  cr_assert_eq(th_latest_op_state(WEIR_BINARY, j->state, "loop", id, &log, &heads), 0);
+  cr_assert_eq(th_latest_op_state(WEIR_BINARY, j->c.state, "loop", id, &log, &heads), 0);
   if (*id)
     cr_assert_eq(heads, j->p, "checkpoint %llu lists %d loop heads, expected %d", *id, heads, j->p);
   return log;
@@ -999,13 +856,13 @@ Test(collatz, negative_control_without_replay) {
     char fp[64];
     snprintf(fp, sizeof fp, "ckpt.after_meta_commit=kill@%u", k);
     char *err = NULL;
-    int rc = run_collatz(j, fp, -1, &err, NULL, NULL);
+    int rc = crash_run(&j->c, fp, -1, &err, NULL);
     if (rc == 0) { /* the job ended before checkpoint k */
       free(err);
-      cjob_free(j);
+      crash_free(&j->c);
       continue;
     }
-    cr_assert_eq(rc, KILLED, "%s did not fire: exit %d, stderr: %s", fp, rc, err);
+    cr_assert_eq(rc, CRASH_KILLED, "%s did not fire: exit %d, stderr: %s", fp, rc, err);
     free(err);
     ull id = 0, log = latest_loop_log(j, &id);
     fprintf(stderr,
@@ -1013,39 +870,33 @@ Test(collatz, negative_control_without_replay) {
             "log %llu bytes\n",
             p, id, log);
     if (!log) {
-      cjob_free(j);
+      crash_free(&j->c);
       continue;
     }
     eligible++;
     /* The twin: the same state and output, restored normally. */
-    char twin_dir[700];
-    snprintf(twin_dir, sizeof twin_dir, "%s-twin", j->dir);
-    const char *cp[] = {"/bin/cp", "-a", j->dir, twin_dir, NULL};
-    cr_assert_eq(th_run(cp, NULL, NULL, NULL, 60), 0, "cp -a %s %s", j->dir, twin_dir);
-    cjob *twin = cjob_at(twin_dir, p);
+    cjob *twin = (cjob *)crash_twin(&j->c, sizeof(cjob));
 
     /* Without replay: must differ from the reference. */
-    rc = run_collatz(j, "iter.skip_replay=error+", -1, &err, NULL, "--restore", "latest", NULL);
-    cr_assert_eq(rc, 0, "restore without replay: exit %d, stderr: %s", rc, err);
-    cr_assert_eq(th_resumed_from(err), (long long)id, "resumed elsewhere: %s", err);
+    long long at = crash_restore_to_end(&j->c, 1, "iter.skip_replay=error+", &err, NULL);
+    cr_assert_eq(at, (long long)id, "resumed elsewhere: %s", err);
     free(err);
-    char why[400];
+    crash_diff d;
     ull total = 0;
-    uint64_t problems = out_diff(j, why, sizeof why, &total);
+    out_diff(j, &d, &total);
     fprintf(stderr,
             "iteration::negative_control: without replay: %llu problems (%s), total %llu of "
             "%llu\n",
-            (ull)problems, problems ? why : "none", total, ref_total);
-    if (problems || total != ref_total) wrong++;
+            (ull)d.problems, d.problems ? d.why : "none", total, ref_total);
+    if (d.problems || total != ref_total) wrong++;
 
     /* With replay, from the very same checkpoint: exact. */
-    rc = run_collatz(twin, NULL, -1, &err, NULL, "--restore", "latest", NULL);
-    cr_assert_eq(rc, 0, "twin restore: exit %d, stderr: %s", rc, err);
-    cr_assert_eq(th_resumed_from(err), (long long)id, "twin resumed elsewhere: %s", err);
+    at = crash_restore_to_end(&twin->c, 1, NULL, &err, NULL);
+    cr_assert_eq(at, (long long)id, "twin resumed elsewhere: %s", err);
     free(err);
     check_exact(twin);
-    cjob_free(twin);
-    cjob_free(j);
+    crash_free(&twin->c);
+    crash_free(&j->c);
   }
   cr_assert_gt(eligible, 0, "no checkpoint with a non-empty back-edge log in 8 attempts");
   cr_assert_eq(wrong, eligible,
@@ -1064,37 +915,26 @@ Test(collatz, negative_control_without_replay) {
 Test(collatz, sync_kill_and_restore) {
   cjob *j = cjob_new(2);
   char *err = NULL;
-  int rc = run_collatz(j, "ckpt.after_meta_commit=kill@2", -1, &err, NULL, "--checkpoint-mode",
-                       "sync", NULL);
-  cr_assert_eq(rc, KILLED, "ckpt.after_meta_commit=kill@2 did not fire: exit %d, stderr: %s", rc,
-               err);
+  int rc = crash_run(&j->c, "ckpt.after_meta_commit=kill@2", -1, &err, "--checkpoint-mode", "sync",
+                     NULL);
+  cr_assert_eq(rc, CRASH_KILLED, "ckpt.after_meta_commit=kill@2 did not fire: exit %d, stderr: %s",
+               rc, err);
   assert_contains(err, "failpoint ckpt.after_meta_commit: kill (hit 2)");
   free(err);
   ull id = 0, log = latest_loop_log(j, &id);
-  cr_assert_gt(id, 0, "no checkpoint listed\nhistory: %s", j->history);
+  cr_assert_gt(id, 0, "no checkpoint listed\nhistory: %s", j->c.history);
   cr_assert_eq(log, 0,
                "sync checkpoint %llu holds %llu bytes of back-edge log: the loop was not "
                "drained\nhistory: %s",
-               id, log, j->history);
-  rc = run_collatz(j, NULL, -1, &err, NULL, "--checkpoint-mode", "sync", "--restore", "latest",
-                   NULL);
-  cr_assert_eq(rc, 0, "restore: exit %d, stderr: %s\nhistory: %s", rc, err, j->history);
+               id, log, j->c.history);
+  rc = crash_run(&j->c, NULL, -1, &err, "--checkpoint-mode", "sync", "--restore", "latest", NULL);
+  cr_assert_eq(rc, 0, "restore: exit %d, stderr: %s\nhistory: %s", rc, err, j->c.history);
   free(err);
   check_exact(j);
-  cjob_free(j);
+  crash_free(&j->c);
   cr_assert_eq(th_leak_check(), 0);
 }
 
-/* Crash tests run one at a time whatever --jobs says: a second test on the
- * cores would slow every run and move every kill. */
 int main(int argc, char *argv[]) {
-  setenv("WEIR_LOG", "info", 1); /* the tests read the restore messages */
-  struct criterion_test_set *tests = criterion_initialize();
-  int result = 0;
-  if (criterion_handle_args(argc, argv, true)) {
-    criterion_options.jobs = 1;
-    result = !criterion_run_all_tests(tests);
-  }
-  criterion_finalize(tests);
-  return result;
+  return crash_main(argc, argv, "info");
 }

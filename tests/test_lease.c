@@ -43,6 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "crash.h"
 #include "helpers.h"
 #include "base/alloc.h"
 #include "base/clock.h"
@@ -819,112 +820,34 @@ Test(lease, real_process_identity) {
  * that a loaded 2-core machine running sanitizer builds still keeps. */
 #define LEASE_MS "2000"
 
-static int64_t mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static double mono_msf(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
 }
 
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0) {
-  }
-}
-
-typedef struct pjob {
-  char *dir, *state, *out;
-  char records[32], keys[32], rate[32], sink[600];
-  int nlog;
-} pjob;
-
-static pjob *pjob_new(uint64_t records, const char *rate) {
-  pjob *j = calloc(1, sizeof *j);
-  j->dir = th_tmpdir();
-  cr_assert_not_null(j->dir);
-  j->state = path_join(j->dir, "state");
-  j->out = path_join(j->dir, "out");
-  snprintf(j->records, sizeof j->records, "%llu", (ull)records);
-  snprintf(j->keys, sizeof j->keys, "%u", KEYS);
-  snprintf(j->rate, sizeof j->rate, "%s", rate);
-  snprintf(j->sink, sizeof j->sink, "file:%s", j->out);
+/* The counter job with the file sink, checkpoints every 30 ms, quiet. */
+static crash_job *pjob_new(uint64_t records, const char *rate) {
+  crash_job *j = crash_new("counter", 0);
+  crash_counter(j, records, KEYS, rate);
+  crash_arg(j, "--quiet", NULL);
+  j->interval = "30";
+  j->env[0] = "WEIR_LOG=info";
   return j;
 }
 
-static void pjob_free(pjob *j) {
-  th_rmrf(j->dir);
-  free(j->dir);
-  free(j->state);
-  free(j->out);
-  free(j);
+/* Starts the job (extra arguments NULL terminated) in a process group of
+ * its own, stderr into <dir>/log.<n> (*log = n, the run's number), with
+ * `failpoints` armed. */
+static pid_t spawn(crash_job *j, const char *failpoints, int *log, ...) {
+  CRASH_VA_ARRAY(extra, log);
+  char logpath[700];
+  *log = j->runs + 1;
+  snprintf(logpath, sizeof logpath, "%s/log.%d", j->dir, *log);
+  return crash_spawnv(j, failpoints, logpath, extra);
 }
 
-/* Starts `weir run counter` (extra arguments NULL terminated) in a process
- * group of its own, stderr into <dir>/log.<n>, with `failpoints` armed. */
-static pid_t spawn(pjob *j, const char *failpoints, int *log, ...) {
-  const char *fixed[] = {WEIR_BINARY,
-                         "run",
-                         "counter",
-                         "--records",
-                         j->records,
-                         "--keys",
-                         j->keys,
-                         "--rate",
-                         j->rate,
-                         "--workers",
-                         "2",
-                         "--parallelism",
-                         "2",
-                         "--state-dir",
-                         j->state,
-                         "--sink",
-                         j->sink,
-                         "--quiet",
-                         "--checkpoint-interval",
-                         "30"};
-  const char *ordered[64];
-  int m = 0;
-  for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) ordered[m++] = fixed[i];
-  va_list ap;
-  va_start(ap, log);
-  const char *a;
-  while ((a = va_arg(ap, const char *)) != NULL && m < 63) ordered[m++] = a;
-  va_end(ap);
-  ordered[m] = NULL;
-  char name[32];
-  *log = ++j->nlog;
-  snprintf(name, sizeof name, "log.%d", *log);
-  char *logpath = path_join(j->dir, name);
-  fflush(NULL);
-  pid_t pid = fork();
-  cr_assert_geq(pid, 0);
-  if (pid == 0) {
-    setpgid(0, 0);
-    if (failpoints)
-      setenv("WEIR_FAILPOINTS", failpoints, 1);
-    else
-      unsetenv("WEIR_FAILPOINTS");
-    setenv("WEIR_LOG", "info", 1);
-    int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int nul = open("/dev/null", O_RDWR);
-    if (fd < 0 || nul < 0) _exit(127);
-    dup2(nul, 0);
-    dup2(nul, 1);
-    dup2(fd, 2);
-    execv(ordered[0], (char *const *)ordered);
-    _exit(127);
-  }
-  setpgid(pid, pid);
-  free(logpath);
-  return pid;
-}
-
-static char *log_of(pjob *j, int n) {
+static char *log_of(crash_job *j, int n) {
   char name[32];
   snprintf(name, sizeof name, "log.%d", n);
   char *p = path_join(j->dir, name);
@@ -934,43 +857,21 @@ static char *log_of(pjob *j, int n) {
 }
 
 /* Waits until log n of j holds `what`. */
-static void wait_log(pjob *j, int n, const char *what, int timeout_ms) {
-  int64_t end = mono_ms() + timeout_ms;
+static void wait_log(crash_job *j, int n, const char *what, int timeout_ms) {
+  int64_t end = th_mono_ms() + timeout_ms;
   for (;;) {
     char *t = log_of(j, n);
     int found = strstr(t, what) != NULL;
     free(t);
     if (found) return;
-    cr_assert_lt(mono_ms(), end, "log %d never said '%s'", n, what);
-    sleep_ms(2);
-  }
-}
-
-/* Waits for pid to exit (or, with stopped, to stop): its exit code, 128 +
- * signal, 1000 for "stopped", or -1 after timeout_ms (then it is killed). */
-static int wait_for(pid_t pid, int timeout_ms, int stopped) {
-  int64_t end = mono_ms() + timeout_ms;
-  for (;;) {
-    int st;
-    pid_t w = waitpid(pid, &st, WNOHANG | (stopped ? WUNTRACED : 0));
-    if (w == pid) {
-      if (WIFSTOPPED(st)) return 1000;
-      return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    }
-    if (mono_ms() > end) {
-      kill(-pid, SIGKILL);
-      kill(pid, SIGKILL);
-      kill(pid, SIGCONT);
-      waitpid(pid, &st, 0);
-      return -1;
-    }
-    sleep_ms(1);
+    cr_assert_lt(th_mono_ms(), end, "log %d never said '%s'", n, what);
+    th_sleep_ms(2);
   }
 }
 
 /* Waits until <state>/lease/epoch.<n> exists; returns the time it was seen
  * (ms, monotonic) or fails the test after timeout_ms. */
-static double wait_claim(pjob *j, uint64_t n, int timeout_ms) {
+static double wait_claim(crash_job *j, uint64_t n, int timeout_ms) {
   char name[64];
   snprintf(name, sizeof name, "lease/epoch.%llu", (ull)n);
   double end = mono_msf() + timeout_ms;
@@ -984,7 +885,7 @@ static double wait_claim(pjob *j, uint64_t n, int timeout_ms) {
 
 /* The listing: ids and epochs of the retained checkpoints (from `weir
  * checkpoints --json`), as one string for comparisons. */
-static char *listing(pjob *j) {
+static char *listing(crash_job *j) {
   const char *argv[] = {WEIR_BINARY, "checkpoints", "--state-dir", j->state, "--json", NULL};
   char *out = NULL, *err = NULL;
   int rc = th_run(argv, NULL, &out, &err, 60);
@@ -1004,47 +905,6 @@ static char *listing(pjob *j) {
   return s;
 }
 
-static uint64_t n_of(uint64_t records, uint64_t k) {
-  return records / KEYS + (k < records % KEYS ? 1 : 0);
-}
-
-/* The sink directory holds, for every key k, the counts 1..n_k once each,
- * nothing else, and no unfinished file. */
-static void check_exact(pjob *j, const char *what) {
-  uint64_t records = strtoull(j->records, NULL, 10);
-  uint64_t per = records / KEYS + 2;
-  uint8_t *seen = calloc(KEYS * per, 1);
-  DIR *d = opendir(j->out);
-  cr_assert_not_null(d, "%s: no sink directory", what);
-  struct dirent *e;
-  uint64_t lines = 0;
-  while ((e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.') continue;
-    size_t n = strlen(e->d_name);
-    cr_assert(n > 4 && strcmp(e->d_name + n - 4, ".txt") == 0, "%s: unexpected file %s in %s", what,
-              e->d_name, j->out);
-    char *p = path_join(j->out, e->d_name);
-    char *text = th_read_file(p, NULL);
-    cr_assert_not_null(text);
-    for (char *s = text, *nl; *s; s = nl + 1) {
-      nl = strchr(s, '\n');
-      cr_assert_not_null(nl, "%s: %s: a last line without newline", what, e->d_name);
-      *nl = '\0';
-      ull k, c;
-      cr_assert_eq(sscanf(s, "%llu %llu", &k, &c), 2, "%s: bad line '%s'", what, s);
-      cr_assert(k < KEYS && c >= 1 && c <= n_of(records, k), "%s: line '%s' out of range", what, s);
-      cr_assert_eq(seen[k * per + c - 1], 0, "%s: line '%s' twice", what, s);
-      seen[k * per + c - 1] = 1;
-      lines++;
-    }
-    free(text);
-    free(p);
-  }
-  closedir(d);
-  cr_assert_eq(lines, records, "%s: %llu lines for %llu records", what, (ull)lines, (ull)records);
-  free(seen);
-}
-
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -1057,11 +917,8 @@ static void report(const char *what, double *v, int n) {
 }
 
 static uint64_t g_rng;
-static uint64_t rnd(void) { /* splitmix64 */
-  uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+static uint64_t rnd(void) {
+  return th_splitmix64(&g_rng);
 }
 
 static void seed(const char *test) {
@@ -1070,7 +927,7 @@ static void seed(const char *test) {
   fprintf(stderr, "lease::%s: WEIR_TEST_SEED=%llu\n", test, (ull)g_rng);
 }
 
-TestSuite(owners, .timeout = 400);
+TestSuite(owners, .timeout = 400, .fini = crash_fini);
 
 /* Whether log says its run took over from `pid` after that one released
  * the lease (it ended first: the two runs did not overlap). */
@@ -1087,14 +944,14 @@ static int took_over_released(const char *log, pid_t pid) {
  * both run then, one after the other, which the log says; such a round is
  * no race and is counted apart (at most half may be). */
 Test(owners, fifty_races_one_owner_each) {
-  pjob *j = pjob_new(60000, "100000");
+  crash_job *j = pjob_new(60000, "100000");
   snprintf(j->sink, sizeof j->sink, "null");
   int apart = 0;
   for (int round = 0; round < 50; round++) {
     int la, lb;
     pid_t a = spawn(j, NULL, &la, "--fresh", NULL);
     pid_t b = spawn(j, NULL, &lb, "--fresh", NULL);
-    int ra = wait_for(a, RUN_TIMEOUT_MS, 0), rb = wait_for(b, RUN_TIMEOUT_MS, 0);
+    int ra = crash_wait(a, RUN_TIMEOUT_MS, 0), rb = crash_wait(b, RUN_TIMEOUT_MS, 0);
     char *ea = log_of(j, la), *eb = log_of(j, lb);
     if (ra == 0 && rb == 0 && (took_over_released(ea, b) || took_over_released(eb, a))) {
       apart++;
@@ -1118,22 +975,22 @@ Test(owners, fifty_races_one_owner_each) {
   cr_assert_leq(apart, 25, "%d of 50 rounds were no race", apart);
   cr_assert_eq(st.epoch, 50 + (uint64_t)apart, "one epoch per round (two where apart)");
   cr_assert(st.released);
-  pjob_free(j);
+  crash_free(j);
 }
 
 /* SIGKILL the owner at random times: each successor takes over at once and
  * the output is exact in the end. */
 Test(owners, killed_owner_is_taken_over_at_once) {
   seed("killed_owner_is_taken_over_at_once");
-  pjob *j = pjob_new(RECORDS, "150000");
+  crash_job *j = pjob_new(RECORDS, "150000");
   double took[6];
   int n = 0, log;
   pid_t p = spawn(j, NULL, &log, NULL);
   for (uint64_t epoch = 1; n < 6; epoch++) {
     wait_claim(j, epoch, RUN_TIMEOUT_MS);
-    sleep_ms(100 + (int)(rnd() % 300));
+    th_sleep_ms(100 + (int)(rnd() % 300));
     kill(-p, SIGKILL);
-    int rc = wait_for(p, RUN_TIMEOUT_MS, 0);
+    int rc = crash_wait(p, RUN_TIMEOUT_MS, 0);
     if (rc != 128 + SIGKILL) { /* it ended first: run again */
       cr_assert_eq(rc, 0, "exit %d", rc);
       break;
@@ -1142,15 +999,16 @@ Test(owners, killed_owner_is_taken_over_at_once) {
     p = spawn(j, NULL, &log, "--restore", "latest", NULL);
     took[n++] = wait_claim(j, epoch + 1, RUN_TIMEOUT_MS) - t0;
   }
-  int rc = wait_for(p, RUN_TIMEOUT_MS, 0);
+  int rc = crash_wait(p, RUN_TIMEOUT_MS, 0);
   char *e = log_of(j, log);
   cr_assert_eq(rc, 0, "the last run: exit %d: %s", rc, e);
-  cr_assert(j->nlog == 1 || strstr(e, "its process is gone"), "%s", e);
+  cr_assert(j->runs == 1 || strstr(e, "its process is gone"), "%s", e);
   free(e);
   cr_assert_geq(n, 3, "too few kills landed (%d): the job ended first", n);
-  check_exact(j, "after SIGKILLs");
+  crash_hist(j, "after SIGKILLs: ");
+  crash_check_counter(j);
   report("after SIGKILL", took, n);
-  pjob_free(j);
+  crash_free(j);
 }
 
 /* SIGTERM: the owner drains, releases, and the next run starts at once;
@@ -1160,7 +1018,7 @@ Test(owners, killed_owner_is_taken_over_at_once) {
 Test(owners, released_lease_is_taken_over_at_once) {
   double took[10];
   int n = 0;
-  pjob *j = pjob_new(100000, "100000");
+  crash_job *j = pjob_new(100000, "100000");
   snprintf(j->sink, sizeof j->sink, "null");
   int log;
   uint64_t epoch = 1;
@@ -1169,12 +1027,12 @@ Test(owners, released_lease_is_taken_over_at_once) {
     wait_claim(j, epoch, RUN_TIMEOUT_MS);
     wait_log(j, log, " completed in ", RUN_TIMEOUT_MS); /* running: SIGTERM drains it */
     kill(p, SIGTERM);
-    int rc = wait_for(p, RUN_TIMEOUT_MS, 0);
+    int rc = crash_wait(p, RUN_TIMEOUT_MS, 0);
     cr_assert_eq(rc, 0, "a run stopped by SIGTERM: exit %d", rc);
     double t0 = mono_msf();
     p = spawn(j, NULL, &log, "--restore", "latest", NULL);
     took[n++] = wait_claim(j, ++epoch, RUN_TIMEOUT_MS) - t0;
-    rc = wait_for(p, RUN_TIMEOUT_MS, 0);
+    rc = crash_wait(p, RUN_TIMEOUT_MS, 0);
     char *e = log_of(j, log);
     cr_assert_eq(rc, 0, "the successor: exit %d: %s", rc, e);
     cr_assert(strstr(e, "it released the lease"), "%s", e);
@@ -1184,45 +1042,9 @@ Test(owners, released_lease_is_taken_over_at_once) {
     p = spawn(j, NULL, &log, NULL);
     took[n++] = wait_claim(j, ++epoch, RUN_TIMEOUT_MS) - t0;
   }
-  cr_assert_eq(wait_for(p, RUN_TIMEOUT_MS, 0), 0);
+  cr_assert_eq(crash_wait(p, RUN_TIMEOUT_MS, 0), 0);
   report("after orderly release (SIGTERM, end of input)", took, n);
-  pjob_free(j);
-}
-
-/* All files of a directory, names and contents, as one string. */
-/* Only what a reader of the sink directory sees: committed parts (*.txt);
- * .inprogress and .pending parts are the writer's business. */
-static int committed_part(const struct dirent *e) {
-  size_t n = strlen(e->d_name);
-  return n > 4 && strcmp(e->d_name + n - 4, ".txt") == 0;
-}
-
-static char *dir_image(const char *dir) {
-  struct dirent **names = NULL;
-  int n = scandir(dir, &names, committed_part, alphasort);
-  cr_assert_geq(n, 0, "scandir %s", dir);
-  size_t cap = 1024, len = 0;
-  char *s = malloc(cap);
-  s[0] = '\0';
-  for (int i = 0; i < n; i++) {
-    char *p = path_join(dir, names[i]->d_name);
-    size_t flen = 0;
-    char *t = names[i]->d_name[0] == '.' ? NULL : th_read_file(p, &flen);
-    size_t need = len + strlen(names[i]->d_name) + flen + 4;
-    if (need > cap) {
-      cap = need * 2;
-      s = realloc(s, cap);
-    }
-    len += (size_t)sprintf(s + len, "%s\n", names[i]->d_name);
-    if (t) memcpy(s + len, t, flen);
-    len += t ? flen : 0;
-    s[len] = '\0';
-    free(t);
-    free(p);
-    free(names[i]);
-  }
-  free(names);
-  return s;
+  crash_free(j);
 }
 
 static int stale_sink_writes;
@@ -1233,41 +1055,42 @@ static int stale_sink_writes;
  * message, the store is as the successor left it, the output exact. Returns
  * the takeover time (from the stop to the successor's claim). */
 static double stopped_owner(const char *failpoint, int delay_ms, const char *what) {
-  pjob *j = pjob_new(RECORDS, "150000");
+  crash_job *j = pjob_new(RECORDS, "150000");
   int lo, ls;
   pid_t owner = spawn(j, failpoint, &lo, "--lease-ms", LEASE_MS, NULL);
   double t0;
   if (failpoint) {
-    int rc = wait_for(owner, RUN_TIMEOUT_MS, 1);
+    int rc = crash_wait(owner, RUN_TIMEOUT_MS, 1);
     char *e = log_of(j, lo);
     cr_assert_eq(rc, 1000, "%s: the owner did not stop at %s (%d): %s", what, failpoint, rc, e);
     free(e);
     t0 = mono_msf();
   } else {
     wait_claim(j, 1, RUN_TIMEOUT_MS);
-    sleep_ms(delay_ms);
+    th_sleep_ms(delay_ms);
     kill(-owner, SIGSTOP);
     t0 = mono_msf();
   }
   pid_t succ = spawn(j, NULL, &ls, "--restore", "latest", "--wait", "--lease-ms", LEASE_MS, NULL);
   double took = wait_claim(j, 2, RUN_TIMEOUT_MS) - t0;
-  int rs = wait_for(succ, RUN_TIMEOUT_MS, 0);
+  int rs = crash_wait(succ, RUN_TIMEOUT_MS, 0);
   char *es = log_of(j, ls);
   cr_assert_eq(rs, 0, "%s: the successor: exit %d (-1: it hung): %s", what, rs, es);
   cr_assert(strstr(es, "epoch 2 took over") && strstr(es, "its lease expired"), "%s: %s", what, es);
   char *before = listing(j);
-  check_exact(j, what); /* the successor's output, whole */
-  char *sink_before = dir_image(j->out);
+  crash_hist(j, "%s: ", what);
+  crash_check_counter(j); /* the successor's output, whole */
+  char *sink_before = crash_dir_image(j->out, 1);
 
   kill(-owner, SIGCONT);
   kill(owner, SIGCONT);
-  int ro = wait_for(owner, RUN_TIMEOUT_MS, 0);
+  int ro = crash_wait(owner, RUN_TIMEOUT_MS, 0);
   char *eo = log_of(j, lo);
   cr_assert_eq(ro, 4, "%s: the stale owner exited %d, not 4: %s", what, ro, eo);
   cr_assert(strstr(eo, "lost ownership of the state directory"), "%s: %s", what, eo);
   char *after = listing(j);
   cr_assert_str_eq(after, before, "%s: the stale owner changed the store", what);
-  char *sink_after = dir_image(j->out);
+  char *sink_after = crash_dir_image(j->out, 1);
   if (strcmp(sink_after, sink_before) != 0) {
     /* A stale owner must not change what a reader sees. Its commits check
      * ownership first, and the parts it could still rename were recovered
@@ -1303,7 +1126,7 @@ static double stopped_owner(const char *failpoint, int delay_ms, const char *wha
   free(after);
   free(es);
   free(eo);
-  pjob_free(j);
+  crash_free(j);
   return took;
 }
 
@@ -1333,12 +1156,5 @@ Test(owners, stopped_owner_is_fenced) {
 }
 
 int main(int argc, char *argv[]) {
-  struct criterion_test_set *tests = criterion_initialize();
-  int result = 0;
-  if (criterion_handle_args(argc, argv, true)) {
-    criterion_options.jobs = 1;
-    result = !criterion_run_all_tests(tests);
-  }
-  criterion_finalize(tests);
-  return result;
+  return crash_main(argc, argv, NULL);
 }

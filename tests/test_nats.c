@@ -86,7 +86,7 @@ static void nats_fini(void) {
 }
 
 /* The job's sink is the NATS sink on t's output stream, with params. */
-static void nats_sink(job *j, const tnats *t, const char *params) {
+static void nats_sink(crash_job *j, const tnats *t, const char *params) {
   snprintf(j->sink, sizeof j->sink, "%s/%s?stream=%s%s", nats_url(), t->subject, t->stream,
            params ? params : "");
 }
@@ -140,16 +140,14 @@ static int stream_state(tnats *t, const char *stream, uint64_t *msgs, uint64_t *
 
 /* The output stream holds exactly N messages, each expected pair once, and
  * each with Nats-Msg-Id "<job>/sink/c/<key>.<count>". */
-static void check_stream(job *j, tnats *t) {
+static void check_stream(crash_job *j, tnats *t) {
   uint64_t msgs = 0, first = 0, last = 0;
   cr_assert_eq(stream_state(t, t->stream, &msgs, &first, &last, NULL), 0, "no stream %s",
                t->stream);
   cr_assert_eq(msgs, j->records, "stream %s holds %llu messages for %llu records\nhistory: %s",
                t->stream, (ull)msgs, (ull)j->records, j->history);
-  uint64_t per = j->records / j->keys + 1;
-  uint32_t *seen = calloc(j->keys * per, sizeof *seen);
-  cr_assert_not_null(seen);
-  uint64_t lines = 0;
+  crash_tally tally;
+  crash_tally_init(j, &tally, 1);
   for (uint64_t seq = first; seq <= last; seq++) {
     natsMsg *m = NULL;
     natsStatus s = js_GetMsg(&m, t->js, t->stream, seq, NULL, NULL);
@@ -160,8 +158,7 @@ static void check_stream(job *j, tnats *t) {
     cr_assert(n > 0 && n < (int)sizeof line);
     memcpy(line, natsMsg_GetData(m), (size_t)n);
     line[n] = '\0';
-    count_line(j, seen, per, line, t->stream);
-    lines++;
+    crash_tally_line(j, &tally, line, t->stream);
     const char *id = NULL;
     cr_assert_eq(natsMsgHeader_Get(m, "Nats-Msg-Id", &id), NATS_OK, "no Nats-Msg-Id");
     ull k = 0, c = 0;
@@ -172,8 +169,8 @@ static void check_stream(job *j, tnats *t) {
     cr_assert(il > wl && !strcmp(id + il - wl, want), "message '%s' has Nats-Msg-Id %s", line, id);
     natsMsg_Destroy(m);
   }
-  check_seen(j, seen, per, lines, t->stream);
-  free(seen);
+  crash_tally_check(j, &tally, t->stream);
+  crash_tally_free(&tally);
 }
 
 /* The sum of counter `name` over the sink subtasks in a summary file. */
@@ -194,12 +191,12 @@ static ull summary_sum(const char *path, const char *name) {
 Test(nats, sink_creates_stream_exactly_once) {
   tnats t;
   tn_open(&t);
-  job *j = job_new(N_RECORDS, N_KEYS, "0", N_INTERVAL);
+  crash_job *j = tx_job(N_RECORDS, N_KEYS, "0", N_INTERVAL);
   nats_sink(j, &t, "&duplicates=90s&pending=16");
   cr_assert_neq(stream_state(&t, t.stream, NULL, NULL, NULL, NULL), 0);
   char sum[700], *err = NULL;
   snprintf(sum, sizeof sum, "%s/summary.json", j->dir);
-  int rc = run_job(j, NULL, &err, "--summary-json", sum, NULL);
+  int rc = crash_run(j, NULL, -1, &err, "--summary-json", sum, NULL);
   cr_assert_eq(rc, 0, "%s", err);
   cr_assert(strstr(err, "created stream") != NULL, "%s", err);
   free(err);
@@ -210,7 +207,7 @@ Test(nats, sink_creates_stream_exactly_once) {
   cr_assert_eq(summary_sum(sum, "requests"), j->records);
   cr_assert_eq(summary_sum(sum, "responses"), j->records);
   cr_assert_eq(summary_sum(sum, "duplicates"), 0);
-  job_free(j);
+  crash_free(j);
   tn_close(&t);
   cr_assert_eq(th_leak_check(), 0);
 }
@@ -222,10 +219,10 @@ Test(nats, sink_subject_held_by_another_stream_is_clear) {
   tnats t;
   tn_open(&t);
   add_stream(&t, t.in_stream, t.subject); /* deleted by tn_close */
-  job *j = job_new(N_RECORDS, N_KEYS, "0", N_INTERVAL);
+  crash_job *j = tx_job(N_RECORDS, N_KEYS, "0", N_INTERVAL);
   nats_sink(j, &t, NULL);
   char *err = NULL;
-  int rc = run_job(j, NULL, &err, NULL);
+  int rc = crash_run(j, NULL, -1, &err, NULL);
   cr_assert_neq(rc, 0, "%s", err);
   cr_assert(strstr(err, "another stream holds subject") && strstr(err, t.subject) &&
                 strstr(err, "stream="),
@@ -235,7 +232,7 @@ Test(nats, sink_subject_held_by_another_stream_is_clear) {
   cr_assert_eq(stream_state(&t, t.in_stream, &msgs, NULL, NULL, NULL), 0);
   cr_assert_eq(msgs, 0, "%llu messages published", (ull)msgs);
   cr_assert_neq(stream_state(&t, t.stream, NULL, NULL, NULL, NULL), 0, "the sink made its stream");
-  job_free(j);
+  crash_free(j);
   tn_close(&t);
   cr_assert_eq(th_leak_check(), 0);
 }
@@ -247,21 +244,19 @@ Test(nats, sink_subject_held_by_another_stream_is_clear) {
 Test(nats, sink_replay_is_deduplicated_and_counted) {
   tnats t;
   tn_open(&t);
-  job *j = job_new(N_RECORDS, N_KEYS, N_RATE, N_INTERVAL);
+  crash_job *j = tx_job(N_RECORDS, N_KEYS, N_RATE, N_INTERVAL);
   nats_sink(j, &t, "&pending=16");
   char *err = NULL;
-  int rc = run_job(j, "sink.after_commit=kill@2", &err, NULL);
-  expect_killed_at(j, rc, err, "sink.after_commit");
-  free(err);
+  crash_kill_at(j, "sink.after_commit", 2, 0, NULL, NULL);
   char sum[700];
   snprintf(sum, sizeof sum, "%s/summary.json", j->dir);
-  rc = run_job(j, NULL, &err, "--restore", "latest", "--summary-json", sum, NULL);
+  int rc = crash_run(j, NULL, -1, &err, "--restore", "latest", "--summary-json", sum, NULL);
   cr_assert_eq(rc, 0, "%s", err);
   cr_assert(strstr(err, "were duplicates") != NULL, "no duplicate log line: %s", err);
   free(err);
   check_stream(j, &t);
   cr_assert_gt(summary_sum(sum, "duplicates"), 0, "no duplicate ack counted");
-  job_free(j);
+  crash_free(j);
   tn_close(&t);
   cr_assert_eq(th_leak_check(), 0);
 }
@@ -271,18 +266,14 @@ Test(nats, sink_replay_is_deduplicated_and_counted) {
 static void sink_kill_at(const char *name, unsigned hit, const char *from, const char *to) {
   tnats t;
   tn_open(&t);
-  job *j = job_new(N_RECORDS, N_KEYS, N_RATE, N_INTERVAL);
+  crash_job *j = tx_job(N_RECORDS, N_KEYS, N_RATE, N_INTERVAL);
   j->par = from;
   nats_sink(j, &t, NULL);
-  char fp[128], *err = NULL;
-  snprintf(fp, sizeof fp, "%s=kill@%u", name, hit);
-  int rc = run_job(j, fp, &err, NULL);
-  expect_killed_at(j, rc, err, name);
-  free(err);
+  crash_kill_at(j, name, hit, 0, NULL, NULL);
   j->par = to;
   restore_until_done(j);
   check_stream(j, &t);
-  job_free(j);
+  crash_free(j);
   tn_close(&t);
 }
 
@@ -315,35 +306,30 @@ Test(nats, sink_kill_at_failpoints) {
 Test(nats, sink_kill_during_recover) {
   tnats t;
   tn_open(&t);
-  job *j = job_new(N_RECORDS, N_KEYS, N_RATE, N_INTERVAL);
+  crash_job *j = tx_job(N_RECORDS, N_KEYS, N_RATE, N_INTERVAL);
   nats_sink(j, &t, NULL);
-  char *err = NULL;
-  int rc = run_job(j, "sink.after_send=kill@300", &err, NULL);
-  expect_killed_at(j, rc, err, "sink.after_send");
-  free(err);
-  rc = run_job(j, "sink.during_recover=kill@1", &err, "--restore", "latest", NULL);
-  expect_killed_at(j, rc, err, "sink.during_recover");
-  free(err);
+  crash_kill_at(j, "sink.after_send", 300, 0, NULL, NULL);
+  crash_kill_at(j, "sink.during_recover", 1, 0, NULL, "--restore", "latest", NULL);
   restore_until_done(j);
   check_stream(j, &t);
-  job_free(j);
+  crash_free(j);
   tn_close(&t);
   cr_assert_eq(th_leak_check(), 0);
 }
 
 Test(nats, sink_random_kills) {
-  uint64_t seed = seed_from_env("nats::sink_random_kills");
+  uint64_t seed = rng = crash_seed("nats::sink_random_kills");
   int kills = 0;
   for (int n = 0; n < 10; n++) {
     tnats t;
     tn_open(&t);
-    job *j = job_new(N_RECORDS, N_KEYS, N_RATE, N_INTERVAL);
-    hist(j, "seed %llu, job %d: ", (ull)seed, n);
+    crash_job *j = tx_job(N_RECORDS, N_KEYS, N_RATE, N_INTERVAL);
+    crash_hist(j, "seed %llu, job %d: ", (ull)seed, n);
     nats_sink(j, &t, NULL);
     kills += kill_at_random(j, 1 + (int)(rnd() % 2), 20, 320, NULL);
     restore_until_done(j);
     check_stream(j, &t);
-    job_free(j);
+    crash_free(j);
     tn_close(&t);
   }
   fprintf(stderr, "nats::sink_random_kills: 10 jobs, %d kills\n", kills);
@@ -357,49 +343,48 @@ Test(nats, sink_random_kills) {
 Test(nats, sink_refuses_replay_beyond_duplicate_window) {
   tnats t;
   tn_open(&t);
-  job *j = job_new(N_RECORDS, N_KEYS, N_RATE, N_INTERVAL);
+  crash_job *j = tx_job(N_RECORDS, N_KEYS, N_RATE, N_INTERVAL);
   nats_sink(j, &t, "&duplicates=1s");
   char *err = NULL;
-  int rc = run_job(j, "sink.after_send=kill@50", &err, NULL);
-  expect_killed_at(j, rc, err, "sink.after_send");
-  free(err);
-  sleep_ms(300);
+  crash_kill_at(j, "sink.after_send", 50, 0, NULL, NULL);
+  th_sleep_ms(300);
   uint64_t before = 0, after = 0;
   cr_assert_eq(stream_state(&t, t.stream, &before, NULL, NULL, NULL), 0);
-  sleep_ms(1500); /* the subject of this test is time: beyond the window */
-  rc = run_job(j, NULL, &err, "--restore", "latest", NULL);
+  th_sleep_ms(1500); /* the subject of this test is time: beyond the window */
+  int rc = crash_run(j, NULL, -1, &err, "--restore", "latest", NULL);
   cr_assert_eq(rc, 5, "exit %d: %s", rc, err);
   cr_assert(strstr(err, "duplicate window") != NULL, "stderr: %s", err);
   free(err);
   cr_assert_eq(stream_state(&t, t.stream, &after, NULL, NULL, NULL), 0);
   cr_assert_eq(after, before, "a refused replay added messages: %llu -> %llu", (ull)before,
                (ull)after);
-  job_free(j);
+  crash_free(j);
   tn_close(&t);
   cr_assert_eq(th_leak_check(), 0);
 }
 
 Test(nats, unreachable_server_names_url) {
-  job *j = job_new(100, 10, "0", N_INTERVAL);
+  crash_job *j = tx_job(100, 10, "0", N_INTERVAL);
   snprintf(j->sink, sizeof j->sink, "nats://127.0.0.1:1/weirtest.nowhere");
   char *err = NULL;
-  int rc = run_job(j, NULL, &err, NULL);
+  int rc = crash_run(j, NULL, -1, &err, NULL);
   cr_assert_neq(rc, 0);
   cr_assert(strstr(err, "cannot connect to NATS at nats://127.0.0.1:1") != NULL, "%s", err);
   free(err);
   snprintf(j->sink, sizeof j->sink, "null");
-  rc = run_job(j, NULL, &err, "--fresh", "--source", "nats://127.0.0.1:1/weirtest.nowhere", NULL);
+  rc = crash_run(j, NULL, -1, &err, "--fresh", "--source", "nats://127.0.0.1:1/weirtest.nowhere",
+                 NULL);
   cr_assert_neq(rc, 0);
   cr_assert(strstr(err, "cannot connect to NATS at nats://127.0.0.1:1") != NULL, "%s", err);
   free(err);
-  job_free(j);
+  crash_free(j);
 }
 
 /* ---- source -------------------------------------------------------------- */
 
 /* Reads split `split`'s position of operator "nats" in the latest
  * checkpoint (weir inspect --json). Returns 0 if found. */
-static int latest_position(job *j, unsigned split, ull *pos) {
+static int latest_position(crash_job *j, unsigned split, ull *pos) {
   const char *la[] = {WEIR_BINARY, "checkpoints", "--state-dir", j->state, "--json", NULL};
   char *out = NULL;
   cr_assert_eq(th_run(la, NULL, &out, NULL, RUN_TIMEOUT_S), 0);
@@ -433,13 +418,11 @@ static int latest_position(job *j, unsigned split, ull *pos) {
 Test(nats, source_positions_and_resume_after_cut) {
   tnats t;
   tn_open(&t);
-  job *j = job_new(N_RECORDS, N_KEYS, "0", N_INTERVAL);
+  crash_job *j = tx_job(N_RECORDS, N_KEYS, "0", N_INTERVAL);
   publish_input(&t, j->records, j->keys);
   char url[512], *err = NULL;
   src_url(&t, url, sizeof url, N_RATE);
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@2", &err, "--source", url, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit");
-  free(err);
+  crash_kill_at(j, "ckpt.after_meta_commit", 2, 0, NULL, "--source", url, NULL);
   ull next = 0, end = 0;
   cr_assert_eq(latest_position(j, 0, &next), 0);
   cr_assert_eq(latest_position(j, 1, &end), 0);
@@ -447,12 +430,12 @@ Test(nats, source_positions_and_resume_after_cut) {
   cr_assert(next > 1 && next <= j->records, "next %llu", next);
   /* More input after the start does not change what the job reads. */
   cr_assert_eq(js_Publish(NULL, t.js, t.in_subject, "0", 1, NULL, NULL), NATS_OK);
-  rc = run_job(j, NULL, &err, "--restore", "latest", "--source", url, NULL);
+  int rc = crash_run(j, NULL, -1, &err, "--restore", "latest", "--source", url, NULL);
   cr_assert_eq(rc, 0, "%s", err);
   cr_assert(strstr(err, "resumed") || strstr(err, "restor"), "%s", err);
   free(err);
-  check_files(j);
-  job_free(j);
+  crash_check_counter(j);
+  crash_free(j);
   tn_close(&t);
   cr_assert_eq(th_leak_check(), 0);
 }
@@ -462,20 +445,18 @@ Test(nats, source_positions_and_resume_after_cut) {
 Test(nats, source_position_removed_by_retention_is_an_error) {
   tnats t;
   tn_open(&t);
-  job *j = job_new(N_RECORDS, N_KEYS, "0", N_INTERVAL);
+  crash_job *j = tx_job(N_RECORDS, N_KEYS, "0", N_INTERVAL);
   publish_input(&t, j->records, j->keys);
   char url[512], *err = NULL;
   src_url(&t, url, sizeof url, N_RATE);
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@2", &err, "--source", url, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit");
-  free(err);
+  crash_kill_at(j, "ckpt.after_meta_commit", 2, 0, NULL, "--source", url, NULL);
   cr_assert_eq(js_PurgeStream(t.js, t.in_stream, NULL, NULL), NATS_OK);
-  rc = run_job(j, NULL, &err, "--restore", "latest", "--source", url, NULL);
+  int rc = crash_run(j, NULL, -1, &err, "--restore", "latest", "--source", url, NULL);
   cr_assert_eq(rc, 5, "exit %d: %s", rc, err);
   cr_assert(strstr(err, "no longer holds") != NULL, "stderr: %s", err);
   cr_assert(strstr(err, "refusing to skip") != NULL, "stderr: %s", err);
   free(err);
-  job_free(j);
+  crash_free(j);
   tn_close(&t);
   cr_assert_eq(th_leak_check(), 0);
 }
@@ -485,41 +466,39 @@ Test(nats, source_position_removed_by_retention_is_an_error) {
 Test(nats, source_end_removed_while_reading_is_an_error) {
   tnats t;
   tn_open(&t);
-  job *j = job_new(N_RECORDS, N_KEYS, "0", N_INTERVAL);
+  crash_job *j = tx_job(N_RECORDS, N_KEYS, "0", N_INTERVAL);
   publish_input(&t, j->records, j->keys);
   char url[512], *err = NULL;
   src_url(&t, url, sizeof url, N_RATE);
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@2", &err, "--source", url, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit");
-  free(err);
+  crash_kill_at(j, "ckpt.after_meta_commit", 2, 0, NULL, "--source", url, NULL);
   cr_assert_eq(js_DeleteMsg(t.js, t.in_stream, j->records, NULL, NULL), NATS_OK);
-  rc = run_job(j, NULL, &err, "--restore", "latest", "--source", url, NULL);
+  int rc = crash_run(j, NULL, -1, &err, "--restore", "latest", "--source", url, NULL);
   cr_assert_eq(rc, 5, "exit %d: %s", rc, err);
   cr_assert(strstr(err, "messages were removed while the job read it") != NULL, "stderr: %s", err);
   free(err);
-  job_free(j);
+  crash_free(j);
   tn_close(&t);
   cr_assert_eq(th_leak_check(), 0);
 }
 
 Test(nats, source_random_kills_exact_files) {
-  uint64_t seed = seed_from_env("nats::source_random_kills_exact_files");
+  uint64_t seed = rng = crash_seed("nats::source_random_kills_exact_files");
   int kills = 0;
   for (int n = 0; n < 4; n++) {
     tnats t;
     tn_open(&t);
-    job *j = job_new(N_RECORDS, N_KEYS, "0", N_INTERVAL);
+    crash_job *j = tx_job(N_RECORDS, N_KEYS, "0", N_INTERVAL);
     publish_input(&t, j->records, j->keys);
     char url[512];
     src_url(&t, url, sizeof url, N_RATE);
-    hist(j, "seed %llu, job %d: ", (ull)seed, n);
+    crash_hist(j, "seed %llu, job %d: ", (ull)seed, n);
     kills += kill_at_random(j, 2, 50, 290, url);
     char *err = NULL;
-    int rc = run_job(j, NULL, &err, "--restore", "latest", "--source", url, NULL);
+    int rc = crash_run(j, NULL, -1, &err, "--restore", "latest", "--source", url, NULL);
     cr_assert_eq(rc, 0, "%s\nhistory: %s", err, j->history);
     free(err);
-    check_files(j);
-    job_free(j);
+    crash_check_counter(j);
+    crash_free(j);
     tn_close(&t);
   }
   fprintf(stderr, "nats::source_random_kills_exact_files: 4 jobs, %d kills\n", kills);
@@ -529,14 +508,14 @@ Test(nats, source_random_kills_exact_files) {
 Test(nats, source_missing_stream_is_clear) {
   tnats t;
   tn_open(&t);
-  job *j = job_new(10, 10, "0", N_INTERVAL);
+  crash_job *j = tx_job(10, 10, "0", N_INTERVAL);
   char url[512], *err = NULL;
   src_url(&t, url, sizeof url, "0");
-  int rc = run_job(j, NULL, &err, "--source", url, NULL);
+  int rc = crash_run(j, NULL, -1, &err, "--source", url, NULL);
   cr_assert_neq(rc, 0);
   cr_assert(strstr(err, "no stream") != NULL && strstr(err, t.in_stream) != NULL, "%s", err);
   free(err);
-  job_free(j);
+  crash_free(j);
   tn_close(&t);
 }
 
@@ -579,24 +558,24 @@ Test(nats, wordcount_from_nats) {
  * at seeded random times: the output stream holds exactly the expected
  * pairs, once each. */
 Test(nats, end_to_end_random_kills) {
-  uint64_t seed = seed_from_env("nats::end_to_end_random_kills");
+  uint64_t seed = rng = crash_seed("nats::end_to_end_random_kills");
   int kills = 0;
   for (int n = 0; n < 4; n++) {
     tnats t;
     tn_open(&t);
-    job *j = job_new(N_RECORDS, N_KEYS, "0", N_INTERVAL);
-    hist(j, "seed %llu, job %d: ", (ull)seed, n);
+    crash_job *j = tx_job(N_RECORDS, N_KEYS, "0", N_INTERVAL);
+    crash_hist(j, "seed %llu, job %d: ", (ull)seed, n);
     publish_input(&t, j->records, j->keys);
     nats_sink(j, &t, NULL);
     char url[512];
     src_url(&t, url, sizeof url, N_RATE);
     kills += kill_at_random(j, 3, 50, 290, url);
     char *err = NULL;
-    int rc = run_job(j, NULL, &err, "--restore", "latest", "--source", url, NULL);
+    int rc = crash_run(j, NULL, -1, &err, "--restore", "latest", "--source", url, NULL);
     cr_assert_eq(rc, 0, "%s\nhistory: %s", err, j->history);
     free(err);
     check_stream(j, &t);
-    job_free(j);
+    crash_free(j);
     tn_close(&t);
   }
   fprintf(stderr, "nats::end_to_end_random_kills: 4 jobs, %d kills\n", kills);
@@ -608,25 +587,24 @@ Test(nats, end_to_end_random_kills) {
 /* Every (key, count) of j once in `table`, and no prepared transaction of
  * j's job left (a job that failed earlier, e.g. in another stage of the
  * suite, may have left its own: not this test's business). */
-static void check_pg_table(job *j, PGconn *c, const char *table) {
+static void check_pg_table(crash_job *j, PGconn *c, const char *table) {
   char sql[200];
   snprintf(sql, sizeof sql, "SELECT key, value FROM %s", table);
   PGresult *r = PQexec(c, sql);
   cr_assert(PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", sql, PQerrorMessage(c));
-  uint64_t per = j->records / j->keys + 1;
-  uint32_t *seen = calloc(j->keys * per, sizeof *seen);
-  cr_assert_not_null(seen);
+  crash_tally tally;
+  crash_tally_init(j, &tally, 1);
   int n = PQntuples(r);
   for (int i = 0; i < n; i++) {
     char line[128];
     snprintf(line, sizeof line, "%s %s", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1));
-    count_line(j, seen, per, line, table);
+    crash_tally_line(j, &tally, line, table);
   }
   PQclear(r);
-  check_seen(j, seen, per, (uint64_t)n, table);
-  free(seen);
+  crash_tally_check(j, &tally, table);
+  crash_tally_free(&tally);
   char id[64];
-  job_id_into(j, id, sizeof id);
+  crash_job_id(j, id, sizeof id);
   snprintf(sql, sizeof sql, "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'weir:%s:%%'",
            id);
   r = PQexec(c, sql);
@@ -646,7 +624,7 @@ Test(nats, end_to_end_into_postgresql) {
     cr_assert(!th_in_ci(), "PGHOST is not set: PostgreSQL is required under CI");
     cr_skip_test("PGHOST is not set (scripts/services starts PostgreSQL)");
   }
-  uint64_t seed = seed_from_env("nats::end_to_end_into_postgresql");
+  uint64_t seed = rng = crash_seed("nats::end_to_end_into_postgresql");
   PGconn *c = PQconnectdb(""); /* PGHOST, PGPORT, PGUSER, PGDATABASE */
   cr_assert_eq(PQstatus(c), CONNECTION_OK, "%s", PQerrorMessage(c));
   const char *user = getenv("PGUSER"), *db = getenv("PGDATABASE"), *port = getenv("PGPORT");
@@ -654,23 +632,23 @@ Test(nats, end_to_end_into_postgresql) {
   for (int n = 0; n < 3; n++) {
     tnats t;
     tn_open(&t);
-    job *j = job_new(N_RECORDS, N_KEYS, "0", N_INTERVAL);
+    crash_job *j = tx_job(N_RECORDS, N_KEYS, "0", N_INTERVAL);
     char table[64];
     snprintf(table, sizeof table, "weir_e2e_%d_%d", (int)getpid(), n);
     snprintf(j->sink, sizeof j->sink, "postgresql://%s@%s:%s/%s?table=%s",
              user && *user ? user : "postgres", th_service("PGHOST"), port ? port : "5432",
              db && *db ? db : "postgres", table);
-    hist(j, "seed %llu, job %d: ", (ull)seed, n);
+    crash_hist(j, "seed %llu, job %d: ", (ull)seed, n);
     publish_input(&t, j->records, j->keys);
     char url[512];
     src_url(&t, url, sizeof url, N_RATE);
     kills += kill_at_random(j, 3, 50, 290, url);
     char *err = NULL;
-    int rc = run_job(j, NULL, &err, "--restore", "latest", "--source", url, NULL);
+    int rc = crash_run(j, NULL, -1, &err, "--restore", "latest", "--source", url, NULL);
     cr_assert_eq(rc, 0, "%s\nhistory: %s", err, j->history);
     free(err);
     check_pg_table(j, c, table);
-    job_free(j);
+    crash_free(j);
     tn_close(&t);
   }
   PQfinish(c);
@@ -709,7 +687,7 @@ static int psrv_start(psrv *s, int port) {
     _exit(127);
   }
   for (int i = 0; i < 500; i++) {
-    sleep_ms(20);
+    th_sleep_ms(20);
     char *text = th_read_file(s->log, NULL);
     const char *p = text ? strstr(text, "Listening for client connections on 127.0.0.1:") : NULL;
     int ready = text && strstr(text, "Server is ready") != NULL;
@@ -736,7 +714,7 @@ static void psrv_kill(psrv *s, int sig) {
  * expected pairs. */
 Test(nats, server_killed_and_restarted_under_the_sink) {
   nats_url();
-  job *j = job_new(20000, 200, "20000", "100");
+  crash_job *j = tx_job(20000, 200, "20000", "100");
   psrv srv = {0};
   snprintf(srv.dir, sizeof srv.dir, "%s/nats", j->dir);
   if (psrv_start(&srv, 0) != 0) {
@@ -746,28 +724,9 @@ Test(nats, server_killed_and_restarted_under_the_sink) {
   char url[128];
   snprintf(url, sizeof url, "nats://127.0.0.1:%d", srv.port);
   snprintf(j->sink, sizeof j->sink, "%s/weirtest.restart?stream=RESTART", url);
-  const char *argv[64];
-  int n = 0;
-  const char *fixed[] = {WEIR_BINARY,  "run",         "counter", "--records",
-                         j->records_s, "--keys",      j->keys_s, "--rate",
-                         j->rate,      "--workers",   "2",       "--parallelism",
-                         "2",          "--state-dir", j->state,  "--checkpoint-interval",
-                         j->interval,  "--sink",      j->sink};
-  for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) argv[n++] = fixed[i];
-  argv[n] = NULL;
   char errpath[700];
   snprintf(errpath, sizeof errpath, "%s/stderr.txt", j->dir);
-  fflush(NULL);
-  pid_t pid = fork();
-  cr_assert_geq(pid, 0);
-  if (pid == 0) {
-    setpgid(0, 0);
-    int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) _exit(127);
-    dup2(fd, 2);
-    execv(argv[0], (char *const *)argv);
-    _exit(127);
-  }
+  pid_t pid = crash_spawnv(j, NULL, errpath, NULL);
   /* Kill the server once the sink publishes (not while the job starts). */
   natsConnection *nc = NULL;
   jsCtx *js = NULL;
@@ -781,28 +740,17 @@ Test(nats, server_killed_and_restarted_under_the_sink) {
       jsStreamInfo_Destroy(si);
     }
     if (msgs >= 2000 || waitpid(pid, NULL, WNOHANG) != 0) break;
-    sleep_ms(10);
+    th_sleep_ms(10);
   }
   jsCtx_Destroy(js);
   natsConnection_Close(nc);
   natsConnection_Destroy(nc);
   psrv_kill(&srv, SIGKILL);
-  sleep_ms(1000);
+  th_sleep_ms(1000);
   int port = srv.port;
   srv.port = 0;
   int started = psrv_start(&srv, port);
-  int st = 0, rc = -1;
-  for (int i = 0; i < 60000 / 20; i++) {
-    if (waitpid(pid, &st, WNOHANG) == pid) {
-      rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-      break;
-    }
-    sleep_ms(20);
-  }
-  if (rc < 0) {
-    kill(-pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-  }
+  int rc = crash_wait(pid, 60000, 0);
   char *err = th_read_file(errpath, NULL);
   if (started == 0) {
     cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
@@ -828,7 +776,7 @@ Test(nats, server_killed_and_restarted_under_the_sink) {
           "with duplicates\n",
           again, dups);
   free(err);
-  job_free(j);
+  crash_free(j);
   cr_assert_eq(th_leak_check(), 0);
 }
 

@@ -64,6 +64,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "crash.h"
 #include "envelope.h"
 #include "helpers.h"
 #include "weir/operators.h"
@@ -73,7 +74,6 @@ typedef unsigned long long ull;
 
 #define RUN_TIMEOUT_S 60
 #define MAX_ATTEMPTS 10
-#define KILLED (128 + SIGKILL)
 /* The counter job of every test: ~0.5 s at this rate, so that a 20 ms
  * interval completes several checkpoints before the end of the input. */
 #define RECORDS 200000u
@@ -85,17 +85,20 @@ typedef unsigned long long ull;
 #define MAX_LISTED 64
 #define MAX_SEEN 1024
 
+typedef struct listing {
+  int has_job;
+  char job_id[64];
+  int finished;
+  size_t n;
+  ull id[MAX_LISTED];
+  long long time[MAX_LISTED];
+} listing;
+
 /* ---- a job in a temporary directory -------------------------------------- */
 
 typedef struct job {
-  char *dir;   /* th_tmpdir of the test */
-  char *state; /* <dir>/state */
-  char *out;   /* <dir>/out: the file sink's directory */
-  uint64_t records, keys;
-  char records_s[24], keys_s[24], sink_s[600];
-  const char *interval; /* --checkpoint-interval */
-  const char *mode;     /* --checkpoint-mode */
-  char job_id[64];      /* from the first listing with a job */
+  crash_job c;
+  char job_id[64]; /* from the first listing with a job */
   /* Every checkpoint ever listed (id, completion time), for "never reused". */
   ull seen_id[MAX_SEEN];
   long long seen_time[MAX_SEEN];
@@ -103,22 +106,11 @@ typedef struct job {
   size_t nseen;
   ull max_id;       /* the largest id listed so far */
   ull max_logged;   /* the largest id a run logged as completed so far */
+  ull floor;        /* the larger of the two when the current run started */
   int one_instance; /* restores resume the latest listed checkpoint */
-  int runs;
-  struct listing *last; /* the listing after run `last_runs` */
+  listing last;     /* the listing after run `last_runs` */
   int last_runs;
-  char history[4096]; /* what happened, for failure messages */
 } job;
-
-static void hist(job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void hist(job *j, const char *fmt, ...) {
-  size_t n = strlen(j->history);
-  if (n + 2 >= sizeof j->history) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(j->history + n, sizeof j->history - n, fmt, ap);
-  va_end(ap);
-}
 
 static char *path_join(const char *a, const char *b) {
   size_t n = strlen(a) + strlen(b) + 2;
@@ -128,127 +120,19 @@ static char *path_join(const char *a, const char *b) {
   return p;
 }
 
-/* The jobs of the running test, so that the suite's teardown removes their
- * directories when an assertion ended the test early (kept with
- * WEIR_TEST_KEEP=1, to look at). */
-#define MAX_LIVE 8
-static job *live[MAX_LIVE];
-static uint32_t *seen_buf; /* the output check's table, see seen_table() */
-
-/* A zeroed table of j->keys x per counters for the output checks. */
-static uint32_t *seen_table(const job *j, uint64_t per) {
-  free(seen_buf);
-  seen_buf = calloc(j->keys * per, sizeof *seen_buf);
-  cr_assert_not_null(seen_buf);
-  return seen_buf;
-}
-
-static void seen_free(void) {
-  free(seen_buf);
-  seen_buf = NULL;
-}
-
-static job *job_new(uint64_t records, uint64_t keys) {
-  job *j = calloc(1, sizeof *j);
-  cr_assert_not_null(j);
-  j->dir = th_tmpdir();
-  cr_assert_not_null(j->dir, "th_tmpdir: %s", strerror(errno));
-  j->state = path_join(j->dir, "state");
-  j->out = path_join(j->dir, "out");
-  j->records = records;
-  j->keys = keys;
-  snprintf(j->records_s, sizeof j->records_s, "%llu", (ull)records);
-  snprintf(j->keys_s, sizeof j->keys_s, "%llu", (ull)keys);
-  snprintf(j->sink_s, sizeof j->sink_s, "file:%s", j->out);
-  j->interval = INTERVAL;
-  j->mode = "aligned";
-  j->one_instance = 1;
-  j->last_runs = -1;
-  hist(j, "dir %s: ", j->dir);
-  for (int i = 0; i < MAX_LIVE; i++)
-    if (!live[i]) {
-      live[i] = j;
-      break;
-    }
-  return j;
-}
-
-static void job_free(job *j) {
-  for (int i = 0; i < MAX_LIVE; i++)
-    if (live[i] == j) live[i] = NULL;
-  th_rmrf(j->dir);
-  free(j->dir);
-  free(j->state);
-  free(j->out);
-  free(j->last);
-  free(j);
-}
-
-/* Suite teardown: frees what a failed test left. */
-static void cleanup(void) {
-  seen_free();
-  for (int i = 0; i < MAX_LIVE; i++) {
-    if (!live[i]) continue;
-    if (getenv("WEIR_TEST_KEEP")) {
-      fprintf(stderr, "kept %s\n", live[i]->dir);
-      free(live[i]->dir);
-      live[i]->dir = NULL; /* th_rmrf(NULL) is a no-op */
-    }
-    job_free(live[i]);
-  }
-}
-
-/* ---- running weir -------------------------------------------------------- */
-
-/* Arms WEIR_FAILPOINTS for the next child (NULL: none). The test runs in a
- * process of its own (Criterion forks), so the environment is ours. */
-static void arm(const char *failpoints) {
-  if (failpoints)
-    setenv("WEIR_FAILPOINTS", failpoints, 1);
-  else
-    unsetenv("WEIR_FAILPOINTS");
-}
-
-/* argv of `weir run counter` for job j, then the NULL-terminated extras.
- * Returns the index of the first extra. */
-static int job_argv(const job *j, const char *argv[64], va_list ap) {
-  int n = 0;
-  argv[n++] = WEIR_BINARY;
-  argv[n++] = "run";
-  argv[n++] = "counter";
-  const char *fixed[] = {"--records",
-                         j->records_s,
-                         "--keys",
-                         j->keys_s,
-                         "--rate",
-                         RATE,
-                         "--workers",
-                         "2",
-                         "--parallelism",
-                         "2",
-                         "--state-dir",
-                         j->state,
-                         "--checkpoint-interval",
-                         j->interval,
-                         "--checkpoint-mode",
-                         j->mode,
-                         "--sink",
-                         j->sink_s};
-  for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) argv[n++] = fixed[i];
-  int first = n;
-  const char *a;
-  while ((a = va_arg(ap, const char *)) != NULL && n < 63) argv[n++] = a;
-  argv[n] = NULL;
-  return first;
+static void before_run(crash_job *c) {
+  job *j = (job *)c;
+  j->floor = j->max_id > j->max_logged ? j->max_id : j->max_logged;
 }
 
 /* Checks the "checkpoint N completed" lines a run logged: ids strictly
  * increasing, all above every id listed or logged before the run (ids are
  * never reused across attempts, even those retention dropped since). */
-static void check_run_log(job *j, const char *err, ull floor) {
-  ull prev = floor;
-  for (const char *p = err ? strstr(err, "checkpoint ") : NULL; p;
-       p = strstr(p + 1, "checkpoint ")) {
+static void check_run_log(crash_job *c, int rc, const char *err) {
+  (void)rc;
+  job *j = (job *)c;
+  ull prev = j->floor;
+  for (const char *p = strstr(err, "checkpoint "); p; p = strstr(p + 1, "checkpoint ")) {
     ull id;
     char word[16];
     if (sscanf(p, "checkpoint %llu %15s", &id, word) != 2 || strcmp(word, "completed") != 0)
@@ -256,31 +140,30 @@ static void check_run_log(job *j, const char *err, ull floor) {
     cr_assert_gt(id, prev,
                  "checkpoint %llu completed after %llu (reused or out of order)"
                  "\nhistory: %s",
-                 id, prev, j->history);
+                 id, prev, c->history);
     prev = id;
   }
   if (prev > j->max_logged) j->max_logged = prev;
 }
 
-/* Runs the job with `failpoints` armed and the extra arguments (NULL
- * terminated); returns th_run's code, stderr in *err (caller frees). */
-static int run_job(job *j, const char *failpoints, char **err, ...) {
-  const char *argv[64];
-  va_list ap;
-  va_start(ap, err);
-  int x = job_argv(j, argv, ap);
-  va_end(ap);
-  arm(failpoints);
-  ull floor = j->max_id > j->max_logged ? j->max_id : j->max_logged;
-  int rc = th_run(argv, j->dir, NULL, err, RUN_TIMEOUT_S);
-  arm(NULL);
-  j->runs++;
-  hist(j, "[run %d%s%s", j->runs, failpoints ? " " : "", failpoints ? failpoints : "");
-  for (int i = x; argv[i]; i++) hist(j, " %s", argv[i]);
-  hist(j, ": %d] ", rc);
-  if (err) check_run_log(j, *err, floor);
-  return rc;
+static job *job_new(uint64_t records, uint64_t keys) {
+  job *j = (job *)crash_new("counter", sizeof(job));
+  crash_counter(&j->c, records, keys, RATE);
+  j->c.interval = INTERVAL;
+  j->c.mode = "aligned";
+  j->c.timeout_s = RUN_TIMEOUT_S;
+  j->c.before_run = before_run;
+  j->c.after_run = check_run_log;
+  j->one_instance = 1;
+  j->last_runs = -1;
+  return j;
 }
+
+static void job_free(job *j) {
+  crash_free(&j->c);
+}
+
+/* ---- running weir -------------------------------------------------------- */
 
 /* Runs `weir ARGS...` (NULL terminated), no failpoint armed. */
 static int run_cmd(char **out, char **err, ...) {
@@ -293,96 +176,8 @@ static int run_cmd(char **out, char **err, ...) {
   while ((a = va_arg(ap, const char *)) != NULL && n < 31) argv[n++] = a;
   va_end(ap);
   argv[n] = NULL;
-  arm(NULL);
   return th_run(argv, NULL, out, err, RUN_TIMEOUT_S);
 }
-
-static int64_t mono_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* Runs the job (extras NULL terminated) with stdout discarded and stderr in
- * a file, and SIGKILLs its process group if it has not exited after
- * delay_ms. Returns the exit status, or 128 + the signal (KILLED when this
- * function killed it), or -1 if it could not start. */
-static int run_job_kill_after(job *j, int delay_ms, char **err, ...) {
-  const char *argv[64];
-  va_list ap;
-  va_start(ap, err);
-  int x = job_argv(j, argv, ap);
-  va_end(ap);
-  char *errpath = path_join(j->dir, "stderr.txt");
-  arm(NULL);
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid < 0) {
-    free(errpath);
-    return -1;
-  }
-  if (pid == 0) {
-    /* As th_run: a process group of its own, the default signal handling. */
-    setpgid(0, 0);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    signal(SIGPIPE, SIG_DFL);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGCHLD, SIG_DFL);
-    int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int nul = open("/dev/null", O_RDWR);
-    if (fd < 0 || nul < 0 || chdir(j->dir) != 0) _exit(127);
-    dup2(nul, 0);
-    dup2(nul, 1);
-    dup2(fd, 2);
-    execv(argv[0], (char *const *)argv);
-    _exit(127);
-  }
-  setpgid(pid, pid);
-  ull floor = j->max_id > j->max_logged ? j->max_id : j->max_logged;
-  int64_t kill_at = mono_ms() + delay_ms;
-  int st = 0, killed = 0, rc = -1;
-  for (;;) {
-    pid_t w = waitpid(pid, &st, WNOHANG);
-    if (w == pid) {
-      rc = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 255;
-      break;
-    }
-    if (w < 0 && errno != EINTR) break;
-    if (!killed && mono_ms() >= kill_at) {
-      kill(-pid, SIGKILL);
-      kill(pid, SIGKILL);
-      killed = 1;
-      continue; /* reap it */
-    }
-    struct timespec ts = {0, 1000000L}; /* the kill's time resolution: 1 ms */
-    nanosleep(&ts, NULL);
-  }
-  if (err) {
-    *err = th_read_file(errpath, NULL);
-    if (*err == NULL) *err = strdup("");
-  }
-  free(errpath);
-  j->runs++;
-  hist(j, "[run %d %s %d ms", j->runs, killed ? "killed at" : "ended before a kill at", delay_ms);
-  for (int i = x; argv[i]; i++) hist(j, " %s", argv[i]);
-  hist(j, ": %d] ", rc);
-  if (err) check_run_log(j, *err, floor);
-  return rc;
-}
-
-/* ---- checkpoint listings ------------------------------------------------- */
-
-typedef struct listing {
-  int has_job;
-  char job_id[64];
-  int finished;
-  size_t n;
-  ull id[MAX_LISTED];
-  long long time[MAX_LISTED];
-} listing;
 
 static void parse_listing(const char *s, listing *l) {
   memset(l, 0, sizeof *l);
@@ -412,8 +207,8 @@ static void parse_listing(const char *s, listing *l) {
 /* `weir checkpoints --json` of the job's state directory. */
 static void get_listing(job *j, listing *l) {
   char *out = NULL, *err = NULL;
-  int rc = run_cmd(&out, &err, "checkpoints", "--state-dir", j->state, "--json", NULL);
-  cr_assert_eq(rc, 0, "weir checkpoints: exit %d, stderr: %s\nhistory: %s", rc, err, j->history);
+  int rc = run_cmd(&out, &err, "checkpoints", "--state-dir", j->c.state, "--json", NULL);
+  cr_assert_eq(rc, 0, "weir checkpoints: exit %d, stderr: %s\nhistory: %s", rc, err, j->c.history);
   parse_listing(out, l);
   free(out);
   free(err);
@@ -427,9 +222,9 @@ static int check_inspect(job *j, ull id) {
   char ids[32];
   snprintf(ids, sizeof ids, "%llu", id);
   char *out = NULL, *err = NULL;
-  int rc = run_cmd(&out, &err, "inspect", ids, "--state-dir", j->state, "--json", NULL);
+  int rc = run_cmd(&out, &err, "inspect", ids, "--state-dir", j->c.state, "--json", NULL);
   cr_assert_eq(rc, 0, "weir inspect %llu: exit %d, stderr: %s\nhistory: %s", id, rc, err,
-               j->history);
+               j->c.history);
   char want[128];
   snprintf(want, sizeof want, "{\"id\": %llu, \"job\": \"%s\"", id, j->job_id);
   cr_assert(strncmp(out, want, strlen(want)) == 0, "inspect %llu: expected '%s' in: %s", id, want,
@@ -470,10 +265,10 @@ static int check_inspect(job *j, ull id) {
       cr_assert_eq(split_seen[split], 0, "inspect %llu: split %u twice", id, split);
       split_seen[split] = 1;
       /* A split's position is its next i (i = split mod S), or the end. */
-      cr_assert(off == j->records || (off < j->records && off % WEIR_GEN_SPLITS == split),
+      cr_assert(off == j->c.records || (off < j->c.records && off % WEIR_GEN_SPLITS == split),
                 "inspect %llu: split %u at %llu", id, split, off);
       if (final)
-        cr_assert_eq(off, j->records, "inspect %llu (final): split %u at %llu", id, split, off);
+        cr_assert_eq(off, j->c.records, "inspect %llu (final): split %u at %llu", id, split, off);
       npos++;
     }
     if (op == 1)
@@ -499,25 +294,25 @@ static int check_inspect(job *j, ull id) {
  * when the job is finished. */
 static void check_listing(job *j, const listing *l) {
   if (!l->has_job) {
-    cr_assert_eq(l->n, 0, "checkpoints without a job\nhistory: %s", j->history);
+    cr_assert_eq(l->n, 0, "checkpoints without a job\nhistory: %s", j->c.history);
     return;
   }
   if (!j->job_id[0])
     snprintf(j->job_id, sizeof j->job_id, "%s", l->job_id);
   else
-    cr_assert_str_eq(l->job_id, j->job_id, "the job id changed\nhistory: %s", j->history);
+    cr_assert_str_eq(l->job_id, j->job_id, "the job id changed\nhistory: %s", j->c.history);
   ull max_before = j->max_id;
   for (size_t i = 0; i < l->n; i++) {
-    if (i) cr_assert_gt(l->id[i], l->id[i - 1], "ids not increasing\nhistory: %s", j->history);
+    if (i) cr_assert_gt(l->id[i], l->id[i - 1], "ids not increasing\nhistory: %s", j->c.history);
     size_t k = 0;
     while (k < j->nseen && j->seen_id[k] != l->id[i]) k++;
     if (k < j->nseen) {
       cr_assert_eq(l->time[i], j->seen_time[k], "checkpoint %llu changed (id reused?)\nhistory: %s",
-                   l->id[i], j->history);
+                   l->id[i], j->c.history);
     } else {
       cr_assert_gt(l->id[i], max_before,
                    "new checkpoint %llu not above %llu, an id listed before\nhistory: %s", l->id[i],
-                   max_before, j->history);
+                   max_before, j->c.history);
       cr_assert_lt(j->nseen, MAX_SEEN);
       j->seen_id[j->nseen] = l->id[i];
       j->seen_time[j->nseen] = l->time[i];
@@ -527,23 +322,21 @@ static void check_listing(job *j, const listing *l) {
     int final = j->seen_final[k];
     if (final && j->one_instance)
       cr_assert(i + 1 == l->n && l->finished, "checkpoint %llu is final\nhistory: %s", l->id[i],
-                j->history);
+                j->c.history);
   }
   if (l->finished) cr_assert_gt(l->n, 0, "finished without a checkpoint");
 }
 
 /* The checked listing after the job's last run (listed once per run). */
 static void listing_now(job *j, listing *l) {
-  if (j->last_runs == j->runs) {
-    *l = *j->last;
+  if (j->last_runs == j->c.runs) {
+    *l = j->last;
     return;
   }
   get_listing(j, l);
   check_listing(j, l);
-  if (!j->last) j->last = malloc(sizeof *j->last);
-  cr_assert_not_null(j->last);
-  *j->last = *l;
-  j->last_runs = j->runs;
+  j->last = *l;
+  j->last_runs = j->c.runs;
 }
 
 /* Was checkpoint id final when it was first listed? */
@@ -553,134 +346,17 @@ static int was_final(const job *j, ull id) {
   return 0;
 }
 
-/* ---- the sink's output --------------------------------------------------- */
-
-/* n_k: the number of i < N with i mod K = k. */
-static uint64_t n_of(const job *j, uint64_t k) {
-  return j->records / j->keys + (k < j->records % j->keys ? 1 : 0);
-}
-
-/* Reads every line of every file in the sink directory into seen[]
- * (per slots per key: occurrences of (key, count) for count 1..per) and
- * returns the number of lines. exact: a file that is not a finished sink
- * file (a .pending file left behind), a line twice or a count above n_k
- * fail the test; otherwise lines with a count above n_k are only counted in
- * *over. A malformed line or key fails the test in both modes. */
-static uint64_t read_output(job *j, uint32_t *seen, uint64_t per, int exact, uint64_t *over) {
-  DIR *d = opendir(j->out);
-  cr_assert_not_null(d, "no sink directory %s\nhistory: %s", j->out, j->history);
-  struct dirent *e;
-  uint64_t lines = 0;
-  int files = 0;
-  while ((e = readdir(d)) != NULL) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    size_t n = strlen(e->d_name);
-    int txt = n > 4 && strcmp(e->d_name + n - 4, ".txt") == 0;
-    if (exact)
-      cr_assert(txt && strncmp(e->d_name, "sink-", 5) == 0,
-                "unexpected file %s in the sink directory\nhistory: %s", e->d_name, j->history);
-    char *p = path_join(j->out, e->d_name);
-    char *text = th_read_file(p, NULL);
-    cr_assert_not_null(text, "cannot read %s", p);
-    files++;
-    for (char *s = text, *nl; *s; s = nl + 1) {
-      nl = strchr(s, '\n');
-      cr_assert_not_null(nl, "%s: last line without newline: '%.40s'\nhistory: %s", e->d_name, s,
-                         j->history);
-      *nl = '\0';
-      ull key, count;
-      char extra;
-      cr_assert_eq(sscanf(s, "%llu %llu%c", &key, &count, &extra), 2, "%s: bad line '%s'",
-                   e->d_name, s);
-      cr_assert_lt(key, j->keys, "%s: key out of range: '%s'", e->d_name, s);
-      cr_assert_geq(count, 1, "%s: count out of range: '%s'", e->d_name, s);
-      lines++;
-      if (count > n_of(j, key)) {
-        cr_assert_not(exact, "%s: '%s' beyond the final count %llu\nhistory: %s", e->d_name, s,
-                      (ull)n_of(j, key), j->history);
-        ++*over;
-        continue;
-      }
-      if (exact)
-        cr_assert_eq(seen[key * per + count - 1], 0, "%s: line '%s' twice\nhistory: %s", e->d_name,
-                     s, j->history);
-      seen[key * per + count - 1]++;
-    }
-    free(text);
-    free(p);
-  }
-  closedir(d);
-  cr_assert_gt(files, 0, "no sink files\nhistory: %s", j->history);
-  return lines;
-}
-
-/* The exactly-once check: for every key k, the counts 1..n_k once each,
- * nothing else, and no unfinished file. */
-static void check_exact(job *j) {
-  uint64_t per = j->records / j->keys + 1;
-  uint32_t *seen = seen_table(j, per);
-  uint64_t over = 0;
-  uint64_t lines = read_output(j, seen, per, 1, &over);
-  for (uint64_t k = 0; k < j->keys; k++) {
-    uint64_t n = n_of(j, k);
-    for (uint64_t c = 1; c <= per; c++) {
-      if (c <= n)
-        cr_assert_eq(seen[k * per + c - 1], 1,
-                     "line '%llu %llu' missing (%llu lines of %llu)"
-                     "\nhistory: %s",
-                     (ull)k, (ull)c, (ull)lines, (ull)j->records, j->history);
-      else
-        cr_assert_eq(seen[k * per + c - 1], 0, "line '%llu %llu' beyond the final count", (ull)k,
-                     (ull)c);
-    }
-  }
-  cr_assert_eq(lines, j->records);
-  seen_free();
-}
-
-/* All files of the sink directory, names and contents, as one string: to
- * check that a refused run wrote nothing. */
-static char *dir_image(const char *dir) {
-  struct dirent **names = NULL;
-  int n = scandir(dir, &names, NULL, alphasort);
-  size_t len = 0;
-  char *img = calloc(1, 1);
-  for (int i = 0; i < n; i++) {
-    if (names[i]->d_name[0] != '.') {
-      char *p = path_join(dir, names[i]->d_name);
-      size_t flen = 0;
-      char *data = th_read_file(p, &flen);
-      size_t nl = strlen(names[i]->d_name);
-      img = realloc(img, len + nl + 2 + flen + 1);
-      memcpy(img + len, names[i]->d_name, nl);
-      img[len + nl] = '\n';
-      len += nl + 1;
-      if (data) memcpy(img + len, data, flen);
-      len += data ? flen : 0;
-      img[len++] = '\n';
-      img[len] = '\0';
-      free(data);
-      free(p);
-    }
-    free(names[i]);
-  }
-  free(names);
-  return img;
-}
-
 /* ---- the recovery loop --------------------------------------------------- */
 
-/* A run that a failpoint killed: died of SIGKILL after naming the
- * failpoint (hit `hit`). Then the listing is checked. */
-static void expect_killed_at(job *j, int rc, const char *err, const char *name, unsigned hit) {
-  char want[128];
-  snprintf(want, sizeof want, "failpoint %s: kill (hit %u)", name, hit);
-  cr_assert_eq(rc, KILLED, "failpoint %s=kill@%u did not fire: exit %d, stderr: %s\nhistory: %s",
-               name, hit, rc, err, j->history);
-  cr_assert(strstr(err, want) != NULL, "no '%s' in stderr: %s", want, err);
+/* Runs the job with NAME=kill@HIT armed and the extra arguments (NULL
+ * terminated): it must die of SIGKILL after naming the failpoint and the
+ * hit. Then the listing is checked. */
+static void killed_at(job *j, const char *name, unsigned hit, ...) {
+  CRASH_VA_ARRAY(extra, hit);
+  crash_kill_atv(&j->c, name, hit, 1, NULL, extra);
   listing l;
   listing_now(j, &l);
-  cr_assert_not(l.finished, "a killed job is listed as finished\nhistory: %s", j->history);
+  cr_assert_not(l.finished, "a killed job is listed as finished\nhistory: %s", j->c.history);
 }
 
 /* One `--restore latest` run that must end the job, with stderr saying
@@ -689,8 +365,7 @@ static void restore_to_end(job *j) {
   listing l;
   listing_now(j, &l);
   char *err = NULL;
-  int rc = run_job(j, NULL, &err, "--restore", "latest", NULL);
-  cr_assert_eq(rc, 0, "restore: exit %d, stderr: %s\nhistory: %s", rc, err, j->history);
+  crash_restore_to_end(&j->c, 1, NULL, &err, NULL);
   if (j->one_instance) {
     char want[160];
     if (l.n)
@@ -698,7 +373,7 @@ static void restore_to_end(job *j) {
     else
       snprintf(want, sizeof want, "starting from the beginning");
     cr_assert(strstr(err, want) != NULL, "no '%s' in stderr: %s\nhistory: %s", want, err,
-              j->history);
+              j->c.history);
   }
   free(err);
 }
@@ -707,9 +382,9 @@ static void restore_to_end(job *j) {
 static void check_finished(job *j) {
   listing l;
   listing_now(j, &l);
-  cr_assert(l.finished, "the job is not listed as finished\nhistory: %s", j->history);
+  cr_assert(l.finished, "the job is not listed as finished\nhistory: %s", j->c.history);
   cr_assert(was_final(j, l.id[l.n - 1]), "the last checkpoint is not final");
-  check_exact(j);
+  crash_check_counter(&j->c);
 }
 
 /* Kill at failpoint `name` hit 1, 2, 3 (each in a new directory) in
@@ -717,13 +392,8 @@ static void check_finished(job *j) {
 static void kill_at_in(const char *name, const char *mode) {
   for (unsigned hit = 1; hit <= 3; hit++) {
     job *j = job_new(RECORDS, KEYS);
-    j->mode = mode;
-    char fp[128];
-    snprintf(fp, sizeof fp, "%s=kill@%u", name, hit);
-    char *err = NULL;
-    int rc = run_job(j, fp, &err, NULL);
-    expect_killed_at(j, rc, err, name, hit);
-    free(err);
+    j->c.mode = mode;
+    killed_at(j, name, hit, NULL);
     restore_to_end(j);
     check_finished(j);
     job_free(j);
@@ -735,7 +405,7 @@ static void kill_at(const char *name) {
   kill_at_in(name, "aligned");
 }
 
-TestSuite(recovery, .timeout = 150, .fini = cleanup);
+TestSuite(recovery, .timeout = 150, .fini = crash_fini);
 
 Test(recovery, kill_at_barrier_injected) {
   kill_at("ckpt.barrier_injected");
@@ -762,18 +432,11 @@ Test(recovery, kill_at_after_meta_commit) {
 Test(recovery, kill_during_restore) {
   for (unsigned hit = 1; hit <= 3; hit++) {
     job *j = job_new(RECORDS, KEYS);
-    char *err = NULL;
-    int rc = run_job(j, "ckpt.after_meta_commit=kill@2", &err, NULL);
-    expect_killed_at(j, rc, err, "ckpt.after_meta_commit", 2);
-    free(err);
+    killed_at(j, "ckpt.after_meta_commit", 2, NULL);
     listing before, after;
     listing_now(j, &before);
     cr_assert_geq(before.n, 2);
-    char fp[64];
-    snprintf(fp, sizeof fp, "ckpt.during_restore=kill@%u", hit);
-    rc = run_job(j, fp, &err, "--restore", "latest", NULL);
-    expect_killed_at(j, rc, err, "ckpt.during_restore", hit);
-    free(err);
+    killed_at(j, "ckpt.during_restore", hit, "--restore", "latest", NULL);
     /* A killed restore completed nothing. */
     listing_now(j, &after);
     cr_assert_eq(after.n, before.n);
@@ -794,15 +457,10 @@ Test(recovery, kill_during_restore) {
  * checkpoint and the output is exact. */
 Test(recovery, kill_during_final_checkpoint) {
   job *j = job_new(RECORDS, KEYS);
-  char *err = NULL;
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@1", &err, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit", 1);
-  free(err);
+  killed_at(j, "ckpt.after_meta_commit", 1, NULL);
   /* No periodic checkpoint in this run: the first one is the final one. */
-  rc = run_job(j, "ckpt.before_meta_commit=kill@1", &err, "--restore", "latest",
-               "--checkpoint-interval", "0", NULL);
-  expect_killed_at(j, rc, err, "ckpt.before_meta_commit", 1);
-  free(err);
+  killed_at(j, "ckpt.before_meta_commit", 1, "--restore", "latest", "--checkpoint-interval", "0",
+            NULL);
   restore_to_end(j);
   check_finished(j);
   job_free(j);
@@ -811,12 +469,31 @@ Test(recovery, kill_during_final_checkpoint) {
 
 /* ---- random kills -------------------------------------------------------- */
 
-static uint64_t rng;
-static uint64_t rnd(void) { /* splitmix64 */
-  uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+static int random_delay(crash_job *j, int attempt, int killing, void *rng) {
+  (void)j;
+  (void)attempt;
+  return killing ? 5 + (int)(th_splitmix64(rng) % 645) : -1;
+}
+
+/* After a kill, the listing is checked. */
+static void after_kill(crash_job *j, int attempt, int rc, const char *err, void *rng) {
+  (void)attempt;
+  (void)err;
+  (void)rng;
+  listing l;
+  if (rc != 0) listing_now((job *)j, &l);
+}
+
+static crash_job *random_job(int jn, void *rng) {
+  (void)jn;
+  (void)rng;
+  return &job_new(RECORDS, KEYS)->c;
+}
+
+/* A run may have ended before its kill: then it is done. */
+static void random_check(crash_job *j, void *rng) {
+  (void)rng;
+  check_finished((job *)j);
 }
 
 /* At least 20 runs: jobs killed by SIGKILL at random delays (1 to 3 kills
@@ -824,72 +501,46 @@ static uint64_t rnd(void) { /* splitmix64 */
  * restored until they end; each checked exactly. The seed is printed;
  * WEIR_TEST_SEED=N replays it. */
 Test(recovery, random_kills) {
-  const char *env = getenv("WEIR_TEST_SEED");
-  uint64_t seed = env && *env ? strtoull(env, NULL, 10)
-                              : ((uint64_t)time(NULL) * 1000003u) ^ (uint64_t)getpid();
-  fprintf(stderr, "recovery::random_kills: seed %llu (replay: WEIR_TEST_SEED=%llu)\n", (ull)seed,
-          (ull)seed);
-  rng = seed;
-  int runs = 0, kills = 0;
-  for (int jn = 0; runs < 20; jn++) {
-    job *j = job_new(RECORDS, KEYS);
-    hist(j, "seed %llu, job %d: ", (ull)seed, jn);
-    int want_kills = 1 + (int)(rnd() % 3), attempt = 0;
-    for (;;) {
-      cr_assert_lt(attempt, MAX_ATTEMPTS, "no end after %d attempts\nhistory: %s", attempt,
-                   j->history);
-      char *err = NULL;
-      int rc;
-      int killing = attempt < want_kills;
-      if (killing) {
-        int delay = 5 + (int)(rnd() % 645);
-        rc = attempt ? run_job_kill_after(j, delay, &err, "--restore", "latest", NULL)
-                     : run_job_kill_after(j, delay, &err, NULL);
-      } else {
-        rc = run_job(j, NULL, &err, "--restore", "latest", NULL);
-      }
-      runs++;
-      attempt++;
-      cr_assert(rc == 0 || (killing && rc == KILLED), "exit %d, stderr: %s\nhistory: %s", rc, err,
-                j->history);
-      free(err);
-      if (rc == 0) break;
-      kills++;
-      listing l;
-      listing_now(j, &l);
-    }
-    /* A run may have ended before its kill: then it is done. */
-    check_finished(j);
-    job_free(j);
-  }
+  uint64_t seed = crash_seed("recovery::random_kills"), rng = seed;
+  crash_loop l = {.min_runs = 20,
+                  .max_kills = 3,
+                  .max_attempts = MAX_ATTEMPTS,
+                  .seed = seed,
+                  .rng = &rng,
+                  .new_job = random_job,
+                  .check = random_check,
+                  .delay = random_delay,
+                  .after = after_kill,
+                  .user = &rng};
+  int runs = 0, kills = crash_kill_loop(&l, &runs);
   fprintf(stderr, "recovery::random_kills: %d runs, %d killed\n", runs, kills);
   cr_assert_eq(th_leak_check(), 0);
 }
 
 /* ---- lifecycle ----------------------------------------------------------- */
 
-TestSuite(lifecycle, .timeout = 120, .fini = cleanup);
+TestSuite(lifecycle, .timeout = 120, .fini = crash_fini);
 
 /* Two complete runs on one state directory: the second is a new instance
  * of the same job, its checkpoint ids continue above the first's. */
 Test(lifecycle, run_twice) {
   job *j = job_new(RECORDS, KEYS);
   char *err = NULL;
-  int rc = run_job(j, NULL, &err, NULL);
+  int rc = crash_run(&j->c, NULL, -1, &err, NULL);
   cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
   free(err);
   listing a, b;
   listing_now(j, &a);
   cr_assert(a.finished);
-  check_exact(j);
+  crash_check_counter(&j->c);
   j->one_instance = 0; /* the first instance's final checkpoint may stay listed */
-  rc = run_job(j, NULL, &err, NULL);
+  rc = crash_run(&j->c, NULL, -1, &err, NULL);
   cr_assert_eq(rc, 0, "second run: exit %d: %s", rc, err);
   free(err);
   listing_now(j, &b); /* same job id, new ids above the first run's */
   cr_assert(b.finished);
   cr_assert_gt(b.id[0], a.id[a.n - 1], "the second instance's checkpoints reuse ids");
-  check_exact(j);
+  crash_check_counter(&j->c);
   job_free(j);
   cr_assert_eq(th_leak_check(), 0);
 }
@@ -898,19 +549,17 @@ Test(lifecycle, run_twice) {
  * on, and changes nothing. */
 Test(lifecycle, unfinished_is_refused) {
   job *j = job_new(RECORDS, KEYS);
-  char *err = NULL;
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@2", &err, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit", 2);
-  free(err);
+  killed_at(j, "ckpt.after_meta_commit", 2, NULL);
   listing before, after;
   listing_now(j, &before);
-  char *img = dir_image(j->out);
-  rc = run_job(j, NULL, &err, NULL);
+  char *img = crash_dir_image(j->c.out, 0);
+  char *err = NULL;
+  int rc = crash_run(&j->c, NULL, -1, &err, NULL);
   cr_assert_eq(rc, 2, "exit %d: %s", rc, err);
   cr_assert(strstr(err, "--restore latest") != NULL, "no '--restore latest' in: %s", err);
   cr_assert(strstr(err, "--fresh") != NULL, "no '--fresh' in: %s", err);
   free(err);
-  char *img2 = dir_image(j->out);
+  char *img2 = crash_dir_image(j->c.out, 0);
   cr_assert_str_eq(img, img2, "a refused run changed the output");
   listing_now(j, &after);
   cr_assert_eq(after.n, before.n);
@@ -927,10 +576,7 @@ Test(lifecycle, unfinished_is_refused) {
  * latest starts from the beginning, says so, and the output is exact. */
 Test(lifecycle, restore_without_checkpoint) {
   job *j = job_new(RECORDS, KEYS);
-  char *err = NULL;
-  int rc = run_job(j, "ckpt.barrier_injected=kill@1", &err, NULL);
-  expect_killed_at(j, rc, err, "ckpt.barrier_injected", 1);
-  free(err);
+  killed_at(j, "ckpt.barrier_injected", 1, NULL);
   listing l;
   listing_now(j, &l);
   cr_assert_eq(l.n, 0);
@@ -944,11 +590,8 @@ Test(lifecycle, restore_without_checkpoint) {
  * at that final checkpoint's commit. */
 Test(lifecycle, restore_without_checkpoint_interval_0) {
   job *j = job_new(RECORDS, KEYS);
-  j->interval = "0";
-  char *err = NULL;
-  int rc = run_job(j, "ckpt.before_meta_commit=kill@1", &err, NULL);
-  expect_killed_at(j, rc, err, "ckpt.before_meta_commit", 1);
-  free(err);
+  j->c.interval = "0";
+  killed_at(j, "ckpt.before_meta_commit", 1, NULL);
   restore_to_end(j);
   check_finished(j);
   job_free(j);
@@ -960,25 +603,25 @@ Test(lifecycle, restore_without_checkpoint_interval_0) {
 Test(lifecycle, restore_finished_is_noop) {
   job *j = job_new(RECORDS, KEYS);
   char *err = NULL;
-  int rc = run_job(j, NULL, &err, NULL);
+  int rc = crash_run(&j->c, NULL, -1, &err, NULL);
   cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
   free(err);
   listing a, b;
   listing_now(j, &a);
-  char *img = dir_image(j->out);
-  rc = run_job(j, NULL, &err, "--restore", "latest", NULL);
+  char *img = crash_dir_image(j->c.out, 0);
+  rc = crash_run(&j->c, NULL, -1, &err, "--restore", "latest", NULL);
   cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
   cr_assert(strstr(err, "already finished") != NULL && strstr(err, "nothing to do") != NULL,
             "stderr: %s", err);
   free(err);
-  char *img2 = dir_image(j->out);
+  char *img2 = crash_dir_image(j->c.out, 0);
   cr_assert_str_eq(img, img2, "a restore of a finished job changed the output");
   listing_now(j, &b);
   cr_assert_eq(b.n, a.n);
   cr_assert_eq(b.id[b.n - 1], a.id[a.n - 1]);
   free(img);
   free(img2);
-  check_exact(j);
+  crash_check_counter(&j->c);
   job_free(j);
   cr_assert_eq(th_leak_check(), 0);
 }
@@ -986,16 +629,14 @@ Test(lifecycle, restore_finished_is_noop) {
 /* --restore ID of the oldest retained checkpoint (not the latest). */
 Test(lifecycle, restore_older_id) {
   job *j = job_new(RECORDS, KEYS);
-  char *err = NULL;
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@2", &err, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit", 2);
-  free(err);
+  killed_at(j, "ckpt.after_meta_commit", 2, NULL);
   listing l;
   listing_now(j, &l);
   cr_assert_geq(l.n, 2);
   char id[32];
   snprintf(id, sizeof id, "%llu", l.id[0]);
-  rc = run_job(j, NULL, &err, "--restore", id, NULL);
+  char *err = NULL;
+  int rc = crash_run(&j->c, NULL, -1, &err, "--restore", id, NULL);
   cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
   char want[128];
   snprintf(want, sizeof want, "from checkpoint %llu", l.id[0]);
@@ -1010,16 +651,14 @@ Test(lifecycle, restore_older_id) {
  * written. */
 Test(lifecycle, restore_unknown_id) {
   job *j = job_new(RECORDS, KEYS);
+  killed_at(j, "ckpt.after_meta_commit", 1, NULL);
+  char *img = crash_dir_image(j->c.out, 0);
   char *err = NULL;
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@1", &err, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit", 1);
-  free(err);
-  char *img = dir_image(j->out);
-  rc = run_job(j, NULL, &err, "--restore", "999999", NULL);
+  int rc = crash_run(&j->c, NULL, -1, &err, "--restore", "999999", NULL);
   cr_assert_eq(rc, 2, "exit %d: %s", rc, err);
   cr_assert(strstr(err, "999999") != NULL, "stderr: %s", err);
   free(err);
-  char *img2 = dir_image(j->out);
+  char *img2 = crash_dir_image(j->c.out, 0);
   cr_assert_str_eq(img, img2, "a refused restore changed the output");
   free(img);
   free(img2);
@@ -1033,21 +672,19 @@ Test(lifecycle, restore_unknown_id) {
  * the beginning, ids continue, the output is the new run's, exact. */
 Test(lifecycle, fresh_on_unfinished) {
   job *j = job_new(RECORDS, KEYS);
-  char *err = NULL;
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@2", &err, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit", 2);
-  free(err);
+  killed_at(j, "ckpt.after_meta_commit", 2, NULL);
   listing a, b;
   listing_now(j, &a);
   j->one_instance = 0;
-  rc = run_job(j, NULL, &err, "--fresh", NULL);
+  char *err = NULL;
+  int rc = crash_run(&j->c, NULL, -1, &err, "--fresh", NULL);
   cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
   cr_assert(strstr(err, "restored") == NULL, "--fresh restored: %s", err);
   free(err);
   listing_now(j, &b); /* same job id, ids above the first instance's */
   cr_assert(b.finished);
   cr_assert_gt(b.id[b.n - 1], a.id[a.n - 1]);
-  check_exact(j);
+  crash_check_counter(&j->c);
   job_free(j);
   cr_assert_eq(th_leak_check(), 0);
 }
@@ -1083,15 +720,13 @@ Test(lifecycle, checkpoints_on_empty_dir) {
  * usage error. */
 Test(lifecycle, inspect_json) {
   job *j = job_new(RECORDS, KEYS);
-  char *err = NULL;
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@2", &err, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit", 2); /* inspects every listed one */
-  free(err);
+  killed_at(j, "ckpt.after_meta_commit", 2, NULL); /* inspects every listed one */
   listing l;
   listing_now(j, &l);
   char id[32], *out = NULL;
   snprintf(id, sizeof id, "%llu", l.id[l.n - 1]);
-  rc = run_cmd(&out, &err, "inspect", id, "--state-dir", j->state, "--json", NULL);
+  char *err = NULL;
+  int rc = run_cmd(&out, &err, "inspect", id, "--state-dir", j->c.state, "--json", NULL);
   cr_assert_eq(rc, 0);
   /* Keyed state: the two count subtasks hold the keys seen so far. */
   unsigned long long e0 = 0, e1 = 0;
@@ -1103,7 +738,7 @@ Test(lifecycle, inspect_json) {
   cr_assert(e0 + e1 > 0 && e0 + e1 <= KEYS, "count entries %llu + %llu", e0, e1);
   free(out);
   free(err);
-  rc = run_cmd(&out, &err, "inspect", "999999", "--state-dir", j->state, "--json", NULL);
+  rc = run_cmd(&out, &err, "inspect", "999999", "--state-dir", j->c.state, "--json", NULL);
   cr_assert_eq(rc, 2, "exit %d: %s", rc, err);
   cr_assert(strstr(err, "999999") != NULL, "%s", err);
   free(out);
@@ -1114,10 +749,10 @@ Test(lifecycle, inspect_json) {
 
 /* ---- damage -------------------------------------------------------------- */
 
-TestSuite(damage, .timeout = 120, .fini = cleanup);
+TestSuite(damage, .timeout = 120, .fini = crash_fini);
 
 static char *data_mdb(const job *j) {
-  char *store = path_join(j->state, "store");
+  char *store = path_join(j->c.state, "store");
   char *p = path_join(store, "data.mdb");
   free(store);
   return p;
@@ -1138,7 +773,7 @@ static uint64_t be64(const uint8_t *p) {
  * (db "meta"), or the first chunk of checkpoint id whose envelope kind is
  * `kind` (db "chunks"). Returns a malloc'd copy of the value (*len bytes). */
 static uint8_t *locate(const job *j, const char *db, ull id, int kind, size_t *len) {
-  char *store = path_join(j->state, "store");
+  char *store = path_join(j->c.state, "store");
   MDB_env *env = NULL;
   cr_assert_eq(mdb_env_create(&env), 0);
   cr_assert_eq(mdb_env_set_maxdbs(env, 4), 0);
@@ -1215,10 +850,7 @@ static void patch_file(const char *path, long off, const void *p, size_t n) {
 /* A job killed after its third checkpoint committed (three retained). */
 static job *killed_with_checkpoints(listing *l) {
   job *j = job_new(RECORDS, KEYS);
-  char *err = NULL;
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@3", &err, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit", 3);
-  free(err);
+  killed_at(j, "ckpt.after_meta_commit", 3, NULL);
   listing_now(j, l);
   cr_assert_eq(l->n, 3);
   return j;
@@ -1229,12 +861,12 @@ static job *killed_with_checkpoints(listing *l) {
 static char *expect_refused(job *j, int code, const char *want, const char *const img,
                             const char *restore) {
   char *err = NULL;
-  int rc = run_job(j, NULL, &err, "--restore", restore, NULL);
+  int rc = crash_run(&j->c, NULL, -1, &err, "--restore", restore, NULL);
   cr_assert_lt(rc, 128, "the run died of signal %d: %s", rc - 128, err);
   cr_assert_eq(rc, code, "exit %d (expected %d): %s", rc, code, err);
   if (want) cr_assert(strstr(err, want) != NULL, "no '%s' in: %s", want, err);
   if (getenv("WEIR_TEST_VERBOSE")) fprintf(stderr, "refused (exit %d): %s", rc, err);
-  char *now = dir_image(j->out);
+  char *now = crash_dir_image(j->c.out, 0);
   cr_assert_str_eq(img, now, "a refused run changed the output");
   free(now);
   return err;
@@ -1255,7 +887,7 @@ Test(damage, flipped_chunk_byte) {
   replace_value(j, v, bad, len);
   free(v);
   free(bad);
-  char *img = dir_image(j->out);
+  char *img = crash_dir_image(j->c.out, 0);
   char want[64];
   snprintf(want, sizeof want, "checkpoint %llu", latest);
   char *err = expect_refused(j, 3, want, img, "latest");
@@ -1265,7 +897,7 @@ Test(damage, flipped_chunk_byte) {
   get_listing(j, &l2);
   cr_assert_eq(l2.n, l.n);
   snprintf(want, sizeof want, "%llu", l.id[l.n - 2]);
-  int rc = run_job(j, NULL, &err, "--restore", want, NULL);
+  int rc = crash_run(&j->c, NULL, -1, &err, "--restore", want, NULL);
   cr_assert_eq(rc, 0, "restore of %s: exit %d: %s", want, rc, err);
   free(err);
   /* The damaged checkpoint stays listed until retention drops it: check
@@ -1273,7 +905,7 @@ Test(damage, flipped_chunk_byte) {
   get_listing(j, &l2);
   cr_assert(l2.finished);
   cr_assert_gt(l2.id[l2.n - 1], latest);
-  check_exact(j);
+  crash_check_counter(&j->c);
   free(img);
   job_free(j);
   cr_assert_eq(th_leak_check(), 0);
@@ -1287,13 +919,13 @@ Test(damage, truncated_store) {
   struct stat st;
   cr_assert_eq(stat(mdb, &st), 0);
   cr_assert_eq(truncate(mdb, st.st_size / 2), 0);
-  char *img = dir_image(j->out);
+  char *img = crash_dir_image(j->c.out, 0);
   char *err = expect_refused(j, 3, NULL, img, "latest");
   cr_assert(strstr(err, "corrupt") != NULL || strstr(err, "damaged") != NULL,
             "no clear message: %s", err);
   free(err);
   char *out = NULL;
-  int rc = run_cmd(&out, &err, "checkpoints", "--state-dir", j->state, "--json", NULL);
+  int rc = run_cmd(&out, &err, "checkpoints", "--state-dir", j->c.state, "--json", NULL);
   cr_assert(rc == 0 || rc == 3, "weir checkpoints on a truncated store: exit %d: %s", rc, err);
   free(out);
   free(err);
@@ -1343,17 +975,17 @@ Test(damage, scribbled_pages) {
   uint64_t root = main_root_page(mdb);
   cr_assert_gt(root, 0, "no meta page with a main root in %s", mdb);
   uint8_t junk[4 * 4096];
-  rng = 12345;
-  for (size_t i = 0; i < sizeof junk; i++) junk[i] = (uint8_t)rnd();
+  uint64_t rng = 12345;
+  for (size_t i = 0; i < sizeof junk; i++) junk[i] = (uint8_t)th_splitmix64(&rng);
   patch_file(mdb, 2 * 4096, junk, sizeof junk);
   patch_file(mdb, (long)root * 4096, junk, 4096);
-  char *img = dir_image(j->out);
+  char *img = crash_dir_image(j->c.out, 0);
   char *err = expect_refused(j, 3, NULL, img, "latest");
   cr_assert(strstr(err, "corrupt") != NULL || strstr(err, "damaged") != NULL,
             "no clear message: %s", err);
   free(err);
   char *out = NULL;
-  int rc = run_cmd(&out, &err, "checkpoints", "--state-dir", j->state, "--json", NULL);
+  int rc = run_cmd(&out, &err, "checkpoints", "--state-dir", j->c.state, "--json", NULL);
   cr_assert(rc == 0 || rc == 3, "weir checkpoints on a scribbled store: exit %d: %s", rc, err);
   free(out);
   free(err);
@@ -1384,17 +1016,17 @@ Test(damage, future_format_checkpoint) {
   size_t len;
   uint8_t *v = locate(j, "meta", latest, 0, &len);
   make_future(j, v, len);
-  char *img = dir_image(j->out);
+  char *img = crash_dir_image(j->c.out, 0);
   char *err = expect_refused(j, 3, NULL, img, "latest");
   cr_assert(strstr(err, "format") != NULL || strstr(err, "newer") != NULL,
             "the message does not say newer format: %s", err);
   free(err);
   char id[32];
   snprintf(id, sizeof id, "%llu", l.id[0]);
-  int rc = run_job(j, NULL, &err, "--restore", id, NULL);
+  int rc = crash_run(&j->c, NULL, -1, &err, "--restore", id, NULL);
   cr_assert_eq(rc, 0, "restore of %s: exit %d: %s", id, rc, err);
   free(err);
-  check_exact(j);
+  crash_check_counter(&j->c);
   free(img);
   job_free(j);
   cr_assert_eq(th_leak_check(), 0);
@@ -1409,7 +1041,7 @@ Test(damage, future_format_chunk) {
   size_t len;
   uint8_t *v = locate(j, "chunks", latest, U64_STATE, &len);
   make_future(j, v, len);
-  char *img = dir_image(j->out);
+  char *img = crash_dir_image(j->c.out, 0);
   char want[64];
   snprintf(want, sizeof want, "checkpoint %llu", latest);
   char *err = expect_refused(j, 3, want, img, "latest");
@@ -1428,13 +1060,13 @@ Test(damage, future_format_job_record) {
   size_t len;
   uint8_t *v = locate(j, "job", 0, 0, &len);
   make_future(j, v, len);
-  char *img = dir_image(j->out);
+  char *img = crash_dir_image(j->c.out, 0);
   char *err = expect_refused(j, 3, NULL, img, "latest");
   cr_assert(strstr(err, "format") != NULL || strstr(err, "newer") != NULL,
             "the message does not say newer format: %s", err);
   free(err);
   char *out = NULL;
-  int rc = run_cmd(&out, &err, "checkpoints", "--state-dir", j->state, "--json", NULL);
+  int rc = run_cmd(&out, &err, "checkpoints", "--state-dir", j->c.state, "--json", NULL);
   cr_assert_eq(rc, 3, "weir checkpoints: exit %d: %s", rc, err);
   free(out);
   free(err);
@@ -1454,32 +1086,28 @@ Test(damage, future_format_job_record) {
  * BarrierTracker). Such lines are reported, not failed. */
 Test(recovery, at_least_once_kill_and_restore) {
   job *j = job_new(RECORDS, KEYS);
-  j->mode = "at-least-once";
-  char *err = NULL;
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@3", &err, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit", 3);
-  free(err);
+  j->c.mode = "at-least-once";
+  killed_at(j, "ckpt.after_meta_commit", 3, NULL);
   restore_to_end(j);
   listing l;
   listing_now(j, &l);
   cr_assert(l.finished);
-  uint64_t per = j->records / j->keys + 1;
-  uint32_t *seen = seen_table(j, per);
-  uint64_t over = 0;
-  uint64_t lines = read_output(j, seen, per, 0, &over);
+  crash_tally t;
+  crash_tally_init(&j->c, &t, 0);
+  cr_assert_gt(crash_tally_sink(&j->c, &t), 0, "no sink files\nhistory: %s", j->c.history);
   uint64_t dups = 0;
-  for (uint64_t k = 0; k < j->keys; k++)
-    for (uint64_t c = 1; c <= n_of(j, k); c++) {
-      cr_assert_geq(seen[k * per + c - 1], 1, "line '%llu %llu' missing\nhistory: %s", (ull)k,
-                    (ull)c, j->history);
-      dups += seen[k * per + c - 1] - 1;
+  for (uint64_t k = 0; k < j->c.keys; k++)
+    for (uint64_t c = 1; c <= crash_n_of(&j->c, k); c++) {
+      uint32_t n = t.seen[k * t.per + c - 1];
+      cr_assert_geq(n, 1, "line '%llu %llu' missing\nhistory: %s", (ull)k, (ull)c, j->c.history);
+      dups += n - 1;
     }
-  cr_assert_geq(lines, j->records);
+  cr_assert_geq(t.lines, j->c.records);
   fprintf(stderr,
           "recovery::at_least_once: %llu lines for %llu records: %llu duplicated lines, %llu "
           "lines above a key's final count (records counted twice)\n",
-          (ull)lines, (ull)j->records, (ull)dups, (ull)over);
-  seen_free();
+          (ull)t.lines, (ull)j->c.records, (ull)dups, (ull)t.over);
+  crash_tally_free(&t);
   job_free(j);
   cr_assert_eq(th_leak_check(), 0);
 }
@@ -1489,7 +1117,7 @@ Test(recovery, at_least_once_kill_and_restore) {
 /* The stop-the-world mode writes ordinary checkpoints: a sync run killed
  * at a failpoint restores (in sync mode, and in aligned mode from a sync
  * run's checkpoint) to exactly the failure-free output. */
-TestSuite(sync_recovery, .timeout = 150, .fini = cleanup);
+TestSuite(sync_recovery, .timeout = 150, .fini = crash_fini);
 
 Test(sync_recovery, kill_at_barrier_injected) {
   kill_at_in("ckpt.barrier_injected", "sync");
@@ -1502,12 +1130,9 @@ Test(sync_recovery, kill_at_after_meta_commit) {
 }
 Test(sync_recovery, restore_a_sync_checkpoint_aligned) {
   job *j = job_new(RECORDS, KEYS);
-  j->mode = "sync";
-  char *err = NULL;
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@3", &err, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit", 3);
-  free(err);
-  j->mode = "aligned";
+  j->c.mode = "sync";
+  killed_at(j, "ckpt.after_meta_commit", 3, NULL);
+  j->c.mode = "aligned";
   restore_to_end(j);
   check_finished(j);
   job_free(j);
@@ -1520,7 +1145,7 @@ Test(sync_recovery, restore_a_sync_checkpoint_aligned) {
  * there was; returns the id it names (0 when the message names none). */
 static ull check_declined(job *j, const char *err, const char *verb, const char *error) {
   char want[700];
-  snprintf(want, sizeof want, "store %s/store: ", j->state);
+  snprintf(want, sizeof want, "store %s/store: ", j->c.state);
   cr_assert(strstr(err, want) != NULL, "the message does not name the store '%s': %s", want, err);
   cr_assert(strstr(err, error) != NULL, "no '%s' in: %s", error, err);
   cr_assert(strstr(err, "bytes free") != NULL || strstr(err, "in use") != NULL,
@@ -1539,13 +1164,13 @@ static ull check_declined(job *j, const char *err, const char *verb, const char 
 static void check_not_listed(job *j, ull declined) {
   listing l;
   listing_now(j, &l);
-  cr_assert_gt(l.n, 1, "fewer checkpoints than expected\nhistory: %s", j->history);
+  cr_assert_gt(l.n, 1, "fewer checkpoints than expected\nhistory: %s", j->c.history);
   for (size_t i = 0; i < l.n; i++)
     cr_assert_neq(l.id[i], declined, "declined checkpoint %llu is listed\nhistory: %s", declined,
-                  j->history);
+                  j->c.history);
 }
 
-TestSuite(diskfull, .timeout = 150, .fini = cleanup);
+TestSuite(diskfull, .timeout = 150, .fini = crash_fini);
 
 /* One chunk write fails with ENOSPC: that checkpoint is declined with a
  * message naming the store, the job runs on, later checkpoints complete,
@@ -1553,7 +1178,7 @@ TestSuite(diskfull, .timeout = 150, .fini = cleanup);
 Test(diskfull, enospc_once_declines_one_checkpoint) {
   job *j = job_new(RECORDS, KEYS);
   char *err = NULL;
-  int rc = run_job(j, "store.write_chunk=enospc@6", &err, "--retain", "50", NULL);
+  int rc = crash_run(&j->c, "store.write_chunk=enospc@6", -1, &err, "--retain", "50", NULL);
   cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
   ull id = check_declined(j, err, " declined: ", "No space left on device");
   cr_assert_gt(id, 0, "no declined checkpoint id in: %s", err);
@@ -1571,7 +1196,7 @@ Test(diskfull, enospc_once_declines_one_checkpoint) {
 Test(diskfull, eio_at_commit_declines_one_checkpoint) {
   job *j = job_new(RECORDS, KEYS);
   char *err = NULL;
-  int rc = run_job(j, "store.commit=error@3", &err, "--retain", "50", NULL);
+  int rc = crash_run(&j->c, "store.commit=error@3", -1, &err, "--retain", "50", NULL);
   cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
   ull id = check_declined(j, err, " declined: ", "Input/output error");
   cr_assert(strstr(err, "committing checkpoint") != NULL, "%s", err);
@@ -1588,15 +1213,15 @@ Test(diskfull, eio_at_commit_declines_one_checkpoint) {
 Test(diskfull, persistent_enospc_stops_the_job) {
   job *j = job_new(RECORDS, KEYS);
   char *err = NULL;
-  int rc =
-      run_job(j, "store.write_chunk=enospc@9+", &err, "--tolerable-checkpoint-failures", "2", NULL);
+  int rc = crash_run(&j->c, "store.write_chunk=enospc@9+", -1, &err,
+                     "--tolerable-checkpoint-failures", "2", NULL);
   cr_assert_eq(rc, 3, "exit %d, stderr: %s", rc, err);
   check_declined(j, err, " failed: ", "No space left on device");
   cr_assert(strstr(err, "3 checkpoints failed in a row, more than the 2 tolerated") != NULL, "%s",
             err);
   listing l;
   listing_now(j, &l);
-  cr_assert_gt(l.n, 0, "no checkpoint completed before the failures\nhistory: %s", j->history);
+  cr_assert_gt(l.n, 0, "no checkpoint completed before the failures\nhistory: %s", j->c.history);
   cr_assert_not(l.finished);
   char want[64];
   snprintf(want, sizeof want, "its restore point is checkpoint %llu", l.id[l.n - 1]);
@@ -1612,8 +1237,8 @@ Test(diskfull, persistent_enospc_stops_the_job) {
 Test(diskfull, tolerate_none) {
   job *j = job_new(RECORDS, KEYS);
   char *err = NULL;
-  int rc =
-      run_job(j, "store.write_chunk=error@9", &err, "--tolerable-checkpoint-failures", "0", NULL);
+  int rc = crash_run(&j->c, "store.write_chunk=error@9", -1, &err,
+                     "--tolerable-checkpoint-failures", "0", NULL);
   cr_assert_eq(rc, 3, "exit %d, stderr: %s", rc, err);
   check_declined(j, err, " failed: ", "Input/output error");
   cr_assert(strstr(err, "1 checkpoints failed in a row, more than the 0 tolerated") != NULL, "%s",
@@ -1629,9 +1254,9 @@ Test(diskfull, tolerate_none) {
  * tried again after a second and the job ends finished and exact. */
 Test(diskfull, final_checkpoint_is_retried) {
   job *j = job_new(RECORDS, KEYS);
-  j->interval = "0";
+  j->c.interval = "0";
   char *err = NULL;
-  int rc = run_job(j, "store.commit=enospc@1", &err, NULL);
+  int rc = crash_run(&j->c, "store.commit=enospc@1", -1, &err, NULL);
   cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
   cr_assert(strstr(err, "the final checkpoint ") != NULL && strstr(err, " declined: ") != NULL,
             "%s", err);
@@ -1651,14 +1276,14 @@ Test(diskfull, final_checkpoint_is_retried) {
 Test(diskfull, map_full) {
   job *j = job_new(RECORDS, BIG_KEYS);
   char *err = NULL;
-  int rc = run_job(j, NULL, &err, "--max-store-size", "1M", "--tolerable-checkpoint-failures", "1",
-                   NULL);
+  int rc = crash_run(&j->c, NULL, -1, &err, "--max-store-size", "1M",
+                     "--tolerable-checkpoint-failures", "1", NULL);
   cr_assert_eq(rc, 3, "exit %d, stderr: %s", rc, err);
   check_declined(j, err, " failed: ", "the store's map is full (map size ");
   free(err);
   listing l;
   listing_now(j, &l);
-  cr_assert_gt(l.n, 0, "no checkpoint fitted\nhistory: %s", j->history);
+  cr_assert_gt(l.n, 0, "no checkpoint fitted\nhistory: %s", j->c.history);
   restore_to_end(j);
   check_finished(j);
   job_free(j);
@@ -1677,12 +1302,12 @@ static void mnt_cleanup(void) {
     free(mounted);
     mounted = NULL;
   }
-  cleanup();
+  crash_fini();
 }
 
 Test(diskfull, tiny_tmpfs, .fini = mnt_cleanup) {
   job *j = job_new(RECORDS, BIG_KEYS);
-  char *small = path_join(j->dir, "small");
+  char *small = path_join(j->c.dir, "small");
   cr_assert_eq(mkdir(small, 0755), 0, "%s", strerror(errno));
   if (mount("tmpfs", small, "tmpfs", 0, "size=2m") != 0) {
     int e = errno;
@@ -1691,16 +1316,15 @@ Test(diskfull, tiny_tmpfs, .fini = mnt_cleanup) {
     cr_skip_test("cannot mount a 2 MB tmpfs here (%s): needs root with CAP_SYS_ADMIN", strerror(e));
   }
   mounted = small;
-  free(j->state);
-  j->state = path_join(small, "state");
+  snprintf(j->c.state, sizeof j->c.state, "%s/state", small);
   char *err = NULL;
-  int rc = run_job(j, NULL, &err, "--tolerable-checkpoint-failures", "1", NULL);
+  int rc = crash_run(&j->c, NULL, -1, &err, "--tolerable-checkpoint-failures", "1", NULL);
   cr_assert_eq(rc, 3, "exit %d, stderr: %s", rc, err);
   check_declined(j, err, " failed: ", "No space left on device");
   free(err);
   listing l;
   listing_now(j, &l);
-  cr_assert_gt(l.n, 0, "no checkpoint fitted\nhistory: %s", j->history);
+  cr_assert_gt(l.n, 0, "no checkpoint fitted\nhistory: %s", j->c.history);
   cr_assert_eq(mount("tmpfs", small, NULL, MS_REMOUNT, "size=64m"), 0, "remount: %s",
                strerror(errno));
   restore_to_end(j);
@@ -1712,16 +1336,6 @@ Test(diskfull, tiny_tmpfs, .fini = mnt_cleanup) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
-/* Crash tests run one at a time whatever --jobs says: a second test on the
- * 2 cores would slow every run and move every kill. */
 int main(int argc, char *argv[]) {
-  setenv("WEIR_LOG", "info", 1); /* the tests read the restore messages */
-  struct criterion_test_set *tests = criterion_initialize();
-  int result = 0;
-  if (criterion_handle_args(argc, argv, true)) {
-    criterion_options.jobs = 1;
-    result = !criterion_run_all_tests(tests);
-  }
-  criterion_finalize(tests);
-  return result;
+  return crash_main(argc, argv, "info");
 }

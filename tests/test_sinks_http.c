@@ -30,14 +30,14 @@ TestSuite(http_tx, .timeout = 170, .fini = fini);
 #define H_INTERVAL "50"
 
 Test(http_tx, no_failure) {
-  job *j = job_new(H_RECORDS, H_KEYS, H_RATE, H_INTERVAL);
+  crash_job *j = tx_job(H_RECORDS, H_KEYS, H_RATE, H_INTERVAL);
   receiver r;
   recv_start(&r, j, NULL);
   http_sink(j, &r, NULL);
   char *err = NULL;
   char sum[700];
   snprintf(sum, sizeof sum, "%s/summary.json", j->dir);
-  int rc = run_job(j, NULL, &err, "--summary-json", sum, NULL);
+  int rc = crash_run(j, NULL, -1, &err, "--summary-json", sum, NULL);
   cr_assert_eq(rc, 0, "%s", err);
   free(err);
   stats s = check_receiver(j, &r);
@@ -73,29 +73,24 @@ Test(http_tx, no_failure) {
   free(ins);
   free(out);
   recv_stop(&r);
-  job_free(j);
+  crash_free(j);
   cr_assert_eq(th_leak_check(), 0);
 }
 
 /* Killed at failpoint NAME@hit with parallelism `from`, then restored with
  * `to` until done: the receiver has each effect exactly once. */
 static void http_kill_at(const char *name, unsigned hit, const char *from, const char *to) {
-  job *j = job_new(H_RECORDS, H_KEYS, H_RATE, H_INTERVAL);
+  crash_job *j = tx_job(H_RECORDS, H_KEYS, H_RATE, H_INTERVAL);
   j->par = from;
   receiver r;
   recv_start(&r, j, NULL);
   http_sink(j, &r, NULL);
-  char fp[128];
-  snprintf(fp, sizeof fp, "%s=kill@%u", name, hit);
-  char *err = NULL;
-  int rc = run_job(j, fp, &err, NULL);
-  expect_killed_at(j, rc, err, name);
-  free(err);
+  crash_kill_at(j, name, hit, 0, NULL, NULL);
   j->par = to;
   restore_until_done(j);
   check_receiver(j, &r);
   recv_stop(&r);
-  job_free(j);
+  crash_free(j);
 }
 
 static void http_kill(const char *name, unsigned hit) {
@@ -119,22 +114,17 @@ Test(http_tx, kill_after_meta_commit_before_commit) {
 }
 
 Test(http_tx, kill_during_recover) {
-  job *j = job_new(H_RECORDS, H_KEYS, H_RATE, H_INTERVAL);
+  crash_job *j = tx_job(H_RECORDS, H_KEYS, H_RATE, H_INTERVAL);
   receiver r;
   recv_start(&r, j, NULL);
   http_sink(j, &r, NULL);
-  char *err = NULL;
-  int rc = run_job(j, "sink.after_send=kill@200", &err, NULL);
-  expect_killed_at(j, rc, err, "sink.after_send");
-  free(err);
-  rc = run_job(j, "sink.during_recover=kill@1", &err, "--restore", "latest", NULL);
-  expect_killed_at(j, rc, err, "sink.during_recover");
-  free(err);
+  crash_kill_at(j, "sink.after_send", 200, 0, NULL, NULL);
+  crash_kill_at(j, "sink.during_recover", 1, 0, NULL, "--restore", "latest", NULL);
   restore_until_done(j);
   stats s = check_receiver(j, &r);
   cr_assert_gt(s.duplicates, 0, "a recovery resends what was sent: duplicates expected");
   recv_stop(&r);
-  job_free(j);
+  crash_free(j);
   cr_assert_eq(th_leak_check(), 0);
 }
 
@@ -147,11 +137,11 @@ Test(http_tx, restored_with_another_parallelism) {
 }
 
 Test(http_tx, random_kills) {
-  uint64_t seed = seed_from_env("http_tx::random_kills");
+  uint64_t seed = rng = crash_seed("http_tx::random_kills");
   int kills = 0;
   for (int n = 0; n < 10; n++) {
-    job *j = job_new(H_RECORDS, H_KEYS, H_RATE, H_INTERVAL);
-    hist(j, "seed %llu, job %d: ", (ull)seed, n);
+    crash_job *j = tx_job(H_RECORDS, H_KEYS, H_RATE, H_INTERVAL);
+    crash_hist(j, "seed %llu, job %d: ", (ull)seed, n);
     receiver r;
     recv_start(&r, j, NULL);
     http_sink(j, &r, NULL);
@@ -159,7 +149,7 @@ Test(http_tx, random_kills) {
     restore_until_done(j);
     check_receiver(j, &r);
     recv_stop(&r);
-    job_free(j);
+    crash_free(j);
   }
   fprintf(stderr, "http_tx::random_kills: 10 jobs, %d kills\n", kills);
   cr_assert_geq(kills, 5, "too few kills landed: %d", kills);
@@ -197,38 +187,22 @@ static int post(int port, const char *key, const char *body) {
   return post_h(port, key, NULL, body);
 }
 
-/* The job id of a state directory, from `weir checkpoints --json`. */
-static void job_id_of(job *j, char *id, size_t cap) {
-  const char *argv[] = {WEIR_BINARY, "checkpoints", "--state-dir", j->state, "--json", NULL};
-  char *out = NULL;
-  int rc = th_run(argv, NULL, &out, NULL, RUN_TIMEOUT_S);
-  cr_assert_eq(rc, 0);
-  const char *p = strstr(out, "{\"job\": \"");
-  cr_assert_not_null(p, "%s", out);
-  p += 9;
-  const char *e = strchr(p, '"');
-  cr_assert(e && (size_t)(e - p) < cap);
-  memcpy(id, p, (size_t)(e - p));
-  id[e - p] = '\0';
-  free(out);
-}
-
 /* Key <job>/sink/c/0.1 was used with another payload: 422, the job fails
  * with exit code 5 naming the operation id, the first effect is kept. */
 Test(http_tx, reused_key_other_payload_is_exit_5) {
-  job *j = job_new(100, 1, "100", "20");
+  crash_job *j = tx_job(100, 1, "100", "20");
   receiver r;
   recv_start(&r, j, NULL);
   http_sink(j, &r, NULL);
   char *err = NULL;
-  int rc = run_job(j, "ckpt.barrier_injected=kill@1", &err, NULL); /* makes the job id */
-  expect_killed_at(j, rc, err, "ckpt.barrier_injected");
+  int rc = crash_run(j, "ckpt.barrier_injected=kill@1", -1, &err, NULL); /* makes the job id */
+  crash_expect_killed(j, rc, err, "ckpt.barrier_injected", 0);
   free(err);
   char id[64], key[160];
-  job_id_of(j, id, sizeof id);
+  crash_job_id(j, id, sizeof id);
   snprintf(key, sizeof key, "%s/sink/c/0.1", id);
   cr_assert_eq(post(r.port, key, "0 999"), 201);
-  rc = run_job(j, NULL, &err, "--restore", "latest", NULL);
+  rc = crash_run(j, NULL, -1, &err, "--restore", "latest", NULL);
   cr_assert_eq(rc, 5, "exit %d: %s", rc, err);
   cr_assert(strstr(err, key) != NULL, "the operation id is not named: %s", err);
   cr_assert(strstr(err, "422") != NULL, "stderr: %s", err);
@@ -242,7 +216,7 @@ Test(http_tx, reused_key_other_payload_is_exit_5) {
   cr_assert_str_eq(out, "0 999\n", "the first effect must be kept: %s", out);
   free(out);
   recv_stop(&r);
-  job_free(j);
+  crash_free(j);
   cr_assert_eq(th_leak_check(), 0);
 }
 
@@ -251,19 +225,19 @@ Test(http_tx, reused_key_other_payload_is_exit_5) {
  * refuses with 409 and Weir-Fenced; the sink stops at once with exit 4,
  * and nothing of this run lands. */
 Test(http_tx, fenced_epoch_is_exit_4) {
-  job *j = job_new(100, 1, "100", "20");
+  crash_job *j = tx_job(100, 1, "100", "20");
   receiver r;
   recv_start(&r, j, NULL);
   http_sink(j, &r, NULL);
   char *err = NULL;
-  int rc = run_job(j, "ckpt.barrier_injected=kill@1", &err, NULL); /* makes the job id */
-  expect_killed_at(j, rc, err, "ckpt.barrier_injected");
+  int rc = crash_run(j, "ckpt.barrier_injected=kill@1", -1, &err, NULL); /* makes the job id */
+  crash_expect_killed(j, rc, err, "ckpt.barrier_injected", 0);
   free(err);
   char id[64], hdr[200];
-  job_id_of(j, id, sizeof id);
+  crash_job_id(j, id, sizeof id);
   snprintf(hdr, sizeof hdr, "Weir-Job: %s\r\nWeir-Epoch: 99\r\n", id);
   cr_assert_eq(post_h(r.port, "someone-else", hdr, "7 7"), 201);
-  rc = run_job(j, NULL, &err, "--restore", "latest", NULL);
+  rc = crash_run(j, NULL, -1, &err, "--restore", "latest", NULL);
   cr_assert_eq(rc, 4, "exit %d: %s", rc, err);
   cr_assert(strstr(err, "fenced") != NULL, "stderr: %s", err);
   free(err);
@@ -275,31 +249,29 @@ Test(http_tx, fenced_epoch_is_exit_4) {
   cr_assert(strstr(out, "\"fenced\": 1,") != NULL, "one request, refused, then the stop: %s", out);
   free(out);
   recv_stop(&r);
-  job_free(j);
+  crash_free(j);
   cr_assert_eq(th_leak_check(), 0);
 }
 
 /* A replay beyond retention=1s is refused (exit 5, naming the retention),
  * and adds no effect. */
 Test(http_tx, replay_beyond_retention_is_refused) {
-  job *j = job_new(H_RECORDS, H_KEYS, H_RATE, H_INTERVAL);
+  crash_job *j = tx_job(H_RECORDS, H_KEYS, H_RATE, H_INTERVAL);
   receiver r;
   recv_start(&r, j, NULL);
   http_sink(j, &r, "?retention=1s");
   char *err = NULL;
-  int rc = run_job(j, "sink.after_send=kill@50", &err, NULL);
-  expect_killed_at(j, rc, err, "sink.after_send");
-  free(err);
+  crash_kill_at(j, "sink.after_send", 50, 0, NULL, NULL);
   stats before = recv_stats(&r);
-  sleep_ms(1500); /* the subject of this test is time: beyond the retention */
-  rc = run_job(j, NULL, &err, "--restore", "latest", NULL);
+  th_sleep_ms(1500); /* the subject of this test is time: beyond the retention */
+  int rc = crash_run(j, NULL, -1, &err, "--restore", "latest", NULL);
   cr_assert_eq(rc, 5, "exit %d: %s", rc, err);
   cr_assert(strstr(err, "retention") != NULL, "stderr: %s", err);
   free(err);
   stats after = recv_stats(&r);
   cr_assert_eq(after.effects, before.effects, "a refused replay added effects");
   recv_stop(&r);
-  job_free(j);
+  crash_free(j);
   cr_assert_eq(th_leak_check(), 0);
 }
 
@@ -307,24 +279,24 @@ Test(http_tx, replay_beyond_retention_is_refused) {
  * idempotency=off, about p/(1-p) = 0.25 extra effects per operation. */
 Test(http_tx, dropped_acks) {
   const char *const extra[] = {"--drop-acks", "0.2", "--seed", "7", NULL};
-  job *j = job_new(1500, 30, "0", "100");
+  crash_job *j = tx_job(1500, 30, "0", "100");
   receiver r;
   recv_start(&r, j, extra);
   http_sink(j, &r, NULL);
   char *err = NULL;
-  int rc = run_job(j, NULL, &err, NULL);
+  int rc = crash_run(j, NULL, -1, &err, NULL);
   cr_assert_eq(rc, 0, "%s", err);
   free(err);
   stats s = check_receiver(j, &r);
   cr_assert_gt(s.duplicates, 0, "no acknowledgement was dropped?");
   long long keyed_requests = s.requests;
   recv_stop(&r);
-  job_free(j);
+  crash_free(j);
 
-  j = job_new(1500, 30, "0", "100");
+  j = tx_job(1500, 30, "0", "100");
   recv_start(&r, j, extra);
   http_sink(j, &r, "?idempotency=off");
-  rc = run_job(j, NULL, &err, NULL);
+  rc = crash_run(j, NULL, -1, &err, NULL);
   cr_assert_eq(rc, 0, "%s", err);
   free(err);
   s = recv_stats(&r);
@@ -335,7 +307,7 @@ Test(http_tx, dropped_acks) {
           keyed_requests, (ull)j->records, s.effects, extra_per_op);
   cr_assert(extra_per_op > 0.17 && extra_per_op < 0.33, "extra per op %.3f", extra_per_op);
   recv_stop(&r);
-  job_free(j);
+  crash_free(j);
   cr_assert_eq(th_leak_check(), 0);
 }
 

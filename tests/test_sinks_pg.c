@@ -75,7 +75,7 @@ static void need_pg(void) {
   }
 }
 
-static void spec_for(job *j, const char *host, const char *port) {
+static void spec_for(crash_job *j, const char *host, const char *port) {
   static int n;
   snprintf(g_table, sizeof g_table, "weir_t_%d_%d", (int)getpid(), ++n);
   const char *user = getenv("PGUSER"), *db = getenv("PGDATABASE");
@@ -86,15 +86,15 @@ static void spec_for(job *j, const char *host, const char *port) {
   g_job[0] = '\0';
 }
 
-static job *pg_job(uint64_t records, uint64_t keys, const char *rate, const char *interval) {
-  job *j = job_new(records, keys, rate, interval);
+static crash_job *pg_job(uint64_t records, uint64_t keys, const char *rate, const char *interval) {
+  crash_job *j = tx_job(records, keys, rate, interval);
   spec_for(j, getenv("PGHOST"), getenv("PGPORT") ? getenv("PGPORT") : "5432");
   return j;
 }
 
 /* The job id of j's state directory, kept for pg_fini. */
-static const char *job_id(job *j) {
-  if (!g_job[0]) job_id_into(j, g_job, sizeof g_job);
+static const char *job_id(crash_job *j) {
+  if (!g_job[0]) crash_job_id(j, g_job, sizeof g_job);
   return g_job;
 }
 
@@ -104,24 +104,23 @@ static long long prepared_of(PGconn *c, const char *job) {
 
 /* The table holds every (k, c) exactly once; no prepared transaction of
  * the job remains. */
-static void check_pg(job *j, PGconn *c) {
+static void check_pg(crash_job *j, PGconn *c) {
   char sql[256];
   snprintf(sql, sizeof sql, "SELECT key, value FROM %s", g_table);
   PGresult *r = PQexec(c, sql);
   cr_assert(PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s\nhistory: %s", sql, PQerrorMessage(c),
             j->history);
-  uint64_t per = j->records / j->keys + 1;
-  uint32_t *seen = calloc(j->keys * per, sizeof *seen);
-  cr_assert_not_null(seen);
+  crash_tally t;
+  crash_tally_init(j, &t, 1);
   int n = PQntuples(r);
   for (int i = 0; i < n; i++) {
     char line[128];
     snprintf(line, sizeof line, "%s %s", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1));
-    count_line(j, seen, per, line, g_table);
+    crash_tally_line(j, &t, line, g_table);
   }
   PQclear(r);
-  check_seen(j, seen, per, (uint64_t)n, "table");
-  free(seen);
+  crash_tally_check(j, &t, "table");
+  crash_tally_free(&t);
   long long p = prepared_of(c, job_id(j));
   cr_assert_eq(p, 0, "%lld prepared transactions of job %s remain\nhistory: %s", p, g_job,
                j->history);
@@ -157,10 +156,10 @@ static void pg_cleanup(void) {
   g_table[0] = g_job[0] = '\0';
 }
 
-static void pg_job_free(job *j) {
+static void pg_job_free(crash_job *j) {
   (void)job_id(j);
   pg_cleanup();
-  job_free(j);
+  crash_free(j);
 }
 
 /* ---- an own cluster --------------------------------------------------------- */
@@ -313,9 +312,9 @@ TestSuite(pg_tx, .timeout = 240, .fini = pg_fini);
 
 Test(pg_tx, no_failure_prepare_commit_markers) {
   need_pg();
-  job *j = pg_job(P_RECORDS, P_KEYS, P_RATE, P_INTERVAL);
+  crash_job *j = pg_job(P_RECORDS, P_KEYS, P_RATE, P_INTERVAL);
   char *err = NULL;
-  int rc = run_job(j, NULL, &err, NULL);
+  int rc = crash_run(j, NULL, -1, &err, NULL);
   cr_assert_eq(rc, 0, "%s", err);
   free(err);
   PGconn *c = pg_connect(g_conninfo);
@@ -340,7 +339,7 @@ Test(pg_tx, no_failure_prepare_commit_markers) {
                       g_table, id),
                0, "operation ids are not <job>/sink/c/<key>.<count>");
   /* A new instance of the finished job replaces its rows: still exact. */
-  rc = run_job(j, NULL, &err, NULL);
+  rc = crash_run(j, NULL, -1, &err, NULL);
   cr_assert_eq(rc, 0, "%s", err);
   cr_assert(strstr(err, "fresh start: removed") != NULL, "%s", err);
   free(err);
@@ -354,10 +353,10 @@ Test(pg_tx, no_failure_prepare_commit_markers) {
  * its last 10 checkpoints, not one per commit. */
 Test(pg_tx, markers_pruned) {
   need_pg();
-  job *j = pg_job(30000, 100, "20000", "10");
+  crash_job *j = pg_job(30000, 100, "20000", "10");
   strncat(j->sink, "&markers=10", sizeof j->sink - strlen(j->sink) - 1);
   char *err = NULL;
-  int rc = run_job(j, NULL, &err, NULL);
+  int rc = crash_run(j, NULL, -1, &err, NULL);
   cr_assert_eq(rc, 0, "%s", err);
   free(err);
   PGconn *c = pg_connect(g_conninfo);
@@ -376,10 +375,10 @@ Test(pg_tx, markers_pruned) {
 
 /* One --restore latest that must end the job; returns the commits it
  * found already made through their marker (the summary's "duplicates"). */
-static long long restore_duplicates(job *j) {
+static long long restore_duplicates(crash_job *j) {
   char sum[700], *err = NULL;
   snprintf(sum, sizeof sum, "%s/summary.json", j->dir);
-  int rc = run_job(j, NULL, &err, "--restore", "latest", "--summary-json", sum, NULL);
+  int rc = crash_run(j, NULL, -1, &err, "--restore", "latest", "--summary-json", sum, NULL);
   cr_assert_eq(rc, 0, "restore: exit %d, stderr: %s\nhistory: %s", rc, err, j->history);
   free(err);
   char *t = th_read_file(sum, NULL);
@@ -393,13 +392,8 @@ static long long restore_duplicates(job *j) {
 /* Killed at failpoint NAME@hit; prepared transactions must be there when
  * want_prepared; then restored until done: exact, none prepared. */
 static void pg_kill(const char *name, unsigned hit, int want_prepared) {
-  job *j = pg_job(P_RECORDS, P_KEYS, P_RATE, P_INTERVAL);
-  char fp[128];
-  snprintf(fp, sizeof fp, "%s=kill@%u", name, hit);
-  char *err = NULL;
-  int rc = run_job(j, fp, &err, NULL);
-  expect_killed_at(j, rc, err, name);
-  free(err);
+  crash_job *j = pg_job(P_RECORDS, P_KEYS, P_RATE, P_INTERVAL);
+  crash_kill_at(j, name, hit, 0, NULL, NULL);
   PGconn *c = pg_connect(g_conninfo);
   long long p = prepared_of(c, job_id(j));
   if (want_prepared)
@@ -431,14 +425,9 @@ Test(pg_tx, kill_around_prepare_and_commit) {
  * commits what it pre-committed; then restored to the end. */
 Test(pg_tx, kill_during_recover) {
   need_pg();
-  job *j = pg_job(P_RECORDS, P_KEYS, P_RATE, P_INTERVAL);
-  char *err = NULL;
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@3", &err, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit");
-  free(err);
-  rc = run_job(j, "sink.during_recover=kill@1", &err, "--restore", "latest", NULL);
-  expect_killed_at(j, rc, err, "sink.during_recover");
-  free(err);
+  crash_job *j = pg_job(P_RECORDS, P_KEYS, P_RATE, P_INTERVAL);
+  crash_kill_at(j, "ckpt.after_meta_commit", 3, 0, NULL, NULL);
+  crash_kill_at(j, "sink.during_recover", 1, 0, NULL, "--restore", "latest", NULL);
   restore_until_done(j);
   PGconn *c = pg_connect(g_conninfo);
   check_pg(j, c);
@@ -456,18 +445,16 @@ Test(pg_tx, kill_during_recover) {
  * markers=1 and is killed after its own commits began; run 3 restores. */
 Test(pg_tx, restored_pending_keeps_its_marker) {
   need_pg();
-  job *j = pg_job(P_RECORDS, P_KEYS, P_RATE, P_INTERVAL);
+  crash_job *j = pg_job(P_RECORDS, P_KEYS, P_RATE, P_INTERVAL);
   strncat(j->sink, "&markers=1", sizeof j->sink - strlen(j->sink) - 1);
   char *err = NULL;
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@3", &err, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit");
-  free(err);
+  crash_kill_at(j, "ckpt.after_meta_commit", 3, 0, NULL, NULL);
   PGconn *c = pg_connect(g_conninfo);
   cr_assert_gt(prepared_of(c, job_id(j)), 0, "no prepared transaction left\nhistory: %s",
                j->history);
-  rc = run_job(j, "sink.during_recover=delay:1000+,sink.after_commit=kill@4", &err, "--restore",
-               "latest", NULL);
-  expect_killed_at(j, rc, err, "sink.after_commit");
+  int rc = crash_run(j, "sink.during_recover=delay:1000+,sink.after_commit=kill@4", -1, &err,
+                     "--restore", "latest", NULL);
+  crash_expect_killed(j, rc, err, "sink.after_commit", 0);
   free(err);
   cr_assert_geq(restore_duplicates(j), 1, "nothing committed again through its marker\nhistory: %s",
                 j->history);
@@ -482,12 +469,9 @@ Test(pg_tx, restored_pending_keeps_its_marker) {
  * subtask that took them over; rows exact, none left prepared. */
 Test(pg_tx, restored_with_another_parallelism) {
   need_pg();
-  job *j = pg_job(P_RECORDS, P_KEYS, P_RATE, P_INTERVAL);
+  crash_job *j = pg_job(P_RECORDS, P_KEYS, P_RATE, P_INTERVAL);
   j->par = "3";
-  char *err = NULL;
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@3", &err, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit");
-  free(err);
+  crash_kill_at(j, "ckpt.after_meta_commit", 3, 0, NULL, NULL);
   PGconn *c = pg_connect(g_conninfo);
   cr_assert_gt(pg_num(c,
                       "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'weir:%s:%%:2' AND "
@@ -505,12 +489,12 @@ Test(pg_tx, restored_with_another_parallelism) {
 /* At least 10 runs killed at seeded random times (1-2 kills each). */
 Test(pg_tx, random_kills) {
   need_pg();
-  uint64_t seed = seed_from_env("pg_tx::random_kills");
+  uint64_t seed = rng = crash_seed("pg_tx::random_kills");
   int kills = 0;
   PGconn *c = pg_connect(NULL);
   for (int n = 0; n < 10; n++) {
-    job *j = pg_job(P_RECORDS, P_KEYS, P_RATE, P_INTERVAL);
-    hist(j, "seed %llu, job %d: ", (ull)seed, n);
+    crash_job *j = pg_job(P_RECORDS, P_KEYS, P_RATE, P_INTERVAL);
+    crash_hist(j, "seed %llu, job %d: ", (ull)seed, n);
     kills += kill_at_random(j, 1 + (int)(rnd() % 2), 30, 310, NULL);
     restore_until_done(j);
     check_pg(j, c);
@@ -522,36 +506,15 @@ Test(pg_tx, random_kills) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
-/* Starts the job (extras NULL terminated) without waiting; stderr into
+/* Starts the job (extra arguments) without waiting; stderr into
  * <dir>/stderr.txt. Returns its pid (its own process group). */
-static pid_t spawn_job(job *j, const char *fp, ...) {
-  const char *argv[64];
-  va_list ap;
-  va_start(ap, fp);
-  (void)job_argv(j, argv, ap);
-  va_end(ap);
-  pid_t pid = spawn_argv(j, fp, argv);
-  j->runs++;
-  return pid;
+static pid_t spawn_job(crash_job *j, const char *fp, const char *const extra[]) {
+  char errpath[700];
+  snprintf(errpath, sizeof errpath, "%s/stderr.txt", j->dir);
+  return crash_spawnv(j, fp, errpath, extra);
 }
 
-static int wait_exit(pid_t pid, int timeout_s) {
-  int64_t end = mono_ms() + timeout_s * 1000;
-  for (;;) {
-    int st = 0;
-    pid_t w = waitpid(pid, &st, WNOHANG);
-    if (w == pid)
-      return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 255;
-    if (mono_ms() > end) {
-      kill(-pid, SIGKILL);
-      waitpid(pid, &st, 0);
-      return -1;
-    }
-    sleep_ms(5);
-  }
-}
-
-static char *read_stderr(job *j) {
+static char *read_stderr(crash_job *j) {
   char p[700];
   snprintf(p, sizeof p, "%s/stderr.txt", j->dir);
   char *t = th_read_file(p, NULL);
@@ -563,20 +526,20 @@ static char *read_stderr(job *j) {
  * added after the bump, and the new owner completes the job exactly. */
 Test(pg_tx, stale_owner_cannot_prepare) {
   need_pg();
-  job *j = pg_job(P_RECORDS, P_KEYS, "20000", "100");
+  crash_job *j = pg_job(P_RECORDS, P_KEYS, "20000", "100");
   pid_t pid = spawn_job(j, NULL, NULL);
   PGconn *c = pg_connect(g_conninfo);
   /* Wait until rows are committed (so the job id and fence are there). */
   char id[64] = "";
-  for (int64_t end = mono_ms() + 30000; !id[0];) {
-    cr_assert_lt(mono_ms(), end, "no rows committed");
+  for (int64_t end = th_mono_ms() + 30000; !id[0];) {
+    cr_assert_lt(th_mono_ms(), end, "no rows committed");
     char sql[256];
     snprintf(sql, sizeof sql, "SELECT split_part(opid, '/', 1) FROM %s LIMIT 1", g_table);
     PGresult *r = PQexec(c, sql);
     if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
       snprintf(id, sizeof id, "%s", PQgetvalue(r, 0, 0));
     PQclear(r);
-    if (!id[0]) sleep_ms(10);
+    if (!id[0]) th_sleep_ms(10);
   }
   snprintf(g_job, sizeof g_job, "%s", id);
   long long old = pg_num(c, "SELECT epoch FROM weir_fence WHERE job = '%s'", id);
@@ -599,9 +562,9 @@ Test(pg_tx, stale_owner_cannot_prepare) {
   cr_assert_eq(bumped, old + 1, "fence not bumped");
   long long markers =
       pg_num(c, "SELECT count(*) FROM weir_markers WHERE job = '%s' AND epoch = %lld", id, old);
-  int rc = wait_exit(pid, RUN_TIMEOUT_S);
+  int rc = crash_wait(pid, RUN_TIMEOUT_S * 1000, 0);
   char *err = read_stderr(j);
-  hist(j, "[stale run: %d] ", rc);
+  crash_hist(j, "[stale run: %d] ", rc);
   cr_assert_neq(rc, 0, "the stale owner ended well after the fence was bumped: %s", err);
   cr_assert(strstr(err, "fence") != NULL, "no fence message: %s", err);
   free(err);
@@ -625,15 +588,15 @@ Test(pg_tx, stale_owner_cannot_prepare) {
  * password, non-zero exit. */
 Test(pg_tx, unreachable_database) {
   need_pg();
-  job *j = job_new(1000, 10, "0", "50");
+  crash_job *j = tx_job(1000, 10, "0", "50");
   snprintf(j->sink, sizeof j->sink, "postgresql://weir:secret@127.0.0.1:1/x?table=t");
   char *err = NULL;
-  int rc = run_job(j, NULL, &err, NULL);
+  int rc = crash_run(j, NULL, -1, &err, NULL);
   cr_assert_neq(rc, 0);
   cr_assert(strstr(err, "127.0.0.1:1") != NULL, "no host:port in: %s", err);
   cr_assert(strstr(err, "secret") == NULL, "password in: %s", err);
   free(err);
-  job_free(j);
+  crash_free(j);
 }
 
 /* ---- on a cluster of its own ------------------------------------------------- */
@@ -643,13 +606,13 @@ Test(pg_tx, unreachable_database) {
  * and COMMIT PREPARED: the prepared transactions survive and the same
  * process commits them after it reconnects. */
 Test(pg_tx, own_server_restart_between_prepare_and_commit) {
-  job *j = job_new(4000, 40, "0", "600000");
+  crash_job *j = tx_job(4000, 40, "0", "600000");
   snprintf(g_own, sizeof g_own, "%s/pg", j->dir);
   char why[512];
   if (own_cluster(j->dir, why, sizeof why) < 0) {
     g_own[0] = '\0';
     cr_assert(!th_in_ci(), "cannot make a PostgreSQL cluster: %s", why);
-    job_free(j);
+    crash_free(j);
     cr_skip_test("cannot make a PostgreSQL cluster of its own: %s", why);
   }
   /* A port nobody holds: a few tries. */
@@ -664,7 +627,7 @@ Test(pg_tx, own_server_restart_between_prepare_and_commit) {
   spec_for(j, "127.0.0.1", ports);
 
   char *err = NULL;
-  int rc = run_job(j, NULL, &err, NULL);
+  int rc = crash_run(j, NULL, -1, &err, NULL);
   cr_assert_neq(rc, 0, "ran with max_prepared_transactions = 0: %s", err);
   cr_assert(strstr(err, "max_prepared_transactions = 0") != NULL && strstr(err, ports) != NULL,
             "unclear error: %s", err);
@@ -676,19 +639,12 @@ Test(pg_tx, own_server_restart_between_prepare_and_commit) {
   char state[700];
   snprintf(state, sizeof state, "%s", j->state);
   th_rmrf(state);
-  pid_t pid = spawn_job(j, "sink.before_commit=pause@1", "--lease-ms", "120000", NULL);
-  int st = 0, stopped = 0;
-  for (int64_t end = mono_ms() + RUN_TIMEOUT_S * 1000; mono_ms() < end;) {
-    pid_t w = waitpid(pid, &st, WNOHANG | WUNTRACED);
-    if (w == pid) {
-      stopped = WIFSTOPPED(st);
-      break;
-    }
-    sleep_ms(5);
-  }
-  if (!stopped) {
+  const char *lease[] = {"--lease-ms", "120000", NULL};
+  pid_t pid = spawn_job(j, "sink.before_commit=pause@1", lease);
+  int st = crash_wait(pid, RUN_TIMEOUT_S * 1000, 1);
+  if (st != 1000) {
     char *e = read_stderr(j);
-    cr_assert_fail("the job did not stop at sink.before_commit: 0x%x %s", st, e);
+    cr_assert_fail("the job did not stop at sink.before_commit: %d %s", st, e);
   }
   PGconn *c = pg_connect(g_conninfo);
   long long before = prepared_of(c, job_id(j));
@@ -698,7 +654,7 @@ Test(pg_tx, own_server_restart_between_prepare_and_commit) {
   c = pg_connect(g_conninfo);
   cr_assert_eq(prepared_of(c, g_job), before, "prepared transactions lost by the restart");
   kill(-pid, SIGCONT);
-  rc = wait_exit(pid, RUN_TIMEOUT_S);
+  rc = crash_wait(pid, RUN_TIMEOUT_S * 1000, 0);
   err = read_stderr(j);
   cr_assert_eq(rc, 0, "after the restart: exit %d: %s", rc, err);
   free(err);
@@ -707,7 +663,7 @@ Test(pg_tx, own_server_restart_between_prepare_and_commit) {
   pg_cleanup();
   (void)own_ctl(g_own, port, "stop", 0);
   g_own[0] = '\0';
-  job_free(j);
+  crash_free(j);
   cr_assert_eq(th_leak_check(), 0);
 }
 

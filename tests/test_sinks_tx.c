@@ -4,7 +4,8 @@
  * seeded random times, then restored with `--restore latest` until the job
  * ends; an aborted checkpoint between two completed ones; and the
  * write-order matrix of a completion record. test_sinks_http.c does the same
- * for the HTTP sink against `weir receiver` (helpers: sinks_tx.h).
+ * for the HTTP sink against `weir receiver` (helpers: crash.h and
+ * sinks_tx.h).
  *
  * DESIGN. The witness is the counter job (gen -> key_by -> count -> sink):
  * it emits (k, c) for every record, so exactly-once output is exactly the
@@ -36,26 +37,21 @@ TestSuite(write_order, .timeout = 170, .fini = fini);
 
 /* Killed at failpoint fp (NAME=kill@N), then restored until done: exact. */
 static void file_kill(const char *name, unsigned hit) {
-  job *j = job_new(F_RECORDS, F_KEYS, F_RATE, F_INTERVAL);
-  char fp[128];
-  snprintf(fp, sizeof fp, "%s=kill@%u", name, hit);
-  char *err = NULL;
-  int rc = run_job(j, fp, &err, NULL);
-  expect_killed_at(j, rc, err, name);
-  free(err);
+  crash_job *j = tx_job(F_RECORDS, F_KEYS, F_RATE, F_INTERVAL);
+  crash_kill_at(j, name, hit, 0, NULL, NULL);
   restore_until_done(j);
-  check_files(j);
-  job_free(j);
+  crash_check_counter(j);
+  crash_free(j);
 }
 
 Test(file_tx, no_failure) {
-  job *j = job_new(F_RECORDS, F_KEYS, F_RATE, F_INTERVAL);
+  crash_job *j = tx_job(F_RECORDS, F_KEYS, F_RATE, F_INTERVAL);
   char *err = NULL;
-  int rc = run_job(j, NULL, &err, NULL);
+  int rc = crash_run(j, NULL, -1, &err, NULL);
   cr_assert_eq(rc, 0, "%s", err);
   free(err);
-  check_files(j);
-  job_free(j);
+  crash_check_counter(j);
+  crash_free(j);
   cr_assert_eq(th_leak_check(), 0);
 }
 
@@ -82,17 +78,12 @@ Test(file_tx, kill_after_commit) {
 /* Killed after a checkpoint completed, then killed again while the restore
  * commits what that checkpoint pre-committed; then restored to the end. */
 Test(file_tx, kill_during_recover) {
-  job *j = job_new(F_RECORDS, F_KEYS, F_RATE, F_INTERVAL);
-  char *err = NULL;
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@3", &err, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit");
-  free(err);
-  rc = run_job(j, "sink.during_recover=kill@1", &err, "--restore", "latest", NULL);
-  expect_killed_at(j, rc, err, "sink.during_recover");
-  free(err);
+  crash_job *j = tx_job(F_RECORDS, F_KEYS, F_RATE, F_INTERVAL);
+  crash_kill_at(j, "ckpt.after_meta_commit", 3, 0, NULL, NULL);
+  crash_kill_at(j, "sink.during_recover", 1, 0, NULL, "--restore", "latest", NULL);
   restore_until_done(j);
-  check_files(j);
-  job_free(j);
+  crash_check_counter(j);
+  crash_free(j);
   cr_assert_eq(th_leak_check(), 0);
 }
 
@@ -104,22 +95,20 @@ Test(file_tx, kill_during_recover) {
  * so that the next restore (at `to`) commits a taken-over epoch from a
  * checkpoint of the new parallelism. */
 static void file_rescaled(const char *from, const char *to, int again) {
-  job *j = job_new(F_RECORDS, F_KEYS, F_RATE, F_INTERVAL);
+  crash_job *j = tx_job(F_RECORDS, F_KEYS, F_RATE, F_INTERVAL);
   j->par = from;
   char *err = NULL;
-  int rc = run_job(j, "ckpt.after_meta_commit=kill@3", &err, NULL);
-  expect_killed_at(j, rc, err, "ckpt.after_meta_commit");
-  free(err);
+  crash_kill_at(j, "ckpt.after_meta_commit", 3, 0, NULL, NULL);
   j->par = to;
   if (again) {
-    rc = run_job(j, "sink.during_recover=delay:1000+,ckpt.after_meta_commit=kill@2", &err,
-                 "--restore", "latest", NULL);
-    expect_killed_at(j, rc, err, "ckpt.after_meta_commit");
+    int rc = crash_run(j, "sink.during_recover=delay:1000+,ckpt.after_meta_commit=kill@2", -1, &err,
+                       "--restore", "latest", NULL);
+    crash_expect_killed(j, rc, err, "ckpt.after_meta_commit", 0);
     free(err);
   }
   restore_until_done(j);
-  check_files(j);
-  job_free(j);
+  crash_check_counter(j);
+  crash_free(j);
 }
 
 Test(file_tx, restored_with_another_parallelism) {
@@ -131,15 +120,15 @@ Test(file_tx, restored_with_another_parallelism) {
 
 /* At least 10 runs killed at seeded random times (1-2 kills each). */
 Test(file_tx, random_kills) {
-  uint64_t seed = seed_from_env("file_tx::random_kills");
+  uint64_t seed = rng = crash_seed("file_tx::random_kills");
   int kills = 0;
   for (int n = 0; n < 10; n++) {
-    job *j = job_new(F_RECORDS, F_KEYS, F_RATE, F_INTERVAL);
-    hist(j, "seed %llu, job %d: ", (ull)seed, n);
+    crash_job *j = tx_job(F_RECORDS, F_KEYS, F_RATE, F_INTERVAL);
+    crash_hist(j, "seed %llu, job %d: ", (ull)seed, n);
     kills += kill_at_random(j, 1 + (int)(rnd() % 2), 20, 540, NULL);
     restore_until_done(j);
-    check_files(j);
-    job_free(j);
+    crash_check_counter(j);
+    crash_free(j);
   }
   fprintf(stderr, "file_tx::random_kills: 10 jobs, %d kills\n", kills);
   cr_assert_geq(kills, 5, "too few kills landed: %d", kills);
@@ -150,9 +139,9 @@ Test(file_tx, random_kills) {
  * checkpoints 1 and 3: its pre-committed epoch stays pending and is
  * committed with checkpoint 3: nothing is lost. */
 Test(file_tx, aborted_checkpoint_loses_nothing) {
-  job *j = job_new(F_RECORDS, F_KEYS, F_RATE, F_INTERVAL);
+  crash_job *j = tx_job(F_RECORDS, F_KEYS, F_RATE, F_INTERVAL);
   char *err = NULL;
-  int rc = run_job(j, "ckpt.before_meta_commit=error@2", &err, NULL);
+  int rc = crash_run(j, "ckpt.before_meta_commit=error@2", -1, &err, NULL);
   cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
   cr_assert(strstr(err, "checkpoint 2 declined") != NULL, "no abort in: %s", err);
   cr_assert(strstr(err, "checkpoint 1 completed") && strstr(err, "checkpoint 3 completed"),
@@ -164,8 +153,8 @@ Test(file_tx, aborted_checkpoint_loses_nothing) {
   snprintf(p1, sizeof p1, "%s/sink-1-2.txt", j->out);
   struct stat st;
   cr_assert(stat(p0, &st) == 0 || stat(p1, &st) == 0, "no part of epoch 2");
-  check_files(j);
-  job_free(j);
+  crash_check_counter(j);
+  crash_free(j);
   cr_assert_eq(th_leak_check(), 0);
 }
 
@@ -242,17 +231,17 @@ static int effects_in(const char *dir) {
  * before its commit's rename, after it (before the report), and after the
  * whole job: restored, it is in the committed output once each time. */
 static int file_sink_effects(const char *name) {
-  job *j = job_new(4000, 10, "20000", "20");
+  crash_job *j = tx_job(4000, 10, "20000", "20");
   char *err = NULL, fp[128];
   snprintf(fp, sizeof fp, "%s=kill@1", name ? name : "");
-  int rc = run_job(j, name ? fp : NULL, &err, NULL);
+  int rc = crash_run(j, name ? fp : NULL, -1, &err, NULL);
   if (!name)
     cr_assert_eq(rc, 0, "%s", err);
   else
-    expect_killed_at(j, rc, err, name);
+    crash_expect_killed(j, rc, err, name, 0);
   free(err);
   restore_until_done(j);
-  check_files(j);
+  crash_check_counter(j);
   int n = 0;
   DIR *d = opendir(j->out);
   cr_assert_not_null(d);
@@ -267,7 +256,7 @@ static int file_sink_effects(const char *name) {
     free(t);
   }
   closedir(d);
-  job_free(j);
+  crash_free(j);
   return n;
 }
 
