@@ -1,4 +1,4 @@
-/* spec.c: owns sink specifications ("null", "print", "file:DIR",
+/* registry.c: owns sink specifications ("null", "print", "file:DIR",
  * "http://HOST:PORT/PATH?...", "nats://HOST:PORT/SUBJECT?...", "postgresql://..."):
  * checking them, taking weir's own URL parameters out, and adding the sink
  * they name to a job (weir_sink_to, weir_sink_to_conf).
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nats_impl.h"
+#include "nats/nats_impl.h"
 #include "weir/alloc.h"
 
 #define SPEC_HELP                                                                                  \
