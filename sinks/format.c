@@ -1,11 +1,13 @@
 /* format.c: owns weir_format_default, the "<key> <value>" text form of a
- * record used by the text sinks.
+ * record used by the text sinks, and weir_opid_key_count, the counter
+ * job's content operation id.
  *
- * DESIGN. Sinks format every record, so this avoids printf: decimal digits
+ * DESIGN. Sinks format every record, so the text form avoids printf: decimal digits
  * are produced by a small loop into a stack array and copied once.
  */
 #include "weir/sinks.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* Writes v in decimal at the end of d[20]; returns the first digit. */
@@ -40,4 +42,10 @@ size_t weir_format_default(const weir_record *r, char *buf, size_t cap) {
   }
   buf[total] = '\0';
   return total;
+}
+
+size_t weir_opid_key_count(const weir_record *r, char *buf, size_t cap) {
+  int n = snprintf(buf, cap, "%llu.%llu", (unsigned long long)r->key,
+                   (unsigned long long)weir_payload_u64(r));
+  return n < 0 ? 0 : (size_t)n;
 }

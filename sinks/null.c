@@ -6,6 +6,8 @@
  */
 #include "sink_impl.h"
 
+#include "base/alloc.h"
+
 static int null_process(weir_ctx *ctx, const weir_record *r) {
   return 0;
 }
@@ -14,8 +16,15 @@ static int null_process_batch(weir_ctx *ctx, const weir_batch *b) {
   return 0;
 }
 
-const weir_operator_vt weir__null_sink_vt = {
+static const weir_operator_vt null_sink_vt = {
     .name = "null",
     .process = null_process,
     .process_batch = null_process_batch,
+};
+
+const weir__sink_def weir__null_sink = {
+    .name = "null",
+    .arg_size = sizeof(weir__sink_arg),
+    .free = weir_free,
+    .sink = &null_sink_vt,
 };

@@ -77,7 +77,7 @@ static void print_close(weir_ctx *ctx) {
   weir_ctx_set_user(ctx, NULL);
 }
 
-const weir_operator_vt weir__print_sink_vt = {
+static const weir_operator_vt print_sink_vt = {
     .name = "print",
     .open = print_open,
     .process = print_process,
@@ -85,4 +85,11 @@ const weir_operator_vt weir__print_sink_vt = {
     .finish = print_finish,
     .close = print_close,
     .snapshot = print_snapshot,
+};
+
+const weir__sink_def weir__print_sink = {
+    .name = "print",
+    .arg_size = sizeof(weir__sink_arg),
+    .free = weir_free,
+    .sink = &print_sink_vt,
 };

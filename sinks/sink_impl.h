@@ -1,55 +1,43 @@
-/* sink_impl.h: private to sinks/: the shared argument of the built-in text
- * sinks, their vtables, and the line buffer they share (linebuf.c). */
+/* sink_impl.h: private to sinks/ and the connectors built on it: the part
+ * every sink's arg begins with, what a sink specification names
+ * (weir__sink_def), the built-in null and print sinks, the line buffer of
+ * the text sinks (linebuf.c) and the operation log of the idempotent ones
+ * (oplog.c). */
 #ifndef WEIR_SINK_IMPL_H
 #define WEIR_SINK_IMPL_H
 
 #include "weir/sink.h"
 #include "weir/sinks.h"
 
-/* The arg of a built-in sink node: owned by the job (weir_job_adopt),
- * read-only at run time, shared by the node's subtasks (and their commit
- * threads). */
+/* The part every sink's arg begins with (a connector's own arg struct
+ * embeds it first). Owned by the job (weir_job_adopt), read-only at run
+ * time, shared by the node's subtasks (and their commit threads). */
 typedef struct weir__sink_arg {
-  weir_format_fn fmt;    /* never NULL */
-  weir_opid_fn opid;     /* content operation ids; NULL: write-ahead ids */
-  char *dir;             /* file: the output directory; NULL otherwise */
-  char *url;             /* http: the URL without weir's parameters */
-  uint64_t retention_ms; /* http: the destination's key retention, 0 = unknown */
-  int idempotent;        /* http: send Idempotency-Key (idempotency=off: 0) */
-  void *nats;            /* nats: its parsed URL (weir__nats_url, nats_impl.h); NULL otherwise */
-  char *conninfo;        /* postgresql: the URI without weir's parameters */
-  char *table;           /* postgresql: the output table (NAME or SCHEMA.NAME) */
-  uint64_t marker_keep;  /* postgresql: checkpoints of marker rows kept (markers=) */
+  weir_format_fn fmt; /* never NULL */
+  weir_opid_fn opid;  /* content operation ids; NULL: write-ahead ids */
 } weir__sink_arg;
 
-extern const weir_operator_vt weir__null_sink_vt;  /* null.c */
-extern const weir_operator_vt weir__print_sink_vt; /* print.c */
-extern const weir_sink_dest_vt weir__file_dest_vt; /* file.c */
-extern const weir_sink_dest_vt weir__http_dest_vt; /* http.c */
-extern const weir_sink_dest_vt weir__nats_dest_vt; /* nats.c */
-extern const weir_sink_dest_vt weir__pg_dest_vt;   /* pg.c */
+/* What a sink specification names: how to take its arg out of the
+ * specification and which vtable to add. The table of specifications maps
+ * schemes to these (connectors/registry.c). */
+typedef struct weir__sink_def {
+  const char *name;    /* as in "the http sink" */
+  const char *library; /* the client library it needs, for the message without it */
+  /* Nonzero if weir was built with `library` (may initialise it: called
+   * on the thread building the job). NULL: always available. */
+  int (*available)(void);
+  size_t arg_size; /* its arg struct, which begins with a weir__sink_arg */
+  /* Fills a (zeroed, arg_size bytes) from spec. Returns 0 or WEIR_ESINK
+   * with a message in err (errlen bytes). NULL: spec holds nothing more. */
+  int (*parse)(const char *spec, weir__sink_arg *a, char *err, size_t errlen);
+  /* Frees a and what parse put in it, also after parse failed. */
+  void (*free)(void *a);
+  const weir_sink_dest_vt *dest; /* a two-phase destination (weir_sink_twophase), or */
+  const weir_operator_vt *sink;  /* a plain sink (weir_sink) */
+} weir__sink_def;
 
-/* pg.c: nonzero if weir was built with libpq. */
-int weir__pg_available(void);
-/* pg.c: splits a postgresql:// spec into the URI for libpq (without
- * weir's `table` and `markers`), the table (default weir_output), both
- * malloc'd, and the checkpoints of marker rows to keep (default 100).
- * Returns 0 or WEIR_ESINK with a message in err. */
-int weir__pg_parse(const char *spec, char **conninfo, char **table, uint64_t *keep, char *err,
-                   size_t errlen);
-/* pg.c: the global transaction id
- * "weir:<job>:<sink>:<owner epoch>:<checkpoint>:<subtask>" (a hash for a
- * sink name over 64 bytes or with ':'). Returns 0, or WEIR_EINVAL if it
- * would not fit cap or 199 bytes. */
-int weir__pg_gid(char *buf, size_t cap, const char *job, const char *sink, uint64_t epoch,
-                 uint64_t checkpoint, uint32_t subtask);
-
-/* http.c: nonzero if weir was built with libcurl; initialises it once
- * (call on the thread building the job, before any sink thread starts). */
-int weir__http_available(void);
-
-/* spec.c: parses a duration "10s" (ms, s, m, h, d). Returns 0 or -1. */
-int weir__parse_duration_ms(const char *s, size_t n, uint64_t *ms);
+extern const weir__sink_def weir__null_sink;  /* null.c */
+extern const weir__sink_def weir__print_sink; /* print.c */
 
 /* A per-subtask buffer of formatted lines, written out through `write`
  * (which returns 0 or a negative error, having called weir_ctx_fail). Owned

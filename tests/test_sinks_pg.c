@@ -22,7 +22,7 @@
 #include <libpq-fe.h>
 #include <pwd.h>
 
-#include "sink_impl.h"
+#include "pg_impl.h"
 
 /* ---- PostgreSQL helpers ----------------------------------------------------- */
 

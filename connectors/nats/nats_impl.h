@@ -1,4 +1,4 @@
-/* nats_impl.h: private to sinks/: what the NATS JetStream sink (nats.c) and
+/* nats_impl.h: private to connectors/nats/: what the NATS JetStream sink (nats.c) and
  * source (nats_source.c) share (nats_conn.c): their URL, a connection with
  * bounded timeouts, and the stream that covers a subject.
  *

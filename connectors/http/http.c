@@ -1,4 +1,5 @@
-/* http.c: owns the HTTP destination (http://HOST:PORT/PATH): write-ahead
+/* http.c: owns the HTTP destination (http://HOST:PORT/PATH), its
+ * specification and arg, and the refusal of https://: write-ahead
  * epochs POSTed after their checkpoint completed, one request per record,
  * with Idempotency-Key = the record's operation id (a destination of
  * twophase.c), through libcurl's blocking easy API on the sink subtask's
@@ -52,7 +53,7 @@
  * Threads: write/pre_commit on the task thread, commit on the commit
  * thread, which alone owns the CURL handle (made at its first commit).
  */
-#include "sink_impl.h"
+#include "connector.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -71,9 +72,17 @@
 #define BACKOFF_MIN_MS 5u
 #define BACKOFF_MAX_MS 1000u
 
+/* The sink's arg: http://HOST:PORT/PATH[?retention=D][&idempotency=on|off]. */
+typedef struct http_arg {
+  weir__sink_arg common;
+  char *url;             /* the URL without weir's parameters */
+  uint64_t retention_ms; /* the destination's key retention, 0 = unknown */
+  int idempotent;        /* send Idempotency-Key (idempotency=off: 0) */
+} http_arg;
+
 #ifndef WEIR_HAVE_CURL
 
-int weir__http_available(void) {
+static int http_available(void) {
   return 0;
 }
 
@@ -101,7 +110,7 @@ static void curl_init_once(void) {
   curl_ok = curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK;
 }
 
-int weir__http_available(void) {
+static int http_available(void) {
   pthread_once(&curl_once, curl_init_once);
   return curl_ok;
 }
@@ -109,7 +118,7 @@ int weir__http_available(void) {
 /* One subtask's destination. `ops` is the task
  * thread's; `curl` and `hdrs` the commit thread's. */
 typedef struct hdest {
-  const weir__sink_arg *a;
+  const http_arg *a;
   weir__oplog ops; /* the open transaction's operations */
   CURL *curl;
   int replayed;   /* the last response had Idempotent-Replayed: true */
@@ -128,7 +137,8 @@ static int http_open(weir_ctx *ctx, void **out) {
 
 static int http_write(weir_ctx *ctx, void *dest, const weir_record *r) {
   hdest *h = dest;
-  return weir__oplog_add(ctx, &h->ops, h->a->fmt, h->a->idempotent ? h->a->opid : NULL, r);
+  return weir__oplog_add(ctx, &h->ops, h->a->common.fmt,
+                         h->a->idempotent ? h->a->common.opid : NULL, r);
 }
 
 static int http_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *out) {
@@ -324,11 +334,87 @@ static void http_close(weir_ctx *ctx, void *dest) {
 
 #endif
 
-const weir_sink_dest_vt weir__http_dest_vt = {
+static const weir_sink_dest_vt http_dest_vt = {
     .name = "http",
     .open = http_open,
     .write = http_write,
     .pre_commit = http_pre_commit,
     .commit = http_commit,
     .close = http_close,
+};
+
+/* Parses an http spec into a (url without weir's parameters, retention,
+ * idempotency). Returns 0 or WEIR_ESINK with a message. */
+static int http_parse(const char *spec, weir__sink_arg *common, char *err, size_t errlen) {
+  http_arg *a = (http_arg *)common;
+  const char *host = spec + strlen("http://");
+  if (!*host || *host == '/' || *host == '?')
+    return weir__spec_error(err, errlen,
+                            "sink '%s' needs a host, as in http://127.0.0.1:8080/effects", spec);
+  a->idempotent = 1;
+  const char *q = strchr(spec, '?');
+  size_t base = q ? (size_t)(q - spec) : strlen(spec);
+  char *url = weir_malloc(strlen(spec) + 1);
+  memcpy(url, spec, base);
+  url[base] = '\0';
+  size_t ulen = base;
+  int kept = 0;
+  for (const char *p = q ? q + 1 : NULL; p && *p;) {
+    const char *amp = strchr(p, '&');
+    size_t n = amp ? (size_t)(amp - p) : strlen(p);
+    if (n > 10 && !strncmp(p, "retention=", 10)) {
+      if (weir__parse_duration_ms(p + 10, n - 10, &a->retention_ms) < 0 || !a->retention_ms) {
+        weir_free(url);
+        return weir__spec_error(
+            err, errlen,
+            "sink '%s': retention must be a positive duration with a unit: ms, s, "
+            "m, h or d (as in retention=24h)",
+            spec);
+      }
+    } else if (n >= 12 && !strncmp(p, "idempotency=", 12)) {
+      if (n == 15 && !strncmp(p + 12, "off", 3))
+        a->idempotent = 0;
+      else if (n == 14 && !strncmp(p + 12, "on", 2))
+        a->idempotent = 1;
+      else {
+        weir_free(url);
+        return weir__spec_error(err, errlen, "sink '%s': idempotency must be on or off", spec);
+      }
+    } else if (n) {
+      url[ulen++] = kept++ ? '&' : '?';
+      memcpy(url + ulen, p, n);
+      ulen += n;
+      url[ulen] = '\0';
+    }
+    p = amp ? amp + 1 : NULL;
+  }
+  a->url = url;
+  return 0;
+}
+
+static void http_arg_free(void *p) {
+  http_arg *a = p;
+  weir_free(a->url);
+  weir_free(a);
+}
+
+const weir__sink_def weir__http_sink = {
+    .name = "http",
+    .library = "libcurl",
+    .available = http_available,
+    .arg_size = sizeof(http_arg),
+    .parse = http_parse,
+    .free = http_arg_free,
+    .dest = &http_dest_vt,
+};
+
+static int https_parse(const char *spec, weir__sink_arg *a, char *err, size_t errlen) {
+  return weir__spec_error(err, errlen, "sink '%s': https is not supported yet: use http://", spec);
+}
+
+const weir__sink_def weir__https_sink = {
+    .name = "https",
+    .arg_size = sizeof(weir__sink_arg),
+    .parse = https_parse,
+    .free = weir_free,
 };

@@ -1,4 +1,5 @@
-/* pg.c: owns the PostgreSQL destination (postgresql://...): rows written
+/* pg.c: owns the PostgreSQL destination (postgresql://...), its
+ * specification and arg: rows written
  * into a transaction per sink subtask and epoch, made durable by PREPARE
  * TRANSACTION at the barrier and visible by COMMIT PREPARED when the epoch's
  * checkpoint completed (a destination of twophase.c), with a marker row per
@@ -79,7 +80,9 @@
  * (`conn`); commit on the commit thread (`cconn`). libpq calls block: the
  * COPY's sends on the task thread are buffered (one send per 256 KiB).
  */
-#include "sink_impl.h"
+#include "pg_impl.h"
+
+#include "connector.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +98,14 @@
 
 #define DEFAULT_TABLE "weir_output"
 #define DEFAULT_MARKER_KEEP 100u /* checkpoints of markers kept per subtask */
+
+/* The sink's arg (weir__pg_parse). */
+typedef struct pg_arg {
+  weir__sink_arg common;
+  char *conninfo;       /* the URI without weir's parameters */
+  char *table;          /* the output table (NAME or SCHEMA.NAME) */
+  uint64_t marker_keep; /* checkpoints of marker rows kept (markers=) */
+} pg_arg;
 
 /* ---- specification (no libpq needed) --------------------------------------- */
 
@@ -197,7 +208,7 @@ int weir__pg_gid(char *buf, size_t cap, const char *job, const char *sink, uint6
 
 #ifndef WEIR_HAVE_PQ
 
-int weir__pg_available(void) {
+static int pg_available(void) {
   return 0;
 }
 static int pg_open(weir_ctx *ctx, void **dest) {
@@ -214,7 +225,7 @@ static int pg_commit(void *dest, weir_sink_commit *c) {
   return WEIR_ESINK;
 }
 static void pg_close(weir_ctx *ctx, void *dest) {}
-const weir_sink_dest_vt weir__pg_dest_vt = {
+static const weir_sink_dest_vt pg_dest_vt = {
     .name = "postgresql",
     .open = pg_open,
     .write = pg_write,
@@ -230,14 +241,14 @@ const weir_sink_dest_vt weir__pg_dest_vt = {
 #define FENCE_ATTEMPTS 10        /* lock timeouts of the fence bump, at most */
 #define FENCE_LOCK_TIMEOUT "2s"
 
-int weir__pg_available(void) {
+static int pg_available(void) {
   return 1;
 }
 
 /* One subtask's destination. conn, buf, scratch, open, after, index: the
  * task thread's; cconn: the commit thread's; the rest immutable after open. */
 typedef struct pgdest {
-  const weir__sink_arg *a;
+  const pg_arg *a;
   char *job, *sink, *qtable;
   char prefix[160]; /* "weir:<job>:<sink>:" */
   uint32_t subtask, parallelism;
@@ -709,7 +720,7 @@ static int pg_write(weir_ctx *ctx, void *dest, const weir_record *r) {
   int rc;
   if (!d->open && (rc = begin(ctx, d)) < 0) return rc;
   size_t n;
-  if ((rc = format(ctx, d, d->a->fmt, r, &n)) < 0) return rc;
+  if ((rc = format(ctx, d, d->a->common.fmt, r, &n)) < 0) return rc;
   char key[24];
   int kn = snprintf(key, sizeof key, "%llu", (unsigned long long)r->key);
   /* value: the formatted text without its leading "<key> " (NULL if
@@ -736,9 +747,9 @@ static int pg_write(weir_ctx *ctx, void *dest, const weir_record *r) {
   put(d, "\t", 1);
   char id[400];
   int in;
-  if (d->a->opid) {
+  if (d->a->common.opid) {
     size_t cn;
-    if ((rc = format(ctx, d, d->a->opid, r, &cn)) < 0) return rc;
+    if ((rc = format(ctx, d, d->a->common.opid, r, &cn)) < 0) return rc;
     in = snprintf(id, sizeof id, "%s/%s/c/%.*s", d->job, d->sink, (int)(cn > 250 ? 250 : cn),
                   d->scratch);
   } else {
@@ -919,7 +930,7 @@ static void pg_close(weir_ctx *ctx, void *dest) {
   pgdest_free(dest);
 }
 
-const weir_sink_dest_vt weir__pg_dest_vt = {
+static const weir_sink_dest_vt pg_dest_vt = {
     .name = "postgresql",
     .open = pg_open,
     .write = pg_write,
@@ -930,3 +941,25 @@ const weir_sink_dest_vt weir__pg_dest_vt = {
 };
 
 #endif
+
+static int pg_parse(const char *spec, weir__sink_arg *common, char *err, size_t errlen) {
+  pg_arg *a = (pg_arg *)common;
+  return weir__pg_parse(spec, &a->conninfo, &a->table, &a->marker_keep, err, errlen);
+}
+
+static void pg_arg_free(void *p) {
+  pg_arg *a = p;
+  weir_free(a->conninfo);
+  weir_free(a->table);
+  weir_free(a);
+}
+
+const weir__sink_def weir__pg_sink = {
+    .name = "postgresql",
+    .library = "libpq",
+    .available = pg_available,
+    .arg_size = sizeof(pg_arg),
+    .parse = pg_parse,
+    .free = pg_arg_free,
+    .dest = &pg_dest_vt,
+};

@@ -1,5 +1,5 @@
-/* nats.c: owns the NATS JetStream destination (nats://HOST:PORT/SUBJECT):
- * write-ahead epochs published after their checkpoint completed, one
+/* nats.c: owns the NATS JetStream destination (nats://HOST:PORT/SUBJECT),
+ * its specification and arg: write-ahead epochs published after their checkpoint completed, one
  * message "<key> <value>" per record, with Nats-Msg-Id = the record's
  * operation id (a destination of twophase.c), through libnats's
  * asynchronous publish on the sink subtask's commit thread.
@@ -44,7 +44,7 @@
  * connection on the commit thread; libnats calls on_ack on a thread of its
  * own, which touches only the fields under `mu`.
  */
-#include "sink_impl.h"
+#include "connector.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -58,6 +58,12 @@
 
 #define DEFAULT_PENDING 1024u
 #define ACK_TIMEOUT_MS 5000 /* libnats reports an ack missing after this */
+
+/* The sink's arg: its parsed URL (nats_impl.h). */
+typedef struct nats_arg {
+  weir__sink_arg common;
+  weir__nats_url url;
+} nats_arg;
 
 #ifndef WEIR_HAVE_NATS
 
@@ -81,7 +87,7 @@ static void nats_close(weir_ctx *ctx, void *dest) {}
 /* One subtask's destination. `ops` is the task
  * thread's; `first_*` the commit thread's; the ack fields are under `mu`. */
 typedef struct ndest {
-  const weir__sink_arg *a;
+  const nats_arg *a;
   const weir__nats_url *u;
   weir__oplog ops; /* the open transaction's operations */
   natsConnection *nc;
@@ -181,7 +187,7 @@ static int ensure_stream(weir_ctx *ctx, ndest *h) {
 static int nats_open(weir_ctx *ctx, void **out) {
   ndest *h = weir_calloc(1, sizeof *h);
   h->a = weir_sink_dest_arg(ctx);
-  h->u = h->a->nats;
+  h->u = &h->a->url;
   h->pending = h->u->pending ? h->u->pending : DEFAULT_PENDING;
   pthread_mutex_init(&h->mu, NULL);
   pthread_cond_init(&h->cv, NULL);
@@ -207,7 +213,7 @@ static int nats_open(weir_ctx *ctx, void **out) {
 
 static int nats_write(weir_ctx *ctx, void *dest, const weir_record *r) {
   ndest *h = dest;
-  return weir__oplog_add(ctx, &h->ops, h->a->fmt, h->a->opid, r);
+  return weir__oplog_add(ctx, &h->ops, h->a->common.fmt, h->a->common.opid, r);
 }
 
 static int nats_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *out) {
@@ -372,11 +378,31 @@ static void nats_close(weir_ctx *ctx, void *dest) {
 
 #endif
 
-const weir_sink_dest_vt weir__nats_dest_vt = {
+static const weir_sink_dest_vt nats_dest_vt = {
     .name = "nats",
     .open = nats_open,
     .write = nats_write,
     .pre_commit = nats_pre_commit,
     .commit = nats_commit,
     .close = nats_close,
+};
+
+static int nats_parse(const char *spec, weir__sink_arg *a, char *err, size_t errlen) {
+  return weir__nats_url_parse(spec, 0, &((nats_arg *)a)->url, err, errlen);
+}
+
+static void nats_arg_free(void *p) {
+  nats_arg *a = p;
+  weir__nats_url_free(&a->url);
+  weir_free(a);
+}
+
+const weir__sink_def weir__nats_sink = {
+    .name = "nats",
+    .library = "libnats",
+    .available = weir__nats_available,
+    .arg_size = sizeof(nats_arg),
+    .parse = nats_parse,
+    .free = nats_arg_free,
+    .dest = &nats_dest_vt,
 };

@@ -8,13 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "connector.h"
 #include "base/alloc.h"
-#include "sink_impl.h"
-
-static int url_error(char *err, size_t errlen, const char *fmt, const char *spec) {
-  if (err && errlen) snprintf(err, errlen, fmt, spec);
-  return WEIR_ESINK;
-}
 
 void weir__nats_url_free(weir__nats_url *u) {
   if (!u) return;
@@ -48,20 +43,20 @@ int weir__nats_url_parse(const char *spec, int source, weir__nats_url *u, char *
                          size_t errlen) {
   memset(u, 0, sizeof *u);
   if (strncmp(spec, "nats://", 7) != 0)
-    return url_error(err, errlen, "'%s' is not a nats:// URL", spec);
+    return weir__spec_error(err, errlen, "'%s' is not a nats:// URL", spec);
   const char *host = spec + 7;
   const char *slash = strchr(host, '/');
   const char *q = strchr(host, '?');
   if (q && slash && q < slash) slash = NULL;
   if (!slash || slash == host)
-    return url_error(err, errlen,
-                     "'%s' needs a server and a subject, as in nats://127.0.0.1:4222/weir.out",
-                     spec);
+    return weir__spec_error(
+        err, errlen, "'%s' needs a server and a subject, as in nats://127.0.0.1:4222/weir.out",
+        spec);
   const char *subj = slash + 1;
   size_t sn = q ? (size_t)(q - subj) : strlen(subj);
   if (!sn || memchr(subj, ' ', sn) || subj[0] == '.' || subj[sn - 1] == '.')
-    return url_error(err, errlen, "'%s' needs a subject after the server, as in .../weir.out",
-                     spec);
+    return weir__spec_error(err, errlen,
+                            "'%s' needs a subject after the server, as in .../weir.out", spec);
   u->spec = weir_strdup(spec);
   u->server = dup_n(spec, (size_t)(slash - spec));
   u->subject = dup_n(subj, sn);
@@ -71,18 +66,19 @@ int weir__nats_url_parse(const char *spec, int source, weir__nats_url *u, char *
     if (n > 7 && !strncmp(p, "stream=", 7)) {
       if (!valid_stream(p + 7, n - 7)) {
         weir__nats_url_free(u);
-        return url_error(err, errlen,
-                         "'%s': stream= takes a stream name (letters, digits, - and _)", spec);
+        return weir__spec_error(
+            err, errlen, "'%s': stream= takes a stream name (letters, digits, - and _)", spec);
       }
       weir_free(u->stream);
       u->stream = dup_n(p + 7, n - 7);
     } else if (!source && n > 11 && !strncmp(p, "duplicates=", 11)) {
       if (weir__parse_duration_ms(p + 11, n - 11, &u->duplicates_ms) < 0 || !u->duplicates_ms) {
         weir__nats_url_free(u);
-        return url_error(err, errlen,
-                         "'%s': duplicates= takes a positive duration with a unit: ms, s, m, h "
-                         "or d (as in duplicates=2m)",
-                         spec);
+        return weir__spec_error(
+            err, errlen,
+            "'%s': duplicates= takes a positive duration with a unit: ms, s, m, h "
+            "or d (as in duplicates=2m)",
+            spec);
       }
     } else if (!source && n > 8 && !strncmp(p, "pending=", 8)) {
       char *end = NULL;
@@ -93,7 +89,8 @@ int weir__nats_url_parse(const char *spec, int source, weir__nats_url *u, char *
       unsigned long v = strtoul(tmp, &end, 10);
       if (!end || *end || tmp[0] < '0' || tmp[0] > '9' || v == 0 || v > 1000000) {
         weir__nats_url_free(u);
-        return url_error(err, errlen, "'%s': pending= takes a number from 1 to 1000000", spec);
+        return weir__spec_error(err, errlen, "'%s': pending= takes a number from 1 to 1000000",
+                                spec);
       }
       u->pending = (uint32_t)v;
     } else if (source && n > 5 && !strncmp(p, "rate=", 5)) {
@@ -104,17 +101,18 @@ int weir__nats_url_parse(const char *spec, int source, weir__nats_url *u, char *
       unsigned long long v = strtoull(tmp, &end, 10);
       if (!end || *end || tmp[0] < '0' || tmp[0] > '9') {
         weir__nats_url_free(u);
-        return url_error(err, errlen, "'%s': rate= takes messages per second (0 = unlimited)",
-                         spec);
+        return weir__spec_error(err, errlen,
+                                "'%s': rate= takes messages per second (0 = unlimited)", spec);
       }
       u->rate = v;
     } else if (n) {
       weir__nats_url_free(u);
-      return url_error(err, errlen,
-                       source ? "'%s': unknown parameter (the source takes stream= and rate=)"
-                              : "'%s': unknown parameter (the sink takes stream=, duplicates= "
-                                "and pending=)",
-                       spec);
+      return weir__spec_error(err, errlen,
+                              source
+                                  ? "'%s': unknown parameter (the source takes stream= and rate=)"
+                                  : "'%s': unknown parameter (the sink takes stream=, duplicates= "
+                                    "and pending=)",
+                              spec);
     }
     p = amp ? amp + 1 : NULL;
   }

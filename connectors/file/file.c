@@ -1,6 +1,7 @@
-/* file.c: owns the transactional file destination (file:DIR): one part file
- * per sink subtask and epoch, made visible by renaming it into place when
- * the epoch's checkpoint completes (a destination of twophase.c).
+/* file.c: owns the transactional file destination (file:DIR), its
+ * specification and arg: one part file per sink subtask and epoch, made
+ * visible by renaming it into place when the epoch's checkpoint completes
+ * (a destination of twophase.c).
  *
  * DESIGN. What a reader of DIR sees, for sink `name`, subtask s:
  *
@@ -44,7 +45,7 @@
  * Every subtask creates DIR (and its parents) if missing and tolerates a
  * concurrent creator (EEXIST).
  */
-#include "sink_impl.h"
+#include "connector.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -58,6 +59,13 @@
 #include "base/log.h"
 
 #define FILE_BUF (1024u * 1024u)
+#define SCHEME "file:"
+
+/* The sink's arg: file:DIR. */
+typedef struct file_arg {
+  weir__sink_arg common;
+  char *dir; /* the output directory */
+} file_arg;
 
 /* One subtask's parts. The commit thread reads only the immutable dir,
  * name and subtask (to name parts); everything else is the task thread's. */
@@ -235,7 +243,7 @@ static void fdest_free(fdest *f) {
 }
 
 static int file_open(weir_ctx *ctx, void **out) {
-  const weir__sink_arg *a = weir_sink_dest_arg(ctx);
+  const file_arg *a = weir_sink_dest_arg(ctx);
   int rc = mkdir_p(a->dir);
   if (rc < 0)
     return weir_ctx_fail(ctx, rc, "cannot create directory '%s': %s", a->dir, weir_strerror(rc));
@@ -245,7 +253,7 @@ static int file_open(weir_ctx *ctx, void **out) {
   f->subtask = weir_ctx_subtask(ctx);
   f->parallelism = weir_ctx_parallelism(ctx);
   f->checkpointing = weir_ctx_checkpointing(ctx);
-  f->fmt = a->fmt;
+  f->fmt = a->common.fmt;
   f->fd = -1;
   f->ctx = ctx;
   f->open_path = f->checkpointing ? part_path(f, f->subtask, 0, ".inprogress")
@@ -361,7 +369,7 @@ static void file_close(weir_ctx *ctx, void *dest) {
   fdest_free(f);
 }
 
-const weir_sink_dest_vt weir__file_dest_vt = {
+static const weir_sink_dest_vt file_dest_vt = {
     .name = "file",
     .open = file_open,
     .write = file_write,
@@ -369,4 +377,26 @@ const weir_sink_dest_vt weir__file_dest_vt = {
     .abort_after = file_abort_after,
     .commit = file_commit,
     .close = file_close,
+};
+
+static int file_parse(const char *spec, weir__sink_arg *a, char *err, size_t errlen) {
+  const char *dir = spec + strlen(SCHEME);
+  if (!*dir)
+    return weir__spec_error(err, errlen, "sink '%s' needs a directory, as in file:out", spec);
+  ((file_arg *)a)->dir = weir_strdup(dir);
+  return 0;
+}
+
+static void file_arg_free(void *p) {
+  file_arg *a = p;
+  weir_free(a->dir);
+  weir_free(a);
+}
+
+const weir__sink_def weir__file_sink = {
+    .name = "file",
+    .arg_size = sizeof(file_arg),
+    .parse = file_parse,
+    .free = file_arg_free,
+    .dest = &file_dest_vt,
 };

@@ -1,0 +1,21 @@
+/* connector.h: private to connectors/: what the connectors' specification
+ * parsers share (registry.c): the sink protocol's internals they build on,
+ * their error message, durations in URL parameters.
+ */
+#ifndef WEIR_CONNECTOR_H
+#define WEIR_CONNECTOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sink_impl.h"
+
+/* Writes the message into err (errlen bytes; err may be NULL) and returns
+ * WEIR_ESINK. */
+int weir__spec_error(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Parses a duration "10s" (ms, s, m, h, d). Returns 0 or -1. */
+int weir__parse_duration_ms(const char *s, size_t n, uint64_t *ms);
+
+#endif
