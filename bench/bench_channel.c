@@ -1,5 +1,5 @@
 /* bench_channel.c: the raw hand-off rate between two threads, the ceiling
- * of any channel between tasks (DESIGN.md §9 "Channels").
+ * of any channel between tasks (docs/architecture.md §7).
  *
  * A bounded single-producer single-consumer ring of 16-byte records (key,
  * value) with C11 acquire/release indices, producer and consumer spinning

@@ -447,7 +447,7 @@ def final(d, md_extra):
     o("Every figure is the median over its runs; spread = (max - min) / median. What each workload "
       "does, and what limits the goals that are missed, is in [README.md](README.md).")
     o("")
-    o("## Goals (issue 10)")
+    o("## Goals")
     o("")
     o("| goal | measured | target | met |")
     o("|---|---|---|---|")

@@ -16,7 +16,7 @@
 
 #include "weir/weir.h"
 
-/* Exit codes (DESIGN §7a). */
+/* Exit codes (docs/architecture.md §6). */
 enum {
   CLI_EXIT_OK = 0,      /* success, or stopped cleanly */
   CLI_EXIT_RUNTIME = 1, /* the job failed, or a file could not be used */

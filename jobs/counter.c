@@ -6,7 +6,7 @@
  * for every record, so the sink sees each key k with the counts 1, 2, ..., n_k
  * (n_k = the number of i < N with i mod K = k), and a key's final count is the
  * largest it reached. --parallelism applies to every operator; the record
- * format is "<key> <count>" (DESIGN §4).
+ * format is "<key> <count>" (docs/sinks.md §3).
  *
  * --all-edges (and --slow-us, which implies it) puts every kind of channel
  * between the generator and the count, for checkpoint tests and
@@ -167,7 +167,7 @@ static int counter_build(weir_job *job, const cli_engine *eng, void *cfg) {
   }
   s = weir_count(weir_key_by(s), "count", p);
   /* "key k reached count c" is one logical effect in every replay: its
-   * operation id is "<job>/sink/c/<k>.<c>" (DESIGN.md §6). */
+   * operation id is "<job>/sink/c/<k>.<c>" (docs/sinks.md §2). */
   weir_sink_conf sc = {.opid = weir_opid_key_count};
   return weir_sink_to_conf(s, "sink", c->sink, &sc, p);
 }

@@ -5,7 +5,7 @@
  * (--workers, --parallelism, --summary-json, --quiet) go before the job name
  * for every kind of job; a built-in job also accepts them after its name,
  * among its own flags. Everything after a job .so's path is the job's own
- * argv. Only this file decides exit codes (DESIGN §7a): 0 success (a job
+ * argv. Only this file decides exit codes (docs/architecture.md §6): 0 success (a job
  * stopped by SIGINT/SIGTERM that drained and ended cleanly is a success), 1
  * runtime error (a drain abandoned by a second signal is one), 2 usage
  * error, 3 store refused, 4 state directory held by another run (or this

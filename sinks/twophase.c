@@ -186,7 +186,7 @@ static int commit_one(tp *t, txn *x) {
     return fp;
   }
   for (;;) {
-    /* Fencing (DESIGN.md §7): a run that no longer owns the job (paused
+    /* Fencing (docs/leases.md §4): a run that no longer owns the job (paused
      * past its lease and taken over) makes nothing more visible. */
     int own = weir_ctx_owner_check(t->ctx);
     if (own) {

@@ -10,7 +10,7 @@
  * at the same moment must tell the owner once, with the reason. The
  * process tests run the weir
  * binary (WEIR_BINARY) on the counter job with a file sink, as
- * test_recovery does, and check the TESTING.md invariants that belong to
+ * test_recovery does, and check the invariants of docs/testing.md §1 that belong to
  * ownership: at most one owner runs (races of two runs), a SIGKILLed owner
  * is taken over at once, an owner stopped (SIGSTOP) at a random point or
  * inside an LMDB write transaction is taken over after its lease expires by

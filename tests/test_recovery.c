@@ -19,7 +19,7 @@
  * hold, for every key k, the counts 1..n_k EXACTLY once and nothing else:
  * the file sink commits one part per epoch when its checkpoint completed
  * and recovery commits or removes what a crash left pending (sinks/file.c),
- * so this is exactly-once output (TESTING.md
+ * so this is exactly-once output (docs/testing.md §1
  * invariants 1, 3, 4, 5, 6, 11). Every run's log ("checkpoint N completed")
  * must show ids above every id seen before. Refusals (damaged or newer
  * stores, unknown ids, unfinished jobs) must exit with their code, never by

@@ -9,7 +9,7 @@
  *
  * DESIGN. The witness is the counter job, as in test_sinks_tx.c
  * (sinks_tx.h): the output table must hold every (key, count) exactly once
- * (TESTING.md invariants 2, 3, 8), and no prepared transaction of the job
+ * (docs/testing.md §1 invariants 2, 3, 8), and no prepared transaction of the job
  * may remain in pg_prepared_xacts once it ended. Each job writes to a table
  * of its own (weir_t_<pid>_<n>), dropped at the end with the job's marker
  * and fence rows, because the server is shared. Without PGHOST the server

@@ -9,7 +9,7 @@
  *
  * DESIGN. The witness is the counter job (gen -> key_by -> count -> sink):
  * it emits (k, c) for every record, so exactly-once output is exactly the
- * set {(k, c) : 1 <= c <= n_k}, each once (TESTING.md invariants 2, 3, 4,
+ * set {(k, c) : 1 <= c <= n_k}, each once (docs/testing.md §1 invariants 2, 3, 4,
  * 8, 9, 11). Files: every committed part (*.txt) is read and nothing else
  * may be left in the directory (no .pending, no .inprogress) once the job
  * has ended. Receiver: `weir receiver stats --json` must say effects == N,
@@ -160,7 +160,7 @@ Test(file_tx, aborted_checkpoint_loses_nothing) {
 
 /* ---- the write orders of a completion record ------------------------------ */
 
-/* DESIGN.md §2 and the founding note: a sink that applies an effect at a
+/* docs/sinks.md §6: a sink that applies an effect at a
  * destination which does not deduplicate, and keeps its own completion
  * record ("receipt") of it, with a recovery that redoes the step unless the
  * receipt is there. Crash points: 1 before the first write, 2 between the

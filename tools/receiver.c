@@ -5,7 +5,7 @@
  * plus the read-only `weir receiver stats` and `weir receiver effects`.
  *
  * DESIGN. The receiver exists to make the difference between requests and
- * effects visible (DESIGN.md §2, TESTING.md "counting vocabulary"). So it logs
+ * effects visible (docs/sinks.md §6). So it logs
  * *every* request that reaches its handler (answered, or cut off before its
  * answer) in the table `requests`, apart from the table `effects`, which has
  * one row per accepted effect. With a key, the first
@@ -16,7 +16,7 @@
  * 422 (a rejection, no effect); a request whose key is still in flight gets
  * 409; a request without a key is always a new effect.
  *
- * Fencing (DESIGN.md §7) is apart from deduplication: a request may carry
+ * Fencing (docs/leases.md §4) is apart from deduplication: a request may carry
  * `Weir-Job: J` and `Weir-Epoch: E` (weir's http sink sends its job id and
  * lease epoch). The receiver keeps, per job, the highest epoch it has seen
  * (table `fences`, written in the request's transaction); a request with a

@@ -1,11 +1,11 @@
 /* tools/verify.c: owns `weir verify`, the harness that makes the failure
- * window of an HTTP destination visible (DESIGN.md §2 and §7): it
+ * window of an HTTP destination visible (docs/sinks.md §6, docs/leases.md): it
  * runs the counter job in separate worker processes (fork/exec of this very
  * binary) that share one state directory, interrupts them in named
  * scenarios, R times each, and reports per scenario what the destination
  * itself counted, apart from what weir did.
  *
- * DESIGN. Two questions, answered separately (the first seed document):
+ * DESIGN. Two questions, answered separately (docs/sinks.md §6):
  * "who may run and complete this job now" is the lease (snapshot/lease.c);
  * "did the destination already apply this effect" is the destination's,
  * helped by the http sink's stable operation ids (Idempotency-Key) and its
@@ -70,7 +70,7 @@
 
 #define WAIT_MS 120000u /* the longest any one worker step may take */
 #define POLL_US 1000u
-#define V_ETIMEDOUT (-ETIMEDOUT) /* an OS condition: -errno (STYLE.md) */
+#define V_ETIMEDOUT (-ETIMEDOUT) /* an OS condition: -errno (docs/style.md §4) */
 
 /* ---- scenarios ------------------------------------------------------------ */
 

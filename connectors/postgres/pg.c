@@ -19,7 +19,7 @@
  *                  prepared transaction) is success if the marker is there
  *                  and a lost transaction (a permanent error) if not.
  *   weir_fence     (job primary key, epoch): the owner epoch (the lease's,
- *                  DESIGN.md §7) that may prepare for the job.
+ *                  docs/leases.md §4) that may prepare for the job.
  *
  * Global transaction id (< 200 bytes, cluster-wide):
  *   weir:<job id>:<sink>:<owner epoch>:<checkpoint>:<subtask>

@@ -496,7 +496,7 @@ static int find_checkpoint(weir_job *job, uint64_t id) {
   return WEIR_ENOCKPT;
 }
 
-/* Opens the store and decides what this run is (DESIGN.md §5): returns 0 to
+/* Opens the store and decides what this run is (docs/architecture.md §5): returns 0 to
  * run, 1 if there is nothing to do (restore of a finished job), or an error. */
 static int prepare_store(weir_job *job) {
   const weir_run_opts *o = &job->opts;

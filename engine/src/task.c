@@ -432,7 +432,7 @@ int weir__task_poll(weir__task *t) {
 }
 
 /* The final checkpoint's completion counts as heard of once the effects it
- * started have landed (DESIGN.md §5: the job ends after its sinks commit). */
+ * started have landed (docs/sinks.md §1: the job ends after its sinks commit). */
 static void count_final(weir__task *t) {
   if (!t->final_pending || t->held) return;
   t->final_pending = 0;

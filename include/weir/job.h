@@ -203,7 +203,7 @@ int weir_ctx_stopping(const weir_ctx *ctx);
 /* Sources: when run() returns WEIR_SOURCE_IDLE, call run() again after `us`
  * microseconds. */
 void weir_ctx_wake_after(weir_ctx *ctx, uint64_t us);
-/* Ownership, for sinks that fence their effects (DESIGN.md §7): the lease
+/* Ownership, for sinks that fence their effects (docs/leases.md §4): the lease
  * epoch of this run (0 without a state directory); constant during a run. */
 uint64_t weir_ctx_epoch(const weir_ctx *ctx);
 /* 0 if this run still owns its state directory, with a margin before its
@@ -215,7 +215,7 @@ int weir_ctx_owner_check(weir_ctx *ctx);
  * asks for the subtask's task to run soon, which calls the operator's poll
  * on the subtask's thread. Coalesces, like uv_async_send. Never blocks. */
 void weir_ctx_wake(weir_ctx *ctx);
-/* The job's id: the UUID of its state directory (DESIGN.md §5), or, for a
+/* The job's id: the UUID of its state directory (docs/architecture.md §5), or, for a
  * job without one, a random UUID made for this run. Valid until the job is
  * destroyed; "" before weir_job_run. Part of every operation id. */
 const char *weir_ctx_job_id(const weir_ctx *ctx);
@@ -389,7 +389,7 @@ typedef struct weir_run_opts {
    * (NULL = state_dir, or $TMPDIR or /tmp without one). */
   uint64_t loop_memory_bytes;
   const char *spill_dir;
-  /* Ownership of state_dir (DESIGN.md §7): the run holds its lease. */
+  /* Ownership of state_dir (docs/leases.md): the run holds its lease. */
   uint32_t lease_ms; /* lease duration, renewed every third of it; 0 = 6000 */
   int lease_wait;    /* a live owner holds it: wait for its lease to expire and take
                         over, instead of failing with WEIR_EOWNED */

@@ -1,5 +1,5 @@
 /* weir/sink.h: the sink protocol: two-phase commit tied to checkpoints, for
- * destinations that take part in exactly-once effects (DESIGN.md §5, §6).
+ * destinations that take part in exactly-once effects (docs/sinks.md §1, docs/checkpoints.md §6).
  *
  * A destination implements weir_sink_dest_vt; weir_sink_twophase() adds it
  * to a job behind a generic driver operator that owns the protocol:
@@ -28,7 +28,7 @@
  *   PENDING(n) --"n aborted"--> PENDING(n)       (committed with the next)
  *   restore(r): PENDING(<= r) --> COMMITTING;  everything after r: aborted
  *
- * Operation ids (DESIGN.md §6), for destinations that deduplicate:
+ * Operation ids (docs/sinks.md §2), for destinations that deduplicate:
  *   content:      <job id>/<sink>/c/<content>        (a job-defined function
  *                 of the output record: the counter job's is <key>.<count>)
  *   write-ahead:  <job id>/<sink>/w/<subtask>/<epoch>/<index>   (the epoch's
@@ -56,7 +56,7 @@
 extern "C" {
 #endif
 
-/* Counters kept apart per sink subtask (DESIGN.md §2): commit attempts of
+/* Counters kept apart per sink subtask (docs/sinks.md §6): commit attempts of
  * transactions, requests sent to the destination, responses received,
  * duplicates the destination reported (replays), rejections (refusals),
  * transactions committed, aborted (by recovery) and recovered (committed

@@ -58,7 +58,7 @@ extern "C" {
  * be safe to call from several sink subtasks at once. */
 typedef size_t (*weir_format_fn)(const weir_record *r, char *buf, size_t cap);
 
-/* Writes the content part of a record's operation id (DESIGN.md §6) into
+/* Writes the content part of a record's operation id (docs/sinks.md §2) into
  * buf, as weir_format_fn does: the same text for the same logical effect
  * in every replay, whatever order records arrive in. The sink makes it
  * "<job id>/<sink>/c/<content>". */

@@ -1,5 +1,5 @@
 /* snapshot/lease.h: the job lease of a state directory: who may run the job and
- * commit its checkpoints now (DESIGN.md §7).
+ * commit its checkpoints now (docs/leases.md).
  *
  * A run acquires the lease before it does anything else with its state
  * directory and holds it until it ends. The lease names its owner (host, boot
