@@ -1292,8 +1292,10 @@ Test(diskfull, map_full) {
 
 /* A real full file system: the state directory on a 2 MB tmpfs (needs
  * mount(2): root with CAP_SYS_ADMIN; skipped otherwise). Checkpoints are
- * declined with ENOSPC and the free space in the message, the job stops;
- * after the file system grows, the restore is exact. */
+ * declined with ENOSPC and the free space in the message, the job stops
+ * at the first one (none is tolerated: whether a second decline follows
+ * depends on how far the job got when the disk filled, since retention
+ * frees room); after the file system grows, the restore is exact. */
 static char *mounted; /* unmounted by the test, or else by mnt_cleanup */
 
 static void mnt_cleanup(void) {
@@ -1318,7 +1320,7 @@ Test(diskfull, tiny_tmpfs, .fini = mnt_cleanup) {
   mounted = small;
   snprintf(j->c.state, sizeof j->c.state, "%s/state", small);
   char *err = NULL;
-  int rc = crash_run(&j->c, NULL, -1, &err, "--tolerable-checkpoint-failures", "1", NULL);
+  int rc = crash_run(&j->c, NULL, -1, &err, "--tolerable-checkpoint-failures", "0", NULL);
   cr_assert_eq(rc, 3, "exit %d, stderr: %s", rc, err);
   check_declined(j, err, " failed: ", "No space left on device");
   free(err);
