@@ -32,9 +32,10 @@ foreach(m ${WEIR_MODULES})
   endif()
 endforeach()
 set(WEIR_PC_REQUIRES "")
+set(WEIR_DEP_PAIRS "")
 set(WEIR_DEP_TARGETS "")
-foreach(dep LIBUV:libuv LMDB:lmdb PROTOBUF_C:libprotobuf-c CURL:libcurl NATS:libnats PQ:libpq)
-  string(REPLACE ":" ";" dep "${dep}")
+foreach(pair LIBUV:libuv LMDB:lmdb PROTOBUF_C:libprotobuf-c CURL:libcurl NATS:libnats PQ:libpq)
+  string(REPLACE ":" ";" dep "${pair}")
   list(GET dep 0 var)
   list(GET dep 1 pc)
   if(var MATCHES "^(CURL|NATS|PQ)$" AND NOT "WEIR_HAVE_${var}=1" IN_LIST weir_defs)
@@ -42,6 +43,7 @@ foreach(dep LIBUV:libuv LMDB:lmdb PROTOBUF_C:libprotobuf-c CURL:libcurl NATS:lib
   endif()
   pkg_check_modules(WEIR_DEP_${var} REQUIRED QUIET IMPORTED_TARGET ${pc})
   list(APPEND WEIR_PC_REQUIRES ${pc})
+  list(APPEND WEIR_DEP_PAIRS ${pair})
   list(APPEND WEIR_DEP_TARGETS PkgConfig::WEIR_DEP_${var})
 endforeach()
 
@@ -84,7 +86,6 @@ install(TARGETS weir_shared weir_static weir_headers weir_job EXPORT weirTargets
 install(EXPORT weirTargets NAMESPACE weir:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/weir)
 
 string(REPLACE ";" " " WEIR_PC_REQUIRES_STR "${WEIR_PC_REQUIRES}")
-string(REPLACE ";" " " WEIR_PC_MODULES_STR "${WEIR_PC_REQUIRES}")
 # weir.pc finds its prefix from where it lies, so that it holds wherever
 # `cmake --install --prefix` put it.
 file(RELATIVE_PATH WEIR_PC_TO_PREFIX /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)

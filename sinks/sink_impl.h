@@ -32,8 +32,11 @@ typedef struct weir__sink_def {
   int (*parse)(const char *spec, weir__sink_arg *a, char *err, size_t errlen);
   /* Frees a and what parse put in it, also after parse failed. */
   void (*free)(void *a);
-  const weir_sink_dest_vt *dest; /* a two-phase destination (weir_sink_twophase), or */
-  const weir_operator_vt *sink;  /* a plain sink (weir_sink) */
+  /* A two-phase destination (weir_sink_twophase) or a plain sink
+   * (weir_sink); neither where `available` says no (a weir built without
+   * the library never adds it). */
+  const weir_sink_dest_vt *dest;
+  const weir_operator_vt *sink;
 } weir__sink_def;
 
 extern const weir__sink_def weir__null_sink;  /* null.c */

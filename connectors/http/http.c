@@ -86,21 +86,6 @@ static int http_available(void) {
   return 0;
 }
 
-static int http_open(weir_ctx *ctx, void **dest) {
-  (void)dest;
-  return weir_ctx_fail(ctx, WEIR_ESINK, "this weir was built without libcurl");
-}
-static int http_write(weir_ctx *ctx, void *dest, const weir_record *r) {
-  return WEIR_ESINK;
-}
-static int http_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *h) {
-  return WEIR_ESINK;
-}
-static int http_commit(void *dest, weir_sink_commit *c) {
-  return WEIR_ESINK;
-}
-static void http_close(weir_ctx *ctx, void *dest) {}
-
 #else
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -332,8 +317,6 @@ static void http_close(weir_ctx *ctx, void *dest) {
   weir_free(h);
 }
 
-#endif
-
 static const weir_sink_dest_vt http_dest_vt = {
     .name = "http",
     .open = http_open,
@@ -342,6 +325,8 @@ static const weir_sink_dest_vt http_dest_vt = {
     .commit = http_commit,
     .close = http_close,
 };
+
+#endif
 
 /* Parses an http spec into a (url without weir's parameters, retention,
  * idempotency). Returns 0 or WEIR_ESINK with a message. */
@@ -405,7 +390,9 @@ const weir__sink_def weir__http_sink = {
     .arg_size = sizeof(http_arg),
     .parse = http_parse,
     .free = http_arg_free,
+#ifdef WEIR_HAVE_CURL
     .dest = &http_dest_vt,
+#endif
 };
 
 static int https_parse(const char *spec, weir__sink_arg *a, char *err, size_t errlen) {

@@ -65,24 +65,7 @@ typedef struct nats_arg {
   weir__nats_url url;
 } nats_arg;
 
-#ifndef WEIR_HAVE_NATS
-
-static int nats_open(weir_ctx *ctx, void **dest) {
-  (void)dest;
-  return weir_ctx_fail(ctx, WEIR_ESINK, "this weir was built without libnats");
-}
-static int nats_write(weir_ctx *ctx, void *dest, const weir_record *r) {
-  return WEIR_ESINK;
-}
-static int nats_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *h) {
-  return WEIR_ESINK;
-}
-static int nats_commit(void *dest, weir_sink_commit *c) {
-  return WEIR_ESINK;
-}
-static void nats_close(weir_ctx *ctx, void *dest) {}
-
-#else
+#ifdef WEIR_HAVE_NATS
 
 /* One subtask's destination. `ops` is the task
  * thread's; `first_*` the commit thread's; the ack fields are under `mu`. */
@@ -376,8 +359,6 @@ static void nats_close(weir_ctx *ctx, void *dest) {
   weir_free(h);
 }
 
-#endif
-
 static const weir_sink_dest_vt nats_dest_vt = {
     .name = "nats",
     .open = nats_open,
@@ -386,6 +367,8 @@ static const weir_sink_dest_vt nats_dest_vt = {
     .commit = nats_commit,
     .close = nats_close,
 };
+
+#endif
 
 static int nats_parse(const char *spec, weir__sink_arg *a, char *err, size_t errlen) {
   return weir__nats_url_parse(spec, 0, &((nats_arg *)a)->url, err, errlen);
@@ -404,5 +387,7 @@ const weir__sink_def weir__nats_sink = {
     .arg_size = sizeof(nats_arg),
     .parse = nats_parse,
     .free = nats_arg_free,
+#ifdef WEIR_HAVE_NATS
     .dest = &nats_dest_vt,
+#endif
 };

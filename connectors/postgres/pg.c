@@ -211,28 +211,6 @@ int weir__pg_gid(char *buf, size_t cap, const char *job, const char *sink, uint6
 static int pg_available(void) {
   return 0;
 }
-static int pg_open(weir_ctx *ctx, void **dest) {
-  (void)dest;
-  return weir_ctx_fail(ctx, WEIR_ESINK, "this weir was built without libpq");
-}
-static int pg_write(weir_ctx *ctx, void *dest, const weir_record *r) {
-  return WEIR_ESINK;
-}
-static int pg_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *h) {
-  return WEIR_ESINK;
-}
-static int pg_commit(void *dest, weir_sink_commit *c) {
-  return WEIR_ESINK;
-}
-static void pg_close(weir_ctx *ctx, void *dest) {}
-static const weir_sink_dest_vt pg_dest_vt = {
-    .name = "postgresql",
-    .open = pg_open,
-    .write = pg_write,
-    .pre_commit = pg_pre_commit,
-    .commit = pg_commit,
-    .close = pg_close,
-};
 
 #else
 
@@ -961,5 +939,7 @@ const weir__sink_def weir__pg_sink = {
     .arg_size = sizeof(pg_arg),
     .parse = pg_parse,
     .free = pg_arg_free,
+#ifdef WEIR_HAVE_PQ
     .dest = &pg_dest_vt,
+#endif
 };

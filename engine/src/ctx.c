@@ -1,6 +1,6 @@
 /* ctx.c: owns operator contexts: their creation, the accessors of the API,
  * failure messages, named counters, and the weir_state_* calls. */
-#include "ctx.h"
+#include "task_ctx.h"
 
 #include <stdarg.h>
 #include <stdio.h>

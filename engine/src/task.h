@@ -16,7 +16,6 @@
 
 #include "align.h"
 #include "checkpoint.h"
-#include "ctx.h"
 #include "graph.h"
 #include "task_ctx.h"
 
