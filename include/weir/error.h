@@ -4,6 +4,12 @@
  * (WEIR_EINVAL is -EINVAL, ...); weir's own conditions live in a range far
  * from errno values. One table below yields the enum, weir_strerror() and
  * weir_err_name(), so a code and its explanation cannot drift apart.
+ *
+ * A message that says more than the code is kept by the object it concerns
+ * (weir_job_error() for the job's first failure, set by weir_job_fail and
+ * weir_ctx_fail) or, where there is no object (checking a specification,
+ * a sink's commit), written into a caller's buffer passed as
+ * (char *err, size_t errlen): always NUL-terminated, truncated if need be.
  */
 #ifndef WEIR_ERROR_H
 #define WEIR_ERROR_H
