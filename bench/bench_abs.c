@@ -116,7 +116,8 @@ static int rekey_batch(weir_ctx *ctx, const weir_batch *b) {
   }
   return 0;
 }
-static const weir_operator_vt rekey_vt = {.name = "rekey", .process_batch = rekey_batch};
+static const weir_operator_vt rekey_vt = {
+    .size = sizeof(weir_operator_vt), .name = "rekey", .process_batch = rekey_batch};
 
 /* agg2: adds 1 per record to its key's state and emits (rotated key, sum). */
 static int agg2_batch(weir_ctx *ctx, const weir_batch *b) {
@@ -130,7 +131,8 @@ static int agg2_batch(weir_ctx *ctx, const weir_batch *b) {
   }
   return 0;
 }
-static const weir_operator_vt agg2_vt = {.name = "agg2", .process_batch = agg2_batch};
+static const weir_operator_vt agg2_vt = {
+    .size = sizeof(weir_operator_vt), .name = "agg2", .process_batch = agg2_batch};
 
 /* Latency sink: a log-linear histogram of now - ts in ns (per subtask,
  * merged at close). Bucket: values < 1024 exact; above, 64 sub-buckets per
@@ -189,8 +191,11 @@ static void lat_close(weir_ctx *ctx) {
   weir_free(h);
   weir_ctx_set_user(ctx, NULL);
 }
-static const weir_operator_vt lat_vt = {
-    .name = "lat", .open = lat_open, .process_batch = lat_batch, .close = lat_close};
+static const weir_operator_vt lat_vt = {.size = sizeof(weir_operator_vt),
+                                        .name = "lat",
+                                        .open = lat_open,
+                                        .process_batch = lat_batch,
+                                        .close = lat_close};
 
 static double percentile(const lat_hist *h, double q) {
   uint64_t total = 0;
@@ -261,7 +266,8 @@ static void timed_close(weir_ctx *ctx) {
   weir_free(weir_ctx_user(ctx));
   weir_ctx_set_user(ctx, NULL);
 }
-static const weir_source_vt timed_vt = {.name = "timed",
+static const weir_source_vt timed_vt = {.size = sizeof(weir_source_vt),
+                                        .name = "timed",
                                         .open = timed_open,
                                         .run = timed_run,
                                         .snapshot = timed_snapshot,

@@ -79,7 +79,7 @@ static long long pg_rows_and_drop(const char *table) {
 static char tmpl[] = "/tmp/weir-bench-sinks-XXXXXX";
 
 static void rmrf(const char *p) {
-  char cmd[600];
+  char cmd[4200]; /* rm -rf and a path of up to PATH_MAX */
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", p);
   if (system(cmd) != 0) fprintf(stderr, "bench_sinks: could not remove %s\n", p);
 }

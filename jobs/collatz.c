@@ -96,7 +96,8 @@ static int step_process(weir_ctx *ctx, const weir_record *r) {
   }
   return emit_loop(ctx, &l);
 }
-static const weir_operator_vt step_vt = {.name = "step", .process = step_process};
+static const weir_operator_vt step_vt = {
+    .size = sizeof(weir_operator_vt), .name = "step", .process = step_process};
 
 static int is_done(void *user, const weir_record *r) {
   (void)user;

@@ -346,7 +346,8 @@ corrupt:
                        len);
 }
 
-static const weir_operator_vt label_vt = {.name = "label",
+static const weir_operator_vt label_vt = {.size = sizeof(weir_operator_vt),
+                                          .name = "label",
                                           .open = label_open,
                                           .process = label_process,
                                           .finish = label_finish,

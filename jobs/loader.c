@@ -10,8 +10,10 @@
  *
  * The .so is opened with RTLD_NOW (a missing symbol is reported at load time,
  * not as a crash in the middle of a run) and RTLD_LOCAL (two jobs never see
- * each other's symbols). It must export `weir_job_abi_version` (equal to this
- * binary's WEIR_ABI_VERSION) and `weir_job_build`; WEIR_JOB_EXPORT does both.
+ * each other's symbols). It must export `weir_job_abi_version` (from this
+ * binary's WEIR_ABI_MIN_VERSION to its WEIR_ABI_VERSION: callback tables
+ * carry their size, so an older job's shorter tables still read right) and
+ * `weir_job_build`; WEIR_JOB_EXPORT does both.
  */
 #include "cli.h"
 
@@ -55,9 +57,11 @@ int cli_job_load(const char *path, cli_loaded *out) {
     dlclose(h);
     return -1;
   }
-  if (*abi != WEIR_ABI_VERSION) {
-    cli_error("cannot run job '%s': %s (the job has ABI version %u, this weir has %u)", path,
-              weir_strerror(WEIR_EABI), *abi, (unsigned)WEIR_ABI_VERSION);
+  if (*abi < WEIR_ABI_MIN_VERSION || *abi > WEIR_ABI_VERSION) {
+    cli_error("cannot run job '%s': %s (the job has ABI version %u, this weir runs %u to %u): "
+              "rebuild it against this weir's headers",
+              path, weir_strerror(WEIR_EABI), *abi, (unsigned)WEIR_ABI_MIN_VERSION,
+              (unsigned)WEIR_ABI_VERSION);
     dlclose(h);
     return -1;
   }

@@ -194,6 +194,7 @@ static void count_close(weir_ctx *ctx) {
 }
 
 static const weir_operator_vt count_words_vt = {
+    .size = sizeof(weir_operator_vt),
     .name = "count_words",
     .open = count_open,
     .process = count_process,

@@ -217,6 +217,7 @@ static void gen_close(weir_ctx *ctx) {
 }
 
 static const weir_source_vt gen_vt = {
+    .size = sizeof(weir_source_vt),
     .name = "gen",
     .rescalable = 1, /* splits are fixed (WEIR_GEN_SPLITS), whatever P */
     .open = gen_open,

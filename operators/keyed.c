@@ -73,6 +73,7 @@ static int count_process_batch(weir_ctx *ctx, const weir_batch *b) {
 }
 
 static const weir_operator_vt count_vt = {
+    .size = sizeof(weir_operator_vt),
     .name = "count",
     .process = count_process,
     .process_batch = count_process_batch,
@@ -128,6 +129,7 @@ static int reduce_process_batch(weir_ctx *ctx, const weir_batch *b) {
 }
 
 static const weir_operator_vt reduce_vt = {
+    .size = sizeof(weir_operator_vt),
     .name = "reduce",
     .process = reduce_process,
     .process_batch = reduce_process_batch,

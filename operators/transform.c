@@ -49,9 +49,12 @@ static int flat_map_process(weir_ctx *ctx, const weir_record *r) {
   return a->fn.flat_map(ctx, a->user, r);
 }
 
-static const weir_operator_vt map_vt = {.name = "map", .process = map_process};
-static const weir_operator_vt filter_vt = {.name = "filter", .process = filter_process};
-static const weir_operator_vt flat_map_vt = {.name = "flat_map", .process = flat_map_process};
+static const weir_operator_vt map_vt = {
+    .size = sizeof(weir_operator_vt), .name = "map", .process = map_process};
+static const weir_operator_vt filter_vt = {
+    .size = sizeof(weir_operator_vt), .name = "filter", .process = filter_process};
+static const weir_operator_vt flat_map_vt = {
+    .size = sizeof(weir_operator_vt), .name = "flat_map", .process = flat_map_process};
 
 static void transform_arg_free(void *p) {
   weir_free(p);

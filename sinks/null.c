@@ -17,6 +17,7 @@ static int null_process_batch(weir_ctx *ctx, const weir_batch *b) {
 }
 
 static const weir_operator_vt null_sink_vt = {
+    .size = sizeof(weir_operator_vt),
     .name = "null",
     .process = null_process,
     .process_batch = null_process_batch,

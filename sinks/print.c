@@ -78,6 +78,7 @@ static void print_close(weir_ctx *ctx) {
 }
 
 static const weir_operator_vt print_sink_vt = {
+    .size = sizeof(weir_operator_vt),
     .name = "print",
     .open = print_open,
     .process = print_process,

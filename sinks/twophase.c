@@ -44,6 +44,7 @@
 #include "base/clock.h"
 #include "base/failpoint.h"
 #include "base/log.h"
+#include "base/vtable.h"
 #include "weir/sink.h"
 
 #define MAGIC "WSK2"
@@ -132,9 +133,10 @@ typedef struct tp {
   uint64_t base[WEIR_SINK_NCOUNTERS];          /* totals of earlier runs (restored) */
 } tp;
 
-/* The node's arg: the destination and its own arg. Owned by the job. */
+/* The node's arg: the destination (a copy of the caller's table,
+ * base/vtable.h) and its own arg. Owned by the job. */
 typedef struct tp_arg {
-  const weir_sink_dest_vt *vt;
+  weir_sink_dest_vt vt;
   void *arg;
 } tp_arg;
 
@@ -360,7 +362,7 @@ static void tp_free(tp *t) {
 static int tp_open(weir_ctx *ctx) {
   const tp_arg *a = weir_ctx_arg(ctx);
   tp *t = weir_calloc(1, sizeof *t);
-  t->vt = a->vt;
+  t->vt = &a->vt;
   t->ctx = ctx;
   t->subtask = weir_ctx_subtask(ctx);
   t->name = weir_strdup(weir_ctx_name(ctx));
@@ -633,6 +635,7 @@ int weir_sink_state_decode(const void *p, size_t len, weir_sink_state_info *out)
 }
 
 static const weir_operator_vt tp_vt = {
+    .size = sizeof(weir_operator_vt),
     .name = "twophase",
     .open = tp_open,
     .process = tp_process,
@@ -655,12 +658,19 @@ int weir_sink_twophase(weir_stream *s, const char *name, const weir_sink_dest_vt
                        int parallelism) {
   weir_job *job = weir_stream_job(s);
   if (!job) return WEIR_EINVAL;
-  if (!vt || !vt->open || !vt->write || !vt->pre_commit || !vt->commit)
+  if (!vt)
+    return weir_job_fail(job, WEIR_EINVAL, "sink '%s': no destination (vt is NULL)",
+                         name ? name : "?");
+  weir_sink_dest_vt own;
+  char why[256];
+  int rc = weir_vtable_copy(&own, sizeof own, vt, sizeof own, why, sizeof why);
+  if (rc) return weir_job_fail(job, rc, "sink '%s': %s", name ? name : "?", why);
+  if (!own.open || !own.write || !own.pre_commit || !own.commit)
     return weir_job_fail(job, WEIR_EINVAL, "sink '%s': incomplete destination", name ? name : "?");
   tp_arg *a = weir_calloc(1, sizeof *a);
-  a->vt = vt;
+  a->vt = own;
   a->arg = arg;
-  int rc = weir_job_adopt(job, a, tp_arg_free);
+  rc = weir_job_adopt(job, a, tp_arg_free);
   if (rc < 0) return rc;
   return weir_sink(s, name, &tp_vt, a, parallelism);
 }

@@ -145,8 +145,11 @@ static void src_close(weir_ctx *ctx) {
   free(weir_ctx_user(ctx));
 }
 
-static const weir_source_vt src_vt = {
-    .name = "numbers", .open = src_open, .run = src_run, .close = src_close};
+static const weir_source_vt src_vt = {.size = sizeof(weir_source_vt),
+                                      .name = "numbers",
+                                      .open = src_open,
+                                      .run = src_run,
+                                      .close = src_close};
 
 /* Keyed count: emits (key, running count). */
 static int count_process(weir_ctx *ctx, const weir_record *r) {
@@ -158,7 +161,8 @@ static int count_process(weir_ctx *ctx, const weir_record *r) {
   return weir_emit_u64(ctx, r->key, n);
 }
 
-static const weir_operator_vt count_vt = {.name = "count", .process = count_process};
+static const weir_operator_vt count_vt = {
+    .size = sizeof(weir_operator_vt), .name = "count", .process = count_process};
 
 static int sink_process(weir_ctx *ctx, const weir_record *r) {
   counter *c = weir_ctx_arg(ctx);
@@ -183,7 +187,8 @@ static int sink_process(weir_ctx *ctx, const weir_record *r) {
   return 0;
 }
 
-static const weir_operator_vt sink_vt = {.name = "collect", .process = sink_process};
+static const weir_operator_vt sink_vt = {
+    .size = sizeof(weir_operator_vt), .name = "collect", .process = sink_process};
 
 /* Builds source(ps) -> key_by -> count(p) -> sink: chained (forward, p) when
  * sink_p == 0, else through another key_by into sink_p subtasks. */

@@ -56,7 +56,8 @@ static int sink_process(weir_ctx *ctx, const weir_record *r) {
   if (stop_after && n == stop_after) weir_job_stop(cur_job);
   return 0;
 }
-static const weir_operator_vt sink_vt = {.name = "max", .process = sink_process};
+static const weir_operator_vt sink_vt = {
+    .size = sizeof(weir_operator_vt), .name = "max", .process = sink_process};
 
 static weir_job *build(int p) {
   weir_job *job = NULL;

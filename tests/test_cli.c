@@ -855,6 +855,14 @@ Test(cli, bad_so) {
   cr_assert(strstr(err, "junk.so") != NULL, "path not named in: %s", err);
   free(out);
   free(err);
+
+  /* A job built against the headers of an ABI this weir no longer runs. */
+  rc = WEIR(dir, &out, &err, "run", WEIR_JOBS_DIR "/old_abi_job.so");
+  cr_assert_eq(rc, 1, "exit %d, stderr: %s", rc, err);
+  cr_assert(strstr(err, "ABI version 2") && strstr(err, "rebuild"), "stderr: %s", err);
+  cr_assert(strstr(err, "must not be built") == NULL, "the job's build ran: %s", err);
+  free(out);
+  free(err);
   free(junk);
   free(missing);
   finish(dir);

@@ -125,8 +125,11 @@ static void src_close(weir_ctx *ctx) {
   free(st);
 }
 
-static const weir_source_vt src_vt = {
-    .name = "src", .open = src_open, .run = src_run, .close = src_close};
+static const weir_source_vt src_vt = {.size = sizeof(weir_source_vt),
+                                      .name = "src",
+                                      .open = src_open,
+                                      .run = src_run,
+                                      .close = src_close};
 
 /* ------------------------------------------------------------------------ */
 /* A collecting sink: each subtask appends to its own slot.                 */
@@ -169,8 +172,10 @@ static int sink_finish(weir_ctx *ctx) {
   return 0;
 }
 
-static const weir_operator_vt sink_vt = {
-    .name = "collect", .process = sink_process, .finish = sink_finish};
+static const weir_operator_vt sink_vt = {.size = sizeof(weir_operator_vt),
+                                         .name = "collect",
+                                         .process = sink_process,
+                                         .finish = sink_finish};
 
 static void sink_free(sinkbuf *sb) {
   for (int s = 0; s < MAXP; s++) free(sb->v[s]);
@@ -189,7 +194,8 @@ static size_t sink_total(const sinkbuf *sb) {
 static int pass_process(weir_ctx *ctx, const weir_record *r) {
   return weir_emit(ctx, r->key, r->payload, r->len);
 }
-static const weir_operator_vt pass_vt = {.name = "pass", .process = pass_process};
+static const weir_operator_vt pass_vt = {
+    .size = sizeof(weir_operator_vt), .name = "pass", .process = pass_process};
 
 /* Emits each record twice, through the batch callback. */
 static int twice_batch(weir_ctx *ctx, const weir_batch *b) {
@@ -202,12 +208,14 @@ static int twice_batch(weir_ctx *ctx, const weir_batch *b) {
   }
   return 0;
 }
-static const weir_operator_vt twice_vt = {.name = "twice", .process_batch = twice_batch};
+static const weir_operator_vt twice_vt = {
+    .size = sizeof(weir_operator_vt), .name = "twice", .process_batch = twice_batch};
 
 static int drop_process(weir_ctx *ctx, const weir_record *r) {
   return 0;
 }
-static const weir_operator_vt drop_vt = {.name = "drop", .process = drop_process};
+static const weir_operator_vt drop_vt = {
+    .size = sizeof(weir_operator_vt), .name = "drop", .process = drop_process};
 
 static weir_job *new_job(const char *name) {
   weir_job *job = NULL;
@@ -319,9 +327,67 @@ Test(engine, plan_duplicate_names) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
+/* A table as a newer header would lay it out: this weir's, then one more
+ * callback. */
+typedef struct newer_operator_vt {
+  weir_operator_vt vt;
+  int (*later)(weir_ctx *ctx);
+} newer_operator_vt;
+
+static int later_cb(weir_ctx *ctx) {
+  (void)ctx;
+  return 0;
+}
+
+Test(engine, callback_tables_carry_their_size) {
+  src_cfg cfg = {.n = 100};
+  sinkbuf sb = {0};
+  /* No size: a build error that says what to set. */
+  static const weir_operator_vt nosize = {.name = "nosize", .process = pass_process};
+  weir_job *job = new_job("nosize");
+  weir_stream *s = weir_source(job, "src", &src_vt, &cfg, 1);
+  cr_assert_null(weir_process(s, "unsized", &nosize, NULL, 1));
+  assert_contains(weir_job_error(job), "'unsized'");
+  assert_contains(weir_job_error(job), ".size");
+  cr_assert_eq(weir_job_run(job, NULL), WEIR_EABI);
+  weir_job_destroy(job);
+
+  static const weir_source_vt nosize_src = {.name = "nosize", .run = src_run};
+  job = new_job("nosize_src");
+  cr_assert_null(weir_source(job, "unsized", &nosize_src, &cfg, 1));
+  cr_assert_eq(weir_job_run(job, NULL), WEIR_EABI);
+  weir_job_destroy(job);
+
+  /* A newer header's table that sets nothing this weir does not know runs;
+   * the copy is the engine's own, so the caller's table may go away. */
+  newer_operator_vt *newer = calloc(1, sizeof *newer);
+  newer->vt = pass_vt;
+  newer->vt.size = sizeof *newer;
+  job = new_job("newer");
+  s = weir_source(job, "src", &src_vt, &cfg, 1);
+  s = weir_process(s, "pass", &newer->vt, NULL, 1);
+  free(newer);
+  cr_assert_eq(weir_sink(s, "sink", &sink_vt, &sb, 1), 0, "%s", weir_job_error(job));
+  cr_assert_eq(weir_job_run(job, NULL), 0, "%s", weir_job_error(job));
+  cr_assert_eq(sink_total(&sb), 100);
+  weir_job_destroy(job);
+  sink_free(&sb);
+
+  /* One that sets a callback this weir would ignore is refused. */
+  newer_operator_vt later = {.vt = pass_vt, .later = later_cb};
+  later.vt.size = sizeof later;
+  job = new_job("later");
+  s = weir_source(job, "src", &src_vt, &cfg, 1);
+  cr_assert_null(weir_process(s, "later", &later.vt, NULL, 1));
+  assert_contains(weir_job_error(job), "newer weir");
+  cr_assert_eq(weir_job_run(job, NULL), WEIR_EABI);
+  weir_job_destroy(job);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
 Test(engine, plan_missing_callbacks) {
-  static const weir_operator_vt noproc = {.name = "noproc"};
-  static const weir_source_vt norun = {.name = "norun"};
+  static const weir_operator_vt noproc = {.size = sizeof(weir_operator_vt), .name = "noproc"};
+  static const weir_source_vt norun = {.size = sizeof(weir_source_vt), .name = "norun"};
   src_cfg cfg = {.n = 10};
   weir_job *job = new_job("noproc");
   weir_stream *s = weir_source(job, "src", &src_vt, &cfg, 1);
@@ -461,7 +527,8 @@ static void op_close(weir_ctx *ctx) {
   atomic_fetch_add(&st->closes, 1);
 }
 
-static const weir_operator_vt checked_vt = {.name = "checked",
+static const weir_operator_vt checked_vt = {.size = sizeof(weir_operator_vt),
+                                            .name = "checked",
                                             .open = op_open,
                                             .process = op_process,
                                             .finish = op_finish,
@@ -601,7 +668,8 @@ static int batch_fail(weir_ctx *ctx, const weir_batch *b) {
 }
 
 Test(engine, error_without_message) {
-  static const weir_operator_vt vt = {.name = "bf", .process_batch = batch_fail};
+  static const weir_operator_vt vt = {
+      .size = sizeof(weir_operator_vt), .name = "bf", .process_batch = batch_fail};
   weir_job *job = new_job("nomsg");
   src_cfg cfg = {.n = 10};
   weir_stream *s = weir_source(job, "src", &src_vt, &cfg, 1);
@@ -625,7 +693,8 @@ static int grow_process(weir_ctx *ctx, const weir_record *r) {
   free(buf);
   return rc;
 }
-static const weir_operator_vt grow_vt = {.name = "grow", .process = grow_process};
+static const weir_operator_vt grow_vt = {
+    .size = sizeof(weir_operator_vt), .name = "grow", .process = grow_process};
 
 Test(engine, record_over_max_is_etoobig) {
   /* From an operator. */
@@ -783,7 +852,8 @@ static int sum_finish(weir_ctx *ctx) {
 static void sum_close(weir_ctx *ctx) {
   free(weir_ctx_user(ctx));
 }
-static const weir_operator_vt sum_vt = {.name = "sum",
+static const weir_operator_vt sum_vt = {.size = sizeof(weir_operator_vt),
+                                        .name = "sum",
                                         .open = sum_open,
                                         .process = sum_process,
                                         .finish = sum_finish,
@@ -955,7 +1025,8 @@ static int probe_process(weir_ctx *ctx, const weir_record *r) {
   if (atomic_fetch_add(&p->seen, 1) + 1 == p->stop_after) weir_job_stop(p->job);
   return 0;
 }
-static const weir_operator_vt probe_vt = {.name = "probe", .process = probe_process};
+static const weir_operator_vt probe_vt = {
+    .size = sizeof(weir_operator_vt), .name = "probe", .process = probe_process};
 
 Test(engine, slow_unbounded_source_flows_before_end) {
   weir_job *job = new_job("slow-unbounded");
@@ -986,7 +1057,8 @@ static int counting_process(weir_ctx *ctx, const weir_record *r) {
   weir_ctx_count(ctx, "seen", 1);
   return weir_emit(ctx, r->key, r->payload, r->len);
 }
-static const weir_operator_vt counting_vt = {.name = "counting", .process = counting_process};
+static const weir_operator_vt counting_vt = {
+    .size = sizeof(weir_operator_vt), .name = "counting", .process = counting_process};
 
 Test(engine, write_summary_names_operators) {
   char *dir = th_tmpdir();
@@ -1111,7 +1183,8 @@ static int u64s_batch(weir_ctx *ctx, const weir_batch *b) {
   }
   return weir_emit_u64_from_n(ctx, b, b->len, 0, keys, vals);
 }
-static const weir_operator_vt u64s_vt = {.name = "u64s", .process_batch = u64s_batch};
+static const weir_operator_vt u64s_vt = {
+    .size = sizeof(weir_operator_vt), .name = "u64s", .process_batch = u64s_batch};
 
 Test(engine, emit_u64_from_n_equals_record_by_record) {
   got *out[2];
@@ -1166,7 +1239,8 @@ Test(engine, empty_input_still_finishes) {
 static int empty_process(weir_ctx *ctx, const weir_record *r) {
   return weir_emit(ctx, r->key, NULL, 0);
 }
-static const weir_operator_vt empty_vt = {.name = "empty", .process = empty_process};
+static const weir_operator_vt empty_vt = {
+    .size = sizeof(weir_operator_vt), .name = "empty", .process = empty_process};
 
 typedef struct empties {
   atomic_int n, bad;
@@ -1178,7 +1252,8 @@ static int empties_process(weir_ctx *ctx, const weir_record *r) {
   if (r->len != 0 || r->payload != NULL) atomic_fetch_add(&e->bad, 1);
   return 0;
 }
-static const weir_operator_vt empties_vt = {.name = "empties", .process = empties_process};
+static const weir_operator_vt empties_vt = {
+    .size = sizeof(weir_operator_vt), .name = "empties", .process = empties_process};
 
 Test(engine, empty_payloads) {
   weir_job *job = new_job("empty-payloads");
@@ -1363,7 +1438,8 @@ static void run_slices(int chained) {
   slices sl = {.record_us = 200};
   weir_gen_opts slow_in = {.records = 1024, .keys = 3},
                 fast_in = {.records = 8000, .keys = 3, .rate = 20000};
-  static const weir_operator_vt slow_vt = {.name = "slow", .process_batch = slow_batch};
+  static const weir_operator_vt slow_vt = {
+      .size = sizeof(weir_operator_vt), .name = "slow", .process_batch = slow_batch};
   weir_stream *s = weir_gen(job, "slow_in", &slow_in, 1);
   s = weir_process(chained ? s : weir_rebalance(s), "slow", &slow_vt, &sl, 1);
   cr_assert_eq(weir_sink_to(s, "slow_out", "null", NULL, 1), 0);
@@ -1407,7 +1483,8 @@ static void run_per_call(uint32_t call_us, uint32_t max_calls) {
   weir_job *job = new_job("per-call");
   slices sl = {.call_us = call_us};
   weir_gen_opts in = {.records = 8192, .keys = 3};
-  static const weir_operator_vt slow_vt = {.name = "slow", .process_batch = slow_batch};
+  static const weir_operator_vt slow_vt = {
+      .size = sizeof(weir_operator_vt), .name = "slow", .process_batch = slow_batch};
   weir_stream *s =
       weir_process(weir_rebalance(weir_gen(job, "in", &in, 1)), "slow", &slow_vt, &sl, 1);
   cr_assert_eq(weir_sink_to(s, "out", "null", NULL, 1), 0);
@@ -1464,8 +1541,10 @@ Test(engine, per_call_cost_with_batches_of_all_sizes_is_not_sliced, .timeout = 6
   weir_job *job = new_job("sizes");
   slices sl = {.call_us = 1500};
   sizes_src sz = {.total = 8192, .rng = 7};
-  static const weir_source_vt sizes_vt = {.name = "sizes", .run = sizes_run};
-  static const weir_operator_vt slow_vt = {.name = "slow", .process_batch = slow_batch};
+  static const weir_source_vt sizes_vt = {
+      .size = sizeof(weir_source_vt), .name = "sizes", .run = sizes_run};
+  static const weir_operator_vt slow_vt = {
+      .size = sizeof(weir_operator_vt), .name = "slow", .process_batch = slow_batch};
   weir_stream *s = weir_source(job, "in", &sizes_vt, &sz, 1);
   s = weir_process(weir_rebalance(s), "slow", &slow_vt, &sl, 1);
   cr_assert_eq(weir_sink_to(s, "out", "null", NULL, 1), 0);

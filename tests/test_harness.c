@@ -135,7 +135,8 @@ static int total_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
   memcpy(&t->sum, p, n);
   return 0;
 }
-static const weir_operator_vt total_vt = {.name = "total",
+static const weir_operator_vt total_vt = {.size = sizeof(weir_operator_vt),
+                                          .name = "total",
                                           .open = total_open,
                                           .process = total_process,
                                           .finish = total_finish,

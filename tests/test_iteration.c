@@ -131,8 +131,11 @@ static void num_close(weir_ctx *ctx) {
   free(weir_ctx_user(ctx));
 }
 
-static const weir_source_vt num_vt = {
-    .name = "numbers", .open = num_open, .run = num_run, .close = num_close};
+static const weir_source_vt num_vt = {.size = sizeof(weir_source_vt),
+                                      .name = "numbers",
+                                      .open = num_open,
+                                      .run = num_run,
+                                      .close = num_close};
 
 static int read_fan(weir_ctx *ctx, const weir_record *r, fan_rec *f) {
   if (r->len != sizeof *f)
@@ -159,7 +162,8 @@ static int fan_process(weir_ctx *ctx, const weir_record *r) {
   }
   return 0;
 }
-static const weir_operator_vt fan_vt = {.name = "fan", .process = fan_process};
+static const weir_operator_vt fan_vt = {
+    .size = sizeof(weir_operator_vt), .name = "fan", .process = fan_process};
 
 static int keep_if(weir_ctx *ctx, const weir_record *r, uint32_t want_exit) {
   fan_rec f;
@@ -173,13 +177,16 @@ static int again_process(weir_ctx *ctx, const weir_record *r) {
 static int exit_process(weir_ctx *ctx, const weir_record *r) {
   return keep_if(ctx, r, 1);
 }
-static const weir_operator_vt again_vt = {.name = "again", .process = again_process};
-static const weir_operator_vt exit_vt = {.name = "exit", .process = exit_process};
+static const weir_operator_vt again_vt = {
+    .size = sizeof(weir_operator_vt), .name = "again", .process = again_process};
+static const weir_operator_vt exit_vt = {
+    .size = sizeof(weir_operator_vt), .name = "exit", .process = exit_process};
 
 static int pass_process(weir_ctx *ctx, const weir_record *r) {
   return weir_emit(ctx, r->key, r->payload, r->len);
 }
-static const weir_operator_vt pass_vt = {.name = "pass", .process = pass_process};
+static const weir_operator_vt pass_vt = {
+    .size = sizeof(weir_operator_vt), .name = "pass", .process = pass_process};
 
 static int collect_process(weir_ctx *ctx, const weir_record *r) {
   fan_cfg *cfg = weir_ctx_arg(ctx);
@@ -195,7 +202,8 @@ static int collect_process(weir_ctx *ctx, const weir_record *r) {
     atomic_fetch_add(&cfg->seen[f.v - lo], 1);
   return 0;
 }
-static const weir_operator_vt collect_vt = {.name = "collect", .process = collect_process};
+static const weir_operator_vt collect_vt = {
+    .size = sizeof(weir_operator_vt), .name = "collect", .process = collect_process};
 
 static weir_job *new_job(const char *name) {
   weir_job *job = NULL;

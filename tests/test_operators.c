@@ -67,7 +67,8 @@ static int collect_process(weir_ctx *ctx, const weir_record *r) {
   return 0;
 }
 
-static const weir_operator_vt collect_vt = {.name = "collect", .process = collect_process};
+static const weir_operator_vt collect_vt = {
+    .size = sizeof(weir_operator_vt), .name = "collect", .process = collect_process};
 
 static int run1(weir_job *job) {
   weir_run_opts o = {.workers = 1};

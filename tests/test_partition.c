@@ -194,8 +194,11 @@ static void src_close(weir_ctx *ctx) {
   free(weir_ctx_user(ctx));
 }
 
-static const weir_source_vt src_vt = {
-    .name = "seq", .open = src_open, .run = src_run, .close = src_close};
+static const weir_source_vt src_vt = {.size = sizeof(weir_source_vt),
+                                      .name = "seq",
+                                      .open = src_open,
+                                      .run = src_run,
+                                      .close = src_close};
 
 typedef struct got {
   uint64_t key, payload;
@@ -219,7 +222,8 @@ static int sink_process(weir_ctx *ctx, const weir_record *r) {
   return 0;
 }
 
-static const weir_operator_vt sink_vt = {.name = "collect", .process = sink_process};
+static const weir_operator_vt sink_vt = {
+    .size = sizeof(weir_operator_vt), .name = "collect", .process = sink_process};
 
 static void sink_free(sinkbuf *sb) {
   for (int s = 0; s < MAXP; s++) free(sb->v[s]);
@@ -373,7 +377,8 @@ Test(partition, rebalance_spreads_evenly) {
 static int pass_process(weir_ctx *ctx, const weir_record *r) {
   return weir_emit(ctx, r->key, r->payload, r->len);
 }
-static const weir_operator_vt pass_vt = {.name = "pass", .process = pass_process};
+static const weir_operator_vt pass_vt = {
+    .size = sizeof(weir_operator_vt), .name = "pass", .process = pass_process};
 
 Test(partition, forward_keeps_subtask) {
   /* Chained: source -> pass -> sink, all parallelism 3. */

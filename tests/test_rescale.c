@@ -62,7 +62,8 @@ static int sink_process(weir_ctx *ctx, const weir_record *r) {
   if (cfg.stop_after && n == cfg.stop_after) weir_job_stop(cfg.job);
   return 0;
 }
-static const weir_operator_vt sink_vt = {.name = "max", .process = sink_process};
+static const weir_operator_vt sink_vt = {
+    .size = sizeof(weir_operator_vt), .name = "max", .process = sink_process};
 static const int which0 = 0, which1 = 1;
 
 /* A counter in the byte-string map, keyed by the key's decimal text. */
@@ -83,7 +84,8 @@ static int bcount_process(weir_ctx *ctx, const weir_record *r) {
   if (rc < 0) return rc;
   return weir_emit_u64(ctx, r->key, c);
 }
-static const weir_operator_vt bcount_vt = {.name = "bcount", .process = bcount_process};
+static const weir_operator_vt bcount_vt = {
+    .size = sizeof(weir_operator_vt), .name = "bcount", .process = bcount_process};
 
 /* An operator with its own state (a blob): not redistributable. */
 static int blob_process(weir_ctx *ctx, const weir_record *r) {
@@ -98,8 +100,11 @@ static int blob_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
   (void)r;
   return 0;
 }
-static const weir_operator_vt blob_vt = {
-    .name = "blobby", .process = blob_process, .snapshot = blob_snapshot, .restore = blob_restore};
+static const weir_operator_vt blob_vt = {.size = sizeof(weir_operator_vt),
+                                         .name = "blobby",
+                                         .process = blob_process,
+                                         .snapshot = blob_snapshot,
+                                         .restore = blob_restore};
 
 typedef struct job_shape {
   int p;            /* parallelism of every operator */

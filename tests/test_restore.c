@@ -78,8 +78,10 @@ static int sink_complete(weir_ctx *ctx, uint64_t id) {
   atomic_fetch_add(&cfg.completed, 1);
   return 0;
 }
-static const weir_operator_vt sink_vt = {
-    .name = "max", .process = sink_process, .checkpoint_complete = sink_complete};
+static const weir_operator_vt sink_vt = {.size = sizeof(weir_operator_vt),
+                                         .name = "max",
+                                         .process = sink_process,
+                                         .checkpoint_complete = sink_complete};
 static const int which0 = 0, which1 = 1;
 
 /* A counter in the byte-string map, keyed by the key's decimal text. */
@@ -100,7 +102,8 @@ static int bcount_process(weir_ctx *ctx, const weir_record *r) {
   if (rc < 0) return rc;
   return weir_emit_u64(ctx, r->key, c);
 }
-static const weir_operator_vt bcount_vt = {.name = "bcount", .process = bcount_process};
+static const weir_operator_vt bcount_vt = {
+    .size = sizeof(weir_operator_vt), .name = "bcount", .process = bcount_process};
 
 static weir_job *build(int p) {
   weir_job *job = NULL;

@@ -12,6 +12,7 @@
 
 #include "helpers.h"
 #include "weir/weir.h"
+#include "weir/sink.h"
 
 static weir_job *new_job(void) {
   weir_job *job = NULL;
@@ -143,6 +144,47 @@ Test(spec, sink_to_with_a_bad_spec_is_a_build_error) {
   cr_assert_eq(weir_sink_to(weir_gen(job, "gen", &g, 1), "out", "bogus", NULL, 1), WEIR_ESINK);
   cr_assert_eq(run1(job), WEIR_ESINK);
   cr_assert(strstr(weir_job_error(job), "bogus"), "%s", weir_job_error(job));
+  weir_job_destroy(job);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+static int nd_open(weir_ctx *ctx, void **dest) {
+  (void)ctx;
+  *dest = NULL;
+  return 0;
+}
+static int nd_write(weir_ctx *ctx, void *dest, const weir_record *r) {
+  (void)ctx, (void)dest, (void)r;
+  return 0;
+}
+static int nd_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *h) {
+  (void)ctx, (void)dest, (void)epoch, (void)h;
+  return 1;
+}
+static int nd_commit(void *dest, weir_sink_commit *c) {
+  (void)dest, (void)c;
+  return 0;
+}
+
+Test(spec, destination_without_a_size_is_a_build_error) {
+  static const weir_sink_dest_vt nosize = {.name = "nosize",
+                                           .open = nd_open,
+                                           .write = nd_write,
+                                           .pre_commit = nd_pre_commit,
+                                           .commit = nd_commit};
+  weir_job *job = new_job();
+  weir_gen_opts g = {.records = 3};
+  cr_assert_eq(weir_sink_twophase(weir_gen(job, "gen", &g, 1), "out", &nosize, NULL, 1), WEIR_EABI);
+  cr_assert(strstr(weir_job_error(job), "'out'") && strstr(weir_job_error(job), ".size"), "%s",
+            weir_job_error(job));
+  cr_assert_eq(run1(job), WEIR_EABI);
+  weir_job_destroy(job);
+
+  weir_sink_dest_vt sized = nosize;
+  sized.size = sizeof sized;
+  job = new_job();
+  cr_assert_eq(weir_sink_twophase(weir_gen(job, "gen", &g, 1), "out", &sized, NULL, 1), 0);
+  cr_assert_eq(run1(job), 0, "%s", weir_job_error(job));
   weir_job_destroy(job);
   cr_assert_eq(th_leak_check(), 0);
 }

@@ -596,8 +596,11 @@ static int src_run(weir_ctx *ctx, uint32_t budget) {
 static void src_close(weir_ctx *ctx) {
   free(weir_ctx_user(ctx));
 }
-static const weir_source_vt src_vt = {
-    .name = "n", .open = src_open, .run = src_run, .close = src_close};
+static const weir_source_vt src_vt = {.size = sizeof(weir_source_vt),
+                                      .name = "n",
+                                      .open = src_open,
+                                      .run = src_run,
+                                      .close = src_close};
 
 /* Non-keyed operator: calls every weir_state_* once and records the codes. */
 typedef struct codes {
@@ -622,7 +625,8 @@ static int nokey_process(weir_ctx *ctx, const weir_record *r) {
   weir_state_prefetch_u64(ctx, r->key); /* a hint: must not crash */
   return 0;
 }
-static const weir_operator_vt nokey_vt = {.name = "nokey", .process = nokey_process};
+static const weir_operator_vt nokey_vt = {
+    .size = sizeof(weir_operator_vt), .name = "nokey", .process = nokey_process};
 
 Test(state, api_not_keyed) {
   weir_job *job = NULL;
@@ -708,8 +712,10 @@ static int keyed_finish(weir_ctx *ctx) {
   return weir_state_each_u64(ctx, emit_each, ctx);
 }
 
-static const weir_operator_vt keyed_vt = {
-    .name = "keyed", .process = keyed_process, .finish = keyed_finish};
+static const weir_operator_vt keyed_vt = {.size = sizeof(weir_operator_vt),
+                                          .name = "keyed",
+                                          .process = keyed_process,
+                                          .finish = keyed_finish};
 
 static int kout_process(weir_ctx *ctx, const weir_record *r) {
   keyed_out *o = weir_ctx_arg(ctx);
@@ -718,7 +724,8 @@ static int kout_process(weir_ctx *ctx, const weir_record *r) {
   o->emitted++;
   return 0;
 }
-static const weir_operator_vt kout_vt = {.name = "kout", .process = kout_process};
+static const weir_operator_vt kout_vt = {
+    .size = sizeof(weir_operator_vt), .name = "kout", .process = kout_process};
 
 Test(state, api_keyed_u64_and_bytes) {
   weir_job *job = NULL;
@@ -814,8 +821,10 @@ static void route_case(const weir_operator_vt *vt, const char *what) {
 }
 
 Test(state, api_bytes_route_key_is_record_key) {
-  static const weir_operator_vt per_record = {.name = "r", .process = route_process};
-  static const weir_operator_vt per_batch = {.name = "b", .process_batch = route_process_batch};
+  static const weir_operator_vt per_record = {
+      .size = sizeof(weir_operator_vt), .name = "r", .process = route_process};
+  static const weir_operator_vt per_batch = {
+      .size = sizeof(weir_operator_vt), .name = "b", .process_batch = route_process_batch};
   route_case(&per_record, "process");
   /* process_batch selects each record's key with weir_state_select. */
   route_case(&per_batch, "process_batch");

@@ -109,8 +109,12 @@ static void src_close(weir_ctx *ctx) {
   free(weir_ctx_user(ctx));
 }
 
-static const weir_source_vt src_vt = {
-    .name = "src", .open = src_open, .run = src_run, .snapshot = src_snapshot, .close = src_close};
+static const weir_source_vt src_vt = {.size = sizeof(weir_source_vt),
+                                      .name = "src",
+                                      .open = src_open,
+                                      .run = src_run,
+                                      .snapshot = src_snapshot,
+                                      .close = src_close};
 
 /* ---- counting operators -------------------------------------------------- */
 
@@ -128,8 +132,10 @@ static int count_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
   return 0;
 }
 
-static const weir_operator_vt count_vt = {
-    .name = "count", .process = count_process, .snapshot = count_snapshot};
+static const weir_operator_vt count_vt = {.size = sizeof(weir_operator_vt),
+                                          .name = "count",
+                                          .process = count_process,
+                                          .snapshot = count_snapshot};
 
 /* Loop body: one trip round the loop takes one from the payload's value. */
 static int step_process(weir_ctx *ctx, const weir_record *r) {
@@ -144,10 +150,14 @@ static int split_process(weir_ctx *ctx, const weir_record *r) {
   return weir_emit(ctx, r->key, r->payload, r->len);
 }
 
-static const weir_operator_vt step_vt = {
-    .name = "step", .process = step_process, .snapshot = count_snapshot};
-static const weir_operator_vt split_vt = {
-    .name = "split", .process = split_process, .snapshot = count_snapshot};
+static const weir_operator_vt step_vt = {.size = sizeof(weir_operator_vt),
+                                         .name = "step",
+                                         .process = step_process,
+                                         .snapshot = count_snapshot};
+static const weir_operator_vt split_vt = {.size = sizeof(weir_operator_vt),
+                                          .name = "split",
+                                          .process = split_process,
+                                          .snapshot = count_snapshot};
 
 /* ---- running and checking ------------------------------------------------ */
 

@@ -370,6 +370,7 @@ static void file_close(weir_ctx *ctx, void *dest) {
 }
 
 static const weir_sink_dest_vt file_dest_vt = {
+    .size = sizeof(weir_sink_dest_vt),
     .name = "file",
     .open = file_open,
     .write = file_write,

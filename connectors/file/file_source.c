@@ -348,6 +348,7 @@ static int file_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
 }
 
 static const weir_source_vt file_vt = {
+    .size = sizeof(weir_source_vt),
     .name = "file_source",
     .open = file_open,
     .run = file_run,

@@ -318,6 +318,7 @@ static void http_close(weir_ctx *ctx, void *dest) {
 }
 
 static const weir_sink_dest_vt http_dest_vt = {
+    .size = sizeof(weir_sink_dest_vt),
     .name = "http",
     .open = http_open,
     .write = http_write,

@@ -360,6 +360,7 @@ static void nats_close(weir_ctx *ctx, void *dest) {
 }
 
 static const weir_sink_dest_vt nats_dest_vt = {
+    .size = sizeof(weir_sink_dest_vt),
     .name = "nats",
     .open = nats_open,
     .write = nats_write,

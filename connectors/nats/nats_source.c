@@ -374,6 +374,7 @@ static int src_run(weir_ctx *ctx, uint32_t budget) {
 #endif
 
 static const weir_source_vt nats_source_vt = {
+    .size = sizeof(weir_source_vt),
     .name = "nats",
     .open = src_open,
     .run = src_run,

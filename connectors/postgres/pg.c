@@ -909,6 +909,7 @@ static void pg_close(weir_ctx *ctx, void *dest) {
 }
 
 static const weir_sink_dest_vt pg_dest_vt = {
+    .size = sizeof(weir_sink_dest_vt),
     .name = "postgresql",
     .open = pg_open,
     .write = pg_write,

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/vtable.h"
 #include "snapshot/store.h"
 #include "graph.h"
 #include "iteration.h"
@@ -165,16 +166,34 @@ static void edge_new(weir_job *job, weir__node *from, weir__node *to, weir__part
   to->in[to->nin++] = e;
 }
 
+/* Copies a caller's callback table into *own (size bytes: this weir's);
+ * records a build error naming what and whom if the table is not one this
+ * weir can run. */
+static int adopt_vt(weir_job *job, const char *what, const char *name, void *own, size_t size,
+                    const void *vt) {
+  char why[256];
+  int rc = weir_vtable_copy(own, size, vt, size, why, sizeof why);
+  if (rc) return weir_job_fail(job, rc, "%s '%s': %s", what, name, why);
+  return 0;
+}
+
 weir_stream *weir_source(weir_job *job, const char *name, const weir_source_vt *vt, void *arg,
                          int parallelism) {
   if (!job || job->build_err) return NULL;
   if (check_name(job, name) || check_parallelism(job, name, parallelism)) return NULL;
-  if (!vt || !vt->run) {
+  if (!vt) {
+    weir_job_fail(job, WEIR_EPLAN, "source '%s' has no callbacks (vt is NULL)", name);
+    return NULL;
+  }
+  weir_source_vt own;
+  if (adopt_vt(job, "source", name, &own, sizeof own, vt)) return NULL;
+  if (!own.run) {
     weir_job_fail(job, WEIR_EPLAN, "source '%s' has no run callback", name);
     return NULL;
   }
   weir__node *n = node_new(job, name, WEIR__NODE_SOURCE, parallelism);
-  n->svt = vt;
+  n->vt.src = own;
+  n->svt = &n->vt.src;
   n->arg = arg;
   weir_stream *s = stream_new(job, 1);
   s->out[0] = (weir__stream_out){n, WEIR__PART_FORWARD};
@@ -218,7 +237,13 @@ static weir__node *consume(weir_stream *s, const char *name, const weir_operator
   if (!s || s->job->build_err) return NULL;
   weir_job *job = s->job;
   if (check_name(job, name) || check_parallelism(job, name, parallelism)) return NULL;
-  if (!vt || (!vt->process && !vt->process_batch)) {
+  if (!vt) {
+    weir_job_fail(job, WEIR_EPLAN, "operator '%s' has no callbacks (vt is NULL)", name);
+    return NULL;
+  }
+  weir_operator_vt own;
+  if (adopt_vt(job, "operator", name, &own, sizeof own, vt)) return NULL;
+  if (!own.process && !own.process_batch) {
     weir_job_fail(job, WEIR_EPLAN, "operator '%s' has neither process nor process_batch", name);
     return NULL;
   }
@@ -230,7 +255,8 @@ static weir__node *consume(weir_stream *s, const char *name, const weir_operator
         return NULL;
       }
   weir__node *n = node_new(job, name, kind, parallelism);
-  n->ovt = vt;
+  n->vt.op = own;
+  n->ovt = &n->vt.op;
   n->arg = arg;
   n->keyed = 1;
   for (uint32_t i = 0; i < s->n; i++) {

@@ -55,8 +55,14 @@ struct weir__node {
   uint32_t index;
   char *name;
   weir__node_kind kind;
+  /* The callbacks: NULL, or the node's own copy of the caller's table
+   * (base/vtable.h), so that a table of another ABI's size reads right. */
   const weir_operator_vt *ovt;
   const weir_source_vt *svt;
+  union {
+    weir_operator_vt op;
+    weir_source_vt src;
+  } vt;
   void *arg;
   int parallelism; /* 0 until frozen when the user said "default" */
   int keyed;       /* all inputs hash-partitioned */

@@ -41,7 +41,8 @@ static int capture_batch(weir_ctx *ctx, const weir_batch *b) {
   return 0;
 }
 
-static const weir_operator_vt capture_vt = {.name = "capture", .process_batch = capture_batch};
+static const weir_operator_vt capture_vt = {
+    .size = sizeof(weir_operator_vt), .name = "capture", .process_batch = capture_batch};
 
 static int open_instance(weir__harness *h, weir_subtask_snapshot *snap) {
   h->ctx = weir__ctx_create(&h->task, &h->node, h->task.subtask);

@@ -139,7 +139,8 @@ static void head_close(weir_ctx *ctx) {
   weir_ctx_set_user(ctx, NULL);
 }
 
-const weir_operator_vt weir__head_vt = {.name = "iteration-head",
+const weir_operator_vt weir__head_vt = {.size = sizeof(weir_operator_vt),
+                                        .name = "iteration-head",
                                         .open = head_open,
                                         .process_batch = head_process_batch,
                                         .restore = head_restore,

@@ -29,8 +29,14 @@ extern "C" {
 #endif
 
 /* Bumped whenever a job .so built against an older header would misbehave.
- * A job .so exports it with WEIR_JOB_EXPORT (below); the loader checks it. */
-#define WEIR_ABI_VERSION 2u
+ * A job .so exports it with WEIR_JOB_EXPORT (below); the loader accepts
+ * WEIR_ABI_MIN_VERSION to WEIR_ABI_VERSION. From version 3 on, every
+ * callback table (weir_operator_vt, weir_source_vt, weir_sink_dest_vt)
+ * begins with its own size, so that a later weir can add callbacks at the
+ * end of a table and still run a job built against this header: callbacks
+ * past a table's size are taken as NULL. */
+#define WEIR_ABI_VERSION 3u
+#define WEIR_ABI_MIN_VERSION 3u
 
 /* Default number of key groups: the largest parallelism a keyed operator can
  * ever be rescaled to. Keys map to key groups, key groups to subtasks. */
@@ -129,7 +135,12 @@ int weir_snapshot_position(weir_snapshot_writer *w, uint32_t split, uint64_t off
 const void *weir_snapshot_data(weir_snapshot_reader *r, size_t *len);
 int weir_snapshot_get_position(weir_snapshot_reader *r, uint32_t split, uint64_t *offset);
 
+/* An operator's callbacks. `size` must be sizeof(weir_operator_vt), as in
+ *   static const weir_operator_vt my_vt = {
+ *       .size = sizeof(weir_operator_vt), .name = "my", .process = my_process};
+ * adding an operator whose table has no size is a build error (WEIR_EABI). */
 typedef struct weir_operator_vt {
+  size_t size;
   const char *name;
   int (*open)(weir_ctx *ctx);
   int (*process)(weir_ctx *ctx, const weir_record *r);
@@ -164,6 +175,7 @@ enum {
  * one of WEIR_SOURCE_*. A source is asked to stop (weir_ctx_stopping()) when
  * the job is stopped; it should then return WEIR_SOURCE_DONE. */
 typedef struct weir_source_vt {
+  size_t size; /* sizeof(weir_source_vt), as for weir_operator_vt */
   const char *name;
   int (*open)(weir_ctx *ctx);
   int (*run)(weir_ctx *ctx, uint32_t budget);

@@ -128,6 +128,7 @@ int weir_sink_io_stopping(weir_sink_io *io);
 int weir_sink_io_sleep(weir_sink_io *io, uint32_t ms);
 
 typedef struct weir_sink_dest_vt {
+  size_t size; /* sizeof(weir_sink_dest_vt), as for weir_operator_vt */
   const char *name;
   /* Sets *dest (per subtask). When restoring (weir_ctx_restoring), keeps
    * what is in the destination; otherwise a fresh start: may discard what a

