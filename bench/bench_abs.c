@@ -15,9 +15,7 @@
  *                --modes (aligned, unaligned, sync) at each of --intervals.
  *                Runs go off, modes at interval 1, off, modes at interval 2,
  *                off ...; a run's ratio is its rate over the mean of the off
- *                runs around it (drift cancels). Unaligned needs an engine
- *                with weir_run_opts.unaligned (detected at compile time);
- *                without it the run is reported as "n/a". After each
+ *                runs around it (drift cancels). After each
  *                checkpointed run the store is listed: checkpoint sizes,
  *                durations and alignment times (medians). --skew-us U slows
  *                one path: rekey's subtask 0 sleeps U us per batch, so the
@@ -62,13 +60,6 @@
 #include "snapshot/store.h"
 #include "weir/weir.h"
 #include "stopper.h"
-
-/* The unaligned-checkpoint engine defines this with weir_run_opts.unaligned. */
-#ifdef WEIR_CHANNEL_STATE_SUFFIX
-#define HAVE_UNALIGNED 1
-#else
-#define HAVE_UNALIGNED 0
-#endif
 
 static FILE *jsonl;
 static uint32_t skew_us; /* --skew-us: see rekey_batch */
@@ -324,13 +315,12 @@ typedef struct mode {
   uint32_t interval_ms;
 } mode;
 
-/* One throughput run; returns records/s or -1 on failure (n/a: -2). */
+/* One throughput run; returns records/s or -1 on failure. */
 static double run_abs(const mode *m, int workers, uint64_t keys, double seconds, uint64_t *ckpts,
                       ckpt_stats *cs) {
   memset(cs, 0, sizeof *cs);
   *ckpts = 0;
   int unaligned = !strcmp(m->name, "unaligned");
-  if (unaligned && !HAVE_UNALIGNED) return -2;
   weir_job *job = NULL;
   weir_job_create(&job, "abs");
   weir_gen_opts g = {.records = 0, .keys = keys};
@@ -343,9 +333,7 @@ static double run_abs(const mode *m, int workers, uint64_t keys, double seconds,
     o.checkpoint_interval_ms = m->interval_ms;
     o.retain = 12;
     o.sync_checkpoints = !strcmp(m->name, "sync");
-#if HAVE_UNALIGNED
     o.unaligned = unaligned;
-#endif
   }
   bench_stopper st;
   bench_stopper_start(&st, job, "gen", seconds);
@@ -363,7 +351,7 @@ static double run_abs(const mode *m, int workers, uint64_t keys, double seconds,
 
 static void emit_abs(const mode *m, int workers, uint64_t keys, double seconds, double rate,
                      double ratio, uint64_t ckpts, const ckpt_stats *cs) {
-  const char *status = rate == -2 ? "n/a" : rate < 0 ? "failed" : "ok";
+  const char *status = rate < 0 ? "failed" : "ok";
   printf("  %-9s %5u ms  workers %d  %s", m->name, m->interval_ms, workers, status);
   if (rate >= 0)
     printf("  %8.2fM rec/s  ratio %.3f  %llu ckpts  %.1f MB  %.0f ms (alignment %.0f ms)",
@@ -461,13 +449,16 @@ static int bench_latency(uint64_t rate, uint32_t interval_ms, uint32_t align_ms,
     const weir_run_info *ri = weir_job_run_info(job);
     uint64_t ck = ri->checkpoints;
     /* Alignment per checkpoint of the measured window. */
-    uint32_t al[WEIR_RUN_INFO_DURATIONS], nal = bench_window_checkpoints(ri);
-    memcpy(al, ri->alignment_us, nal * sizeof *al);
+    static weir_checkpoint_stat cs[BENCH_MAX_CHECKPOINTS];
+    static uint32_t al[BENCH_MAX_CHECKPOINTS], sa[BENCH_MAX_CHECKPOINTS];
+    uint32_t nal = bench_window_checkpoints(job, cs, BENCH_MAX_CHECKPOINTS);
+    for (uint32_t i = 0; i < nal; i++)
+      al[i] = cs[i].alignment_us > UINT32_MAX ? UINT32_MAX : (uint32_t)cs[i].alignment_us;
     /* In steady state: the checkpoints after every key exists (the source
      * reaches the last new key after keys / rate seconds; until then every
      * record adds a key to three tables, and the tables grow). */
     uint32_t warm = iv ? (uint32_t)((double)keys / (double)rate * 1000.0 / iv) + 1 : 0;
-    uint32_t nst = nal > warm ? nal - warm : 0, sa[WEIR_RUN_INFO_DURATIONS];
+    uint32_t nst = nal > warm ? nal - warm : 0;
     memcpy(sa, al + (nal - nst), nst * sizeof *sa);
     qsort(sa, nst, sizeof *sa, cmp_u32);
     uint32_t s50 = nst ? rank_pct(sa, nst, 0.5) : 0, s99 = nst ? rank_pct(sa, nst, 0.99) : 0;

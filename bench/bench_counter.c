@@ -195,8 +195,10 @@ static double run_engine_ckpt(uint64_t records, uint64_t keys, int workers, cons
   if (!records) rate = bench_stopper_join(&st);
   if (cr) {
     const weir_run_info *ri = weir_job_run_info(job);
-    uint32_t d[WEIR_RUN_INFO_DURATIONS], n = bench_window_checkpoints(ri);
-    memcpy(d, ri->checkpoint_ms, n * sizeof *d);
+    static weir_checkpoint_stat cs[BENCH_MAX_CHECKPOINTS];
+    static uint32_t d[BENCH_MAX_CHECKPOINTS];
+    uint32_t n = bench_window_checkpoints(job, cs, BENCH_MAX_CHECKPOINTS);
+    for (uint32_t i = 0; i < n; i++) d[i] = (uint32_t)(cs[i].duration_us / 1000);
     qsort(d, n, sizeof *d, cmp_u32);
     cr->checkpoints = ri->checkpoints;
     cr->ms_p50 = n ? (n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2.0) : 0;

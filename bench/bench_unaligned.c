@@ -98,10 +98,10 @@ static void remove_store(const char *dir) {
 
 typedef struct result {
   double rate;
-  uint32_t n;          /* checkpoints, final excluded */
-  double ms[256];      /* their durations, ms (from microseconds) */
-  uint64_t unaligned;  /* completed with unaligned cuts */
-  uint64_t chan_bytes; /* channel state over the run */
+  uint32_t n;                       /* checkpoints, final excluded */
+  double ms[BENCH_MAX_CHECKPOINTS]; /* their durations, ms (from microseconds) */
+  uint64_t unaligned;               /* completed with unaligned cuts */
+  uint64_t chan_bytes;              /* channel state over the run */
   uint64_t checkpoints;
 } result;
 
@@ -138,8 +138,9 @@ static void run(const cfg *c, const mode *m, const char *dir, result *out) {
   const weir_run_info *ri = weir_job_run_info(job);
   memset(out, 0, sizeof *out);
   out->rate = rate;
-  out->n = bench_window_checkpoints(ri);
-  for (uint32_t i = 0; i < out->n; i++) out->ms[i] = ri->checkpoint_us[i] / 1000.0;
+  static weir_checkpoint_stat cs[BENCH_MAX_CHECKPOINTS];
+  out->n = bench_window_checkpoints(job, cs, BENCH_MAX_CHECKPOINTS);
+  for (uint32_t i = 0; i < out->n; i++) out->ms[i] = (double)cs[i].duration_us / 1000.0;
   out->unaligned = ri->unaligned_checkpoints;
   out->chan_bytes = ri->channel_state_bytes;
   out->checkpoints = ri->checkpoints;

@@ -72,12 +72,20 @@ static double bench_stopper_join(bench_stopper *st) {
   return st->window > 0 ? (double)st->emitted / st->window : 0;
 }
 
-/* How many of ri->checkpoint_ms belong to the measured window: not the
- * final checkpoint (after the stop, when sources end), nor one that was
- * still in flight at the stop (it waits for the job to drain). */
-static inline uint32_t bench_window_checkpoints(const weir_run_info *ri) {
-  uint32_t n = ri->checkpoint_ms_n ? ri->checkpoint_ms_n - 1 : 0;
-  return n < ri->checkpoint_ms_before_stop ? n : ri->checkpoint_ms_before_stop;
+/* The most checkpoints of one run a benchmark looks at. */
+#define BENCH_MAX_CHECKPOINTS 4096
+
+/* The checkpoints of the measured window, oldest first, into out (at most
+ * cap): not the final checkpoint (after the stop, when sources end), nor
+ * one that was still in flight at the stop (it waits for the job to drain).
+ * Returns how many. */
+static inline uint32_t bench_window_checkpoints(const weir_job *job, weir_checkpoint_stat *out,
+                                                uint32_t cap) {
+  size_t n = weir_job_checkpoint_stats(job, 0, out, cap);
+  uint32_t k = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!(out[i].flags & (WEIR_CHECKPOINT_FINAL | WEIR_CHECKPOINT_AFTER_STOP))) out[k++] = out[i];
+  return k;
 }
 
 #endif

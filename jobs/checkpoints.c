@@ -103,8 +103,8 @@ static int open_ro(const char *dir, weir_store **s) {
 
 /* Nonzero if st is a task's channel state (an unaligned cut). */
 static int is_channel_state(const weir_store_subtask_info *st) {
-  size_t n = strlen(st->op), k = strlen(WEIR_CHANNEL_STATE_SUFFIX);
-  return n > k && strcmp(st->op + n - k, WEIR_CHANNEL_STATE_SUFFIX) == 0;
+  size_t n = strlen(st->op), k = strlen(WEIR_STORE_CHANNELS_SUFFIX);
+  return n > k && strcmp(st->op + n - k, WEIR_STORE_CHANNELS_SUFFIX) == 0;
 }
 
 /* What checkpoint `id` says about unaligned cuts: the subtasks that took
@@ -120,8 +120,8 @@ static channel_sum channel_sum_of(const weir_store_ckpt_info *info) {
     const weir_store_subtask_info *st = &info->subtasks[i];
     if (!is_channel_state(st)) continue;
     c.unaligned++;
-    if (st->blob_len > WEIR_CHANNEL_STATE_HEADER)
-      c.bytes += st->blob_len - WEIR_CHANNEL_STATE_HEADER;
+    if (st->blob_len > WEIR_STORE_CHANNELS_HEADER)
+      c.bytes += st->blob_len - WEIR_STORE_CHANNELS_HEADER;
   }
   return c;
 }
@@ -324,7 +324,7 @@ int cli_cmd_inspect(int argc, char **argv) {
            (unsigned long long)info->ckpt.alignment_ms);
     if (cs.unaligned)
       printf("  unaligned: %u subtasks stored channel state, %llu bytes of overtaken records "
-             "(operators named *" WEIR_CHANNEL_STATE_SUFFIX ")\n",
+             "(operators named *" WEIR_STORE_CHANNELS_SUFFIX ")\n",
              cs.unaligned, (unsigned long long)cs.bytes);
     else
       printf("  aligned: no channel state\n");

@@ -248,9 +248,9 @@ Test(engine, plan_no_operators) {
 }
 
 /* Minimal: a job whose plan is refused must still be destroyable. (Fails
- * while weir_job_run sets job->nworkers before weir__plan_freeze, which
- * leaves job->workers NULL on a plan error: weir__plan_free then reads
- * job->workers[i].) */
+ * while weir_job_run sets job->plan.nworkers before weir__plan_freeze, which
+ * leaves job->plan.workers NULL on a plan error: weir__plan_free then reads
+ * job->plan.workers[i].) */
 Test(engine, destroy_after_plan_error) {
   weir_job *job = new_job("refused");
   src_cfg cfg = {.n = 1};

@@ -49,10 +49,11 @@
 #include <stdint.h>
 
 #include "batch.h"
+#include "snapshot/store.h"
 #include "weir/job.h"
 
 #define WEIR__CS_MAGIC 0x53435557u /* "WUCS" */
-#define WEIR__CS_HDR WEIR_CHANNEL_STATE_HEADER
+#define WEIR__CS_HDR WEIR_STORE_CHANNELS_HEADER
 #define WEIR__CS_FORMAT 3u
 /* Format 3: how many of a section's last ids an id may be coded against. */
 #define WEIR__CS_IDS 128u

@@ -22,6 +22,7 @@ int weir_job_create(weir_job **out, const char *name) {
   job->name = weir_strdup(name ? name : "job");
   pthread_mutex_init(&job->err_mu, NULL);
   pthread_mutex_init(&job->ck_mu, NULL);
+  weir__history_init(&job->history);
   *out = job;
   return 0;
 }
@@ -54,6 +55,7 @@ void weir_job_destroy(weir_job *job) {
   weir_free(job->adopted);
   pthread_mutex_destroy(&job->err_mu);
   pthread_mutex_destroy(&job->ck_mu);
+  weir__history_free(&job->history);
   weir_free(job->name);
   weir_free(job);
 }

@@ -15,7 +15,9 @@
 #include <stdint.h>
 
 #include "coordinator.h"
+#include "history.h"
 #include "restore.h"
+#include "snapshot/store.h"
 #include "weir/job.h"
 
 typedef enum {
@@ -93,7 +95,7 @@ enum { WEIR__UNALIGNED_ALWAYS = 1, WEIR__UNALIGNED_TIMEOUT = 2 };
 
 /* Suffix of the operator name under which a task's channel state is stored
  * (its chain head's name + this; graph.c refuses operator names with it). */
-#define WEIR__CHANNELS_SUFFIX WEIR_CHANNEL_STATE_SUFFIX
+#define WEIR__CHANNELS_SUFFIX WEIR_STORE_CHANNELS_SUFFIX
 
 typedef struct weir__adopted {
   void *p;
@@ -105,6 +107,21 @@ typedef struct weir__chain {
   weir__node **nodes;
   int parallelism;
 } weir__chain;
+
+/* The physical plan weir__plan_freeze makes of the graph (plan.c): chains
+ * of operators, each chain's subtasks as tasks, the channels between
+ * tasks, the workers that run them. Owned by the job from the freeze to
+ * weir__plan_free. */
+typedef struct weir__plan {
+  uint32_t nchains;
+  weir__chain *chains;
+  uint32_t ntasks;
+  weir__task **tasks;
+  uint32_t nchans;
+  weir__chan **chans;
+  uint32_t nworkers;
+  weir__worker **workers;
+} weir__plan;
 
 struct weir_job {
   char *name;
@@ -121,14 +138,7 @@ struct weir_job {
   /* Plan (after freeze). */
   atomic_int planned; /* the operators' contexts exist (read their counts) */
   weir_run_opts opts;
-  uint32_t nchains;
-  weir__chain *chains;
-  uint32_t ntasks;
-  weir__task **tasks;
-  uint32_t nchans;
-  weir__chan **chans;
-  uint32_t nworkers;
-  weir__worker **workers;
+  weir__plan plan;
   int ran;
   /* Run state shared across threads. */
   atomic_int stopping;      /* sources end (graceful stop) */
@@ -159,6 +169,7 @@ struct weir_job {
   pthread_mutex_t ck_mu;
   weir__coord coord;
   weir_run_info info;
+  weir__history history; /* completed checkpoints (history.c) */
   weir__restore_stats restore;
   _Atomic uint64_t cow_copies; /* pages copied for views, by closed tasks */
   int recover_only; /* a finished job: only tell operators its last checkpoint completed */

@@ -111,7 +111,6 @@ const weir_run_info *weir_job_run_info(const weir_job *job) {
   j->info.restore_build_ms = (double)atomic_load(&j->restore.build_ns) / 1e6;
   j->info.cow_pages_copied = atomic_load(&j->cow_copies);
   j->info.restore_ms = j->info.restore_read_ms + (double)atomic_load(&j->restore.install_ns) / 1e6;
-  if (!atomic_load(&j->stopping)) j->info.checkpoint_ms_before_stop = j->info.checkpoint_ms_n;
   return &job->info;
 }
 
@@ -137,7 +136,7 @@ static void close_cb(uv_handle_t *h) {
 }
 
 static void wake_all(weir_job *job) {
-  for (uint32_t i = 0; i < job->ntasks; i++) weir__task_wake(job->tasks[i]);
+  for (uint32_t i = 0; i < job->plan.ntasks; i++) weir__task_wake(job->plan.tasks[i]);
 }
 
 static void coord_end(runner *r) {
@@ -168,12 +167,6 @@ static void on_retry(uv_timer_t *h);
 static void on_drain(uv_timer_t *h) {
   runner *r = h->data;
   wake_all(r->job);
-}
-
-/* Nanoseconds as microseconds in a u32 (saturating), for weir_run_info. */
-static uint32_t us_u32(uint64_t ns) {
-  uint64_t us = ns / 1000u;
-  return us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
 }
 
 /* Starts a checkpoint. Returns 0 or the store's error (when no id can be
@@ -246,11 +239,11 @@ static void do_barriers(runner *r, const weir__ck_pending *ck) {
   uv_timer_start(&r->timeout, on_timeout, job->opts.checkpoint_timeout_ms, 0);
   if (job->opts.sync_checkpoints) uv_timer_start(&r->drain, on_drain, 1, 1);
   /* Sources inject the barriers: ahead of whatever their workers run. */
-  for (uint32_t i = 0; i < job->ntasks; i++)
-    if (job->tasks[i]->is_source)
-      weir__task_wake_first(job->tasks[i]);
+  for (uint32_t i = 0; i < job->plan.ntasks; i++)
+    if (job->plan.tasks[i]->is_source)
+      weir__task_wake_first(job->plan.tasks[i]);
     else
-      weir__task_wake(job->tasks[i]);
+      weir__task_wake(job->plan.tasks[i]);
 }
 
 static void do_snapshot(runner *r, const weir__ck_pending *ck) {
@@ -303,12 +296,17 @@ static void do_complete(runner *r, const weir__ck_pending *ck) {
              (unsigned long long)(ck->align_ns / 1000000u), un, ck->final ? ", final" : "");
   job->info.unaligned_checkpoints += ck->unaligned ? 1 : 0;
   job->info.channel_state_bytes += ck->channel_bytes;
-  if (job->info.checkpoint_ms_n < WEIR_RUN_INFO_DURATIONS) {
-    uint32_t k = job->info.checkpoint_ms_n++;
-    job->info.alignment_us[k] = us_u32(ck->align_ns);
-    job->info.checkpoint_us[k] = us_u32(took_ns);
-    job->info.checkpoint_ms[k] = (uint32_t)ms;
-  }
+  weir_checkpoint_stat st = {
+      .id = ck->id,
+      .started_us = ck->trigger_ns > job->start_ns ? (ck->trigger_ns - job->start_ns) / 1000u : 0,
+      .duration_us = took_ns / 1000u,
+      .alignment_us = ck->align_ns / 1000u,
+      .bytes = ck->bytes,
+      .channel_state_bytes = ck->channel_bytes,
+      .flags = (ck->unaligned ? WEIR_CHECKPOINT_UNALIGNED : 0u) |
+               (ck->final ? WEIR_CHECKPOINT_FINAL : 0u),
+  };
+  weir__history_add(&job->history, &st);
   job->info.last_checkpoint = ck->id;
   job->info.checkpoints++;
   (void)weir_failpoint("ckpt.after_meta_commit");
@@ -376,7 +374,8 @@ static int may_trigger(weir_job *job, int final) {
 static void on_interval(uv_timer_t *h) {
   runner *r = h->data;
   weir_job *job = r->job;
-  if (r->ending || atomic_load(&job->tasks_done) == job->ntasks || !may_trigger(job, 0)) return;
+  if (r->ending || atomic_load(&job->tasks_done) == job->plan.ntasks || !may_trigger(job, 0))
+    return;
   if (ck_trigger(r, 0)) ck_not_started(r, 0);
 }
 
@@ -406,7 +405,7 @@ static void on_async(uv_async_t *h) {
     coord_end(r);
     return;
   }
-  if (atomic_load(&job->tasks_done) == job->ntasks) {
+  if (atomic_load(&job->tasks_done) == job->plan.ntasks) {
     if (!job->store || job->recover_only) {
       coord_end(r);
       return;
@@ -418,7 +417,7 @@ static void on_async(uv_async_t *h) {
         if (atomic_load(&job->failed)) coord_end(r);
       }
     } else if (fin && atomic_load(&job->complete_id) == fin &&
-               atomic_load(&job->final_notified) == job->ntasks) {
+               atomic_load(&job->final_notified) == job->plan.ntasks) {
       coord_end(r);
     }
     return;
@@ -426,11 +425,11 @@ static void on_async(uv_async_t *h) {
   if (atomic_load(&job->stop_requests) && !r->handled_stops) {
     /* Graceful: sources end, everything downstream drains and finishes. */
     r->handled_stops = 1;
-    job->info.checkpoint_ms_before_stop = job->info.checkpoint_ms_n;
+    weir__history_stop(&job->history);
     WEIR_LOG_I("stopping: sources end, the job drains");
     atomic_store(&job->stopping, 1);
-    for (uint32_t i = 0; i < job->ntasks; i++)
-      if (job->tasks[i]->is_source) weir__task_wake(job->tasks[i]);
+    for (uint32_t i = 0; i < job->plan.ntasks; i++)
+      if (job->plan.tasks[i]->is_source) weir__task_wake(job->plan.tasks[i]);
   }
 }
 
@@ -702,8 +701,8 @@ static int check_opts(weir_job *job) {
 static void loop_open(runner *r) {
   weir_job *job = r->job;
   uint32_t writes = 0; /* operator subtasks: the writes of an aligned checkpoint */
-  for (uint32_t i = 0; i < job->ntasks; i++) writes += job->tasks[i]->nops;
-  weir__coord_init(&job->coord, writes, job->ntasks, job->opts.sync_checkpoints,
+  for (uint32_t i = 0; i < job->plan.ntasks; i++) writes += job->plan.tasks[i]->nops;
+  weir__coord_init(&job->coord, writes, job->plan.ntasks, job->opts.sync_checkpoints,
                    job->opts.tolerable_checkpoint_failures, job->info.restored_from);
   uv_loop_init(&r->loop);
   uv_async_init(&r->loop, &r->async, on_async);
@@ -740,8 +739,8 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
   apply_defaults(&job->opts);
   int rc = check_opts(job);
   if (rc) return rc;
-  job->nworkers = (uint32_t)job->opts.workers;
-  job->views_on_tasks = views_on_tasks(job->nworkers);
+  job->plan.nworkers = (uint32_t)job->opts.workers;
+  job->views_on_tasks = views_on_tasks(job->plan.nworkers);
   rc = weir__plan_freeze(job);
   if (rc) return rc;
 

@@ -122,17 +122,17 @@ static int chainable(const weir__node *n) {
 }
 
 static void make_chains(weir_job *job) {
-  job->chains = weir_calloc(job->nnodes, sizeof *job->chains);
+  job->plan.chains = weir_calloc(job->nnodes, sizeof *job->plan.chains);
   /* Builder order is topological: a node only consumes earlier nodes. */
   for (uint32_t i = 0; i < job->nnodes; i++) {
     weir__node *n = job->nodes[i];
     weir__chain *c;
     if (chainable(n)) {
       n->chain = n->in[0]->from->chain;
-      c = &job->chains[n->chain];
+      c = &job->plan.chains[n->chain];
     } else {
-      n->chain = job->nchains++;
-      c = &job->chains[n->chain];
+      n->chain = job->plan.nchains++;
+      c = &job->plan.chains[n->chain];
       c->parallelism = n->parallelism;
     }
     n->chain_pos = c->nnodes;
@@ -143,19 +143,20 @@ static void make_chains(weir_job *job) {
 
 static weir__task *task_of(weir_job *job, uint32_t chain, uint32_t subtask) {
   uint32_t base = 0;
-  for (uint32_t i = 0; i < chain; i++) base += (uint32_t)job->chains[i].parallelism;
-  return job->tasks[base + subtask];
+  for (uint32_t i = 0; i < chain; i++) base += (uint32_t)job->plan.chains[i].parallelism;
+  return job->plan.tasks[base + subtask];
 }
 
 static void make_tasks(weir_job *job) {
   const weir_run_opts *o = &job->opts;
-  for (uint32_t i = 0; i < job->nchains; i++) job->ntasks += (uint32_t)job->chains[i].parallelism;
-  job->tasks = weir_calloc(job->ntasks, sizeof *job->tasks);
+  for (uint32_t i = 0; i < job->plan.nchains; i++)
+    job->plan.ntasks += (uint32_t)job->plan.chains[i].parallelism;
+  job->plan.tasks = weir_calloc(job->plan.ntasks, sizeof *job->plan.tasks);
   for (uint32_t i = 0; i < job->nnodes; i++)
     job->nodes[i]->ctx = weir_calloc((size_t)job->nodes[i]->parallelism, sizeof(weir_ctx *));
   uint32_t k = 0;
-  for (uint32_t ci = 0; ci < job->nchains; ci++) {
-    weir__chain *c = &job->chains[ci];
+  for (uint32_t ci = 0; ci < job->plan.nchains; ci++) {
+    weir__chain *c = &job->plan.chains[ci];
     for (uint32_t s = 0; s < (uint32_t)c->parallelism; s++) {
       weir__task *t = weir_aligned_alloc(sizeof *t);
       memset(t, 0, sizeof *t);
@@ -177,7 +178,7 @@ static void make_tasks(weir_job *job) {
         t->ops[p]->next = t->ops[p + 1];
         t->ops[p]->link = weir__batch_create(o->batch_records);
       }
-      job->tasks[k++] = t;
+      job->plan.tasks[k++] = t;
     }
   }
 }
@@ -190,8 +191,8 @@ static weir__chan *chan_new(weir_job *job, weir__task *from, weir__task *to, con
     ch->spill_after = job->opts.loop_memory_bytes;
     ch->spill_dir = job->opts.spill_dir;
   }
-  job->chans = weir_realloc(job->chans, (job->nchans + 1) * sizeof *job->chans);
-  job->chans[job->nchans++] = ch;
+  job->plan.chans = weir_realloc(job->plan.chans, (job->plan.nchans + 1) * sizeof *job->plan.chans);
+  job->plan.chans[job->plan.nchans++] = ch;
   to->in = weir_realloc(to->in, (to->nin + 1) * sizeof *to->in);
   to->in_back = weir_realloc(to->in_back, to->nin + 1);
   to->in_loopin = weir_realloc(to->in_loopin, to->nin + 1);
@@ -204,14 +205,14 @@ static weir__chan *chan_new(weir_job *job, weir__task *from, weir__task *to, con
 
 static void make_channels(weir_job *job) {
   /* Routers: one per outgoing edge of each task's tail node. */
-  for (uint32_t i = 0; i < job->ntasks; i++) {
-    weir__task *t = job->tasks[i];
+  for (uint32_t i = 0; i < job->plan.ntasks; i++) {
+    weir__task *t = job->plan.tasks[i];
     weir__node *tail = t->chain->nodes[t->chain->nnodes - 1];
     t->nrouters = tail->nout;
     t->routers = weir_calloc(tail->nout ? tail->nout : 1, sizeof *t->routers);
   }
-  for (uint32_t ci = 0; ci < job->nchains; ci++) {
-    weir__chain *c = &job->chains[ci];
+  for (uint32_t ci = 0; ci < job->plan.nchains; ci++) {
+    weir__chain *c = &job->plan.chains[ci];
     weir__node *tail = c->nodes[c->nnodes - 1];
     for (uint32_t ei = 0; ei < tail->nout; ei++) {
       weir__edge *e = tail->out[ei];
@@ -239,8 +240,8 @@ static void make_channels(weir_job *job) {
       }
     }
   }
-  for (uint32_t i = 0; i < job->ntasks; i++) {
-    weir__task *t = job->tasks[i];
+  for (uint32_t i = 0; i < job->plan.ntasks; i++) {
+    weir__task *t = job->plan.tasks[i];
     t->in_ended = weir_calloc(t->nin ? t->nin : 1, 1);
     if (!t->in_back) t->in_back = weir_calloc(1, 1);
     if (!t->in_loopin) t->in_loopin = weir_calloc(1, 1);
@@ -255,18 +256,18 @@ static void make_channels(weir_job *job) {
 }
 
 static void assign_workers(weir_job *job) {
-  job->workers = weir_calloc(job->nworkers, sizeof *job->workers);
-  for (uint32_t i = 0; i < job->nworkers; i++) {
+  job->plan.workers = weir_calloc(job->plan.nworkers, sizeof *job->plan.workers);
+  for (uint32_t i = 0; i < job->plan.nworkers; i++) {
     weir__worker *w = weir_aligned_alloc(sizeof *w);
     memset(w, 0, sizeof *w);
     w->job = job;
     w->index = i;
     pthread_mutex_init(&w->mu, NULL);
-    job->workers[i] = w;
+    job->plan.workers[i] = w;
   }
-  for (uint32_t i = 0; i < job->ntasks; i++) {
-    weir__task *t = job->tasks[i];
-    weir__worker *w = job->workers[t->subtask % job->nworkers];
+  for (uint32_t i = 0; i < job->plan.ntasks; i++) {
+    weir__task *t = job->plan.tasks[i];
+    weir__worker *w = job->plan.workers[t->subtask % job->plan.nworkers];
     t->worker = w;
     w->tasks = weir_realloc(w->tasks, (w->ntasks + 1) * sizeof *w->tasks);
     w->tasks[w->ntasks++] = t;
@@ -283,10 +284,11 @@ int weir__plan_freeze(weir_job *job) {
   /* Subtask s runs on worker s mod W: workers beyond the largest
    * parallelism would have nothing to run. */
   uint32_t maxp = 1;
-  for (uint32_t i = 0; i < job->nchains; i++)
-    if ((uint32_t)job->chains[i].parallelism > maxp) maxp = (uint32_t)job->chains[i].parallelism;
-  if (job->nworkers > maxp) job->nworkers = maxp;
-  if (job->nworkers == 0) job->nworkers = 1;
+  for (uint32_t i = 0; i < job->plan.nchains; i++)
+    if ((uint32_t)job->plan.chains[i].parallelism > maxp)
+      maxp = (uint32_t)job->plan.chains[i].parallelism;
+  if (job->plan.nworkers > maxp) job->plan.nworkers = maxp;
+  if (job->plan.nworkers == 0) job->plan.nworkers = 1;
   assign_workers(job);
   /* Another thread may be asking for operator counts (summary.c). */
   atomic_store_explicit(&job->planned, 1, memory_order_release);
@@ -295,8 +297,8 @@ int weir__plan_freeze(weir_job *job) {
 
 void weir__plan_free(weir_job *job) {
   atomic_store_explicit(&job->planned, 0, memory_order_relaxed);
-  for (uint32_t i = 0; i < job->ntasks; i++) {
-    weir__task *t = job->tasks[i];
+  for (uint32_t i = 0; i < job->plan.ntasks; i++) {
+    weir__task *t = job->plan.tasks[i];
     for (uint32_t k = 0; k < t->nrouters; k++) {
       weir__router *r = &t->routers[k];
       for (uint32_t j = 0; j < r->n; j++) weir__batch_destroy(r->cur[j]);
@@ -313,26 +315,26 @@ void weir__plan_free(weir_job *job) {
     weir_free(t->in_loopin);
     weir_free(t);
   }
-  weir_free(job->tasks);
-  job->tasks = NULL;
-  job->ntasks = 0;
-  for (uint32_t i = 0; i < job->nchans; i++) weir__chan_destroy(job->chans[i]);
-  weir_free(job->chans);
-  job->chans = NULL;
-  job->nchans = 0;
-  for (uint32_t i = 0; job->workers && i < job->nworkers; i++) {
-    weir__worker *w = job->workers[i];
+  weir_free(job->plan.tasks);
+  job->plan.tasks = NULL;
+  job->plan.ntasks = 0;
+  for (uint32_t i = 0; i < job->plan.nchans; i++) weir__chan_destroy(job->plan.chans[i]);
+  weir_free(job->plan.chans);
+  job->plan.chans = NULL;
+  job->plan.nchans = 0;
+  for (uint32_t i = 0; job->plan.workers && i < job->plan.nworkers; i++) {
+    weir__worker *w = job->plan.workers[i];
     pthread_mutex_destroy(&w->mu);
     weir_free(w->tasks);
     weir_free(w);
   }
-  weir_free(job->workers);
-  job->workers = NULL;
-  job->nworkers = 0;
-  for (uint32_t i = 0; i < job->nchains; i++) weir_free(job->chains[i].nodes);
-  weir_free(job->chains);
-  job->chains = NULL;
-  job->nchains = 0;
+  weir_free(job->plan.workers);
+  job->plan.workers = NULL;
+  job->plan.nworkers = 0;
+  for (uint32_t i = 0; i < job->plan.nchains; i++) weir_free(job->plan.chains[i].nodes);
+  weir_free(job->plan.chains);
+  job->plan.chains = NULL;
+  job->plan.nchains = 0;
   for (uint32_t i = 0; i < job->nnodes; i++) {
     weir_free(job->nodes[i]->ctx);
     job->nodes[i]->ctx = NULL;

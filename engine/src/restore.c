@@ -372,7 +372,7 @@ int weir__restore_load(weir_job *job, uint64_t id, int notified_only) {
    * zero the tables the load will fill (prefault). */
   if (!rc) {
     prefaulter pf;
-    prefault_start(&pf, pl.items, pl.nitems, (int)job->nworkers);
+    prefault_start(&pf, pl.items, pl.nitems, (int)job->plan.nworkers);
     rc = weir_store_probe(job->store, id);
     job->info.restore_probe_ms = (double)(uv_hrtime() - t0) / 1e6;
     prefault_join(&pf);
@@ -385,7 +385,7 @@ int weir__restore_load(weir_job *job, uint64_t id, int notified_only) {
                (unsigned long long)id, n->name, pl.p0[n->index], n->parallelism);
     rc = load_rescaled(job, id, n, pl.p0[n->index], pl.kg);
   }
-  if (!rc) rc = load_parallel(job, id, pl.items, pl.nitems, (int)job->nworkers);
+  if (!rc) rc = load_parallel(job, id, pl.items, pl.nitems, (int)job->plan.nworkers);
   for (size_t i = 0; i < pl.nitems; i++) /* tables prefaulted for a load that did not run */
     weir__u64_table_free(pl.items[i].table, pl.items[i].table_bytes);
   weir_free(pl.items);

@@ -42,8 +42,8 @@ int weir_job_write_summary(const weir_job *job, const char *path) {
   int failed = atomic_load(&job->failed);
   fprintf(f, ",\n  \"ok\": %s,\n  \"error\": ", failed || job->build_err ? "false" : "true");
   weir_json_string(f, job->errmsg);
-  fprintf(f, ",\n  \"workers\": %u,\n  \"elapsed_s\": %.6f,\n  \"operators\": [", job->nworkers,
-          elapsed);
+  fprintf(f, ",\n  \"workers\": %u,\n  \"elapsed_s\": %.6f,\n  \"operators\": [",
+          job->plan.nworkers, elapsed);
   for (uint32_t i = 0; i < job->nnodes; i++) {
     weir__node *n = job->nodes[i];
     uint64_t tin = 0, tout = 0;

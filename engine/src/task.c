@@ -415,7 +415,7 @@ static void task_done(weir__task *t) {
   t->state = WEIR__TASK_DONE;
   publish_stats(t);
   unsigned done = atomic_fetch_add(&t->job->tasks_done, 1) + 1;
-  if (done == t->job->ntasks) weir__job_poke(t->job);
+  if (done == t->job->plan.ntasks) weir__job_poke(t->job);
 }
 
 int weir__task_poll(weir__task *t) {

@@ -218,12 +218,12 @@ static void worker_main(void *arg) {
 
 int weir__workers_start(weir_job *job) {
   uv_barrier_t *bar = weir_malloc(sizeof *bar);
-  if (uv_barrier_init(bar, job->nworkers) != 0) {
+  if (uv_barrier_init(bar, job->plan.nworkers) != 0) {
     weir_free(bar);
     return WEIR_ENOMEM;
   }
-  for (uint32_t i = 0; i < job->nworkers; i++) {
-    weir__worker *w = job->workers[i];
+  for (uint32_t i = 0; i < job->plan.nworkers; i++) {
+    weir__worker *w = job->plan.workers[i];
     w->quiesce = bar;
     int rc = uv_loop_init(&w->loop);
     if (rc) return WEIR_ENOMEM;
@@ -235,8 +235,8 @@ int weir__workers_start(weir_job *job) {
       w->tasks[k]->timer = tm;
     }
   }
-  for (uint32_t i = 0; i < job->nworkers; i++) {
-    weir__worker *w = job->workers[i];
+  for (uint32_t i = 0; i < job->plan.nworkers; i++) {
+    weir__worker *w = job->plan.workers[i];
     if (uv_thread_create(&w->thread, worker_main, w) != 0) {
       /* Cannot start the pool: nothing has run yet; report and let the
        * already started workers be stopped by the coordinator. */
@@ -247,8 +247,8 @@ int weir__workers_start(weir_job *job) {
 }
 
 void weir__workers_stop(weir_job *job) {
-  for (uint32_t i = 0; i < job->nworkers; i++) {
-    weir__worker *w = job->workers[i];
+  for (uint32_t i = 0; i < job->plan.nworkers; i++) {
+    weir__worker *w = job->plan.workers[i];
     atomic_store_explicit(&w->stop, 1, memory_order_release);
     /* Tests: the worker may see stop, and the others, before the wake-up. */
     (void)weir_failpoint("worker.stop_wake");
@@ -259,8 +259,8 @@ void weir__workers_stop(weir_job *job) {
 
 void weir__workers_join(weir_job *job) {
   uv_barrier_t *bar = NULL;
-  for (uint32_t i = 0; i < job->nworkers; i++) {
-    weir__worker *w = job->workers[i];
+  for (uint32_t i = 0; i < job->plan.nworkers; i++) {
+    weir__worker *w = job->plan.workers[i];
     uv_thread_join(&w->thread);
     /* Idle time is where a job on few cores loses to its checkpoints: a
      * worker displaced by the store writer starves the others. */

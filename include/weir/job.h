@@ -482,19 +482,6 @@ typedef struct weir_run_info {
    * because a checkpoint's copy-on-write view of them was not read yet
    * when they updated them (counted when the tasks close). */
   uint64_t cow_pages_copied;
-  /* Durations (trigger to durable, ms, and the same in microseconds) of the
-   * first WEIR_RUN_INFO_DURATIONS checkpoints this run completed, for
-   * benchmarks, and their alignment times in microseconds (the longest any
-   * task waited from its first barrier to its last; sync mode: trigger to
-   * drained). */
-  uint32_t checkpoint_ms_n;
-  uint32_t checkpoint_ms[256];
-  uint32_t checkpoint_us[256];
-  uint32_t alignment_us[256];
-  /* How many of those completed before weir_job_stop() was handled (all of
-   * them if it never was): one still in flight at the stop waits for the
-   * job to drain, so benchmarks leave it out with the final one. */
-  uint32_t checkpoint_ms_before_stop;
   /* The restore, when there was one: the checkpoint's stored bytes;
    * restore_read_ms, the wall time to load them: the metadata and the
    * page walk in a child (restore_probe_ms, the first part of it; the
@@ -509,15 +496,36 @@ typedef struct weir_run_info {
   double restore_read_ms, restore_build_ms;
   double restore_probe_ms, restore_ms;
 } weir_run_info;
-#define WEIR_RUN_INFO_DURATIONS 256
-
-/* A task's channel state (unaligned checkpoints) is stored in the
- * checkpoint as the operator subtask "<chain head>" WEIR_CHANNEL_STATE_SUFFIX
- * (operator names may not end with it): a blob of a 40-byte header and the
- * overtaken records (format in engine/src/chanstate.h). */
-#define WEIR_CHANNEL_STATE_SUFFIX "~channels"
-#define WEIR_CHANNEL_STATE_HEADER 40u
 const weir_run_info *weir_job_run_info(const weir_job *job);
+
+/* One checkpoint this run completed (weir_job_checkpoint_stats). */
+typedef struct weir_checkpoint_stat {
+  uint64_t id;
+  uint64_t started_us;  /* when it was triggered, after the run started */
+  uint64_t duration_us; /* trigger to durable */
+  /* The longest any task waited from its first barrier to its last
+   * (synchronous checkpoints: trigger to every task drained). */
+  uint64_t alignment_us;
+  uint64_t bytes;               /* stored, envelopes included */
+  uint64_t channel_state_bytes; /* of unaligned cuts (record bytes) */
+  uint32_t flags;               /* WEIR_CHECKPOINT_* */
+} weir_checkpoint_stat;
+enum {
+  WEIR_CHECKPOINT_UNALIGNED = 1, /* at least one task cut it unaligned */
+  WEIR_CHECKPOINT_FINAL = 2,     /* the one taken at the end of input */
+  /* Completed after weir_job_stop() was handled: it waited for the job to
+   * drain (benchmarks leave these out). */
+  WEIR_CHECKPOINT_AFTER_STOP = 4
+};
+/* How many completed checkpoints a job remembers: the latest ones. */
+#define WEIR_CHECKPOINT_HISTORY 65536u
+
+/* Copies the statistics of the checkpoints this run completed into out (at
+ * most n), oldest first, starting with the `first`-th (0: the run's first;
+ * ones older than the latest WEIR_CHECKPOINT_HISTORY are skipped). Returns
+ * how many it copied. Thread-safe: may be called while the job runs. */
+size_t weir_job_checkpoint_stats(const weir_job *job, uint64_t first, weir_checkpoint_stat *out,
+                                 size_t n);
 
 /* Asks a running job to stop: sources end, the rest drains and closes.
  * Thread-safe and async-signal-safe; a second call is harmless. (With

@@ -39,6 +39,14 @@ extern "C" {
 #define WEIR_STORE_SHARED_KEYS 3u
 #define WEIR_STORE_MIN_READER 1u
 
+/* A task's channel state (unaligned checkpoints) is stored as the operator
+ * subtask "<chain head>" WEIR_STORE_CHANNELS_SUFFIX (operator names may not
+ * end with it): a blob of a WEIR_STORE_CHANNELS_HEADER-byte header and the
+ * overtaken records (format in engine/src/chanstate.h). The store keeps it
+ * as any blob; the names are here for the engine and `weir inspect`. */
+#define WEIR_STORE_CHANNELS_SUFFIX "~channels"
+#define WEIR_STORE_CHANNELS_HEADER 40u
+
 /* The hash order of u64 state: ascending key * WEIR_STORE_U64_RANK (mod
  * 2^64, a bijection of the keys). It is the order in which the engine's
  * hash tables place keys, so a snapshot read off a table is nearly sorted
