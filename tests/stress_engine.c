@@ -88,6 +88,11 @@ typedef struct counter {
    * touches `paced`): it takes its batches in slices. */
   uint32_t slow_us;
   uint64_t paced;
+  /* Paced sources: after `pace` records, a source returns IDLE and asks
+   * to run again in 1..1500 us (short waits nap, longer ones are libuv
+   * timers), so workers nap and are woken from other workers all the
+   * time. */
+  uint32_t pace;
   /* Stop scenario: once `received` reaches stop_at, signal the stopper. */
   uint64_t stop_at;
   pthread_mutex_t mu;
@@ -124,6 +129,7 @@ static int src_run(weir_ctx *ctx, uint32_t budget) {
   counter *c = weir_ctx_arg(ctx);
   uint64_t *next = weir_ctx_user(ctx), p = weir_ctx_parallelism(ctx);
   uint32_t k = 0;
+  if (c->pace && budget > c->pace) budget = c->pace;
   for (; k < budget && *next < c->n; k++) {
     uint64_t i = *next;
     uint8_t pl[8];
@@ -138,7 +144,12 @@ static int src_run(weir_ctx *ctx, uint32_t budget) {
     *next += p;
   }
   atomic_fetch_add(&c->emitted, k);
-  return *next >= c->n ? WEIR_SOURCE_DONE : WEIR_SOURCE_MORE;
+  if (*next >= c->n) return WEIR_SOURCE_DONE;
+  if (c->pace) {
+    weir_ctx_wake_after(ctx, (*next * 7919u) % 1500u + 1u);
+    return WEIR_SOURCE_IDLE;
+  }
+  return WEIR_SOURCE_MORE;
 }
 
 static void src_close(weir_ctx *ctx) {
@@ -516,6 +527,35 @@ int main(int argc, char **argv) {
     counter_free(&c);
     report(name, ok, why);
   }
+  /* Paced sources (workers nap between short waits and are woken by the
+   * others' pushes), with and without latency tracing. */
+  for (int traced = 0; traced < 2; traced++)
+    for (int w = 1; w <= 3; w++) {
+      char name[160], why[256] = "";
+      snprintf(name, sizeof name, "counter P=3 W=%d, paced sources%s", w, traced ? ", traced" : "");
+      counter c;
+      counter_init(&c, n / 10, 13);
+      c.pace = 40;
+      weir_job *job = NULL;
+      int ok = 0;
+      if (weir_job_create(&job, name) || build(job, &c, 3, 3, 2)) {
+        snprintf(why, sizeof why, "build: %s", weir_job_error(job));
+      } else {
+        weir_run_opts o = {
+            .workers = w, .batch_records = 16, .channel_batches = 2, .trace_latency = traced};
+        int rc = weir_job_run(job, &o);
+        uint64_t p50 = 0;
+        if (rc)
+          snprintf(why, sizeof why, "run: %s: %s", weir_err_name(rc), weir_job_error(job));
+        else if (traced && weir_job_hop_quantile(job, "collect", WEIR_WAIT_TOTAL, 0.5, &p50))
+          snprintf(why, sizeof why, "no traced waits into the sink");
+        else
+          ok = verify(&c, why, sizeof why) == 0;
+      }
+      weir_job_destroy(job);
+      counter_free(&c);
+      report(name, ok, why);
+    }
   for (uint64_t round = 0; round < 4; round++) {
     stop_scenario(2, 2, 3000 + round * 1111);
     stop_scenario(4, 3, 5000 + round * 777);

@@ -35,6 +35,7 @@ void weir__batch_reset(weir__batch *b) {
   b->used = 0;
   b->barrier_id = 0;
   b->next = NULL;
+  b->tr.born = b->tr.pushed = 0;
   if (b->arena_cap > WEIR__ARENA_SOFT) {
     weir_free(b->data);
     b->arena_cap = b->cap * ARENA_PER_RECORD;

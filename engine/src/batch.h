@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "trace.h"
 #include "weir/job.h"
 
 typedef enum {
@@ -40,6 +41,7 @@ typedef struct weir__batch {
   uint32_t *off;
   uint32_t *lens;
   uint8_t *data;
+  weir__batch_trace tr; /* latency tracing only (trace.h) */
 } weir__batch;
 
 /* A new empty data batch for `cap` records. Caller owns it. */

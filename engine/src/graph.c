@@ -15,6 +15,7 @@
 #include "graph.h"
 #include "iteration.h"
 #include "job.h"
+#include "trace.h"
 
 int weir_job_create(weir_job **out, const char *name) {
   if (!out) return WEIR_EINVAL;
@@ -56,6 +57,7 @@ void weir_job_destroy(weir_job *job) {
   pthread_mutex_destroy(&job->err_mu);
   pthread_mutex_destroy(&job->ck_mu);
   weir__history_free(&job->history);
+  weir__trace_job_destroy(job->trace);
   weir_free(job->name);
   weir_free(job);
 }

@@ -181,6 +181,8 @@ struct weir_job {
    * after it forwards the barrier, not by the store's reader threads: set
    * when the workers leave no core free (job.c). */
   int views_on_tasks;
+  /* Latency tracing (weir_run_opts.trace_latency; trace.h), or NULL. */
+  struct weir__job_trace *trace;
 };
 
 /* Records the job's first failure (later ones are dropped) and wakes the

@@ -78,6 +78,7 @@
 #include "base/log.h"
 #include "snapshot/store.h"
 #include "task.h"
+#include "trace.h"
 #include "worker.h"
 
 /* The coordinator loop's handles and what only it reads. */
@@ -743,6 +744,7 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
   job->views_on_tasks = views_on_tasks(job->plan.nworkers);
   rc = weir__plan_freeze(job);
   if (rc) return rc;
+  if (job->opts.trace_latency) job->trace = weir__trace_job_create(job->nnodes, job->plan.ntasks);
 
   /* From the lease on, SIGINT and SIGTERM must stop the job in order
    * (release the lease): held back until the loop's handlers are in place

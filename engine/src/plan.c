@@ -262,7 +262,8 @@ static void assign_workers(weir_job *job) {
     memset(w, 0, sizeof *w);
     w->job = job;
     w->index = i;
-    pthread_mutex_init(&w->mu, NULL);
+    uv_mutex_init(&w->mu);
+    uv_cond_init(&w->cv);
     job->plan.workers[i] = w;
   }
   for (uint32_t i = 0; i < job->plan.ntasks; i++) {
@@ -324,7 +325,8 @@ void weir__plan_free(weir_job *job) {
   job->plan.nchans = 0;
   for (uint32_t i = 0; job->plan.workers && i < job->plan.nworkers; i++) {
     weir__worker *w = job->plan.workers[i];
-    pthread_mutex_destroy(&w->mu);
+    uv_cond_destroy(&w->cv);
+    uv_mutex_destroy(&w->mu);
     weir_free(w->tasks);
     weir_free(w);
   }

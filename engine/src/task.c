@@ -70,6 +70,7 @@
 #include "channel.h"
 #include "task_step.h"
 #include "task_unaligned.h"
+#include "trace.h"
 
 static int op_process(weir_ctx *ctx, const weir__batch *b, uint32_t from, uint32_t n);
 
@@ -77,6 +78,7 @@ static int op_process(weir_ctx *ctx, const weir__batch *b, uint32_t from, uint32
  * are added to the loop's in-flight count first (see iteration.c). */
 static inline void router_push(weir__router *r, uint32_t j, weir__batch *b) {
   if (r->loop) weir__loop_publish(r);
+  if (r->tr) b->tr.pushed = weir_clock_mono_ns();
   weir__chan_push(r->chans[j], b);
 }
 
@@ -99,9 +101,11 @@ COLD weir__batch *route_batch(weir__router *r, uint32_t j, uint32_t len) {
   weir__batch *b = r->cur[j];
   if (!b) {
     b = r->cur[j] = weir__chan_batch(r->chans[j]);
+    if (r->tr) weir__trace_born(r->tr, b);
   } else if (!weir__batch_fits(b, len)) {
     router_push(r, j, b);
     b = r->cur[j] = weir__chan_batch(r->chans[j]);
+    if (r->tr) weir__trace_born(r->tr, b);
   }
   if (!weir__batch_fits(b, len)) WEIR_ASSERT(0 && "an empty batch takes any record");
   return b;
@@ -371,6 +375,7 @@ void weir__task_flush_outputs(weir__task *t) {
 }
 
 static void maybe_timeout_flush(weir__task *t) {
+  if (t->job->opts.buffer_timeout_us == WEIR_FLUSH_AT_ONCE) return; /* flushed already */
   uint64_t now = weir_clock_mono_ns();
   if (now - t->last_flush_ns >= (uint64_t)t->job->opts.buffer_timeout_us * 1000u)
     weir__task_flush_outputs(t);
@@ -600,6 +605,7 @@ static int source_step(weir__task *t) {
     }
     uint64_t t2 = weir_clock_mono_ns(), made = c->n_out - before;
     note_time(t, t2 - t1, made);
+    if (UNLIKELY(t->job->opts.buffer_timeout_us == WEIR_FLUSH_AT_ONCE)) weir__task_flush_outputs(t);
     if (rc == WEIR_SOURCE_DONE) {
       weir__task_finish(t);
       return 0;
@@ -724,17 +730,19 @@ static inline int input_data(weir__task *t, uint32_t idx, weir__batch *b, uint64
   uint32_t from = t->in_off[idx], n = b->len - from;
   if (t->pace.sliceable) n = slice_of(t, n);
   uint64_t t1 = weir_clock_mono_ns();
+  if (t->tr) weir__trace_pick(t, b, from, t1);
   if (t->head_loop && weir__backlog_logging(t->backlog, idx))
     weir__backlog_batch(t->backlog, b, from, n);
   weir__task_un_log(t, idx, b, from, n);
   int rc = op_process(t->ops[0], b, from, n);
+  if (!rc) rc = chain_flush(t, 0);
+  if (t->tr) weir__trace_done(t, b, from, n, weir_clock_mono_ns());
   if (from + n == b->len) {
     t->in_off[idx] = 0;
     weir__chan_release(t->in[idx]);
   } else {
     t->in_off[idx] = from + n;
   }
-  if (!rc) rc = chain_flush(t, 0);
   if (rc) {
     weir__task_failed(t, rc);
     return 1;
@@ -743,6 +751,7 @@ static inline int input_data(weir__task *t, uint32_t idx, weir__batch *b, uint64
    * between calls would look like a cost per call. */
   *now = weir_clock_mono_ns();
   note_time(t, *now - t1, n);
+  if (UNLIKELY(t->job->opts.buffer_timeout_us == WEIR_FLUSH_AT_ONCE)) weir__task_flush_outputs(t);
   if (t->in_loopin[idx])
     weir__loop_consumed(t, n);
   else if (t->loop_out)
@@ -884,6 +893,10 @@ int weir__task_run(weir__task *t) {
 
 int weir__task_open(weir__task *t) {
   t->last_flush_ns = weir_clock_mono_ns();
+  if (t->job->trace) {
+    t->tr = weir__trace_task_create(t);
+    for (uint32_t k = 0; k < t->nrouters; k++) t->routers[k].tr = t->tr;
+  }
   weir__align_init(&t->align, t->nin,
                    t->job->opts.at_least_once ? WEIR__ALIGN_AT_LEAST_ONCE
                                               : WEIR__ALIGN_EXACTLY_ONCE);
@@ -930,6 +943,7 @@ void weir__task_close(weir__task *t) {
   weir__task_drop_held(t);
   weir__task_un_close(t);
   weir__head_close(t);
+  weir__trace_task_close(t);
   publish_stats(t);
 }
 

@@ -30,12 +30,13 @@ typedef struct weir__router {
   weir__part part;
   uint32_t n; /* channels, one per consumer subtask (1 for forward) */
   weir__chan **chans;
-  struct weir__batch **cur; /* batch being filled per channel, or NULL */
-  uint32_t rr;              /* rebalance cursor */
-  uint32_t max_par;         /* key groups */
-  uint16_t *kg_target;      /* hash: key group -> channel index */
-  weir__loop *loop;         /* an edge inside a loop: records are counted */
-  int64_t loop_inc;         /* counted, not yet published to loop->inflight */
+  struct weir__batch **cur;    /* batch being filled per channel, or NULL */
+  uint32_t rr;                 /* rebalance cursor */
+  uint32_t max_par;            /* key groups */
+  uint16_t *kg_target;         /* hash: key group -> channel index */
+  weir__loop *loop;            /* an edge inside a loop: records are counted */
+  int64_t loop_inc;            /* counted, not yet published to loop->inflight */
+  struct weir__task_trace *tr; /* latency tracing: the task's, or NULL */
 } weir__router;
 
 /* A chain's cost per call and per record, fitted from its recent calls
@@ -75,7 +76,8 @@ struct weir__task {
   atomic_int hurry; /* woken by weir__task_wake_first from another worker */
   weir__task *next_run;
   weir__task_state state;
-  void *timer; /* uv_timer_t on the worker's loop */
+  void *timer;      /* uv_timer_t on the worker's loop */
+  uint64_t wake_at; /* a short wait (worker.c): run again at this time, or 0 */
   uint64_t last_flush_ns;
   uint32_t budget_batches;
   uint32_t batch_records;
@@ -119,6 +121,8 @@ struct weir__task {
    * state. Out of line: its channel-state buffers are kilobytes that the
    * aligned path never reads. */
   struct weir__task_un *un;
+  /* Latency tracing (trace.h), or NULL. */
+  struct weir__task_trace *tr;
 };
 
 /* Runs the task for one bounded step. Returns 1 if it should run again soon

@@ -16,6 +16,15 @@
  * every POLL_NS, whichever comes first: steps of a slow task last about a
  * millisecond each, and 64 of them would starve a timer for 64 ms.
  *
+ * Short waits: libuv's timers count milliseconds, and a task that asks to
+ * run again in 100 us would wait one to two of them (measured: a paced
+ * source then emitted most records a millisecond late; docs/latency.md).
+ * A wait under SHORT_NS is a deadline on the task (`wake_at`) instead,
+ * looked at after every step; a worker with nothing to run and a deadline
+ * ahead naps on a condition variable until it, and a waker that finds it
+ * napping signals it, both under the inbox mutex, so no wake-up is lost
+ * there either.
+ *
  * Shutdown: only the coordinator stops workers. A worker leaves its loop
  * when it sees `stop`, waits until the coordinator's wake-up to it has been
  * sent (the only wake-up that may still be under way: the coordinator's
@@ -39,6 +48,7 @@
 #define SPIN_NS 50000u
 #define STEPS_PER_POLL 64u
 #define POLL_NS WEIR__STEP_NS
+#define SHORT_NS 1000000u
 
 static _Thread_local weir__worker *cur_worker;
 
@@ -66,6 +76,23 @@ static weir__task *rq_pop(weir__worker *w) {
   return t;
 }
 
+/* Tracing: the first wake-up sent to a sleeping worker. */
+static void note_woken(weir__worker *w) {
+  uint64_t none = 0;
+  atomic_compare_exchange_strong(&w->tr->woken_at, &none, weir_clock_mono_ns());
+}
+
+/* Tracing: a sleep from t1 to t2, split where a wake-up was sent. */
+static void trace_sleep(weir__worker *w, uint64_t t1, uint64_t t2) {
+  uint64_t woken = atomic_exchange(&w->tr->woken_at, 0);
+  if (woken > t1 && woken < t2) {
+    weir__trace_slice(w->tr, WEIR__SLICE_ASLEEP, t1, woken);
+    weir__trace_slice(w->tr, WEIR__SLICE_WAKING, woken, t2);
+  } else {
+    weir__trace_slice(w->tr, WEIR__SLICE_ASLEEP, t1, t2);
+  }
+}
+
 void weir__task_wake(void *p) {
   weir__task *t = p;
   if (atomic_exchange(&t->queued, 1)) return;
@@ -74,16 +101,23 @@ void weir__task_wake(void *p) {
     rq_push(w, t);
     return;
   }
-  pthread_mutex_lock(&w->mu);
+  uv_mutex_lock(&w->mu);
   t->next_run = NULL;
   if (w->inbox_tail)
     w->inbox_tail->next_run = t;
   else
     w->inbox_head = t;
   w->inbox_tail = t;
-  pthread_mutex_unlock(&w->mu);
+  if (w->napping) {
+    uv_cond_signal(&w->cv);
+    if (w->tr) note_woken(w);
+  }
+  uv_mutex_unlock(&w->mu);
   atomic_fetch_add(&w->inbox_n, 1);
-  if (atomic_load(&w->sleeping)) uv_async_send(&w->async);
+  if (atomic_load(&w->sleeping)) {
+    if (w->tr) note_woken(w);
+    uv_async_send(&w->async);
+  }
 }
 
 /* From another thread, or while t waits in the inbox, `hurry` makes
@@ -114,11 +148,11 @@ void weir__task_wake_first(weir__task *t) {
 
 static void drain_inbox(weir__worker *w) {
   if (!atomic_load_explicit(&w->inbox_n, memory_order_relaxed)) return;
-  pthread_mutex_lock(&w->mu);
+  uv_mutex_lock(&w->mu);
   weir__task *t = w->inbox_head;
   w->inbox_head = w->inbox_tail = NULL;
   atomic_store(&w->inbox_n, 0);
-  pthread_mutex_unlock(&w->mu);
+  uv_mutex_unlock(&w->mu);
   while (t) {
     weir__task *n = t->next_run;
     if (atomic_exchange(&t->hurry, 0))
@@ -139,8 +173,45 @@ static void on_timer(uv_timer_t *h) {
 }
 
 void weir__task_wake_after(weir__task *t, uint64_t us) {
+  if (us * 1000u < SHORT_NS) {
+    weir__worker *w = t->worker;
+    uint64_t at = weir_clock_mono_ns() + us * 1000u;
+    if (!t->wake_at || at < t->wake_at) t->wake_at = at;
+    if (!w->short_min || at < w->short_min) w->short_min = at;
+    return;
+  }
   uint64_t ms = (us + 999) / 1000;
   uv_timer_start((uv_timer_t *)t->timer, on_timer, ms, 0);
+}
+
+/* Wakes the tasks whose short wait ended by `now`; the next deadline
+ * becomes short_min. */
+static void fire_short(weir__worker *w, uint64_t now) {
+  uint64_t next = 0;
+  for (uint32_t i = 0; i < w->ntasks; i++) {
+    weir__task *t = w->tasks[i];
+    if (!t->wake_at) continue;
+    if (t->wake_at <= now) {
+      t->wake_at = 0;
+      weir__task_wake(t);
+    } else if (!next || t->wake_at < next) {
+      next = t->wake_at;
+    }
+  }
+  w->short_min = next;
+}
+
+/* Nothing to run before short_min: waits for it or for a wake-up. */
+static void nap(weir__worker *w) {
+  uv_mutex_lock(&w->mu);
+  w->napping = 1;
+  for (;;) {
+    uint64_t now = weir_clock_mono_ns();
+    if (w->inbox_head || atomic_load(&w->stop) || now >= w->short_min) break;
+    (void)uv_cond_timedwait(&w->cv, &w->mu, w->short_min - now);
+  }
+  w->napping = 0;
+  uv_mutex_unlock(&w->mu);
 }
 
 static void on_async(uv_async_t *h) {
@@ -156,8 +227,11 @@ static void worker_loop(weir__worker *w) {
     weir__task *t = rq_pop(w);
     if (t) {
       atomic_store(&t->queued, 0);
+      if (w->tr) w->tr->step_start = weir_clock_mono_ns();
       if (weir__task_run(t)) weir__task_wake(t);
       uint64_t now = weir_clock_mono_ns();
+      if (w->tr) weir__trace_slice(w->tr, (int32_t)t->index, w->tr->step_start, now);
+      if (w->short_min && now >= w->short_min) fire_short(w, now);
       if (++steps >= STEPS_PER_POLL || now - polled >= POLL_NS) {
         steps = 0;
         polled = now;
@@ -166,20 +240,33 @@ static void worker_loop(weir__worker *w) {
       continue;
     }
     uv_run(&w->loop, UV_RUN_NOWAIT);
+    if (w->short_min) fire_short(w, weir_clock_mono_ns());
     if (w->rq_head) continue;
-    uint64_t t0 = weir_clock_mono_ns();
+    uint64_t t0 = weir_clock_mono_ns(), t1 = t0;
+    uint64_t spin_end = w->short_min && w->short_min < t0 + SPIN_NS ? w->short_min : t0 + SPIN_NS;
     while (!atomic_load_explicit(&w->inbox_n, memory_order_relaxed) &&
-           !atomic_load_explicit(&w->stop, memory_order_relaxed) &&
-           weir_clock_mono_ns() - t0 < SPIN_NS)
+           !atomic_load_explicit(&w->stop, memory_order_relaxed) && t1 < spin_end) {
       weir__cpu_relax();
-    uint64_t t1 = weir_clock_mono_ns();
+      t1 = weir_clock_mono_ns();
+    }
     w->spin_ns += t1 - t0;
+    if (w->tr) weir__trace_slice(w->tr, WEIR__SLICE_SPIN, t0, t1);
     if (atomic_load(&w->inbox_n) || atomic_load(&w->stop)) continue;
+    if (w->short_min) {
+      if (w->short_min > t1) nap(w);
+      uint64_t t2 = weir_clock_mono_ns();
+      w->sleep_ns += t2 - t1;
+      w->sleeps++;
+      if (w->tr) trace_sleep(w, t1, t2);
+      continue;
+    }
     atomic_store(&w->sleeping, 1);
     if (!atomic_load(&w->inbox_n) && !atomic_load(&w->stop)) uv_run(&w->loop, UV_RUN_ONCE);
     atomic_store(&w->sleeping, 0);
-    w->sleep_ns += weir_clock_mono_ns() - t1;
+    uint64_t t2 = weir_clock_mono_ns();
+    w->sleep_ns += t2 - t1;
     w->sleeps++;
+    if (w->tr) trace_sleep(w, t1, t2);
   }
 }
 
@@ -225,6 +312,7 @@ int weir__workers_start(weir_job *job) {
   for (uint32_t i = 0; i < job->plan.nworkers; i++) {
     weir__worker *w = job->plan.workers[i];
     w->quiesce = bar;
+    if (job->trace) w->tr = weir_calloc(1, sizeof *w->tr);
     int rc = uv_loop_init(&w->loop);
     if (rc) return WEIR_ENOMEM;
     uv_async_init(&w->loop, &w->async, on_async);
@@ -252,6 +340,9 @@ void weir__workers_stop(weir_job *job) {
     atomic_store_explicit(&w->stop, 1, memory_order_release);
     /* Tests: the worker may see stop, and the others, before the wake-up. */
     (void)weir_failpoint("worker.stop_wake");
+    uv_mutex_lock(&w->mu);
+    if (w->napping) uv_cond_signal(&w->cv);
+    uv_mutex_unlock(&w->mu);
     uv_async_send(&w->async);
     atomic_store_explicit(&w->stop, 2, memory_order_release);
   }
@@ -269,6 +360,8 @@ void weir__workers_join(weir_job *job) {
                (unsigned long long)(w->sleep_ns / 1000000), (unsigned long long)w->sleeps,
                (unsigned long long)(w->spin_ns / 1000000));
     bar = w->quiesce;
+    weir_free(w->tr);
+    w->tr = NULL;
     for (uint32_t k = 0; k < w->ntasks; k++) {
       weir_free(w->tasks[k]->timer);
       w->tasks[k]->timer = NULL;

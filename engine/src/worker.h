@@ -7,6 +7,7 @@
 #include <uv.h>
 
 #include "graph.h"
+#include "trace.h"
 
 struct weir__worker {
   weir_job *job;
@@ -15,10 +16,15 @@ struct weir__worker {
   uv_loop_t loop;
   uv_async_t async;
   /* Inbox: tasks woken from other threads (mutex: once per idle period). */
-  pthread_mutex_t mu;
+  uv_mutex_t mu;
   weir__task *inbox_head, *inbox_tail;
   atomic_uint inbox_n;
-  atomic_int sleeping;
+  atomic_int sleeping; /* in uv_run: a waker sends the async */
+  /* Napping until short_min on cv (under mu): a waker signals cv. */
+  uv_cond_t cv;
+  int napping;
+  /* Short waits (worker.c): the earliest wake_at of its tasks, or 0. */
+  uint64_t short_min;
   atomic_int stop; /* 1: stop (the wake-up may be under way), 2: the wake-up was sent */
   /* Run queue: touched only by this worker's thread. */
   weir__task *rq_head, *rq_tail;
@@ -28,6 +34,7 @@ struct weir__worker {
   /* Where its time went (this worker's thread writes them; read after the
    * join): logged at debug level when the job ends. */
   uint64_t started_ns, ended_ns, spin_ns, sleep_ns, sleeps;
+  weir__worker_trace *tr; /* latency tracing (trace.h), or NULL */
 };
 
 /* Creates the job's workers (loops, handles) and starts their threads; each

@@ -21,6 +21,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "weir/error.h"
 
@@ -375,14 +376,18 @@ typedef struct weir_progress {
 } weir_progress;
 
 typedef struct weir_run_opts {
-  int workers;                /* worker threads; 0 = number of cores */
-  int default_parallelism;    /* for parallelism 0; 0 = number of workers */
-  int max_parallelism;        /* key groups; 0 = WEIR_DEFAULT_MAX_PARALLELISM */
-  uint32_t batch_records;     /* records per batch; 0 = 1024 */
-  uint32_t channel_batches;   /* channel bound in batches; 0 = 8 */
-  uint32_t max_record_bytes;  /* largest payload; 0 = 1 MiB */
-  uint32_t buffer_timeout_us; /* flush partly filled batches after; 0 = 1000 */
-  int handle_signals;         /* SIGINT/SIGTERM stop the job cleanly */
+  int workers;               /* worker threads; 0 = number of cores */
+  int default_parallelism;   /* for parallelism 0; 0 = number of workers */
+  int max_parallelism;       /* key groups; 0 = WEIR_DEFAULT_MAX_PARALLELISM */
+  uint32_t batch_records;    /* records per batch; 0 = 1024 */
+  uint32_t channel_batches;  /* channel bound in batches; 0 = 8 */
+  uint32_t max_record_bytes; /* largest payload; 0 = 1 MiB */
+  /* Partly filled output batches are sent this long after the last send
+   * at the latest (a task that runs out of input sends at once anyway);
+   * 0 = 1000; WEIR_FLUSH_AT_ONCE: after every input batch or source call
+   * (lowest latency, less throughput; docs/latency.md). */
+  uint32_t buffer_timeout_us;
+  int handle_signals; /* SIGINT/SIGTERM stop the job cleanly */
   /* Called on the calling thread every progress_ms (0 = never). */
   uint32_t progress_ms;
   void (*progress)(void *user, const weir_progress *p);
@@ -444,10 +449,17 @@ typedef struct weir_run_opts {
   /* Largest size of the checkpoint store (LMDB map) in bytes; 0 = 64 GiB.
    * A checkpoint that does not fit is declined (WEIR_ENOSPC). */
   uint64_t store_max_bytes;
+  /* Latency tracing: time where records wait, per hop, and keep the paths
+   * of the slowest ones (weir_job_hop_quantile, weir_job_write_latency).
+   * Costs a few clock reads per batch; off by default. */
+  int trace_latency;
 } weir_run_opts;
 
 #define WEIR_DEFAULT_TOLERABLE_FAILURES 3
 enum { WEIR_TOLERATE_NONE = -1, WEIR_TOLERATE_ANY = -2 };
+/* weir_run_opts.buffer_timeout_us: no buffering (0 keeps meaning "the
+ * default", as in every other field). */
+#define WEIR_FLUSH_AT_ONCE UINT32_MAX
 
 enum {
   WEIR_RESTORE_NONE = 0,   /* new job, or new instance of a finished one */
@@ -526,6 +538,26 @@ enum {
  * how many it copied. Thread-safe: may be called while the job runs. */
 size_t weir_job_checkpoint_stats(const weir_job *job, uint64_t first, weir_checkpoint_stat *out,
                                  size_t n);
+
+/* Latency tracing (weir_run_opts.trace_latency; docs/latency.md): where a
+ * record waited on a hop into a task, from its batch's first record. */
+typedef enum weir_hop_wait {
+  WEIR_WAIT_FILL,    /* first record appended -> the batch published */
+  WEIR_WAIT_QUEUE,   /* published -> the consumer task took it */
+  WEIR_WAIT_PROCESS, /* taken -> the consumer's chain returned from it */
+  WEIR_WAIT_TOTAL    /* first append at the source -> a sink's chain returned */
+} weir_hop_wait;
+
+/* The q-quantile (0..1) in ns of a wait over the run, for the batches taken
+ * by the tasks whose chain starts at operator `name` (NULL: all). After
+ * weir_job_run. WEIR_EINVAL if the run did not trace, WEIR_ENOENT for an
+ * unknown name. */
+int weir_job_hop_quantile(const weir_job *job, const char *name, weir_hop_wait wait, double q,
+                          uint64_t *ns);
+/* Writes the traced waits per hop, and the paths of the slowest records
+ * hop by hop (what each consumer's worker did while the batch waited), as
+ * text. After weir_job_run; WEIR_EINVAL if the run did not trace. */
+int weir_job_write_latency(const weir_job *job, FILE *out);
 
 /* Asks a running job to stop: sources end, the rest drains and closes.
  * Thread-safe and async-signal-safe; a second call is harmless. (With
