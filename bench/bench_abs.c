@@ -22,13 +22,18 @@
  *                barrier reaches agg2 late on that input (alignment under
  *                skew: compare align_ms and ckpt_ms with and without).
  *   --latency R  the same job fed by a source of R records/s that stamps
- *                each record with its emit time (weir_record.ts, carried by
- *                every derived record); a sink written here records
+ *                each record with the time it was due (t0 + i / R, so a
+ *                source that runs late counts: no coordinated omission;
+ *                weir_record.ts, carried by every derived record), wakes
+ *                every 50 us at most; a sink written here records
  *                now - ts per record in a histogram: p50, p99, p99.9, max
- *                over the run after the first 20%, without checkpoints and
+ *                over the run after --warmup S seconds (default: the first
+ *                20%), without checkpoints and
  *                with aligned checkpoints every --latency-interval ms, and
  *                with aligned checkpoints every --align-interval ms (default
- *                100; 0: not run): for each checkpointed run also the
+ *                100; 0: not run), or one run per interval of
+ *                --latency-runs LIST (ms, 0: no checkpoints): for each
+ *                checkpointed run also the
  *                alignment time per checkpoint (the longest any task waited
  *                between its first and last barrier), p50, p99 and max in
  *                microseconds; at a rate the job keeps up with, that is
@@ -36,6 +41,11 @@
  *                every key (keys / R seconds) each record adds a key to
  *                three tables that keep growing; the alignment over the
  *                checkpoints after that (steady state) is reported too.
+ *                --trace 1 also prints how late the source emitted and the
+ *                engine's breakdown per hop with the slowest records'
+ *                paths (weir_run_opts.trace_latency; docs/latency.md).
+ *   --buffer-timeout US  the engine's buffer timeout for every mode
+ *                (0: flush at once, WEIR_FLUSH_AT_ONCE); default 1000.
  *   --memory K   the counter job (gen -> key_by -> count -> null) over K keys,
  *                2K records, with only the final checkpoint: peak RSS
  *                (getrusage) growth per key, and the final checkpoint's size
@@ -43,8 +53,9 @@
  *
  *   bench_abs [--workers W] [--keys K] [--seconds S] [--modes LIST]
  *             [--intervals LIST] [--skew-us U]
- *             [--latency R [--latency-interval MS] [--align-interval MS]]
- *             [--memory K] [--jsonl FILE]
+ *             [--latency R [--latency-interval MS] [--align-interval MS]
+ *             [--latency-runs LIST] [--warmup S] [--trace 1]]
+ *             [--buffer-timeout US] [--memory K] [--jsonl FILE]
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -203,13 +214,21 @@ static double percentile(const lat_hist *h, double q) {
   return (double)h->max;
 }
 
-/* Timed source: R records/s over all subtasks, ts = monotonic emit time (ns),
- * keys i mod K. One split per subtask. */
+/* Timed source: R records/s over all subtasks, keys i mod K, one split per
+ * subtask. A record's ts is the monotonic time (ns) it was due, t0 + i / rate,
+ * not the time it was emitted: a source that runs late (its worker busy or
+ * asleep) adds to the latency its records report, as it does to a real
+ * source's events (no coordinated omission). How late the source itself
+ * emitted is kept apart (`late`). */
 typedef struct timed_arg {
   uint64_t rate, keys;
+  pthread_mutex_t mu;
+  lat_hist late; /* emit time - due time, merged at close */
+  int64_t skip_before;
 } timed_arg;
 typedef struct timed_state {
   uint64_t t0, emitted, next;
+  lat_hist late;
 } timed_state;
 
 static int timed_open(weir_ctx *ctx) {
@@ -225,10 +244,14 @@ static int timed_run(weir_ctx *ctx, uint32_t budget) {
   if (weir_ctx_stopping(ctx)) return WEIR_SOURCE_DONE;
   uint64_t now = weir_clock_mono_ns(), p = weir_ctx_parallelism(ctx);
   if (!t->t0) t->t0 = now;
-  double per_ns = (double)a->rate / (double)p / 1e9;
+  double per_ns = (double)a->rate / (double)p / 1e9, ns_per = 1.0 / per_ns;
   uint64_t due = (uint64_t)((double)(now - t->t0) * per_ns) + 1;
   if (due <= t->emitted) {
-    weir_ctx_wake_after(ctx, 200);
+    /* Until the next record is due, but not more often than every 50 us
+     * (a wake-up per record would cost more than the records). */
+    uint64_t next_ns = t->t0 + (uint64_t)((double)t->emitted * ns_per);
+    uint64_t wait_us = next_ns > now ? (next_ns - now + 999) / 1000 : 1;
+    weir_ctx_wake_after(ctx, wait_us < 50 ? 50 : wait_us);
     return WEIR_SOURCE_IDLE;
   }
   uint64_t n = due - t->emitted;
@@ -237,7 +260,12 @@ static int timed_run(weir_ctx *ctx, uint32_t budget) {
   weir_record r = {0};
   for (uint64_t k = 0; k < n; k++) {
     r.key = t->next % a->keys;
-    r.ts = (int64_t)now;
+    r.ts = (int64_t)(t->t0 + (uint64_t)((double)(t->emitted + k) * ns_per));
+    if (r.ts >= a->skip_before) {
+      uint64_t d = now > (uint64_t)r.ts ? now - (uint64_t)r.ts : 0;
+      t->late.n[bucket(d)]++;
+      if (d > t->late.max) t->late.max = d;
+    }
     r.id = weir_source_record_id(ctx, sub, t->emitted + k);
     int rc = weir_emit_record(ctx, &r);
     if (rc < 0) return rc;
@@ -254,7 +282,14 @@ static int timed_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
 }
 
 static void timed_close(weir_ctx *ctx) {
-  weir_free(weir_ctx_user(ctx));
+  timed_state *t = weir_ctx_user(ctx);
+  timed_arg *a = weir_ctx_arg(ctx);
+  if (!t) return;
+  pthread_mutex_lock(&a->mu);
+  for (int i = 0; i < HB; i++) a->late.n[i] += t->late.n[i];
+  if (t->late.max > a->late.max) a->late.max = t->late.max;
+  pthread_mutex_unlock(&a->mu);
+  weir_free(t);
   weir_ctx_set_user(ctx, NULL);
 }
 static const weir_source_vt timed_vt = {.size = sizeof(weir_source_vt),
@@ -310,6 +345,15 @@ static void store_stats(ckpt_stats *cs) {
   weir_store_close(st);
 }
 
+static int trace;                  /* --trace 1: latency tracing in the engine */
+static uint32_t buffer_timeout_us; /* --buffer-timeout US (0: at once); unset: the default */
+
+/* The buffer timeout in force, in us (0: flush at once). */
+static long long buffer_timeout_json(void) {
+  if (buffer_timeout_us == WEIR_FLUSH_AT_ONCE) return 0;
+  return buffer_timeout_us ? (long long)buffer_timeout_us : 1000;
+}
+
 typedef struct mode {
   const char *name; /* off, aligned, unaligned, sync */
   uint32_t interval_ms;
@@ -326,7 +370,7 @@ static double run_abs(const mode *m, int workers, uint64_t keys, double seconds,
   weir_gen_opts g = {.records = 0, .keys = keys};
   rekey_arg rk = {keys, skew_us};
   int rc = build_abs(weir_gen(job, "gen", &g, workers), &rk, workers, NULL);
-  weir_run_opts o = {.workers = workers};
+  weir_run_opts o = {.workers = workers, .buffer_timeout_us = buffer_timeout_us};
   if (strcmp(m->name, "off") != 0) {
     rmrf(dir);
     o.state_dir = dir;
@@ -361,8 +405,10 @@ static void emit_abs(const mode *m, int workers, uint64_t keys, double seconds, 
   if (!jsonl) return;
   fprintf(jsonl,
           "{\"bench\": \"abs\", \"mode\": \"%s\", \"interval_ms\": %u, \"workers\": %d, "
-          "\"keys\": %llu, \"seconds\": %.1f, \"skew_us\": %u, \"status\": \"%s\"",
-          m->name, m->interval_ms, workers, (unsigned long long)keys, seconds, skew_us, status);
+          "\"keys\": %llu, \"seconds\": %.1f, \"skew_us\": %u, \"buffer_timeout_us\": %lld, "
+          "\"status\": \"%s\"",
+          m->name, m->interval_ms, workers, (unsigned long long)keys, seconds, skew_us,
+          buffer_timeout_json(), status);
   if (rate >= 0)
     fprintf(jsonl,
             ", \"rate\": %.0f, \"ratio\": %.4f, \"checkpoints\": %llu, \"ckpt_bytes\": %.0f, "
@@ -423,20 +469,25 @@ static uint32_t rank_pct(const uint32_t *v, uint32_t n, double q) {
   return v[i == 0 ? 0 : i > n ? n - 1 : i - 1];
 }
 
-static int bench_latency(uint64_t rate, uint32_t interval_ms, uint32_t align_ms, int workers,
+/* One run per checkpoint interval of `ivs` (n of them; 0: no checkpoints). */
+static int bench_latency(uint64_t rate, const uint32_t *ivs, int n, double warmup, int workers,
                          uint64_t keys, double seconds) {
-  for (int c = 0; c < 3; c++) {
-    uint32_t iv = c == 0 ? 0 : c == 1 ? interval_ms : align_ms;
-    if (c == 2 && (align_ms == 0 || align_ms == interval_ms)) break;
+  for (int c = 0; c < n; c++) {
+    uint32_t iv = ivs[c];
     lat_arg *la = weir_calloc(1, sizeof *la);
     pthread_mutex_init(&la->mu, NULL);
-    la->skip_before = (int64_t)(weir_clock_mono_ns() + (uint64_t)(seconds * 0.2 * 1e9));
-    timed_arg ta = {rate, keys};
+    la->skip_before = (int64_t)(weir_clock_mono_ns() + (uint64_t)(warmup * 1e9));
+    timed_arg *ta = weir_calloc(1, sizeof *ta);
+    ta->rate = rate;
+    ta->keys = keys;
+    ta->skip_before = la->skip_before;
+    pthread_mutex_init(&ta->mu, NULL);
     rekey_arg rk = {keys, 0};
     weir_job *job = NULL;
     weir_job_create(&job, "latency");
-    int rc = build_abs(weir_source(job, "timed", &timed_vt, &ta, workers), &rk, workers, la);
-    weir_run_opts o = {.workers = workers};
+    int rc = build_abs(weir_source(job, "timed", &timed_vt, ta, workers), &rk, workers, la);
+    weir_run_opts o = {
+        .workers = workers, .buffer_timeout_us = buffer_timeout_us, .trace_latency = trace};
     if (iv) {
       rmrf(dir);
       o.state_dir = dir;
@@ -466,7 +517,15 @@ static int bench_latency(uint64_t rate, uint32_t interval_ms, uint32_t align_ms,
     uint32_t a50 = nal ? rank_pct(al, nal, 0.5) : 0, a99 = nal ? rank_pct(al, nal, 0.99) : 0;
     uint32_t amax = nal ? al[nal - 1] : 0;
     if (rc) fprintf(stderr, "bench_abs: latency: %s\n", weir_job_error(job));
+    if (!rc && trace) {
+      printf("  source emitted late (us): p50 %.1f  p99 %.1f  p99.9 %.1f  max %.1f\n",
+             percentile(&ta->late, 0.5) / 1e3, percentile(&ta->late, 0.99) / 1e3,
+             percentile(&ta->late, 0.999) / 1e3, (double)ta->late.max / 1e3);
+      weir_job_write_latency(job, stdout);
+    }
     weir_job_destroy(job);
+    pthread_mutex_destroy(&ta->mu);
+    weir_free(ta);
     if (iv) rmrf(dir);
     if (rc) return 1;
     double p50 = percentile(&la->total, 0.5) / 1e3, p99 = percentile(&la->total, 0.99) / 1e3;
@@ -481,11 +540,13 @@ static int bench_latency(uint64_t rate, uint32_t interval_ms, uint32_t align_ms,
     if (jsonl) {
       fprintf(jsonl,
               "{\"bench\": \"latency\", \"interval_ms\": %u, \"workers\": %d, \"rate\": %llu, "
+              "\"keys\": %llu, \"buffer_timeout_us\": %lld, \"seconds\": %.1f, \"warmup_s\": %.1f, "
               "\"achieved\": %.0f, \"p50_us\": %.1f, \"p99_us\": %.1f, \"p999_us\": %.1f, "
               "\"max_us\": %.1f, \"checkpoints\": %llu, \"align_n\": %u, \"align_p50_us\": %u, "
               "\"align_p99_us\": %u, \"align_max_us\": %u, \"align_steady_n\": %u, "
               "\"align_steady_p50_us\": %u, \"align_steady_p99_us\": %u}\n",
-              iv, workers, (unsigned long long)rate, achieved, p50, p99, p999, mx,
+              iv, workers, (unsigned long long)rate, (unsigned long long)keys,
+              buffer_timeout_json(), seconds, warmup, achieved, p50, p99, p999, mx,
               (unsigned long long)ck, nal, a50, a99, amax, nst, s50, s99);
       fflush(jsonl);
     }
@@ -543,6 +604,8 @@ int main(int argc, char **argv) {
   int workers = 2;
   uint64_t keys = 1000000, lat_rate = 0, mem_keys = 0;
   uint32_t lat_iv = 1000, align_iv = 100;
+  char lat_runs[256] = "";
+  double warmup = -1;
   double seconds = 3;
   char modes[256] = "aligned,unaligned,sync", intervals[256] = "100,1000";
   const char *jpath = NULL;
@@ -565,13 +628,22 @@ int main(int argc, char **argv) {
       lat_iv = (uint32_t)strtoul(v, NULL, 10);
     else if (!strcmp(a, "--align-interval"))
       align_iv = (uint32_t)strtoul(v, NULL, 10);
+    else if (!strcmp(a, "--latency-runs"))
+      snprintf(lat_runs, sizeof lat_runs, "%s", v);
+    else if (!strcmp(a, "--warmup"))
+      warmup = atof(v);
     else if (!strcmp(a, "--memory"))
       mem_keys = strtoull(v, NULL, 10);
     else if (!strcmp(a, "--skew-us"))
       skew_us = (uint32_t)strtoul(v, NULL, 10);
     else if (!strcmp(a, "--jsonl"))
       jpath = v;
-    else
+    else if (!strcmp(a, "--trace"))
+      trace = atoi(v);
+    else if (!strcmp(a, "--buffer-timeout")) {
+      unsigned long us = strtoul(v, NULL, 10);
+      buffer_timeout_us = us == 0 ? WEIR_FLUSH_AT_ONCE : (uint32_t)us;
+    } else
       goto usage;
     i++;
   }
@@ -588,9 +660,28 @@ int main(int argc, char **argv) {
   int rc;
   if (mem_keys)
     rc = bench_memory(mem_keys, workers);
-  else if (lat_rate)
-    rc = bench_latency(lat_rate, lat_iv, align_iv, workers, keys, seconds);
-  else
+  else if (lat_rate) {
+    /* The runs: --latency-runs, or none, --latency-interval and
+     * --align-interval (when nonzero and different). */
+    uint32_t ivs[16];
+    int n = 0;
+    if (lat_runs[0]) {
+      for (char *p = lat_runs; *p && n < 16;) {
+        ivs[n++] = (uint32_t)strtoul(p, &p, 10);
+        if (*p == ',')
+          p++;
+        else if (*p)
+          goto usage;
+      }
+    } else {
+      ivs[n++] = 0;
+      ivs[n++] = lat_iv;
+      if (align_iv && align_iv != lat_iv) ivs[n++] = align_iv;
+    }
+    if (warmup < 0) warmup = seconds * 0.2;
+    if (warmup >= seconds) goto usage;
+    rc = bench_latency(lat_rate, ivs, n, warmup, workers, keys, seconds);
+  } else
     rc = bench_throughput(modes, intervals, workers, keys, seconds);
   rmrf(dir);
   if (jsonl) fclose(jsonl);
@@ -598,7 +689,8 @@ int main(int argc, char **argv) {
 usage:
   fprintf(stderr, "usage: bench_abs [--workers W] [--keys K] [--seconds S] [--modes LIST] "
                   "[--intervals LIST] [--skew-us U] [--latency R [--latency-interval MS] "
-                  "[--align-interval MS]] "
+                  "[--align-interval MS] [--latency-runs LIST] [--warmup S] [--trace 1]] "
+                  "[--buffer-timeout US] "
                   "[--memory K] [--jsonl FILE]\n");
   return 2;
 }

@@ -10,6 +10,9 @@ min, max and spread ((max - min) / median). Standard library only.
                                          model, cores, compiler, commit, load
                                          average now (no hostname)
   suite_report.py show DIR SECTION       prints SECTION's table so far
+  suite_report.py saturated FILE         the median rate without checkpoints
+                                         at the default buffer timeout of
+                                         bench_abs JSON lines (the curve's 100%)
   suite_report.py final DIR [--md FILE]  DIR/results.json, DIR/*.csv,
                                          DIR/RESULTS.md, and PNG plots when
                                          gnuplot is on the PATH; with --md,
@@ -29,7 +32,7 @@ import subprocess
 import sys
 import time
 
-SECTIONS = ["ceiling", "throughput", "abs", "scaling", "skew", "latency", "state", "cycles", "sinks"]
+SECTIONS = ["ceiling", "throughput", "abs", "scaling", "skew", "latency", "curve", "state", "cycles", "sinks"]
 
 
 def sh(cmd):
@@ -191,24 +194,47 @@ def collect(d):
         F.add("skew", tag + ".align_ms", lab + ": alignment time", "ms", r["align_ms"], skew_us=sk)
         F.add("skew", tag + ".ckpt_ms", lab + ": checkpoint duration", "ms", r["ckpt_ms"], skew_us=sk)
         F.add("skew", tag + ".ratio", lab + ": ratio vs off", "ratio", r["ratio"], skew_us=sk)
-    # latency
-    for r in jl(os.path.join(raw, "latency*.jsonl")):
-        iv = r["interval_ms"]
+    # latency: after the first 20% of the run (latency.jsonl), once every
+    # key exists (latency-steady.jsonl), and alignment over many
+    # checkpoints (latency-align.jsonl)
+    for fname, tag, what in (("latency.jsonl", "latency", ""), ("latency-steady.jsonl", "latency_steady", ", every key present"),
+                             ("latency-align.jsonl", "latency_align", "")):
+        for r in jl(os.path.join(raw, fname)):
+            iv = r["interval_ms"]
+            c = "off" if not iv else "%d ms checkpoints" % iv
+            for p in ("p50", "p99", "p999"):
+                F.add("latency", "%s.%s.%dms" % (tag, p, iv), "%s latency, %s, %s rec/s%s" % (p.replace("p999", "p99.9"), c, kname(r["rate"]), what),
+                      "us", r[p + "_us"], interval_ms=iv, rate=r["rate"])
+            if iv and r.get("align_n") and tag != "latency_steady":
+                for p in ("p50", "p99", "max"):
+                    F.add("latency", "alignment.%s.%dms" % (p, iv),
+                          "%s alignment time, %s, %s rec/s (%d checkpoints)" % (p, c, kname(r["rate"]), r["align_n"]),
+                          "us", r["align_%s_us" % p], interval_ms=iv, rate=r["rate"])
+            if iv and r.get("align_steady_n") and tag != "latency_steady":
+                for p in ("p50", "p99"):
+                    F.add("latency", "alignment_steady.%s.%dms" % (p, iv),
+                          "%s alignment time once every key exists, %s, %s rec/s (%d checkpoints)"
+                          % (p, c, kname(r["rate"]), r["align_steady_n"]),
+                          "us", r["align_steady_%s_us" % p], interval_ms=iv, rate=r["rate"])
+    # the latency-throughput curve
+    sat = saturated(os.path.join(raw, "curve-rate.jsonl"))
+    for r in jl(os.path.join(raw, "curve-rate.jsonl")):
+        if r.get("status") != "ok":
+            continue
+        bt, m = r.get("buffer_timeout_us", 1000), r["mode"]
+        lab = "no checkpoints" if m == "off" else "%s %d ms" % (m, r["interval_ms"])
+        F.add("curve", "curve_rate.bt=%d.%s" % (bt, m), "sustained rate, buffer timeout %d us, %s" % (bt, lab),
+              "rec/s", r["rate"], buffer_timeout_us=bt, mode=m)
+    for r in jl(os.path.join(raw, "curve.jsonl")):
+        if not sat:
+            break
+        bt, iv = r.get("buffer_timeout_us", 1000), r["interval_ms"]
+        pct = int(round(100.0 * r["rate"] / sat))
         c = "off" if not iv else "%d ms checkpoints" % iv
         for p in ("p50", "p99", "p999"):
-            F.add("latency", "latency.%s.%dms" % (p, iv), "%s latency, %s, %s rec/s" % (p.replace("p999", "p99.9"), c, kname(r["rate"])),
-                  "us", r[p + "_us"], interval_ms=iv, rate=r["rate"])
-        if iv and r.get("align_n"):
-            for p in ("p50", "p99", "max"):
-                F.add("latency", "alignment.%s.%dms" % (p, iv),
-                      "%s alignment time, %s, %s rec/s (%d checkpoints)" % (p, c, kname(r["rate"]), r["align_n"]),
-                      "us", r["align_%s_us" % p], interval_ms=iv, rate=r["rate"])
-        if iv and r.get("align_steady_n"):
-            for p in ("p50", "p99"):
-                F.add("latency", "alignment_steady.%s.%dms" % (p, iv),
-                      "%s alignment time once every key exists, %s, %s rec/s (%d checkpoints)"
-                      % (p, c, kname(r["rate"]), r["align_steady_n"]),
-                      "us", r["align_steady_%s_us" % p], interval_ms=iv, rate=r["rate"])
+            F.add("curve", "curve.bt=%d.%dms.%d%%.%s" % (bt, iv, pct, p),
+                  "%s, %d%% load (%s rec/s), timeout %d us, %s" % (p.replace("p999", "p99.9"), pct, kname(r["rate"]), bt, c),
+                  "us", r[p + "_us"], buffer_timeout_us=bt, interval_ms=iv, pct=pct)
     # state
     for r in jl(os.path.join(raw, "memory*.jsonl")):
         k = kname(r["keys"])
@@ -244,6 +270,13 @@ def collect(d):
                 F.add("sinks", "sink.%s" % s, "%s sink, 1 s checkpoints" % s,
                       "rec/s" if s == "null" else "effects/s", v, sink=s)
     return F.done()
+
+
+def saturated(path):
+    """The median rate without checkpoints at the default buffer timeout."""
+    rates = [r["rate"] for r in jl(path) if r.get("status") == "ok" and r["mode"] == "off"
+             and r.get("buffer_timeout_us", 1000) == 1000]
+    return int(statistics.median(rates)) if rates else 0
 
 
 def fmt(v, unit):
@@ -325,13 +358,26 @@ def goals(figs, cores):
     p0, p1 = get(figs, "latency.p99.0ms"), get(figs, "latency.p99.1000ms")
     add("p99 latency with 1 s checkpoints / without", None if not p0 or p1 is None else p1 / p0, "<= 2",
         p0 and p1 is not None and p1 / p0 <= 2)
+    for tag, what in (("latency", ""), ("latency_steady", ", every key present")):
+        v = get(figs, "%s.p99.0ms" % tag)
+        if v is not None:
+            add("p99 latency at 200k rec/s, no checkpoints%s, us" % what, v, "<= 1000", v <= 1000)
+        v = get(figs, "%s.p999.0ms" % tag)
+        if v is not None:
+            add("p99.9 latency at 200k rec/s, no checkpoints%s, us" % what, v, "<= 5000", v <= 5000)
+        v = get(figs, "%s.p99.1000ms" % tag)
+        if v is not None:
+            add("p99 latency at 200k rec/s, 1 s checkpoints%s, us" % what, v, "<= 2000", v <= 2000)
     # Alignment without backpressure: the fixed-rate runs, the shortest
     # interval (the most checkpoints).
     for iv in (100, 1000):
         a50, a99 = get(figs, "alignment.p50.%dms" % iv), get(figs, "alignment.p99.%dms" % iv)
         if a50 is not None:
-            add("alignment p50 without backpressure (%d ms checkpoints), us" % iv, a50, "<= 500", a50 <= 500)
-            add("alignment p99 without backpressure (%d ms checkpoints), us" % iv, a99, "<= 2000", a99 <= 2000)
+            n = [f for f in figs if f["id"] == "alignment.p99.%dms" % iv][0]["label"]
+            n = re.search(r"\((\d+) checkpoints\)", n)
+            note = "%s checkpoints a run" % n.group(1) if n else ""
+            add("alignment p50 without backpressure (%d ms checkpoints), us" % iv, a50, "<= 500", a50 <= 500, note)
+            add("alignment p99 without backpressure (%d ms checkpoints), us" % iv, a99, "<= 2000", a99 <= 2000, note)
             s99 = get(figs, "alignment_steady.p99.%dms" % iv)
             if s99 is not None:
                 add("  the same once every key exists (no state growth), us", s99, "<= 2000", s99 <= 2000)
@@ -383,6 +429,25 @@ def gnuplot(d, figs, cores):
         plot("scaling", "set title 'Scaling with workers, 3 s snapshot interval'\nset xlabel 'workers'\n"
              "set ylabel 'M records/s'\nset xtics 1\nplot 'DAT' u 1:2 w lp t 'no checkpoints', '' u 1:3 w lp t 'aligned ABS 3 s'",
              "\n".join(lines) + "\n")
+    bts = sorted({f["params"]["buffer_timeout_us"] for f in figs if f["id"].startswith("curve.")})
+    pcts = sorted({f["params"]["pct"] for f in figs if f["id"].startswith("curve.")})
+    if bts and pcts:
+        lines = []
+        for pct in pcts:
+            row = [str(pct)]
+            for bt in bts:
+                for iv in (0, 1000):
+                    v = get(figs, "curve.bt=%d.%dms.%d%%.p99" % (bt, iv, pct))
+                    row.append("NaN" if v is None else "%g" % (v / 1000))
+            lines.append(" ".join(row))
+        cols, k = [], 2
+        for bt in bts:
+            for iv in (0, 1000):
+                cols.append("'' u 1:%d w lp t 'timeout %d us%s'" % (k, bt, ", 1 s checkpoints" if iv else ""))
+                k += 1
+        cols[0] = cols[0].replace("''", "'DAT'", 1)
+        plot("latency_curve", "set title 'p99 latency against load (%d workers)'\nset xlabel 'load (%% of the saturated rate)'\n"
+             "set ylabel 'p99 latency (ms)'\nset logscale y\nplot " % cores + ", ".join(cols), "\n".join(lines) + "\n")
     ks = sorted({f["params"]["keys"] for f in figs if f["id"].startswith("counter.keys")})
     ws = sorted({f["params"]["workers"] for f in figs if f["id"].startswith("counter.keys")})
     if ks:
@@ -466,7 +531,9 @@ def final(d, md_extra):
               "abs": "The ABS paper's job: 6 operators, 3 hash shuffles (Figure 7)",
               "scaling": "Scaling with workers at a 3 s interval (Figure 8)",
               "skew": "Alignment under skew (one slow path before a shuffle)",
-              "latency": "End-to-end record latency", "state": "State", "cycles": "Cycles (collatz loop)",
+              "latency": "End-to-end record latency",
+              "curve": "Latency against load and buffer timeout (100k keys)",
+              "state": "State", "cycles": "Cycles (collatz loop)",
               "sinks": "Sinks"}
     for sec in SECTIONS:
         if not any(f["section"] == sec for f in figs):
@@ -511,6 +578,8 @@ def final(d, md_extra):
 def main(a):
     if len(a) >= 2 and a[0] == "machine":
         machine(a[1])
+    elif len(a) >= 2 and a[0] == "saturated":
+        print(saturated(a[1]))
     elif len(a) >= 3 and a[0] == "show":
         table(collect(a[1]), a[2])
     elif len(a) >= 2 and a[0] == "final":
