@@ -19,7 +19,8 @@
  * Short waits: libuv's timers count milliseconds, and a task that asks to
  * run again in 100 us would wait one to two of them (measured: a paced
  * source then emitted most records a millisecond late; docs/latency.md).
- * A wait under SHORT_NS is a deadline on the task (`wake_at`) instead,
+ * A wait under SHORT_NS (250 us; longer ones napped too often on a loaded
+ * machine, docs/latency.md §3) is a deadline on the task (`wake_at`) instead,
  * looked at after every step; a worker with nothing to run and a deadline
  * ahead naps on a condition variable until it, and a waker that finds it
  * napping signals it, both under the inbox mutex, so no wake-up is lost
@@ -48,7 +49,7 @@
 #define SPIN_NS 50000u
 #define STEPS_PER_POLL 64u
 #define POLL_NS WEIR__STEP_NS
-#define SHORT_NS 1000000u
+#define SHORT_NS 250000u
 
 static _Thread_local weir__worker *cur_worker;
 
