@@ -67,6 +67,7 @@
 
 #include "base/alloc.h"
 #include "base/clock.h"
+#include "base/hist.h"
 #include "base/log.h"
 #include "snapshot/store.h"
 #include "weir/weir.h"
@@ -136,59 +137,37 @@ static int agg2_batch(weir_ctx *ctx, const weir_batch *b) {
 static const weir_operator_vt agg2_vt = {
     .size = sizeof(weir_operator_vt), .name = "agg2", .process_batch = agg2_batch};
 
-/* Latency sink: a log-linear histogram of now - ts in ns (per subtask,
- * merged at close). Bucket: values < 1024 exact; above, 64 sub-buckets per
- * power of two (under 1.6% error). */
-#define HB 4096
-typedef struct lat_hist {
-  uint64_t n[HB];
-  uint64_t max;
-} lat_hist;
-
+/* Latency sink: a histogram of now - ts in ns (base/hist.h; per subtask,
+ * merged at close). */
 typedef struct lat_arg {
   pthread_mutex_t mu;
-  lat_hist total;
+  weir_hist total;
   int64_t skip_before; /* records emitted before this (ns) are warm-up */
 } lat_arg;
 
-static unsigned bucket(uint64_t v) {
-  if (v < 1024) return (unsigned)v;
-  unsigned msb = 63 - (unsigned)__builtin_clzll(v);
-  unsigned b = 1024 + (msb - 10) * 64 + (unsigned)((v >> (msb - 6)) & 63);
-  return b < HB ? b : HB - 1;
-}
-
-static uint64_t bucket_value(unsigned b) {
-  if (b < 1024) return b;
-  unsigned msb = (b - 1024) / 64 + 10, sub = (b - 1024) % 64;
-  return (1ULL << msb) + ((uint64_t)sub << (msb - 6)) + (1ULL << (msb - 7));
-}
-
 static int lat_open(weir_ctx *ctx) {
-  weir_ctx_set_user(ctx, weir_calloc(1, sizeof(lat_hist)));
+  weir_ctx_set_user(ctx, weir_calloc(1, sizeof(weir_hist)));
   return 0;
 }
 
 static int lat_batch(weir_ctx *ctx, const weir_batch *b) {
-  lat_hist *h = weir_ctx_user(ctx);
+  weir_hist *h = weir_ctx_user(ctx);
   const lat_arg *a = weir_ctx_arg(ctx);
   int64_t now = (int64_t)weir_clock_mono_ns();
   for (uint32_t i = 0; i < b->len; i++) {
     if (b->ts[i] < a->skip_before) continue;
     uint64_t d = now > b->ts[i] ? (uint64_t)(now - b->ts[i]) : 0;
-    h->n[bucket(d)]++;
-    if (d > h->max) h->max = d;
+    weir_hist_add(h, d, 1);
   }
   return 0;
 }
 
 static void lat_close(weir_ctx *ctx) {
-  lat_hist *h = weir_ctx_user(ctx);
+  weir_hist *h = weir_ctx_user(ctx);
   lat_arg *a = weir_ctx_arg(ctx);
   if (!h) return;
   pthread_mutex_lock(&a->mu);
-  for (int i = 0; i < HB; i++) a->total.n[i] += h->n[i];
-  if (h->max > a->total.max) a->total.max = h->max;
+  weir_hist_merge(&a->total, h);
   pthread_mutex_unlock(&a->mu);
   weir_free(h);
   weir_ctx_set_user(ctx, NULL);
@@ -199,21 +178,6 @@ static const weir_operator_vt lat_vt = {.size = sizeof(weir_operator_vt),
                                         .process_batch = lat_batch,
                                         .close = lat_close};
 
-static double percentile(const lat_hist *h, double q) {
-  uint64_t total = 0;
-  for (int i = 0; i < HB; i++) total += h->n[i];
-  if (!total) return 0;
-  uint64_t want = (uint64_t)(q * (double)total), seen = 0;
-  for (int i = 0; i < HB; i++) {
-    seen += h->n[i];
-    if (seen > want) {
-      uint64_t v = bucket_value((unsigned)i);
-      return (double)(v < h->max ? v : h->max);
-    }
-  }
-  return (double)h->max;
-}
-
 /* Timed source: R records/s over all subtasks, keys i mod K, one split per
  * subtask. A record's ts is the monotonic time (ns) it was due, t0 + i / rate,
  * not the time it was emitted: a source that runs late (its worker busy or
@@ -223,12 +187,12 @@ static double percentile(const lat_hist *h, double q) {
 typedef struct timed_arg {
   uint64_t rate, keys;
   pthread_mutex_t mu;
-  lat_hist late; /* emit time - due time, merged at close */
+  weir_hist late; /* emit time - due time, merged at close */
   int64_t skip_before;
 } timed_arg;
 typedef struct timed_state {
   uint64_t t0, emitted, next;
-  lat_hist late;
+  weir_hist late;
 } timed_state;
 
 static int timed_open(weir_ctx *ctx) {
@@ -263,8 +227,7 @@ static int timed_run(weir_ctx *ctx, uint32_t budget) {
     r.ts = (int64_t)(t->t0 + (uint64_t)((double)(t->emitted + k) * ns_per));
     if (r.ts >= a->skip_before) {
       uint64_t d = now > (uint64_t)r.ts ? now - (uint64_t)r.ts : 0;
-      t->late.n[bucket(d)]++;
-      if (d > t->late.max) t->late.max = d;
+      weir_hist_add(&t->late, d, 1);
     }
     r.id = weir_source_record_id(ctx, sub, t->emitted + k);
     int rc = weir_emit_record(ctx, &r);
@@ -286,8 +249,7 @@ static void timed_close(weir_ctx *ctx) {
   timed_arg *a = weir_ctx_arg(ctx);
   if (!t) return;
   pthread_mutex_lock(&a->mu);
-  for (int i = 0; i < HB; i++) a->late.n[i] += t->late.n[i];
-  if (t->late.max > a->late.max) a->late.max = t->late.max;
+  weir_hist_merge(&a->late, &t->late);
   pthread_mutex_unlock(&a->mu);
   weir_free(t);
   weir_ctx_set_user(ctx, NULL);
@@ -519,8 +481,9 @@ static int bench_latency(uint64_t rate, const uint32_t *ivs, int n, double warmu
     if (rc) fprintf(stderr, "bench_abs: latency: %s\n", weir_job_error(job));
     if (!rc && trace) {
       printf("  source emitted late (us): p50 %.1f  p99 %.1f  p99.9 %.1f  max %.1f\n",
-             percentile(&ta->late, 0.5) / 1e3, percentile(&ta->late, 0.99) / 1e3,
-             percentile(&ta->late, 0.999) / 1e3, (double)ta->late.max / 1e3);
+             (double)weir_hist_quantile(&ta->late, 0.5) / 1e3,
+             (double)weir_hist_quantile(&ta->late, 0.99) / 1e3,
+             (double)weir_hist_quantile(&ta->late, 0.999) / 1e3, (double)ta->late.max / 1e3);
       weir_job_write_latency(job, stdout);
     }
     weir_job_destroy(job);
@@ -528,8 +491,10 @@ static int bench_latency(uint64_t rate, const uint32_t *ivs, int n, double warmu
     weir_free(ta);
     if (iv) rmrf(dir);
     if (rc) return 1;
-    double p50 = percentile(&la->total, 0.5) / 1e3, p99 = percentile(&la->total, 0.99) / 1e3;
-    double p999 = percentile(&la->total, 0.999) / 1e3, mx = (double)la->total.max / 1e3;
+    double p50 = (double)weir_hist_quantile(&la->total, 0.5) / 1e3,
+           p99 = (double)weir_hist_quantile(&la->total, 0.99) / 1e3;
+    double p999 = (double)weir_hist_quantile(&la->total, 0.999) / 1e3,
+           mx = (double)la->total.max / 1e3;
     printf("  latency  ckpt %5u ms  rate %.0f/s (achieved %.0f/s)  p50 %.0f us  p99 %.0f us  "
            "p99.9 %.0f us  max %.0f us  %llu ckpts",
            iv, (double)rate, achieved, p50, p99, p999, mx, (unsigned long long)ck);

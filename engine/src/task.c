@@ -736,7 +736,7 @@ static inline int input_data(weir__task *t, uint32_t idx, weir__batch *b, uint64
   weir__task_un_log(t, idx, b, from, n);
   int rc = op_process(t->ops[0], b, from, n);
   if (!rc) rc = chain_flush(t, 0);
-  if (t->tr) weir__trace_done(t, b, from, n, weir_clock_mono_ns());
+  if (t->tr) weir__trace_done(t, b, n, weir_clock_mono_ns());
   if (from + n == b->len) {
     t->in_off[idx] = 0;
     weir__chan_release(t->in[idx]);
@@ -894,7 +894,7 @@ int weir__task_run(weir__task *t) {
 int weir__task_open(weir__task *t) {
   t->last_flush_ns = weir_clock_mono_ns();
   if (t->job->trace) {
-    t->tr = weir__trace_task_create(t);
+    t->tr = weir__trace_task_create();
     for (uint32_t k = 0; k < t->nrouters; k++) t->routers[k].tr = t->tr;
   }
   weir__align_init(&t->align, t->nin,

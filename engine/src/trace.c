@@ -66,23 +66,19 @@ void weir__trace_job_destroy(weir__job_trace *jt) {
   weir_free(jt);
 }
 
-weir__task_trace *weir__trace_task_create(weir__task *t) {
-  (void)t;
+weir__task_trace *weir__trace_task_create(void) {
   return weir_calloc(1, sizeof(weir__task_trace));
 }
 
-/* Keeps p among the n slowest of list (capacity WEIR__TRACE_WORST). */
-static void keep_worst(worst_path *list, uint32_t *n, const worst_path *p) {
-  uint32_t at = *n;
-  if (at == WEIR__TRACE_WORST) {
-    at = 0;
-    for (uint32_t i = 1; i < *n; i++)
-      if (list[i].total < list[at].total) at = i;
-    if (list[at].total >= p->total) return;
-  } else {
-    (*n)++;
-  }
-  list[at] = *p;
+/* Where a path of `total` goes among the n slowest of list (capacity
+ * WEIR__TRACE_WORST): a free place, the fastest one's, or NULL if it is
+ * not among them. */
+static worst_path *worst_slot(worst_path *list, uint32_t *n, uint64_t total) {
+  if (*n < WEIR__TRACE_WORST) return &list[(*n)++];
+  worst_path *least = &list[0];
+  for (uint32_t i = 1; i < *n; i++)
+    if (list[i].total < least->total) least = &list[i];
+  return least->total < total ? least : NULL;
 }
 
 void weir__trace_task_close(weir__task *t) {
@@ -97,7 +93,10 @@ void weir__trace_task_close(weir__task *t) {
   weir_hist_merge(&w->queue, &tt->w.queue);
   weir_hist_merge(&w->process, &tt->w.process);
   weir_hist_merge(&w->total, &tt->w.total);
-  for (uint32_t i = 0; i < tt->nworst; i++) keep_worst(jt->worst, &jt->nworst, &tt->worst[i]);
+  for (uint32_t i = 0; i < tt->nworst; i++) {
+    worst_path *w = worst_slot(jt->worst, &jt->nworst, tt->worst[i].total);
+    if (w) *w = tt->worst[i];
+  }
   pthread_mutex_unlock(&jt->mu);
   for (uint32_t i = 0; i < t->nrouters; i++) t->routers[i].tr = NULL;
   weir_free(tt);
@@ -196,10 +195,8 @@ void weir__trace_pick(weir__task *t, const weir__batch *b, uint32_t from, uint64
   tt->in = b;
 }
 
-void weir__trace_done(weir__task *t, const weir__batch *b, uint32_t from, uint32_t n,
-                      uint64_t now) {
+void weir__trace_done(weir__task *t, const weir__batch *b, uint32_t n, uint64_t now) {
   weir__task_trace *tt = t->tr;
-  (void)from;
   tt->in = NULL;
   weir_hist_add(&tt->w.process, now - tt->hop.picked, n);
   if (t->nrouters) return;
@@ -209,19 +206,13 @@ void weir__trace_done(weir__task *t, const weir__batch *b, uint32_t from, uint32
   if (!origin || now < origin) return;
   uint64_t total = now - origin;
   weir_hist_add(&tt->w.total, total, n);
-  if (tt->nworst == WEIR__TRACE_WORST) {
-    uint64_t least = UINT64_MAX;
-    for (uint32_t i = 0; i < tt->nworst; i++)
-      if (tt->worst[i].total < least) least = tt->worst[i].total;
-    if (total <= least) return;
-  }
-  worst_path p;
-  p.total = total;
-  p.done = now;
-  p.npath = bt->npath;
-  memcpy(p.path, bt->path, bt->npath * sizeof *p.path);
-  p.path[p.npath++] = tt->hop;
-  keep_worst(tt->worst, &tt->nworst, &p);
+  worst_path *p = worst_slot(tt->worst, &tt->nworst, total);
+  if (!p) return;
+  p->total = total;
+  p->done = now;
+  p->npath = bt->npath;
+  memcpy(p->path, bt->path, bt->npath * sizeof *p->path);
+  p->path[p->npath++] = tt->hop;
 }
 
 /* ---- the report ------------------------------------------------------------ */

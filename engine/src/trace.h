@@ -73,7 +73,7 @@ weir__job_trace *weir__trace_job_create(uint32_t nnodes, uint32_t ntasks);
 void weir__trace_job_destroy(weir__job_trace *jt);
 
 /* Task: created at open, merged into the job's and freed at close. */
-weir__task_trace *weir__trace_task_create(struct weir__task *t);
+weir__task_trace *weir__trace_task_create(void);
 void weir__trace_task_close(struct weir__task *t);
 
 static inline void weir__trace_slice(weir__worker_trace *wt, int32_t task, uint64_t start,
@@ -90,7 +90,6 @@ void weir__trace_born(weir__task_trace *tt, struct weir__batch *b);
 void weir__trace_pick(struct weir__task *t, const struct weir__batch *b, uint32_t from,
                       uint64_t now);
 /* ... and processed n records of it (the call ended at `now`). */
-void weir__trace_done(struct weir__task *t, const struct weir__batch *b, uint32_t from, uint32_t n,
-                      uint64_t now);
+void weir__trace_done(struct weir__task *t, const struct weir__batch *b, uint32_t n, uint64_t now);
 
 #endif

@@ -255,15 +255,11 @@ static void worker_loop(weir__worker *w) {
     if (atomic_load(&w->inbox_n) || atomic_load(&w->stop)) continue;
     if (w->short_min) {
       if (w->short_min > t1) nap(w);
-      uint64_t t2 = weir_clock_mono_ns();
-      w->sleep_ns += t2 - t1;
-      w->sleeps++;
-      if (w->tr) trace_sleep(w, t1, t2);
-      continue;
+    } else {
+      atomic_store(&w->sleeping, 1);
+      if (!atomic_load(&w->inbox_n) && !atomic_load(&w->stop)) uv_run(&w->loop, UV_RUN_ONCE);
+      atomic_store(&w->sleeping, 0);
     }
-    atomic_store(&w->sleeping, 1);
-    if (!atomic_load(&w->inbox_n) && !atomic_load(&w->stop)) uv_run(&w->loop, UV_RUN_ONCE);
-    atomic_store(&w->sleeping, 0);
     uint64_t t2 = weir_clock_mono_ns();
     w->sleep_ns += t2 - t1;
     w->sleeps++;
