@@ -10,7 +10,9 @@
  * through doublings, deleting with backward shifts, and in the last rounds
  * closing the map while the reader is still at work. Every extraction must
  * equal the expected snapshot exactly: each key once, with its value at the
- * moment the view opened, in strictly ascending hash order. Also: a second view while one is unread
+ * moment the view opened, in strictly ascending hash order. One round in
+ * four, the owner reads the view itself in parts (weir__cow_read_some),
+ * writing between them. Also: a second view while one is unread
  * is refused (NULL), and one is granted again once the first was read.
  *
  * A plain main() program (Criterion cannot start under ThreadSanitizer):
@@ -141,6 +143,25 @@ int main(void) {
       break;
     }
     memcpy(&expect, &ref, sizeof ref);
+    if (round % 4 == 1) {
+      /* The owner reads the view itself, a few pages at a time, writing
+       * between the parts (as a task reads its own views). */
+      weir__cow_reader cr;
+      weir__cow_read_begin(&cr, r.view);
+      while (!weir__cow_read_some(&cr, 1 + rnd() % 8)) {
+        unsigned between = (unsigned)(rnd() % 200);
+        for (unsigned i = 0; i < between; i++) op(m, span * 2 < KEYS ? span * 2 : KEYS);
+      }
+      weir__cow_read_end(&cr, &r.keys, &r.values, &r.n);
+      weir__cow_release(r.view);
+      if (check(&r, round))
+        passes++;
+      else
+        failures++;
+      weir_pool_free(r.keys);
+      weir_pool_free(r.values);
+      continue;
+    }
     r.unread = round % 11 == 5;
     r.delay_us = (unsigned)(rnd() % 4) * 250;
     if (pthread_create(&r.thread, NULL, reader_main, &r) != 0) {

@@ -411,12 +411,11 @@ static uint64_t run_reading(const char *state, const char *reads, uint64_t *mid)
 }
 
 /* Views read by their own task (WEIR_TASK_READS_VIEWS=2: whatever the
- * number of cores): the task reads each view right after it
- * forwards the barrier, before it updates anything, so no page is ever
- * copied for a view, and the checkpoints restore exactly. Read by the
- * store's readers (0), they restore exactly too (the owners copy the pages
- * they update first; how many depends on timing, so it is not asserted). */
-Test(restore, views_read_by_their_task_copy_nothing) {
+ * number of cores), a slice at a time between its steps, and views read
+ * by the store's readers (0): either way the owners copy the pages they
+ * update before they are read (how many depends on timing, so it is not
+ * asserted), and the checkpoints restore exactly. */
+Test(restore, views_read_by_their_task_or_readers) {
   for (int reads = 1; reads >= 0; reads--) {
     char *dir = th_tmpdir();
     cr_assert_not_null(dir);
@@ -424,12 +423,8 @@ Test(restore, views_read_by_their_task_copy_nothing) {
     snprintf(state, sizeof state, "%s/state", dir);
     uint64_t mid;
     uint64_t copied = run_reading(state, reads ? "2" : "0", &mid);
-    if (reads)
-      cr_assert_eq(copied, 0, "views read by their task: %llu pages copied",
-                   (unsigned long long)copied);
-    else
-      cr_log_info("views read by the store's readers: %llu pages copied",
-                  (unsigned long long)copied);
+    cr_log_info("views read by %s: %llu pages copied", reads ? "their task" : "the store's readers",
+                (unsigned long long)copied);
     restore_exact(state, 2, mid);
     th_rmrf(dir);
     free(dir);

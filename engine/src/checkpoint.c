@@ -242,6 +242,9 @@ static int task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns, int unal
   weir_job *job = t->job;
   t->ckpt_done = id;
   if (!job->store) return 0;
+  /* The previous checkpoint's views, if this task is still reading them:
+   * one view of a table at a time. */
+  weir__task_write_held(t);
   pthread_mutex_lock(&job->ck_mu);
   weir__coord_cut(&job->coord, id, align_ns, unaligned);
   pthread_mutex_unlock(&job->ck_mu);
@@ -270,6 +273,7 @@ static int task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns, int unal
       }
       t->held_snaps[t->nheld++] = s;
       t->held_id = id;
+      t->read_slice_ns = WEIR__READ_SLICE_NS;
       continue;
     }
     write_state(job, id, &s);
@@ -277,19 +281,43 @@ static int task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns, int unal
   return 0;
 }
 
-void weir__task_write_held(weir__task *t) {
-  for (uint32_t i = 0; i < t->nheld; i++) {
-    weir_subtask_snapshot_fill(&t->held_snaps[i]);
-    write_state(t->job, t->held_id, &t->held_snaps[i]);
+/* Pages a task reads between two looks at the clock: about 20 us. */
+#define READ_PAGES 32u
+
+int weir__task_read_held(weir__task *t, uint64_t budget_ns) {
+  uint64_t t0 = budget_ns == UINT64_MAX ? 0 : weir_clock_mono_ns();
+  while (t->held_next < t->nheld) {
+    weir_subtask_snapshot *s = &t->held_snaps[t->held_next];
+    weir__cow_reader *r = &t->held_rd;
+    if (!r->c) weir__cow_read_begin(r, s->fill_arg);
+    if (!weir__cow_read_some(r, READ_PAGES)) {
+      if (budget_ns != UINT64_MAX && weir_clock_mono_ns() - t0 >= budget_ns) return 1;
+      continue;
+    }
+    weir__cow *v = r->c;
+    weir__cow_read_end(r, &s->u64_keys, &s->u64_values, &s->n_u64);
+    s->u64_release = weir_pool_free;
+    s->u64_in_order = 1;
+    s->fill = NULL;
+    s->fill_arg = NULL;
+    weir__cow_release(v);
+    write_state(t->job, t->held_id, s);
+    t->held_next++;
   }
-  t->nheld = 0;
+  t->nheld = t->held_next = 0;
+  return 0;
+}
+
+void weir__task_write_held(weir__task *t) {
+  (void)weir__task_read_held(t, UINT64_MAX);
 }
 
 void weir__task_drop_held(weir__task *t) {
-  for (uint32_t i = 0; i < t->nheld; i++) weir_subtask_snapshot_free(&t->held_snaps[i]);
+  if (t->held_rd.c) weir__cow_read_abandon(&t->held_rd);
+  for (uint32_t i = t->held_next; i < t->nheld; i++) weir_subtask_snapshot_free(&t->held_snaps[i]);
   weir_free(t->held_snaps);
   t->held_snaps = NULL;
-  t->nheld = t->held_cap = 0;
+  t->nheld = t->held_cap = t->held_next = 0;
 }
 
 int weir__task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns) {

@@ -20,9 +20,12 @@ int weir__task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns);
  * for. */
 int weir__task_snapshot_unaligned(weir__task *t, uint64_t id, uint64_t align_ns);
 /* Reads the views of the snapshots weir__task_snapshot held
- * (t->hold_views) and hands them to the store; the caller has forwarded
- * the barrier, and the task has processed nothing since its cut, so the
- * views are still the table itself and nothing is copied on write. */
+ * (t->hold_views) and hands each to the store once read; the caller has
+ * forwarded the barrier. weir__task_read_held reads for about budget_ns
+ * and returns 1 if more remains (the task reads on at its next run, with
+ * its records in between: the pages it writes meanwhile are copied on
+ * write); weir__task_write_held reads all that remains. */
+int weir__task_read_held(weir__task *t, uint64_t budget_ns);
 void weir__task_write_held(weir__task *t);
 /* Frees snapshots still held (a task that failed between its cut and
  * forwarding the barrier). */

@@ -633,8 +633,10 @@ static void random_job_id(char out[40]) {
  * needs. When the workers take every core, a reader preempts one, and
  * through the hash shuffle the others soon wait for it too; and while it
  * reads, the owner copies every page it updates. Read by their own task
- * right after it forwards the barrier, the views cost each worker only
- * its own read, at about the same moment, and nothing is copied.
+ * once it has forwarded the barrier, a slice between its steps
+ * (task.c, weir__task_run), the views cost each worker only its own read,
+ * its records wait for one slice at most, and only the pages it updates
+ * between slices are copied.
  * So the task reads when the workers take every core (the default, and
  * WEIR_TASK_READS_VIEWS=1); WEIR_TASK_READS_VIEWS=0 leaves it to the
  * readers always, 2 has the task read even with a core to spare. */

@@ -229,20 +229,28 @@ static uint64_t take_first_page(const uint64_t *sl, uint64_t n, unsigned shift, 
   return take_page(sl + 2 * i, n - i, keys, values, k);
 }
 
-void weir__cow_extract(weir__cow *c, uint64_t **keys, uint64_t **values, uint64_t *n) {
+void weir__cow_read_begin(weir__cow_reader *r, weir__cow *c) {
+  memset(r, 0, sizeof *r);
+  r->c = c;
   /* At most cap / 2 entries (load factor), plus the EMPTY key, plus the
    * slot take_page writes past the last entry. */
-  uint64_t max = c->cap / 2 + 2, k = 0, nw = 0;
+  r->max = c->cap / 2 + 2;
   /* From the pool: the arrays of the previous checkpoint, already touched
    * (the caller releases them with weir_pool_free). */
-  uint64_t *ks = weir_pool_alloc(max * sizeof *ks), *vs = weir_pool_alloc(max * sizeof *vs);
-  uint64_t *wrapped = c->cap ? weir_malloc(WEIR__COW_PAGE * 16) : NULL;
-  unsigned shift = c->cap ? 64 - (unsigned)__builtin_ctzll(c->cap) : 0;
+  r->keys = weir_pool_alloc(r->max * sizeof *r->keys);
+  r->values = weir_pool_alloc(r->max * sizeof *r->values);
+  r->wrapped = c->cap ? weir_malloc(WEIR__COW_PAGE * 16) : NULL;
+  r->shift = c->cap ? 64 - (unsigned)__builtin_ctzll(c->cap) : 0;
   /* The EMPTY key's rank: with the keys whose slots come before it. */
-  uint64_t empty_at = c->has_empty_key ? rank_of(WEIR__U64_EMPTY) >> shift : 0;
-  for (uint64_t p = 0; p < c->npages; p++) {
-    uint64_t k0 = k;
-    if (c->has_empty_key && empty_at / WEIR__COW_PAGE == p) {
+  r->empty_at = c->has_empty_key ? rank_of(WEIR__U64_EMPTY) >> r->shift : 0;
+}
+
+int weir__cow_read_some(weir__cow_reader *r, uint64_t pages) {
+  weir__cow *c = r->c;
+  uint64_t *ks = r->keys, *vs = r->values, k = r->n;
+  for (; r->page < c->npages && pages; r->page++, pages--) {
+    uint64_t p = r->page, k0 = k;
+    if (c->has_empty_key && r->empty_at / WEIR__COW_PAGE == p) {
       ks[k] = WEIR__U64_EMPTY;
       vs[k++] = c->empty_key_value;
     }
@@ -254,25 +262,32 @@ void weir__cow_extract(weir__cow *c, uint64_t **keys, uint64_t **values, uint64_
     /* If not, COPIED: the owner copied it (published by the acquire above). */
     sl = (reading ? c->slots : c->arena) + 2 * p * WEIR__COW_PAGE;
     if (p == 0)
-      k = take_first_page(sl, cnt, shift, ks, vs, k, wrapped, &nw);
+      k = take_first_page(sl, cnt, r->shift, ks, vs, k, r->wrapped, &r->nw);
     else
       k = take_page(sl, cnt, ks, vs, k);
     if (reading) atomic_store_explicit(&c->state[p], PAGE_DONE, memory_order_release);
-    WEIR_ASSERT(k + nw < max);
+    WEIR_ASSERT(k + r->nw < r->max);
     /* While the page's entries are in the cache. */
     order_from(ks, vs, k0, k);
   }
-  uint64_t k0 = k;
+  r->n = k;
+  return r->page == c->npages;
+}
+
+void weir__cow_read_end(weir__cow_reader *r, uint64_t **keys, uint64_t **values, uint64_t *n) {
+  weir__cow *c = r->c;
+  uint64_t *ks = r->keys, *vs = r->values, k = r->n, k0 = k;
+  WEIR_ASSERT(r->page == c->npages);
   if (c->has_empty_key && c->npages == 0) {
     ks[k] = WEIR__U64_EMPTY;
     vs[k++] = c->empty_key_value;
   }
-  for (uint64_t i = 0; i < nw; i++) {
-    ks[k] = wrapped[2 * i];
-    vs[k++] = wrapped[2 * i + 1];
+  for (uint64_t i = 0; i < r->nw; i++) {
+    ks[k] = r->wrapped[2 * i];
+    vs[k++] = r->wrapped[2 * i + 1];
   }
   order_from(ks, vs, k0, k);
-  weir_free(wrapped);
+  weir_free(r->wrapped);
   if (!k) {
     weir_pool_free(ks);
     weir_pool_free(vs);
@@ -281,6 +296,21 @@ void weir__cow_extract(weir__cow *c, uint64_t **keys, uint64_t **values, uint64_
   *keys = ks;
   *values = vs;
   *n = k;
+  memset(r, 0, sizeof *r);
+}
+
+void weir__cow_read_abandon(weir__cow_reader *r) {
+  weir_pool_free(r->keys);
+  weir_pool_free(r->values);
+  weir_free(r->wrapped);
+  memset(r, 0, sizeof *r);
+}
+
+void weir__cow_extract(weir__cow *c, uint64_t **keys, uint64_t **values, uint64_t *n) {
+  weir__cow_reader r;
+  weir__cow_read_begin(&r, c);
+  (void)weir__cow_read_some(&r, UINT64_MAX);
+  weir__cow_read_end(&r, keys, values, n);
 }
 
 void weir__cow_release(weir__cow *c) {

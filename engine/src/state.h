@@ -180,6 +180,20 @@ weir__cow *weir__u64_cow_begin(weir__u64map *m);
  * empty), in strictly ascending hash order (the store's, WEIR_STORE_U64_RANK),
  * sorted page by page as they are read. */
 void weir__cow_extract(weir__cow *c, uint64_t **keys, uint64_t **values, uint64_t *n);
+/* The same read in parts, so that a task reading its own view can go on
+ * with its records in between: begin, then read_some (a number of pages
+ * at a time) until it returns 1, then end (the arrays as from
+ * weir__cow_extract), or abandon (frees them). One thread reads. */
+typedef struct weir__cow_reader {
+  weir__cow *c;
+  uint64_t *keys, *values, *wrapped;
+  uint64_t max, n, nw, page, empty_at;
+  unsigned shift;
+} weir__cow_reader;
+void weir__cow_read_begin(weir__cow_reader *r, weir__cow *c);
+int weir__cow_read_some(weir__cow_reader *r, uint64_t pages);
+void weir__cow_read_end(weir__cow_reader *r, uint64_t **keys, uint64_t **values, uint64_t *n);
+void weir__cow_read_abandon(weir__cow_reader *r);
 /* Lets go of the view for its reader (after extracting or instead of it). */
 void weir__cow_release(weir__cow *c);
 

@@ -505,7 +505,7 @@ int weir__task_take_checkpoint(weir__task *t, uint64_t id, uint64_t align_ns) {
   t->hold_views = 0;
   if (rc) return rc;
   push_control(t, WEIR__MSG_BARRIER, id);
-  weir__task_write_held(t);
+  /* Its held views are read from the next run on (weir__task_run). */
   if (t->head_loop) rc = weir__head_log_start(t, id);
   if (!rc && weir__task_sync_mode(t)) report_drained(t, id);
   return rc;
@@ -535,6 +535,9 @@ static int sync_paused(weir__task *t) {
 /* End of all input: finish each operator in chain order, then send end of
  * input downstream. */
 void weir__task_finish(weir__task *t) {
+  /* The last checkpoint's views before the end of input goes out: a task
+   * that is done runs no more. */
+  weir__task_write_held(t);
   for (uint32_t i = 0; i < t->nops; i++) {
     int rc = weir__ctx_finish(t->ops[i]);
     if (!rc) rc = chain_flush(t, i);
@@ -841,7 +844,27 @@ static int input_step(weir__task *t) {
 
 /* ---- the task -------------------------------------------------------------- */
 
+static int task_step(weir__task *t);
+
+/* A slice of reading the views of the task's last cut, if any are left,
+ * then a step: the records that came meanwhile wait for one slice, not for
+ * the whole table. A slice takes as long as the step before it, or
+ * WEIR__READ_SLICE_NS if that was shorter (WEIR__STEP_NS at most): under load, reading and records
+ * share the task's time evenly and the checkpoint is not held up for long;
+ * at light load the slices stay short. */
 int weir__task_run(weir__task *t) {
+  if (!t->nheld) return task_step(t);
+  int reading = weir__task_read_held(t, t->read_slice_ns);
+  uint64_t t0 = weir_clock_mono_ns();
+  int more = task_step(t);
+  uint64_t took = weir_clock_mono_ns() - t0;
+  t->read_slice_ns = took < WEIR__READ_SLICE_NS ? WEIR__READ_SLICE_NS
+                     : took > WEIR__STEP_NS     ? WEIR__STEP_NS
+                                                : took;
+  return more || (reading && !atomic_load_explicit(&t->job->failed, memory_order_relaxed));
+}
+
+static int task_step(weir__task *t) {
   if (atomic_load_explicit(&t->job->failed, memory_order_relaxed)) return 0;
   if (weir__task_notify(t)) {
     weir__task_failed(t, WEIR_ECKPT);

@@ -23,6 +23,9 @@
  * and a chain slower than this per batch takes its input in slices of
  * about this much time (task.c). */
 #define WEIR__STEP_NS 1000000u
+/* A task reading the copy-on-write views of its cut reads about this much
+ * at a time between its steps (checkpoint.c, weir__task_read_held). */
+#define WEIR__READ_SLICE_NS 100000u
 
 struct weir__task_un;
 
@@ -100,11 +103,14 @@ struct weir__task {
   /* Checkpoints. */
   weir__align align;
   uint64_t ckpt_done; /* latest checkpoint this task snapshotted */
-  /* Snapshots whose copy-on-write views this task reads itself, once the
-   * barrier is forwarded (checkpoint.c, weir__task_write_held): held only
-   * while hold_views is set around a cut. */
+  /* Snapshots whose copy-on-write views this task reads itself, a slice
+   * per run once the barrier is forwarded (checkpoint.c,
+   * weir__task_read_held): held only while hold_views is set around a
+   * cut. held_next is the one being read, by held_rd. */
   struct weir_subtask_snapshot *held_snaps;
-  uint32_t nheld, held_cap;
+  uint32_t nheld, held_cap, held_next;
+  weir__cow_reader held_rd;
+  uint64_t read_slice_ns; /* the next slice of reading them (task.c) */
   uint64_t held_id;
   int hold_views;
   uint64_t notified; /* latest completion/abort its operators were told */

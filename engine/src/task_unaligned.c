@@ -112,7 +112,7 @@ int weir__task_un_cut(weir__task *t, uint64_t id, const uint8_t *passed, uint64_
       weir__task_wake_first(r->chans[j]->consumer);
     }
   }
-  weir__task_write_held(t);
+  /* Its held views are read from the next run on (weir__task_run). */
   if (ur == WEIR__UN_COMPLETE) {
     if (chan) return cs_finish(t);
     (void)weir__unalign_done(&u->sm);
