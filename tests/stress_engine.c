@@ -93,6 +93,13 @@ typedef struct counter {
    * timers), so workers nap and are woken from other workers all the
    * time. */
   uint32_t pace;
+  /* Event time: the sources have a watermark strategy (no disorder, ticks
+   * every 1 ms, never idle: a source starved for a while would let the
+   * others' clock pass it, rightly), and the sink counts the records that
+   * come at or behind its clock (none may: every source is in order). */
+  int event_time;
+  _Atomic uint64_t late;
+  _Atomic int64_t clock_seen; /* the sink's largest clock below the end */
   /* Stop scenario: once `received` reaches stop_at, signal the stopper. */
   uint64_t stop_at;
   pthread_mutex_t mu;
@@ -188,6 +195,13 @@ static int sink_process(weir_ctx *ctx, const weir_record *r) {
   sl->keys[sl->n] = r->key;
   sl->counts[sl->n] = weir_payload_u64(r);
   sl->n++;
+  if (c->event_time) {
+    int64_t w = weir_ctx_watermark(ctx);
+    if (r->ts <= w) atomic_fetch_add(&c->late, 1);
+    int64_t m = atomic_load(&c->clock_seen);
+    while (w > m && !atomic_compare_exchange_weak(&c->clock_seen, &m, w)) {
+    }
+  }
   uint64_t got = atomic_fetch_add(&c->received, 1) + 1;
   if (c->stop_at && got == c->stop_at) {
     pthread_mutex_lock(&c->mu);
@@ -205,6 +219,11 @@ static const weir_operator_vt sink_vt = {
  * sink_p == 0, else through another key_by into sink_p subtasks. */
 static int build(weir_job *job, counter *c, int ps, int p, int sink_p) {
   weir_stream *s = weir_source(job, "numbers", &src_vt, c, ps);
+  if (c->event_time) {
+    weir_watermark_strategy wm = {
+        .size = sizeof wm, .out_of_orderness = 0, .interval_ms = 1, .idle_timeout_ms = 0};
+    s = weir_with_watermarks(s, &wm);
+  }
   s = weir_process(weir_key_by(s), "count", &count_vt, c, p);
   if (sink_p) return weir_sink(weir_key_by(s), "collect", &sink_vt, c, sink_p);
   return weir_sink(s, "collect", &sink_vt, c, p);
@@ -528,14 +547,20 @@ int main(int argc, char **argv) {
     report(name, ok, why);
   }
   /* Paced sources (workers nap between short waits and are woken by the
-   * others' pushes), with and without latency tracing. */
-  for (int traced = 0; traced < 2; traced++)
+   * others' pushes), with and without latency tracing, and with event
+   * time (watermarks and idleness through two shuffles). */
+  for (int mode = 0; mode < 3; mode++)
     for (int w = 1; w <= 3; w++) {
       char name[160], why[256] = "";
-      snprintf(name, sizeof name, "counter P=3 W=%d, paced sources%s", w, traced ? ", traced" : "");
+      int traced = mode == 1;
+      snprintf(name, sizeof name, "counter P=3 W=%d, paced sources%s", w,
+               traced      ? ", traced"
+               : mode == 2 ? ", watermarks"
+                           : "");
       counter c;
       counter_init(&c, n / 10, 13);
       c.pace = 40;
+      c.event_time = mode == 2;
       weir_job *job = NULL;
       int ok = 0;
       if (weir_job_create(&job, name) || build(job, &c, 3, 3, 2)) {
@@ -549,6 +574,11 @@ int main(int argc, char **argv) {
           snprintf(why, sizeof why, "run: %s: %s", weir_err_name(rc), weir_job_error(job));
         else if (traced && weir_job_hop_quantile(job, "collect", WEIR_WAIT_TOTAL, 0.5, &p50))
           snprintf(why, sizeof why, "no traced waits into the sink");
+        else if (c.event_time && atomic_load(&c.clock_seen) <= 0)
+          snprintf(why, sizeof why, "the sink's event-time clock never moved");
+        else if (atomic_load(&c.late))
+          snprintf(why, sizeof why, "%llu records late at the sink",
+                   (unsigned long long)atomic_load(&c.late));
         else
           ok = verify(&c, why, sizeof why) == 0;
       }

@@ -20,9 +20,15 @@
 
 typedef enum {
   WEIR__MSG_DATA = 0,
-  WEIR__MSG_EOI = 1,     /* end of input on this channel */
-  WEIR__MSG_BARRIER = 2, /* checkpoint barrier `barrier_id` */
+  WEIR__MSG_EOI = 1,       /* end of input on this channel; `barrier_id`: WEIR__END_* */
+  WEIR__MSG_BARRIER = 2,   /* checkpoint barrier `barrier_id` */
+  WEIR__MSG_WATERMARK = 3, /* watermark `barrier_id` (an int64_t) */
+  WEIR__MSG_IDLE = 4,      /* no watermarks until the next WATERMARK (task_time.c) */
 } weir__msg_kind;
+
+/* Why input ended: its true end, or a stop (the job resumes after a
+ * restore, so event time does not go to +inf). */
+enum { WEIR__END_INPUT = 0, WEIR__END_STOP = 1 };
 
 /* Arena bytes a batch keeps between uses; larger arenas are shrunk back. */
 #define WEIR__ARENA_SOFT (256u * 1024u)

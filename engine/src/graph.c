@@ -204,6 +204,39 @@ weir_stream *weir_source(weir_job *job, const char *name, const weir_source_vt *
   return s;
 }
 
+weir_stream *weir_with_watermarks(weir_stream *s, const weir_watermark_strategy *ws) {
+  if (!s || s->job->build_err) return NULL;
+  weir_job *job = s->job;
+  weir__node *n = s->out[0].node;
+  if (s->n != 1 || n->kind != WEIR__NODE_SOURCE || n->nout) {
+    weir_job_fail(job, WEIR_EPLAN,
+                  "weir_with_watermarks: the stream is not a source's own (give the strategy to "
+                  "the stream weir_source returned, before anything consumes it)");
+    return NULL;
+  }
+  if (!ws) {
+    weir_job_fail(job, WEIR_EPLAN, "source '%s': weir_with_watermarks with a NULL strategy",
+                  n->name);
+    return NULL;
+  }
+  if (n->has_wms) {
+    weir_job_fail(job, WEIR_EPLAN, "source '%s' already has a watermark strategy", n->name);
+    return NULL;
+  }
+  weir_watermark_strategy own;
+  if (adopt_vt(job, "watermark strategy of source", n->name, &own, sizeof own, ws)) return NULL;
+  if (own.out_of_orderness < 0) {
+    weir_job_fail(job, WEIR_EPLAN,
+                  "source '%s': out_of_orderness %lld is negative (the bound on how far "
+                  "behind the largest timestamp a record may come)",
+                  n->name, (long long)own.out_of_orderness);
+    return NULL;
+  }
+  n->wms = own;
+  n->has_wms = 1;
+  return s;
+}
+
 static weir_stream *repartition(weir_stream *s, weir__part part) {
   if (!s || s->job->build_err) return NULL;
   weir_stream *r = stream_new(s->job, s->n);

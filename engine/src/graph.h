@@ -66,6 +66,9 @@ struct weir__node {
     weir_source_vt src;
   } vt;
   void *arg;
+  /* Sources: the watermark strategy (weir_with_watermarks), if has_wms. */
+  int has_wms;
+  weir_watermark_strategy wms;
   int parallelism; /* 0 until frozen when the user said "default" */
   int keyed;       /* all inputs hash-partitioned */
   uint32_t nin, nout;
@@ -181,6 +184,8 @@ struct weir_job {
    * after it forwards the barrier, not by the store's reader threads: set
    * when the workers leave no core free (job.c). */
   int views_on_tasks;
+  /* A source has a watermark strategy: tasks run event time (task_time.c). */
+  int event_time;
   /* Latency tracing (weir_run_opts.trace_latency; trace.h), or NULL. */
   struct weir__job_trace *trace;
 };

@@ -42,6 +42,17 @@ static int validate(weir_job *job) {
       return weir_job_fail(job, WEIR_EPLAN,
                            "iteration '%s' was never closed (weir_iteration_close)",
                            job->loops[i]->head->name);
+  job->event_time = 0;
+  for (uint32_t i = 0; i < job->nnodes; i++)
+    if (job->nodes[i]->has_wms) {
+      if (job->nloops)
+        return weir_job_fail(job, WEIR_EPLAN,
+                             "source '%s' has a watermark strategy, but the job has an iteration "
+                             "('%s'): event time is not defined inside a loop "
+                             "(docs/event-time.md)",
+                             job->nodes[i]->name, job->loops[0]->head->name);
+      job->event_time = 1;
+    }
   return 0;
 }
 

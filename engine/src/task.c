@@ -69,6 +69,8 @@
 #include "batch.h"
 #include "channel.h"
 #include "task_step.h"
+#include "task_time.h"
+#include "watermark.h"
 #include "task_unaligned.h"
 #include "trace.h"
 
@@ -175,6 +177,7 @@ COLD int too_big(weir_ctx *ctx, size_t len) {
 
 HOT int emit_raw(weir_ctx *ctx, uint64_t key, int64_t ts, uint64_t id, const void *p, size_t len) {
   if (UNLIKELY(len > ctx->max_record)) return too_big(ctx, len);
+  if (UNLIKELY(ctx->wmgen != NULL)) weir__wmgen_note(ctx->wmgen, ts);
   ctx->n_out++;
   weir__batch *l = ctx->link;
   if (l) { /* a chained successor */
@@ -463,7 +466,7 @@ int weir__ctx_finish(weir_ctx *c) {
 
 /* Sends a control event on every output channel, after every record
  * emitted before it. */
-static void push_control(weir__task *t, uint32_t kind, uint64_t id) {
+void weir__task_push_control(weir__task *t, uint32_t kind, uint64_t id) {
   weir__task_flush_outputs(t);
   for (uint32_t k = 0; k < t->nrouters; k++) {
     weir__router *r = &t->routers[k];
@@ -504,7 +507,7 @@ int weir__task_take_checkpoint(weir__task *t, uint64_t id, uint64_t align_ns) {
   if (!weir__task_sync_mode(t)) rc = weir__task_snapshot(t, id, align_ns);
   t->hold_views = 0;
   if (rc) return rc;
-  push_control(t, WEIR__MSG_BARRIER, id);
+  weir__task_push_control(t, WEIR__MSG_BARRIER, id);
   /* Its held views are read from the next run on (weir__task_run). */
   if (t->head_loop) rc = weir__head_log_start(t, id);
   if (!rc && weir__task_sync_mode(t)) report_drained(t, id);
@@ -538,6 +541,7 @@ void weir__task_finish(weir__task *t) {
   /* The last checkpoint's views before the end of input goes out: a task
    * that is done runs no more. */
   weir__task_write_held(t);
+  if (!t->stopped) weir__time_end(t);
   for (uint32_t i = 0; i < t->nops; i++) {
     int rc = weir__ctx_finish(t->ops[i]);
     if (!rc) rc = chain_flush(t, i);
@@ -546,7 +550,7 @@ void weir__task_finish(weir__task *t) {
       return;
     }
   }
-  push_control(t, WEIR__MSG_EOI, 0);
+  weir__task_push_control(t, WEIR__MSG_EOI, t->stopped ? WEIR__END_STOP : WEIR__END_INPUT);
   t->state = WEIR__TASK_FINISHING;
   /* A head finishes when its loop drained: nothing can reach it on a
    * feedback edge any more, so an open log is complete. */
@@ -572,6 +576,7 @@ static int source_step(weir__task *t) {
   uint64_t t0 = weir_clock_mono_ns();
   for (uint32_t n = 0; n < t->budget_batches; n++) {
     if (atomic_load_explicit(&t->job->stopping, memory_order_relaxed)) {
+      t->stopped = 1;
       weir__task_finish(t);
       return 0;
     }
@@ -608,8 +613,12 @@ static int source_step(weir__task *t) {
     }
     uint64_t t2 = weir_clock_mono_ns(), made = c->n_out - before;
     note_time(t, t2 - t1, made);
+    if (t->wmgen && rc != WEIR_SOURCE_DONE) weir__time_source_tick(t, t2);
     if (UNLIKELY(t->job->opts.buffer_timeout_us == WEIR_FLUSH_AT_ONCE)) weir__task_flush_outputs(t);
     if (rc == WEIR_SOURCE_DONE) {
+      /* A source that ends because it was asked to stop has not reached
+       * the end of its input: the restored job goes on from there. */
+      if (atomic_load_explicit(&t->job->stopping, memory_order_relaxed)) t->stopped = 1;
       weir__task_finish(t);
       return 0;
     }
@@ -617,7 +626,8 @@ static int source_step(weir__task *t) {
       weir__task_flush_outputs(t);
       settle_pending(t);
       publish_stats(t);
-      if (c->wake_after_us) weir__task_wake_after(t, c->wake_after_us);
+      uint64_t us = weir__time_source_sleep_us(t, t2, c->wake_after_us);
+      if (us) weir__task_wake_after(t, us);
       return 0;
     }
     if (!outputs_writable(t)) {
@@ -762,10 +772,15 @@ static inline int input_data(weir__task *t, uint32_t idx, weir__batch *b, uint64
   return outputs_blocked(t);
 }
 
-/* End of input on input idx. Returns 1 if the step must end here. */
-static int input_ended(weir__task *t, uint32_t idx) {
+/* End of input on input idx (why: WEIR__END_*). Returns 1 if the step
+ * must end here. */
+static int input_ended(weir__task *t, uint32_t idx, uint64_t why) {
   t->in_ended[idx] = 1;
   ++t->nended;
+  if (why == WEIR__END_STOP)
+    t->stopped = 1;
+  else
+    weir__time_input_ended(t, idx);
   if (t->in_back[idx]) return weir__head_back_ended(t, idx);
   if (weir__task_un_ended(t, idx)) return 1;
   if (weir__align_end(&t->align, idx) == WEIR__ALIGN_COMPLETE && complete_alignment(t)) return 1;
@@ -829,8 +844,14 @@ static int input_step(weir__task *t) {
       processed++;
       if (now - t0 > WEIR__STEP_NS) break;
     } else if (b->kind == WEIR__MSG_EOI) {
+      uint64_t why = b->barrier_id;
       weir__chan_release(t->in[idx]);
-      if (input_ended(t, idx)) return 0;
+      if (input_ended(t, idx, why)) return 0;
+    } else if (b->kind == WEIR__MSG_WATERMARK || b->kind == WEIR__MSG_IDLE) {
+      uint32_t kind = b->kind;
+      uint64_t v = b->barrier_id;
+      weir__chan_release(t->in[idx]);
+      weir__time_input(t, idx, kind, v);
     } else {
       uint64_t id = b->barrier_id;
       weir__chan_release(t->in[idx]);
@@ -933,6 +954,7 @@ int weir__task_open(weir__task *t) {
   for (uint32_t i = 0; i < t->nin; i++)
     if (t->in_loopin[i] || t->in_back[i]) t->pace.sliceable = 0;
   if (t->head_loop) weir__head_open(t);
+  weir__time_open(t);
   for (uint32_t i = 0; i < t->nops; i++) {
     weir_ctx *c = t->ops[i];
     int rc = 0;
@@ -966,6 +988,7 @@ void weir__task_close(weir__task *t) {
   weir__task_drop_held(t);
   weir__task_un_close(t);
   weir__head_close(t);
+  weir__time_close(t);
   weir__trace_task_close(t);
   publish_stats(t);
 }

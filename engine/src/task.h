@@ -111,6 +111,12 @@ struct weir__task {
   uint32_t nheld, held_cap, held_next;
   weir__cow_reader held_rd;
   uint64_t read_slice_ns; /* the next slice of reading them (task.c) */
+  /* Event time (task_time.c): a source's generator, the valve over the
+   * inputs (NULL in jobs without event time), the task's clock. */
+  struct weir__wmgen *wmgen;
+  struct weir__valve *valve;
+  int64_t clock;
+  int stopped; /* input ends by a stop, not its true end */
   uint64_t held_id;
   int hold_views;
   uint64_t notified; /* latest completion/abort its operators were told */

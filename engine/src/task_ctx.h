@@ -55,6 +55,9 @@ struct weir_ctx {
   uint64_t restore_stream_ns; /* time the load spent building `state` */
   /* Chain heads: the task's channel state in that checkpoint, if any. */
   struct weir_subtask_snapshot *restore_chan;
+  /* A source with a watermark strategy: its generator, which notes the
+   * timestamp of every record it emits (task_time.c). */
+  struct weir__wmgen *wmgen;
   /* Source pacing: wake-up requested by weir_ctx_wake_after. */
   uint64_t wake_after_us;
   char msg[512];

@@ -9,6 +9,9 @@
 
 /* Records the task's failure in the job (rc: a WEIR_E* code). */
 void weir__task_failed(weir__task *t, int rc);
+/* Sends a control event (WEIR__MSG_*, with its value) on every output
+ * channel, after every record emitted before it. */
+void weir__task_push_control(weir__task *t, uint32_t kind, uint64_t id);
 /* Pushes every partly filled output batch into its channel. */
 void weir__task_flush_outputs(weir__task *t);
 /* Runs every non-empty link of the chain from operator `from` on through

@@ -192,6 +192,34 @@ typedef struct weir_source_vt {
 } weir_source_vt;
 
 /* ------------------------------------------------------------------------ */
+/* Event time (docs/event-time.md)                                          */
+
+/* A record's event time is its `ts` (by convention milliseconds since the
+ * epoch; the engine assumes no unit). A watermark W on a stream says that
+ * no record with ts <= W follows; a record that does is late. */
+#define WEIR_WATERMARK_MIN INT64_MIN /* no watermark yet */
+#define WEIR_WATERMARK_MAX INT64_MAX /* the true end of input: no record follows */
+
+/* How a source makes watermarks from the timestamps it emits (bounded
+ * out-of-orderness, as Flink's forBoundedOutOfOrderness + withIdleness). */
+typedef struct weir_watermark_strategy {
+  size_t size;              /* sizeof(weir_watermark_strategy) */
+  int64_t out_of_orderness; /* D >= 0: a split's watermark is the largest ts it emitted - D - 1 */
+  uint32_t interval_ms;     /* a new watermark at most this often; 0 = 200 */
+  /* A split that emits nothing for this long is idle: it stops holding
+   * event time back until it emits again. 0 = never idle. */
+  uint32_t idle_timeout_ms;
+} weir_watermark_strategy;
+
+/* Gives the source whose stream `s` is (as weir_source returned it) a
+ * watermark strategy (copied). Returns s, or NULL with the job's build
+ * error (WEIR_EPLAN) if s is not a source's stream, already has one, or D
+ * is negative. A source without a strategy sends no watermarks: event time
+ * downstream of it stays at WEIR_WATERMARK_MIN. Not in a job with an
+ * iteration (event time is not defined inside a loop). */
+weir_stream *weir_with_watermarks(weir_stream *s, const weir_watermark_strategy *ws);
+
+/* ------------------------------------------------------------------------ */
 /* The operator context (valid only inside callbacks, on the subtask's thread) */
 
 uint32_t weir_ctx_subtask(const weir_ctx *ctx);
@@ -216,6 +244,22 @@ int weir_ctx_stopping(const weir_ctx *ctx);
 /* Sources: when run() returns WEIR_SOURCE_IDLE, call run() again after `us`
  * microseconds. */
 void weir_ctx_wake_after(weir_ctx *ctx, uint64_t us);
+/* The subtask's event-time clock: the largest watermark that every input
+ * has passed (the minimum over its inputs that are not idle; a source's
+ * own watermark); WEIR_WATERMARK_MIN before the first, WEIR_WATERMARK_MAX
+ * after the true end of every input (not at a stop: a stopped job resumes
+ * its event time after a restore). Records that come after it with ts <=
+ * it are late. It only moves forward, between input batches. */
+int64_t weir_ctx_watermark(const weir_ctx *ctx);
+/* Sources with a watermark strategy reading several splits (files,
+ * partitions): the records emitted from now on come from `split` (0 until
+ * the first call). Each split keeps its own largest timestamp, and the
+ * subtask's watermark is the minimum over the splits that are neither idle
+ * nor ended, so a split that lags holds event time back. A split begins
+ * when first named. No-op for a source without a strategy. */
+void weir_source_split(weir_ctx *ctx, uint32_t split);
+/* The split will emit no more (its data is exhausted). */
+void weir_source_split_end(weir_ctx *ctx, uint32_t split);
 /* Ownership, for sinks that fence their effects (docs/leases.md §4): the lease
  * epoch of this run (0 without a state directory); constant during a run. */
 uint64_t weir_ctx_epoch(const weir_ctx *ctx);
