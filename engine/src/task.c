@@ -175,9 +175,25 @@ COLD int too_big(weir_ctx *ctx, size_t len) {
                        ctx->max_record);
 }
 
+COLD int emit_refused(weir_ctx *ctx) {
+  weir_ctx_fail(ctx, WEIR_ESTATE,
+                "emitting from open or restore is not allowed (they run again at every "
+                "restore): emit from process, finish, poll or a source's run");
+  return weir__ctx_report(ctx, WEIR_ESTATE, "open");
+}
+
+static inline int emit_check(weir_ctx *ctx, int64_t ts) {
+  if (ctx->in_open) return emit_refused(ctx);
+  if (ctx->wmgen) weir__wmgen_note(ctx->wmgen, ts);
+  return 0;
+}
+
 HOT int emit_raw(weir_ctx *ctx, uint64_t key, int64_t ts, uint64_t id, const void *p, size_t len) {
   if (UNLIKELY(len > ctx->max_record)) return too_big(ctx, len);
-  if (UNLIKELY(ctx->wmgen != NULL)) weir__wmgen_note(ctx->wmgen, ts);
+  if (UNLIKELY(ctx->emit_slow)) {
+    int rc = emit_check(ctx, ts);
+    if (rc) return rc;
+  }
   ctx->n_out++;
   weir__batch *l = ctx->link;
   if (l) { /* a chained successor */
@@ -203,6 +219,10 @@ static inline uint64_t next_id(weir_ctx *ctx, uint64_t parent) {
 
 int weir_emit(weir_ctx *ctx, uint64_t key, const void *payload, size_t len) {
   return emit_raw(ctx, key, ctx->cur_ts, next_id(ctx, ctx->cur_id), payload, len);
+}
+
+int weir_emit_at(weir_ctx *ctx, uint64_t key, int64_t ts, const void *payload, size_t len) {
+  return emit_raw(ctx, key, ts, next_id(ctx, ctx->cur_id), payload, len);
 }
 
 /* A u64 payload: 8 little-endian bytes (weir_payload_u64 reads it back),
@@ -431,6 +451,11 @@ int weir__task_poll(weir__task *t) {
   for (uint32_t i = 0; i < t->nops; i++) {
     weir_ctx *c = t->ops[i];
     if (!c->opened || !c->node->ovt || !c->node->ovt->poll) continue;
+    /* Its emissions: a parent of their own, and just after event time. */
+    c->cur_id = weir__mix64(c->poll_nonce + ++c->poll_seq);
+    c->cur_ts = t->clock == WEIR_WATERMARK_MIN   ? 0
+                : t->clock == WEIR_WATERMARK_MAX ? WEIR_WATERMARK_MAX
+                                                 : t->clock + 1;
     int rc = c->node->ovt->poll(c);
     if (rc < 0) return weir__ctx_report(c, rc, "poll");
     if (rc == WEIR_POLL_BUSY) held = 1;
@@ -458,8 +483,11 @@ void weir__task_failed(weir__task *t, int rc) {
 int weir__ctx_finish(weir_ctx *c) {
   const weir_operator_vt *vt = c->node->ovt;
   if (!vt || !vt->finish) return 0;
-  c->cur_id = weir__mix64(c->salt ^ 0xf1a1f1a1ULL); /* finish emissions: own lineage */
-  c->cur_ts = 0;
+  /* Its emissions: a lineage of their own per subtask (stable on replay
+   * at the same parallelism), after the end of event time. */
+  c->cur_id = weir__mix64(c->salt ^ 0xf1a1f1a1ULL ^
+                          weir__mix64(((uint64_t)c->parallelism << 32) | c->subtask));
+  c->cur_ts = WEIR_WATERMARK_MAX;
   int rc = vt->finish(c);
   return rc < 0 ? weir__ctx_report(c, rc, "finish") : 0;
 }
@@ -958,6 +986,8 @@ int weir__task_open(weir__task *t) {
   for (uint32_t i = 0; i < t->nops; i++) {
     weir_ctx *c = t->ops[i];
     int rc = 0;
+    c->poll_nonce = weir__mix64(weir_clock_mono_ns() ^ (uint64_t)(uintptr_t)c ^ c->salt);
+    c->in_open = c->emit_slow = 1;
     if (c->node->svt && c->node->svt->open)
       rc = c->node->svt->open(c);
     else if (c->node->ovt && c->node->ovt->open)
@@ -965,6 +995,8 @@ int weir__task_open(weir__task *t) {
     if (rc < 0) return weir__ctx_report(c, rc, "open");
     c->opened = 1;
     rc = weir__ctx_restore(c);
+    c->in_open = 0;
+    c->emit_slow = c->wmgen != NULL;
     if (rc < 0) return rc;
   }
   return weir__task_un_open(t);

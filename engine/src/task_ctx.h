@@ -58,6 +58,13 @@ struct weir_ctx {
   /* A source with a watermark strategy: its generator, which notes the
    * timestamp of every record it emits (task_time.c). */
   struct weir__wmgen *wmgen;
+  /* Emissions take the slow path (task.c, emit_check): the generator
+   * notes them, or the operator is in open or restore (emitting there is
+   * refused: they run again at every restore). */
+  uint8_t emit_slow, in_open;
+  /* Records emitted from poll derive from a fresh parent per call: unique
+   * per run, not stable across replays. */
+  uint64_t poll_nonce, poll_seq;
   /* Source pacing: wake-up requested by weir_ctx_wake_after. */
   uint64_t wake_after_us;
   char msg[512];

@@ -100,8 +100,12 @@ static inline uint64_t weir_payload_u64(const weir_record *r) {
  * message given to weir_ctx_fail(), if any.
  *
  *   open      once per subtask before any record; set per-subtask data with
- *             weir_ctx_set_user().
- *   process   one record. Emit with weir_emit*().
+ *             weir_ctx_set_user(). May not emit (nor may restore): both run
+ *             again at every restore; an emission there fails the job
+ *             (WEIR_ESTATE).
+ *   process   one record. Emit with weir_emit*(): the records take the
+ *             input's timestamp (weir_emit_at: another) and ids derived
+ *             from its id, stable on replay.
  *   process_batch  a whole batch (preferred when both are set): lets keyed
  *             operators prefetch state across the batch. An operator that
  *             needs more than about a millisecond for a batch gets the
@@ -110,6 +114,11 @@ static inline uint64_t weir_payload_u64(const weir_record *r) {
  *             wait for a whole batch (unless its time does not shrink
  *             with the records: a cost per call is left whole).
  *   finish    end of all input: emit what is left (e.g. final aggregates).
+ *             Its records get timestamp WEIR_WATERMARK_MAX (after the end
+ *             of event time; weir_emit_at sets another) and ids of a
+ *             lineage of their own per subtask, stable on replay at the
+ *             same parallelism. A stop (weir_job_stop) calls it too,
+ *             with the event-time clock where it was.
  *   close     release per-subtask resources; called once after open
  *             succeeded, whether the job succeeded or not. Cannot fail.
  *   snapshot / restore / checkpoint_complete / checkpoint_aborted: driven by
@@ -121,6 +130,10 @@ static inline uint64_t weir_payload_u64(const weir_record *r) {
  *             in flight, WEIR_POLL_BUSY while effects are (the task then does
  *             not finish, and the final checkpoint does not count as heard
  *             of, until a later poll says idle), or a negative error.
+ *             Records it emits get the subtask's clock + 1 as timestamp
+ *             (0 without event time) and ids unique within the run but
+ *             not stable across a replay: a sink downstream needs
+ *             write-ahead ids for them (docs/sinks.md).
  */
 typedef struct weir_snapshot_writer weir_snapshot_writer;
 typedef struct weir_snapshot_reader weir_snapshot_reader;
@@ -294,6 +307,9 @@ void weir_ctx_count(weir_ctx *ctx, const char *name, uint64_t n);
  * the input's, its id derived from the input's id. Returns 0 or WEIR_ETOOBIG
  * (payload over the maximum record size). The payload is copied. */
 int weir_emit(weir_ctx *ctx, uint64_t key, const void *payload, size_t len);
+/* weir_emit() with timestamp ts instead of the input's (event time: a
+ * record at or behind the clock downstream is late there). */
+int weir_emit_at(weir_ctx *ctx, uint64_t key, int64_t ts, const void *payload, size_t len);
 /* weir_emit() with an 8-byte little-endian u64 payload. */
 int weir_emit_u64(weir_ctx *ctx, uint64_t key, uint64_t value);
 /* From process_batch: emit derived from record i of batch b. */
