@@ -139,15 +139,37 @@ int weir_state_get_u64(weir_ctx *c, uint64_t key, uint64_t *out) {
   return v != NULL;
 }
 
+/* A new u64 key the map's guard refused (state.h, weir__key_guard). */
+static int key_refused(weir_ctx *c, uint64_t key) {
+  uint32_t m = c->guard.max_par, kg = weir__key_group(key, m);
+  if (c->key_known)
+    return weir_ctx_fail(c, WEIR_EINVAL,
+                         "u64 state key %llu (key group %u) is not the key of the record being "
+                         "processed (%llu, key group %u): u64 state moves with its key on a "
+                         "rescale, so it must be the record's key; keep other state in the "
+                         "byte-string map",
+                         (unsigned long long)key, kg, (unsigned long long)c->cur_key,
+                         weir__key_group(c->cur_key, m));
+  return weir_ctx_fail(c, WEIR_EINVAL,
+                       "u64 state key %llu (key group %u) belongs to subtask %u, not %u: u64 "
+                       "state moves with its key on a rescale, so it must be the key of a record "
+                       "this subtask receives; keep other state in the byte-string map",
+                       (unsigned long long)key, kg, weir__kg_subtask(kg, m, c->parallelism),
+                       c->subtask);
+}
+
 int weir_state_put_u64(weir_ctx *c, uint64_t key, uint64_t value) {
   NEED_KEYED(c);
-  *weir__u64_upsert(&c->state.u, key) = value;
+  uint64_t *v = weir__u64_upsert(&c->state.u, key);
+  if (!v) return key_refused(c, key);
+  *v = value;
   return 0;
 }
 
 int weir_state_add_u64(weir_ctx *c, uint64_t key, uint64_t delta, uint64_t *out) {
   NEED_KEYED(c);
   uint64_t *v = weir__u64_upsert(&c->state.u, key);
+  if (!v) return key_refused(c, key);
   *v += delta;
   if (out) *out = *v;
   return 0;
@@ -165,6 +187,7 @@ void weir_state_prefetch_u64(weir_ctx *c, uint64_t key) {
 
 void weir_state_select(weir_ctx *c, uint64_t record_key) {
   c->cur_key = record_key;
+  c->key_known = 1;
 }
 
 int weir_state_get_bytes(weir_ctx *c, const void *k, size_t klen, const void **val, size_t *vlen) {
@@ -185,6 +208,21 @@ int weir_state_put_bytes(weir_ctx *c, const void *k, size_t klen, const void *va
 int weir_state_del_bytes(weir_ctx *c, const void *k, size_t klen) {
   NEED_KEYED(c);
   weir__bytes_del(&c->state.b, k, klen);
+  return 0;
+}
+
+int weir_state_each_bytes(weir_ctx *c,
+                          int (*fn)(void *user, uint64_t record_key, const void *k, size_t klen,
+                                    const void *v, size_t vlen),
+                          void *user) {
+  NEED_KEYED(c);
+  weir__bmap *m = &c->state.b;
+  for (uint64_t i = 0; i < m->cap; i++) {
+    weir__bent *e = m->slots[i];
+    if (!e) continue;
+    int rc = fn(user, e->route_key, weir__bent_key(e), e->klen, weir__bent_val(e), e->vlen);
+    if (rc) return rc;
+  }
   return 0;
 }
 

@@ -503,9 +503,16 @@ uint64_t weir__u64_keys_version(weir__u64map *m) {
   return m->keys_version;
 }
 
+int weir__key_admitted(const weir__key_guard *g, uint64_t key) {
+  uint32_t kg = weir__key_group(key, g->max_par);
+  if (*g->known) return kg == weir__key_group(*g->cur_key, g->max_par);
+  return weir__kg_subtask(kg, g->max_par, g->parallelism) == g->subtask;
+}
+
 uint64_t *weir__u64_upsert_slow(weir__u64map *m, uint64_t key) {
   if (key == WEIR__U64_EMPTY) {
     if (!m->has_empty_key) {
+      if (m->guard && !weir__key_admitted(m->guard, key)) return NULL;
       m->has_empty_key = 1;
       m->empty_key_value = 0;
       m->keys_version = 0;
@@ -521,6 +528,7 @@ uint64_t *weir__u64_upsert_slow(weir__u64map *m, uint64_t key) {
       return &m->slots[2 * j + 1];
     }
     if (k == WEIR__U64_EMPTY) {
+      if (m->guard && !weir__key_admitted(m->guard, key)) return NULL;
       cow_write(m, j);
       m->slots[2 * j] = key;
       m->slots[2 * j + 1] = 0;

@@ -29,6 +29,17 @@ typedef struct weir__cow weir__cow;
 #define WEIR__U64_HASH_MUL 0x9e3779b97f4a7c15ull
 #define WEIR__COW_FREE 2u
 
+/* What a u64 state key may be (docs/event-time.md §4.1): the key of the
+ * record it belongs to, since the store keeps and a rescale moves u64
+ * state by its key's key group. Checked when a key is inserted (never on
+ * the fast path): while the current record is known (`*known`), the new
+ * key must be in its key group; else in a key group this subtask owns. */
+typedef struct weir__key_guard {
+  uint32_t max_par, subtask, parallelism;
+  const uint64_t *cur_key;
+  const uint8_t *known;
+} weir__key_guard;
+
 typedef struct weir__u64map {
   uint64_t *slots;            /* 2 words per slot: key, value; key == EMPTY is free */
   weir__cow *cow;             /* a snapshot's copy-on-write view, or NULL */
@@ -39,8 +50,9 @@ typedef struct weir__u64map {
   unsigned shift;             /* 64 - log2(cap) */
   int has_empty_key;
   uint64_t empty_key_value;
-  uint64_t keys_version; /* weir__u64_keys_version; 0: keys changed since */
-  uint64_t cow_copies;   /* pages the owner copied for views (owner only) */
+  uint64_t keys_version;        /* weir__u64_keys_version; 0: keys changed since */
+  uint64_t cow_copies;          /* pages the owner copied for views (owner only) */
+  const weir__key_guard *guard; /* NULL: any key (tests, restore) */
 } weir__u64map;
 
 /* A byte-string entry: hash, the routing key that created it, key, value. */
@@ -69,8 +81,10 @@ void weir__state_close(weir__state *s);
 /* The value slot of key, or NULL if absent. Valid until the next insert. */
 uint64_t *weir__u64_find(weir__u64map *m, uint64_t key);
 /* The value slot of key, inserted as 0 if absent. Valid until the next
- * insert. */
+ * insert. NULL if the key is absent and the map's guard refuses it. */
 uint64_t *weir__u64_upsert_slow(weir__u64map *m, uint64_t key);
+/* 1 if the guard lets key in (see weir__key_guard). */
+int weir__key_admitted(const weir__key_guard *g, uint64_t key);
 static inline uint64_t *weir__u64_upsert(weir__u64map *m, uint64_t key) {
   /* Fast path: the key is present, no growth is due, and no open view
    * still needs the slot's page as it was (see below). */

@@ -277,6 +277,7 @@ static int op_process(weir_ctx *ctx, const weir__batch *b, uint32_t from, uint32
   const weir_operator_vt *vt = ctx->node->ovt;
   int rc = 0;
   ctx->n_in += n;
+  ctx->key_known = !vt->process_batch; /* a batch has no current record until a select */
   if (vt->process_batch) {
     weir_batch v = weir__batch_view(b);
     if (from || n != b->len) {
@@ -453,6 +454,7 @@ int weir__task_poll(weir__task *t) {
     if (!c->opened || !c->node->ovt || !c->node->ovt->poll) continue;
     /* Its emissions: a parent of their own, and just after event time. */
     c->cur_id = weir__mix64(c->poll_nonce + ++c->poll_seq);
+    c->key_known = 0;
     c->cur_ts = t->clock == WEIR_WATERMARK_MIN   ? 0
                 : t->clock == WEIR_WATERMARK_MAX ? WEIR_WATERMARK_MAX
                                                  : t->clock + 1;
@@ -488,6 +490,7 @@ int weir__ctx_finish(weir_ctx *c) {
   c->cur_id = weir__mix64(c->salt ^ 0xf1a1f1a1ULL ^
                           weir__mix64(((uint64_t)c->parallelism << 32) | c->subtask));
   c->cur_ts = WEIR_WATERMARK_MAX;
+  c->key_known = 0;
   int rc = vt->finish(c);
   return rc < 0 ? weir__ctx_report(c, rc, "finish") : 0;
 }
@@ -998,6 +1001,14 @@ int weir__task_open(weir__task *t) {
     c->in_open = 0;
     c->emit_slow = c->wmgen != NULL;
     if (rc < 0) return rc;
+    if (c->keyed) {
+      /* Restored keys are this subtask's by construction: the guard
+       * checks what the operator inserts from now on. */
+      int mp = t->job->opts.max_parallelism; /* 0 in a plan built by hand (harness.c) */
+      c->guard = (weir__key_guard){(uint32_t)(mp > 0 ? mp : WEIR_DEFAULT_MAX_PARALLELISM),
+                                   c->subtask, c->parallelism, &c->cur_key, &c->key_known};
+      c->state.u.guard = &c->guard;
+    }
   }
   return weir__task_un_open(t);
 }

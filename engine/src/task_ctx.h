@@ -62,6 +62,11 @@ struct weir_ctx {
    * notes them, or the operator is in open or restore (emitting there is
    * refused: they run again at every restore). */
   uint8_t emit_slow, in_open;
+  /* Keyed operators: what a new u64 state key may be (state.h), armed
+   * once state is restored; key_known: cur_key is the record's whose
+   * state the operator works on (process, or after weir_state_select). */
+  weir__key_guard guard;
+  uint8_t key_known;
   /* Records emitted from poll derive from a fresh parent per call: unique
    * per run, not stable across replays. */
   uint64_t poll_nonce, poll_seq;

@@ -346,6 +346,16 @@ uint64_t weir_hash_bytes(const void *p, size_t n);
  *    where two different words must never share state even if their u64
  *    record keys (hashes) collide.
  * Calls from a non-keyed operator return WEIR_ENOTKEYED.
+ *
+ * A u64 state key is the key of the record it belongs to: the store keeps,
+ * and a rescale moves, u64 state by its key's key group, so a key made up
+ * from several values (a composite key) would come back on another subtask
+ * after a rescale. Inserting a new key is refused (WEIR_EINVAL, with a
+ * message naming both key groups) when the key's key group is not the
+ * current record's (in process, or after weir_state_select), or, where no
+ * record is current (process_batch without a select, finish, poll), when
+ * this subtask does not own it. Keep other state in the byte-string map,
+ * under the current record's key.
  */
 
 /* *out = the value of `key`, or 0 if absent. Returns 1 if present, 0 if
@@ -370,9 +380,16 @@ void weir_state_select(weir_ctx *ctx, uint64_t record_key);
 int weir_state_get_bytes(weir_ctx *ctx, const void *k, size_t klen, const void **val, size_t *vlen);
 int weir_state_put_bytes(weir_ctx *ctx, const void *k, size_t klen, const void *val, size_t vlen);
 int weir_state_del_bytes(weir_ctx *ctx, const void *k, size_t klen);
-/* Visits every u64 entry of this subtask's state (in no particular order). */
+/* Visit every entry of this subtask's state, in no particular order; a
+ * nonzero return from fn stops the visit and is returned. The state must
+ * not change during a visit. Byte-string entries come with the record key
+ * they belong to. */
 int weir_state_each_u64(weir_ctx *ctx, int (*fn)(void *user, uint64_t key, uint64_t value),
                         void *user);
+int weir_state_each_bytes(weir_ctx *ctx,
+                          int (*fn)(void *user, uint64_t record_key, const void *k, size_t klen,
+                                    const void *v, size_t vlen),
+                          void *user);
 
 /* ------------------------------------------------------------------------ */
 /* Building a job                                                           */
