@@ -142,8 +142,8 @@ int weir_sink_spec_check(const char *spec, char *err, size_t errlen) {
 int weir_sink_to_conf(weir_stream *s, const char *name, const char *spec,
                       const weir_sink_conf *conf, int parallelism) {
   weir_job *job = weir_stream_job(s);
-  /* s is NULL after a build error: weir_job_run() reports the first one. */
-  if (!job) return WEIR_EINVAL;
+  /* s is NULL after a build error, which the job holds; as weir_sink. */
+  if (!job) return WEIR_EPLAN;
   char err[512];
   const weir__sink_def *d;
   weir__sink_arg *a;

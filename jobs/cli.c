@@ -264,6 +264,15 @@ int cli_exit_for(int rc) {
   }
 }
 
+/* A graph that cannot be built or planned is the user's to fix, like a bad
+ * flag: 2. An OS condition met while building (an input file that cannot
+ * be read) stays a runtime error, as everywhere: "a file could not be
+ * used" is 1. */
+int cli_exit_for_build(int rc) {
+  if (rc < 0 && rc > -4096 && rc != WEIR_EINVAL) return CLI_EXIT_RUNTIME;
+  return CLI_EXIT_USAGE;
+}
+
 const char *cli_human(double n, char *buf, size_t cap) {
   static const char *const suffix[] = {"", "k", "M", "G", "T", "P"};
   int s = 0;

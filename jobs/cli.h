@@ -20,7 +20,8 @@
 enum {
   CLI_EXIT_OK = 0,      /* success, or stopped cleanly */
   CLI_EXIT_RUNTIME = 1, /* the job failed, or a file could not be used */
-  CLI_EXIT_USAGE = 2,   /* bad command line (or one that does not fit the state dir) */
+  CLI_EXIT_USAGE = 2,   /* bad command line, a job that cannot be built (build or plan
+                           error), or a run that does not fit the state dir */
   CLI_EXIT_STORE = 3,   /* store or checkpoint refused: corrupt, truncated, unknown format,
                            or checkpoints failing (full disk) beyond the tolerance */
   CLI_EXIT_OWNED = 4,   /* the state directory is held by a live owner, or this run lost it */
@@ -30,6 +31,9 @@ enum {
 
 /* The exit code for an error returned by the engine. */
 int cli_exit_for(int rc);
+/* The exit code for a job that could not be built (a build function's
+ * error, or weir_job_build_error after weir_job_run). */
+int cli_exit_for_build(int rc);
 
 /* Reports a fatal signal (abort, fault) with its call stack on stderr before
  * the signal ends the process (crash.c). Called first thing in main(). */

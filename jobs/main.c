@@ -8,8 +8,9 @@
  * argv. Only this file decides exit codes (docs/architecture.md §6): 0 success (a job
  * stopped by SIGINT/SIGTERM that drained and ended cleanly is a success), 1
  * runtime error (a drain abandoned by a second signal is one), 2 usage
- * error, 3 store refused, 4 state directory held by another run (or this
- * run lost it), 5 a destination's permanent refusal (cli.c, cli_exit_for).
+ * error or a job that cannot be built (cli_exit_for_build), 3 store
+ * refused, 4 state directory held by another run (or this run lost it), 5
+ * a destination's permanent refusal (cli.c, cli_exit_for).
  * Human output (progress, summary) goes to stderr; stdout belongs to the
  * job's `print` sink.
  */
@@ -162,9 +163,10 @@ static void help_run(FILE *out) {
         "\n"
         "Exit codes: 0 success (also after a clean stop by SIGINT/SIGTERM, and\n"
         "--restore of a finished job), 1 runtime error (also a drain abandoned by a\n"
-        "second signal), 2 usage error, 3 store or checkpoint refused (corrupt,\n"
-        "truncated, unknown format, another job's, or more checkpoints failed in a\n"
-        "row than --tolerable-checkpoint-failures allows), 4 the state directory is\n"
+        "second signal), 2 usage error or a job that cannot be built (a build or\n"
+        "plan error), 3 store or checkpoint refused (corrupt, truncated, unknown\n"
+        "format, another job's, or more checkpoints failed in a row than\n"
+        "--tolerable-checkpoint-failures allows), 4 the state directory is\n"
         "held by a live owner, or this run lost its ownership (fenced), 5 a\n"
         "destination refused an effect permanently (an idempotency key reused with\n"
         "another payload), or a replay would go beyond the destination's key\n"
@@ -304,7 +306,9 @@ static int execute(weir_job *job, const cli_engine *eng, const cli_builtin *kind
   }
   if (rc != 0) {
     const char *e = weir_job_error(job);
-    int x = cli_exit_for(rc);
+    /* Errors found before anything ran (options, the frozen graph) are
+     * build errors; a restore refused by the plan stays a runtime error. */
+    int x = weir_job_build_error(job) ? cli_exit_for_build(rc) : cli_exit_for(rc);
     cli_error("%s%s", x == CLI_EXIT_RUNTIME ? "job failed: " : "",
               e != NULL && *e ? e : weir_strerror(rc));
     return x;
@@ -328,11 +332,24 @@ static int execute(weir_job *job, const cli_engine *eng, const cli_builtin *kind
   return code;
 }
 
+/* A build function's error as a message: the job's, or, without one, the
+ * code with what may have left the job without a message. */
+static const char *build_message(weir_job *job, int rc, char *buf, size_t len) {
+  const char *e = job ? weir_job_error(job) : NULL;
+  if (e != NULL && *e) return e;
+  if (job == NULL) return weir_strerror(rc);
+  snprintf(buf, len,
+           "%s (%s, and no builder call recorded why: one given a NULL stream cannot reach "
+           "the job, so check the stream each builder call returns)",
+           weir_strerror(rc), weir_err_name(rc));
+  return buf;
+}
+
 /* Reports a build error and returns the exit code for it. */
 static int build_failed(weir_job *job, int rc, const char *what) {
-  const char *e = job ? weir_job_error(job) : NULL;
-  cli_error("%s%s", what, e != NULL && *e ? e : weir_strerror(rc));
-  return CLI_EXIT_RUNTIME;
+  char buf[512];
+  cli_error("%s%s", what, build_message(job, rc, buf, sizeof buf));
+  return job ? cli_exit_for_build(rc) : CLI_EXIT_RUNTIME;
 }
 
 static int run_builtin(const cli_builtin *b, cli_engine *eng, cli_args *a) {
@@ -390,15 +407,13 @@ static int run_shared_object(const cli_engine *eng, const char *path, int argc, 
   }
   rc = l.build(job, argc + 1, jargv);
   if (rc != 0) {
-    const char *e = weir_job_error(job);
-    const char *msg = e != NULL && *e ? e : weir_strerror(rc);
-    if (rc == WEIR_EINVAL) {
+    char buf[512];
+    const char *msg = build_message(job, rc, buf, sizeof buf);
+    if (rc == WEIR_EINVAL)
       fprintf(stderr, "weir: job '%s': %s\n", path, msg);
-      code = CLI_EXIT_USAGE;
-    } else {
+    else
       cli_error("job '%s' could not be built: %s", path, msg);
-      code = CLI_EXIT_RUNTIME;
-    }
+    code = cli_exit_for_build(rc);
     goto done;
   }
   code = execute(job, eng, NULL, NULL);

@@ -1,5 +1,6 @@
 /* tests/test_cli.c: owns the end-to-end tests of the `weir` command line:
- * help and version, usage errors and their exit codes, the built-in counter
+ * help and version, usage errors and their exit codes, build and plan
+ * errors (exit 2) and API misuse (tests/misuse_job.c), the built-in counter
  * and wordcount jobs checked against exact references computed here, the
  * example job .so, and --summary-json.
  *
@@ -192,6 +193,79 @@ Test(cli, wordcount_unreadable_input) {
   free(err);
   free(missing);
   finish(dir);
+}
+
+/* ------------------------------------------------------------------------ */
+/* API misuse: build and plan errors exit 2, callbacks' wrong returns fail   */
+
+#define MISUSE_JOB WEIR_JOBS_DIR "/misuse_job.so"
+
+/* Runs `weir ARGS...` in a temporary directory of its own (the default
+ * state directory is ./state); checks the exit code and that stderr holds
+ * every needle; returns stderr (the caller frees it). */
+static char *expect_exit(int want, const char *const args[], const char *const needles[]) {
+  char *out = NULL, *err = NULL;
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  int rc = weir(dir, &out, &err, args);
+  th_rmrf(dir);
+  free(dir);
+  cr_assert_eq(rc, want, "weir run %s %s: exit %d (expected %d), stderr: %s", args[1],
+               args[2] ? args[2] : "", rc, want, err);
+  for (int i = 0; needles[i] != NULL; i++)
+    cr_assert(strstr(err, needles[i]) != NULL, "no '%s' in stderr: %s", needles[i], err);
+  free(out);
+  return err;
+}
+
+Test(cli, build_and_plan_errors_exit_2) {
+  /* Parallelism above the maximum: found when the plan is frozen. */
+  free(expect_exit(2,
+                   (const char *const[]){"run", "counter", "--records", "10", "--parallelism",
+                                         "1000", "--sink", "null", NULL},
+                   (const char *const[]){"parallelism 1000 exceeds the maximum", NULL}));
+  /* A forward edge between unequal parallelisms. */
+  free(expect_exit(2, (const char *const[]){"run", MISUSE_JOB, "forward", NULL},
+                   (const char *const[]){"forward edge from 'src'", "'wide'", NULL}));
+  /* A NULL stream reaches no job: the build's error, said as such. */
+  char *err =
+      expect_exit(2, (const char *const[]){"run", MISUSE_JOB, "null-stream", NULL},
+                  (const char *const[]){"could not be built", "WEIR_EPLAN", "NULL stream", NULL});
+  cr_assert(strstr(err, "invalid argument") == NULL, "stderr: %s", err);
+  free(err);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+Test(cli, api_misuse_fails_the_job_clearly) {
+  free(expect_exit(
+      1, (const char *const[]){"run", MISUSE_JOB, "process-1", NULL},
+      (const char *const[]){"operator 'sloppy' subtask 0 (process): returned 1, not 0", NULL}));
+  char *err = expect_exit(1, (const char *const[]){"run", MISUSE_JOB, "minus-one", NULL},
+                          (const char *const[]){"operator 'sloppy' subtask 0 (process): returned "
+                                                "-1, not 0 or a negative WEIR_E* error code",
+                                                NULL});
+  cr_assert(strstr(err, "not permitted") == NULL, "-1 read as -EPERM: %s", err);
+  free(err);
+  free(expect_exit(1, (const char *const[]){"run", MISUSE_JOB, "run-7", NULL},
+                   (const char *const[]){"operator 'src' subtask 0 (run): returned 7, not "
+                                         "WEIR_SOURCE_MORE (0), WEIR_SOURCE_DONE (1), "
+                                         "WEIR_SOURCE_IDLE (2)",
+                                         NULL}));
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* A source that returns IDLE without asking for a wake-up is run again
+ * after the default, with one warning for all its subtasks. */
+Test(cli, idle_source_without_wake_up_runs_again) {
+  const char *needle = "returned WEIR_SOURCE_IDLE without calling weir_ctx_wake_after";
+  char *err = expect_exit(0,
+                          (const char *const[]){"run", "--workers", "2", "--parallelism", "2",
+                                                MISUSE_JOB, "idle", NULL},
+                          (const char *const[]){"source 'src' subtask", needle, NULL});
+  const char *first = strstr(err, needle);
+  cr_assert(strstr(first + 1, needle) == NULL, "warned more than once: %s", err);
+  free(err);
+  cr_assert_eq(th_leak_check(), 0);
 }
 
 /* ------------------------------------------------------------------------ */

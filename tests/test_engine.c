@@ -20,7 +20,12 @@
  * finished input's queue as channel state at once; a slow operator getting
  * its batches in consecutive parts, in order and each record once, while
  * the other tasks of its worker run in between; an operator whose cost is
- * per call not being cut into ever smaller parts.
+ * per call not being cut into ever smaller parts. API misuse: builder
+ * errors naming the call and argument (and what a NULL stream leaves);
+ * callbacks returning values outside their documented set (1 from
+ * process, 7 from a source's run, a bare -1) failing the job with the
+ * operator, callback and value named, while -errno and WEIR_E* codes keep
+ * their text; a source that returns IDLE without a wake-up run again.
  */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -457,6 +462,53 @@ Test(engine, null_stream_propagation) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
+/* Builder errors name the call and the argument; a NULL stream reaches no
+ * job, so all a chain can say is its return (WEIR_EPLAN, no message). */
+Test(engine, builder_errors_name_the_call) {
+  src_cfg cfg = {.n = 10};
+  struct {
+    const char *name, *want;
+  } cases[] = {
+      {"process-name", "weir_process: name is NULL (every operator needs a unique name)"},
+      {"sink-vt", "weir_sink: operator 'nothing': vt is NULL (no callbacks)"},
+      {"source-vt", "weir_source: source 'none': vt is NULL (no callbacks)"},
+      {"source-name", "weir_source: name is empty"},
+      {"union-b", "weir_union: stream b is NULL (a previous builder call failed? see "
+                  "weir_job_error)"},
+      {"union-a", "weir_union: stream a is NULL"},
+      {"dup", "weir_process: two operators are named 'src'"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *c = cases[i].name;
+    weir_job *job = new_job(c);
+    weir_stream *s = weir_source(job, "src", &src_vt, &cfg, 1);
+    if (!strcmp(c, "process-name")) s = weir_process(s, NULL, &pass_vt, NULL, 1);
+    if (!strcmp(c, "sink-vt")) cr_assert_eq(weir_sink(s, "nothing", NULL, NULL, 1), WEIR_EPLAN);
+    if (!strcmp(c, "source-vt")) s = weir_source(job, "none", NULL, NULL, 1);
+    if (!strcmp(c, "source-name")) s = weir_source(job, "", &src_vt, &cfg, 1);
+    if (!strcmp(c, "union-b")) s = weir_union(s, NULL);
+    if (!strcmp(c, "union-a")) s = weir_union(NULL, s);
+    if (!strcmp(c, "dup")) s = weir_process(s, "src", &pass_vt, NULL, 1);
+    if (strcmp(c, "sink-vt")) cr_assert_null(s, "%s", c);
+    assert_contains(weir_job_error(job), cases[i].want);
+    cr_assert_eq(weir_job_build_error(job), WEIR_EPLAN, "%s", c);
+    cr_assert_eq(weir_job_run(job, NULL), WEIR_EPLAN, "%s", c);
+    weir_job_destroy(job);
+  }
+
+  /* A NULL stream from nowhere: nothing is recorded in the job, the sink
+   * says WEIR_EPLAN (weir_sink_to too, not "invalid argument"). */
+  weir_job *job = new_job("lost");
+  cr_assert_eq(weir_sink(weir_process(NULL, "p", &pass_vt, NULL, 1), "s", &sink_vt, NULL, 1),
+               WEIR_EPLAN);
+  cr_assert_eq(weir_sink_to(weir_key_by(NULL), "s", "null", NULL, 1), WEIR_EPLAN);
+  cr_assert_str_eq(weir_job_error(job), "");
+  cr_assert_eq(weir_job_build_error(job), 0);
+  weir_job_destroy(job);
+  cr_assert_eq(weir_job_build_error(NULL), 0);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
 Test(engine, job_runs_once) {
   weir_job *job = new_job("once");
   src_cfg cfg = {.n = 100};
@@ -678,6 +730,176 @@ Test(engine, error_without_message) {
   assert_contains(weir_job_error(job), "'quiet'");
   assert_contains(weir_job_error(job), weir_strerror(WEIR_EBADREC));
   weir_job_destroy(job);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* API misuse: callbacks' returns outside the documented set                */
+
+/* An operator whose every callback returns what misuse_cfg says for it. */
+typedef struct misuse_cfg {
+  int open, process, batch, finish, poll, snapshot, complete;
+  const char *msg; /* given to weir_ctx_fail before process returns, if set */
+} misuse_cfg;
+
+static int mis_open(weir_ctx *ctx) {
+  return ((misuse_cfg *)weir_ctx_arg(ctx))->open;
+}
+static int mis_process(weir_ctx *ctx, const weir_record *r) {
+  misuse_cfg *m = weir_ctx_arg(ctx);
+  (void)r;
+  if (m->msg) weir_ctx_fail(ctx, m->process, "%s", m->msg);
+  return m->process;
+}
+static int mis_batch(weir_ctx *ctx, const weir_batch *b) {
+  (void)b;
+  return ((misuse_cfg *)weir_ctx_arg(ctx))->batch;
+}
+static int mis_finish(weir_ctx *ctx) {
+  return ((misuse_cfg *)weir_ctx_arg(ctx))->finish;
+}
+static int mis_poll(weir_ctx *ctx) {
+  return ((misuse_cfg *)weir_ctx_arg(ctx))->poll;
+}
+static int mis_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
+  (void)id;
+  (void)w;
+  return ((misuse_cfg *)weir_ctx_arg(ctx))->snapshot;
+}
+static int mis_complete(weir_ctx *ctx, uint64_t id) {
+  (void)id;
+  return ((misuse_cfg *)weir_ctx_arg(ctx))->complete;
+}
+
+static const weir_operator_vt mis_vt = {.size = sizeof(weir_operator_vt),
+                                        .name = "mis",
+                                        .open = mis_open,
+                                        .process = mis_process,
+                                        .finish = mis_finish,
+                                        .poll = mis_poll,
+                                        .snapshot = mis_snapshot,
+                                        .checkpoint_complete = mis_complete};
+static const weir_operator_vt mis_batch_vt = {
+    .size = sizeof(weir_operator_vt), .name = "mis", .process_batch = mis_batch};
+
+/* src(1, 10 records) -> `name` (mis_vt or mis_batch_vt with m) -> out; with
+ * dir, a checkpointing run into it (only the final checkpoint). Returns what
+ * weir_job_run returned and copies the job's error into err. */
+static int run_misuse(const char *name, const weir_operator_vt *vt, misuse_cfg *m, const char *dir,
+                      char *err, size_t errlen) {
+  weir_job *job = new_job(name);
+  src_cfg cfg = {.n = 10};
+  sinkbuf sb = {0};
+  weir_stream *s = weir_process(weir_source(job, "src", &src_vt, &cfg, 1), name, vt, m, 1);
+  cr_assert_eq(weir_sink(s, "out", &sink_vt, &sb, 1), 0, "%s", weir_job_error(job));
+  weir_run_opts o = {.workers = 1, .state_dir = dir};
+  int rc = weir_job_run(job, &o);
+  snprintf(err, errlen, "%s", weir_job_error(job));
+  cr_assert_eq(weir_job_build_error(job), 0, "a runtime error is not a build error");
+  cr_assert_eq(atomic_load(&cfg.closes), atomic_load(&cfg.opens));
+  weir_job_destroy(job);
+  sink_free(&sb);
+  return rc;
+}
+
+/* A positive value a callback does not document fails the job, naming the
+ * operator, the callback and the value. */
+Test(engine, undocumented_returns_fail_the_job) {
+  struct {
+    misuse_cfg m;
+    int batch, checkpoint;
+    const char *want;
+  } cases[] = {
+      {{.process = 1},
+       0,
+       0,
+       "operator 'p1' subtask 0 (process): returned 1, not 0 or a negative "
+       "WEIR_E* error code"},
+      {{.batch = 3}, 1, 0, "operator 'b3' subtask 0 (process_batch): returned 3, not 0"},
+      {{.open = 1}, 0, 0, "operator 'o1' subtask 0 (open): returned 1, not 0"},
+      {{.finish = 2}, 0, 0, "operator 'f2' subtask 0 (finish): returned 2, not 0"},
+      {{.poll = 2},
+       0,
+       0,
+       "operator 'q2' subtask 0 (poll): returned 2, not WEIR_POLL_IDLE (0), "
+       "WEIR_POLL_BUSY (1) or a negative WEIR_E* error code"},
+      {{.snapshot = 1}, 0, 1, "operator 's1' subtask 0 (snapshot): returned 1, not 0"},
+      {{.complete = 4}, 0, 1, "operator 'c4' subtask 0 (checkpoint_complete): returned 4, not 0"},
+  };
+  const char *names[] = {"p1", "b3", "o1", "f2", "q2", "s1", "c4"};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *dir = cases[i].checkpoint ? th_tmpdir() : NULL;
+    char err[1024];
+    int rc = run_misuse(names[i], cases[i].batch ? &mis_batch_vt : &mis_vt, &cases[i].m, dir, err,
+                        sizeof err);
+    cr_assert_eq(rc, WEIR_EOPERATOR, "%s: run returned %s: %s", names[i], weir_err_name(rc), err);
+    assert_contains(err, cases[i].want);
+    if (dir) th_rmrf(dir);
+    free(dir);
+  }
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* A source's run returning 7 is not taken as WEIR_SOURCE_MORE. */
+static int run_seven(weir_ctx *ctx, uint32_t budget) {
+  (void)ctx;
+  (void)budget;
+  return 7;
+}
+
+Test(engine, source_run_returning_seven_fails_the_job, .timeout = 30) {
+  static const weir_source_vt seven_vt = {
+      .size = sizeof(weir_source_vt), .name = "seven", .run = run_seven};
+  weir_job *job = new_job("seven");
+  sinkbuf sb = {0};
+  cr_assert_eq(weir_sink(weir_source(job, "seven", &seven_vt, NULL, 1), "out", &sink_vt, &sb, 1),
+               0);
+  int rc = run_w(job, 1);
+  cr_assert_eq(rc, WEIR_EOPERATOR, "run returned %s", weir_err_name(rc));
+  assert_contains(weir_job_error(job), "operator 'seven' subtask 0 (run): returned 7, not "
+                                       "WEIR_SOURCE_MORE (0), WEIR_SOURCE_DONE (1), "
+                                       "WEIR_SOURCE_IDLE (2) or a negative WEIR_E* error code");
+  weir_job_destroy(job);
+  sink_free(&sb);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* A bare -1 is a misuse, not -EPERM; -errno and weir's codes stay errors
+ * with their own text; a message given with -1 is kept. */
+Test(engine, bare_minus_one_is_not_eperm) {
+  char err[1024];
+  misuse_cfg m = {.process = -1};
+  int rc = run_misuse("m1", &mis_vt, &m, NULL, err, sizeof err);
+  cr_assert_eq(rc, WEIR_EOPERATOR, "run returned %s", weir_err_name(rc));
+  assert_contains(err, "operator 'm1' subtask 0 (process): returned -1, not 0 or a negative "
+                       "WEIR_E* error code");
+  assert_contains(err, "weir_ctx_fail");
+  cr_assert(strstr(err, strerror(EPERM)) == NULL, "%s", err);
+
+  m = (misuse_cfg){.process = -1, .msg = "the thing broke"};
+  rc = run_misuse("m1msg", &mis_vt, &m, NULL, err, sizeof err);
+  cr_assert_eq(rc, WEIR_EOPERATOR, "run returned %s", weir_err_name(rc));
+  assert_contains(err, "(process): returned -1, not 0 or a negative WEIR_E* error code: the "
+                       "thing broke");
+
+  /* Far below the errno range, and not weir's. */
+  m = (misuse_cfg){.process = -40000};
+  rc = run_misuse("m40k", &mis_vt, &m, NULL, err, sizeof err);
+  cr_assert_eq(rc, WEIR_EOPERATOR, "run returned %s", weir_err_name(rc));
+  assert_contains(err, "returned -40000, not 0");
+
+  /* A genuine -errno keeps its code and strerror's text. */
+  m = (misuse_cfg){.process = -EACCES};
+  rc = run_misuse("eacces", &mis_vt, &m, NULL, err, sizeof err);
+  cr_assert_eq(rc, -EACCES, "run returned %d", rc);
+  assert_contains(err, "operator 'eacces' subtask 0 (process): ");
+  assert_contains(err, strerror(EACCES));
+
+  /* And a WEIR_E* code its message. */
+  m = (misuse_cfg){.batch = WEIR_EBADREC};
+  rc = run_misuse("badrec", &mis_batch_vt, &m, NULL, err, sizeof err);
+  cr_assert_eq(rc, WEIR_EBADREC, "run returned %s", weir_err_name(rc));
+  assert_contains(err, weir_strerror(WEIR_EBADREC));
   cr_assert_eq(th_leak_check(), 0);
 }
 
@@ -978,6 +1200,43 @@ Test(engine, idle_source_timer_wakes_worker) {
     cr_expect_eq(rc, 0, "%s", weir_job_error(job));
     cr_expect_eq(sink_total(&sb), 300);
   }
+  weir_job_destroy(job);
+  sink_free(&sb);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* A source that returns WEIR_SOURCE_IDLE without weir_ctx_wake_after is
+ * run again (WEIR_SOURCE_IDLE_DEFAULT_US) instead of sleeping forever. */
+static int idle_run(weir_ctx *ctx, uint32_t budget) {
+  src_cfg *cfg = weir_ctx_arg(ctx);
+  (void)budget;
+  uint64_t i = atomic_load(&cfg->emitted);
+  if (i == cfg->n) return WEIR_SOURCE_DONE;
+  weir_record r = {.key = i, .id = weir_source_record_id(ctx, 0, i)};
+  int rc = weir_emit_record(ctx, &r);
+  if (rc) return rc;
+  atomic_fetch_add(&cfg->emitted, 1);
+  return WEIR_SOURCE_IDLE;
+}
+
+Test(engine, idle_source_without_wake_up_runs_again, .timeout = 60) {
+  static const weir_source_vt idle_vt = {
+      .size = sizeof(weir_source_vt), .name = "idle", .run = idle_run};
+  weir_job *job = new_job("idle-default");
+  src_cfg cfg = {.n = 50};
+  sinkbuf sb = {0};
+  cr_assert_eq(weir_sink(weir_source(job, "forgetful", &idle_vt, &cfg, 1), "out", &sink_vt, &sb, 1),
+               0);
+  watchdog wd;
+  watchdog_start(&wd, job, &cfg.emitted);
+  int rc = run_w(job, 1);
+  int stalled = watchdog_end(&wd);
+  cr_assert_eq(stalled, 0,
+               "the job stalled after %llu of 50 records: an idle source without a "
+               "wake-up is never run again",
+               (unsigned long long)wd.stalled_at);
+  cr_assert_eq(rc, 0, "%s", weir_job_error(job));
+  cr_assert_eq(sink_total(&sb), 50);
   weir_job_destroy(job);
   sink_free(&sb);
   cr_assert_eq(th_leak_check(), 0);

@@ -234,8 +234,7 @@ int weir__ctx_snapshot(weir_ctx *c, uint64_t id, weir_subtask_snapshot *s) {
   s->blob_len = w.len;
   s->pos = w.pos;
   s->npos = w.npos;
-  if (rc < 0) return weir__ctx_report(c, rc, "snapshot");
-  return 0;
+  return rc ? weir__ctx_result(c, rc, 0, "snapshot", "0") : 0;
 }
 
 static int task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns, int unaligned) {
@@ -417,7 +416,7 @@ int weir__task_notify(weir__task *t) {
       weir_ctx *c = t->ops[i];
       if (c->node->ovt && c->node->ovt->checkpoint_aborted)
         rc = c->node->ovt->checkpoint_aborted(c, ab);
-      if (rc < 0) rc = weir__ctx_report(c, rc, "checkpoint_aborted");
+      if (rc) rc = weir__ctx_result(c, rc, 0, "checkpoint_aborted", "0");
     }
     t->notified = ab;
   }
@@ -426,7 +425,7 @@ int weir__task_notify(weir__task *t) {
       weir_ctx *c = t->ops[i];
       if (c->node->ovt && c->node->ovt->checkpoint_complete)
         rc = c->node->ovt->checkpoint_complete(c, done);
-      if (rc < 0) rc = weir__ctx_report(c, rc, "checkpoint_complete");
+      if (rc) rc = weir__ctx_result(c, rc, 0, "checkpoint_complete", "0");
     }
     t->notified = done;
     /* Counted once the operators' effects for it have landed (task.c). */
@@ -476,6 +475,6 @@ int weir__ctx_restore(weir_ctx *c) {
   weir_subtask_snapshot_free(s);
   weir_free(s);
   c->restore = NULL;
-  if (rc < 0) return weir__ctx_report(c, rc, "restore");
+  if (rc) return weir__ctx_result(c, rc, 0, "restore", "0");
   return weir_failpoint("ckpt.during_restore");
 }

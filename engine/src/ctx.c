@@ -50,6 +50,33 @@ int weir__ctx_report(weir_ctx *c, int err, const char *what) {
   return err;
 }
 
+/* Whether err is a WEIR_E* code: one of weir's own, or -errno but for -1
+ * (weir/job.h, "What callbacks return", says why). */
+static int is_error_code(int err) {
+  switch (err) {
+#define WEIR__ERR_CASE(name, value, msg) case value:
+    WEIR_ERRNO_MAP(WEIR__ERR_CASE)
+#undef WEIR__ERR_CASE
+    return 1;
+  default:
+    return err < -1 && err > -4096;
+  }
+}
+
+int weir__ctx_result(weir_ctx *c, int rc, int most, const char *what, const char *ok) {
+  if (rc >= 0 && rc <= most) return rc;
+  if (rc < 0 && is_error_code(rc)) return weir__ctx_report(c, rc, what);
+  /* A message the operator gave still says why it failed; without one,
+   * say how a callback fails. */
+  const char *hint = rc < 0 ? " (to fail, return weir_ctx_fail(ctx, WEIR_EOPERATOR, \"why\"))" : "";
+  weir__job_failed(c->job, WEIR_EOPERATOR,
+                   "operator '%s' subtask %u (%s): returned %d, not %s or a negative WEIR_E* error "
+                   "code%s%s",
+                   c->node->name, c->subtask, what, rc, ok, c->msg[0] ? ": " : hint,
+                   c->msg[0] ? c->msg : "");
+  return WEIR_EOPERATOR;
+}
+
 uint32_t weir_ctx_subtask(const weir_ctx *c) {
   return c->subtask;
 }

@@ -3,7 +3,10 @@
  * Building never fails loudly: the first error is kept in the job with its
  * message, and every later verb that receives a NULL stream or runs on a
  * failed job returns NULL without doing anything, so a chain of builder
- * calls needs one check at its end.
+ * calls needs one check at its end. Messages begin with the verb the user
+ * called, since a name or table may be wrong in any of them. A NULL stream
+ * reaches no job, so it cannot record anything (weir/job.h says what the
+ * user sees then).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -113,6 +116,10 @@ const char *weir_job_error(const weir_job *job) {
   return job ? job->errmsg : "";
 }
 
+int weir_job_build_error(const weir_job *job) {
+  return job ? job->build_err : 0;
+}
+
 /* ---- builder -------------------------------------------------------------- */
 
 static weir_stream *stream_new(weir_job *job, uint32_t n) {
@@ -124,24 +131,27 @@ static weir_stream *stream_new(weir_job *job, uint32_t n) {
   return s;
 }
 
-static int check_name(weir_job *job, const char *name) {
-  if (!name || !name[0]) return weir_job_fail(job, WEIR_EPLAN, "an operator needs a name");
+/* `call`: the builder verb, which every message names first. */
+static int check_name(weir_job *job, const char *call, const char *name) {
+  if (!name || !name[0])
+    return weir_job_fail(job, WEIR_EPLAN, "%s: name is %s (every operator needs a unique name)",
+                         call, name ? "empty" : "NULL");
   size_t nl = strlen(name), sl = strlen(WEIR__CHANNELS_SUFFIX);
   if (nl >= sl && strcmp(name + nl - sl, WEIR__CHANNELS_SUFFIX) == 0)
     return weir_job_fail(job, WEIR_EPLAN,
-                         "operator '%s': names ending in '" WEIR__CHANNELS_SUFFIX
+                         "%s: operator '%s': names ending in '" WEIR__CHANNELS_SUFFIX
                          "' are reserved for channel state",
-                         name);
+                         call, name);
   for (uint32_t i = 0; i < job->nnodes; i++)
     if (strcmp(job->nodes[i]->name, name) == 0)
-      return weir_job_fail(job, WEIR_EPLAN, "two operators are named '%s'", name);
+      return weir_job_fail(job, WEIR_EPLAN, "%s: two operators are named '%s'", call, name);
   return 0;
 }
 
-static int check_parallelism(weir_job *job, const char *name, int parallelism) {
+static int check_parallelism(weir_job *job, const char *call, const char *name, int parallelism) {
   if (parallelism < 0 || parallelism > 65535)
-    return weir_job_fail(job, WEIR_EPLAN, "operator '%s': parallelism %d is out of range", name,
-                         parallelism);
+    return weir_job_fail(job, WEIR_EPLAN, "%s: operator '%s': parallelism %d is out of range", call,
+                         name, parallelism);
   return 0;
 }
 
@@ -184,15 +194,16 @@ static int adopt_vt(weir_job *job, const char *what, const char *name, void *own
 weir_stream *weir_source(weir_job *job, const char *name, const weir_source_vt *vt, void *arg,
                          int parallelism) {
   if (!job || job->build_err) return NULL;
-  if (check_name(job, name) || check_parallelism(job, name, parallelism)) return NULL;
+  const char *call = "weir_source";
+  if (check_name(job, call, name) || check_parallelism(job, call, name, parallelism)) return NULL;
   if (!vt) {
-    weir_job_fail(job, WEIR_EPLAN, "source '%s' has no callbacks (vt is NULL)", name);
+    weir_job_fail(job, WEIR_EPLAN, "%s: source '%s': vt is NULL (no callbacks)", call, name);
     return NULL;
   }
   weir_source_vt own;
   if (adopt_vt(job, "source", name, &own, sizeof own, vt)) return NULL;
   if (!own.run) {
-    weir_job_fail(job, WEIR_EPLAN, "source '%s' has no run callback", name);
+    weir_job_fail(job, WEIR_EPLAN, "%s: source '%s' has no run callback", call, name);
     return NULL;
   }
   weir__node *n = node_new(job, name, WEIR__NODE_SOURCE, parallelism);
@@ -258,7 +269,17 @@ weir_stream *weir_forward(weir_stream *s) {
 }
 
 weir_stream *weir_union(weir_stream *a, weir_stream *b) {
-  if (!a || !b || a->job->build_err) return NULL;
+  if (!a || !b) {
+    /* The other stream's job is the only place this can be said. */
+    weir_stream *s = a ? a : b;
+    if (s)
+      weir_job_fail(s->job, WEIR_EPLAN,
+                    "weir_union: stream %s is NULL (a previous builder call failed? see "
+                    "weir_job_error)",
+                    a ? "b" : "a");
+    return NULL;
+  }
+  if (a->job->build_err) return NULL;
   if (a->job != b->job) {
     weir_job_fail(a->job, WEIR_EPLAN, "weir_union of streams of two different jobs");
     return NULL;
@@ -269,25 +290,27 @@ weir_stream *weir_union(weir_stream *a, weir_stream *b) {
   return u;
 }
 
-static weir__node *consume(weir_stream *s, const char *name, const weir_operator_vt *vt, void *arg,
-                           int parallelism, weir__node_kind kind) {
+static weir__node *consume(const char *call, weir_stream *s, const char *name,
+                           const weir_operator_vt *vt, void *arg, int parallelism,
+                           weir__node_kind kind) {
   if (!s || s->job->build_err) return NULL;
   weir_job *job = s->job;
-  if (check_name(job, name) || check_parallelism(job, name, parallelism)) return NULL;
+  if (check_name(job, call, name) || check_parallelism(job, call, name, parallelism)) return NULL;
   if (!vt) {
-    weir_job_fail(job, WEIR_EPLAN, "operator '%s' has no callbacks (vt is NULL)", name);
+    weir_job_fail(job, WEIR_EPLAN, "%s: operator '%s': vt is NULL (no callbacks)", call, name);
     return NULL;
   }
   weir_operator_vt own;
   if (adopt_vt(job, "operator", name, &own, sizeof own, vt)) return NULL;
   if (!own.process && !own.process_batch) {
-    weir_job_fail(job, WEIR_EPLAN, "operator '%s' has neither process nor process_batch", name);
+    weir_job_fail(job, WEIR_EPLAN, "%s: operator '%s' has neither process nor process_batch", call,
+                  name);
     return NULL;
   }
   for (uint32_t i = 0; i < s->n; i++)
     for (uint32_t k = 0; k < i; k++)
       if (s->out[i].node == s->out[k].node) {
-        weir_job_fail(job, WEIR_EPLAN, "operator '%s' reads operator '%s' twice", name,
+        weir_job_fail(job, WEIR_EPLAN, "%s: operator '%s' reads operator '%s' twice", call, name,
                       s->out[i].node->name);
         return NULL;
       }
@@ -305,7 +328,7 @@ static weir__node *consume(weir_stream *s, const char *name, const weir_operator
 
 weir_stream *weir_process(weir_stream *s, const char *name, const weir_operator_vt *vt, void *arg,
                           int parallelism) {
-  weir__node *n = consume(s, name, vt, arg, parallelism, WEIR__NODE_OP);
+  weir__node *n = consume("weir_process", s, name, vt, arg, parallelism, WEIR__NODE_OP);
   if (!n) return NULL;
   weir_stream *r = stream_new(s->job, 1);
   r->out[0] = (weir__stream_out){n, WEIR__PART_FORWARD};
@@ -314,8 +337,9 @@ weir_stream *weir_process(weir_stream *s, const char *name, const weir_operator_
 
 int weir_sink(weir_stream *s, const char *name, const weir_operator_vt *vt, void *arg,
               int parallelism) {
-  if (!s) return WEIR_EPLAN; /* the job holds the first error and its message */
-  weir__node *n = consume(s, name, vt, arg, parallelism, WEIR__NODE_SINK);
+  /* No job to record in: after a failed call, the job holds its error. */
+  if (!s) return WEIR_EPLAN;
+  weir__node *n = consume("weir_sink", s, name, vt, arg, parallelism, WEIR__NODE_SINK);
   return n ? 0 : s->job->build_err;
 }
 
@@ -326,7 +350,8 @@ struct weir_iteration {
 weir_iteration *weir_iterate(weir_stream *input, const char *name, int parallelism,
                              weir_stream **body) {
   if (body) *body = NULL;
-  weir__node *n = consume(input, name, &weir__head_vt, NULL, parallelism, WEIR__NODE_OP);
+  weir__node *n =
+      consume("weir_iterate", input, name, &weir__head_vt, NULL, parallelism, WEIR__NODE_OP);
   if (!n) return NULL;
   weir_job *job = input->job;
   weir__loop *l = weir_calloc(1, sizeof(weir_iteration));

@@ -69,6 +69,9 @@ struct weir__node {
   /* Sources: the watermark strategy (weir_with_watermarks), if has_wms. */
   int has_wms;
   weir_watermark_strategy wms;
+  /* Sources: a subtask returned WEIR_SOURCE_IDLE without a wake-up, and
+   * that was logged (task.c, once per source: any subtask's thread). */
+  atomic_int idle_warned;
   int parallelism; /* 0 until frozen when the user said "default" */
   int keyed;       /* all inputs hash-partitioned */
   uint32_t nin, nout;

@@ -93,6 +93,7 @@ static inline void router_push(weir__router *r, uint32_t j, weir__batch *b) {
  * kept out of line, so the record path is a few compares and the column
  * stores. */
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define LIKELY(x) __builtin_expect(!!(x), 1)
 #define HOT static inline __attribute__((always_inline))
 #define COLD static __attribute__((noinline, cold))
 
@@ -297,10 +298,11 @@ static int op_process(weir_ctx *ctx, const weir__batch *b, uint32_t from, uint32
       ctx->cur_id = r.id;
       ctx->cur_key = r.key;
       rc = vt->process(ctx, &r);
-      if (rc < 0) break;
+      if (UNLIKELY(rc)) break;
     }
   }
-  return rc < 0 ? weir__ctx_report(ctx, rc, "process") : 0;
+  if (LIKELY(!rc)) return 0;
+  return weir__ctx_result(ctx, rc, 0, vt->process_batch ? "process_batch" : "process", "0");
 }
 
 /* Of n records waiting, how many the chain takes now: all, unless they
@@ -459,7 +461,9 @@ int weir__task_poll(weir__task *t) {
                 : t->clock == WEIR_WATERMARK_MAX ? WEIR_WATERMARK_MAX
                                                  : t->clock + 1;
     int rc = c->node->ovt->poll(c);
-    if (rc < 0) return weir__ctx_report(c, rc, "poll");
+    if (rc < 0 || rc > WEIR_POLL_BUSY)
+      return weir__ctx_result(c, rc, WEIR_POLL_BUSY, "poll",
+                              "WEIR_POLL_IDLE (0), WEIR_POLL_BUSY (1)");
     if (rc == WEIR_POLL_BUSY) held = 1;
   }
   t->held = held;
@@ -492,7 +496,7 @@ int weir__ctx_finish(weir_ctx *c) {
   c->cur_ts = WEIR_WATERMARK_MAX;
   c->key_known = 0;
   int rc = vt->finish(c);
-  return rc < 0 ? weir__ctx_report(c, rc, "finish") : 0;
+  return rc ? weir__ctx_result(c, rc, 0, "finish", "0") : 0;
 }
 
 /* Sends a control event on every output channel, after every record
@@ -601,6 +605,21 @@ void weir__task_finish(weir__task *t) {
   if (outputs_writable(t) && !t->held) task_done(t);
 }
 
+/* How long a source that returned WEIR_SOURCE_IDLE sleeps: what it asked
+ * for with weir_ctx_wake_after, else WEIR_SOURCE_IDLE_DEFAULT_US (weir/job.h
+ * says why that long), with a warning the first time any subtask of the
+ * source forgets: nothing else might ever run it again. */
+static uint64_t idle_wake_us(weir_ctx *c) {
+  if (c->wake_after_us) return c->wake_after_us;
+  if (!atomic_exchange_explicit(&c->node->idle_warned, 1, memory_order_relaxed))
+    WEIR_LOG_W("source '%s' subtask %u returned WEIR_SOURCE_IDLE without calling "
+               "weir_ctx_wake_after: it runs again after %u us each time it does so (call "
+               "weir_ctx_wake_after to choose when, or weir_ctx_wake from another thread to "
+               "wake it at once)",
+               c->node->name, c->subtask, (unsigned)WEIR_SOURCE_IDLE_DEFAULT_US);
+  return WEIR_SOURCE_IDLE_DEFAULT_US;
+}
+
 static int source_step(weir__task *t) {
   weir_ctx *c = t->ops[0];
   if (sync_paused(t)) return 0; /* the coordinator wakes it */
@@ -632,9 +651,10 @@ static int source_step(weir__task *t) {
     uint32_t want = slice_of(t, t->batch_records);
     uint64_t before = c->n_out, t1 = weir_clock_mono_ns();
     int rc = c->node->svt->run(c, want);
-    if (rc < 0) {
-      weir__ctx_report(c, rc, "run");
-      weir__task_failed(t, rc);
+    if (rc < 0 || rc > WEIR_SOURCE_IDLE) {
+      weir__task_failed(t, weir__ctx_result(c, rc, WEIR_SOURCE_IDLE, "run",
+                                            "WEIR_SOURCE_MORE (0), WEIR_SOURCE_DONE (1), "
+                                            "WEIR_SOURCE_IDLE (2)"));
       return 0;
     }
     int frc = chain_flush(t, 0);
@@ -657,7 +677,7 @@ static int source_step(weir__task *t) {
       weir__task_flush_outputs(t);
       settle_pending(t);
       publish_stats(t);
-      uint64_t us = weir__time_source_sleep_us(t, t2, c->wake_after_us);
+      uint64_t us = weir__time_source_sleep_us(t, t2, idle_wake_us(c));
       if (us) weir__task_wake_after(t, us);
       return 0;
     }
@@ -995,7 +1015,7 @@ int weir__task_open(weir__task *t) {
       rc = c->node->svt->open(c);
     else if (c->node->ovt && c->node->ovt->open)
       rc = c->node->ovt->open(c);
-    if (rc < 0) return weir__ctx_report(c, rc, "open");
+    if (rc) return weir__ctx_result(c, rc, 0, "open", "0");
     c->opened = 1;
     rc = weir__ctx_restore(c);
     c->in_open = 0;

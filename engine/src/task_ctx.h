@@ -94,5 +94,11 @@ weir_ctx *weir__ctx_create(weir__task *t, weir__node *node, uint32_t subtask);
 void weir__ctx_destroy(weir_ctx *ctx);
 /* Records an operator error in the job with the operator's name. */
 int weir__ctx_report(weir_ctx *ctx, int err, const char *what);
+/* Checks what callback `what` of ctx returned: 0 to `most`, the values it
+ * documents (named by `ok` in the message), come back as they are; a
+ * negative WEIR_E* code is reported (weir__ctx_report) and returned; any
+ * other value is a misuse of the API (weir/job.h, "What callbacks
+ * return"), reported as such and returned as WEIR_EOPERATOR. */
+int weir__ctx_result(weir_ctx *ctx, int rc, int most, const char *what, const char *ok);
 
 #endif

@@ -96,8 +96,21 @@ static inline uint64_t weir_payload_u64(const weir_record *r) {
 
 /* Callbacks of an operator. Every callback is optional except one of
  * `process` / `process_batch` (for operators with inputs). All return 0 or a
- * negative error; an error stops the job with the operator's name and the
- * message given to weir_ctx_fail(), if any.
+ * negative error (poll: see below); an error stops the job with the
+ * operator's name and the message given to weir_ctx_fail(), if any.
+ *
+ * What callbacks return: 0 (or the values a callback documents, poll's
+ * and a source's run's) or a negative WEIR_E* code, which is one of weir's
+ * own (weir/error.h) or -errno from the system (-EACCES), except -1. Any
+ * other value fails the job with WEIR_EOPERATOR and a message that names
+ * the operator, the callback and the value ("operator 'x' subtask 0
+ * (process): returned 1, not 0 or a negative WEIR_E* error code"): a
+ * positive value the callback does not document, a negative value below
+ * the errno range (-4095) that weir does not define, and -1. A bare -1 is
+ * C's habit for "failed", not a deliberate -EPERM (which would read
+ * "Operation not permitted" and hide the mistake); an operator that fails
+ * returns weir_ctx_fail(ctx, WEIR_EOPERATOR, "why"), or the error it got
+ * from a weir call.
  *
  *   open      once per subtask before any record; set per-subtask data with
  *             weir_ctx_set_user(). May not emit (nor may restore): both run
@@ -177,12 +190,24 @@ typedef struct weir_operator_vt {
 /* What poll returns (or a negative error). */
 enum { WEIR_POLL_IDLE = 0, WEIR_POLL_BUSY = 1 };
 
-/* What a source's run() returns (or a negative error). */
+/* What a source's run() returns (or a negative error; any other value
+ * fails the job, as for an operator's callbacks above). */
 enum {
   WEIR_SOURCE_MORE = 0, /* more to come now: call run() again */
   WEIR_SOURCE_DONE = 1, /* end of input for this subtask */
   WEIR_SOURCE_IDLE = 2  /* nothing now: call again after weir_ctx_wake_after() */
 };
+/* A source that returns WEIR_SOURCE_IDLE without calling
+ * weir_ctx_wake_after is run again after this many microseconds, and a
+ * warning naming it is logged once: otherwise nothing might ever run it
+ * again (the job would hang silently). 1 ms is the engine's own scale (a
+ * step of a task, the default buffer timeout), so a forgotten wake-up adds
+ * no more delay than buffering may, while a run() that finds nothing costs
+ * microseconds: well under 1% of a core per idle subtask. A source fed by
+ * a thread of its own may return IDLE and be woken by weir_ctx_wake from
+ * that thread; it is then also run at this default until it asks for a
+ * longer fallback with weir_ctx_wake_after. */
+#define WEIR_SOURCE_IDLE_DEFAULT_US 1000
 
 /* Callbacks of a source. `run` emits up to `budget` records with
  * weir_emit_record() (more is allowed but delays other tasks) and returns
@@ -255,7 +280,8 @@ int weir_ctx_restoring(const weir_ctx *ctx);
 /* Nonzero once the job has been asked to stop; sources should end. */
 int weir_ctx_stopping(const weir_ctx *ctx);
 /* Sources: when run() returns WEIR_SOURCE_IDLE, call run() again after `us`
- * microseconds. */
+ * microseconds (or sooner, after weir_ctx_wake). Holds for the run() call
+ * that makes it; without it, WEIR_SOURCE_IDLE_DEFAULT_US. */
 void weir_ctx_wake_after(weir_ctx *ctx, uint64_t us);
 /* The subtask's event-time clock: the largest watermark that every input
  * has passed (the minimum over its inputs that are not idle; a source's
@@ -283,7 +309,8 @@ uint64_t weir_ctx_epoch(const weir_ctx *ctx);
 int weir_ctx_owner_check(weir_ctx *ctx);
 /* The one call that any thread may make on a context (while the job runs):
  * asks for the subtask's task to run soon, which calls the operator's poll
- * on the subtask's thread. Coalesces, like uv_async_send. Never blocks. */
+ * (a source's run) on the subtask's thread. Coalesces, like
+ * uv_async_send. Never blocks. */
 void weir_ctx_wake(weir_ctx *ctx);
 /* The job's id: the UUID of its state directory (docs/architecture.md §5), or, for a
  * job without one, a random UUID made for this run. Valid until the job is
@@ -405,6 +432,24 @@ int weir_job_adopt(weir_job *job, void *p, void (*free_fn)(void *));
  * are no-ops and weir_sink()/weir_job_run() return err. */
 int weir_job_fail(weir_job *job, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The job's build error: the first error recorded while it was built (a
+ * builder call, weir_job_fail) or found by weir_job_run before it started
+ * anything (its options, the frozen graph), or 0. Its message is
+ * weir_job_error()'s. An error of the run itself is not one (a restore
+ * that does not fit, an operator's failure). */
+int weir_job_build_error(const weir_job *job);
+
+/* A builder call names itself and the argument in the error it records
+ * ("weir_process: operator 'x': vt is NULL"). A NULL stream is what a
+ * failed call returns, and the job already holds that call's error; but a
+ * NULL stream carries no job, so a call given one records nothing: it
+ * returns NULL, and weir_sink (weir_sink_to) returns WEIR_EPLAN, with
+ * weir_job_error() still "" if no earlier call failed (a NULL that did
+ * not come from a builder call). Only weir_union, given one NULL stream
+ * and one of a job, records "weir_union: stream b is NULL". So check what
+ * weir_sink returns (the `weir` command reports a build function's error
+ * without a message as such, exit 2), not weir_job_run alone, which runs
+ * the graph that was built. */
 
 /* Adds a source with `parallelism` subtasks (0 = the job's default). */
 weir_stream *weir_source(weir_job *job, const char *name, const weir_source_vt *vt, void *arg,

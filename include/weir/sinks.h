@@ -76,7 +76,8 @@ size_t weir_format_default(const weir_record *r, char *buf, size_t cap);
 int weir_sink_spec_check(const char *spec, char *err, size_t errlen);
 
 /* Adds the sink named by `spec` to stream s. fmt NULL = weir_format_default.
- * Returns 0 or the job's build error (WEIR_ESINK for a bad spec). */
+ * Returns 0 or the job's build error (WEIR_ESINK for a bad spec); WEIR_EPLAN
+ * for a NULL stream, as weir_sink. */
 int weir_sink_to(weir_stream *s, const char *name, const char *spec, weir_format_fn fmt,
                  int parallelism);
 
