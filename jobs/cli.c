@@ -138,6 +138,10 @@ int cli_take_engine(cli_args *a, cli_engine *eng) {
   if ((r = cli_take_str(a, "--summary-json", &eng->summary_json)) != 0) return r;
   if ((r = cli_take_int(a, "--batch-records", 1 << 20, &eng->batch_records)) != 0) return r;
   if ((r = cli_take_int(a, "--channel-batches", 1 << 20, &eng->channel_batches)) != 0) return r;
+  if ((r = cli_take_u64(a, "--buffer-timeout", 10000000, &eng->buffer_timeout)) != 0) {
+    eng->buffer_timeout_set = r > 0;
+    return r;
+  }
   if ((r = cli_take_bool(a, "--quiet", &eng->quiet)) != 0) return r;
   if ((r = cli_take_u64(a, "--loop-memory", UINT64_MAX, &eng->loop_memory)) != 0) return r;
   if ((r = cli_take_str(a, "--spill-dir", &eng->spill_dir)) != 0) return r;

@@ -55,6 +55,9 @@ typedef struct cli_engine {
    * experiments with backpressure. */
   int batch_records;
   int channel_batches;
+  /* --buffer-timeout US, if given (0: send every batch at once). */
+  int buffer_timeout_set;
+  uint64_t buffer_timeout;
   /* Checkpoints. */
   const char *state_dir;        /* default ./state; "none" = no checkpoints */
   uint64_t checkpoint_interval; /* ms; default 1000; 0 = only the final one */

@@ -76,6 +76,9 @@ static void help_run(FILE *out) {
         "                       or $TMPDIR); they are unlinked as soon as created\n"
         "  --batch-records N    records per batch (default 1024)\n"
         "  --channel-batches N  channel bound in batches (default 8)\n"
+        "  --buffer-timeout US  a partly filled batch is sent at most this long after\n"
+        "                       the last send (default 1000; 0: at once, lowest latency,\n"
+        "                       less throughput; docs/latency.md)\n"
         "\n"
         "Checkpoint options (engine options too):\n"
         "  --state-dir DIR      the job's checkpoint store, created if missing\n"
@@ -272,6 +275,8 @@ static int execute(weir_job *job, const cli_engine *eng, const cli_builtin *kind
   o.spill_dir = eng->spill_dir;
   o.batch_records = (uint32_t)eng->batch_records;
   o.channel_batches = (uint32_t)eng->channel_batches;
+  if (eng->buffer_timeout_set)
+    o.buffer_timeout_us = eng->buffer_timeout ? (uint32_t)eng->buffer_timeout : WEIR_FLUSH_AT_ONCE;
   o.handle_signals = 1;
   o.lease_lost = on_lease_lost;
   if (cli_checkpoint_opts(eng, &o) < 0) return CLI_EXIT_USAGE;

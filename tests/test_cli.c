@@ -154,6 +154,7 @@ Test(cli, usage_errors) {
   expect_usage((const char *const[]){"run", "--workers", "abc", "counter", NULL}, "abc");
   expect_usage((const char *const[]){"run", "counter", "--parallelism=-1", NULL}, "-1");
   expect_usage((const char *const[]){"run", "counter", "--quiet=yes", NULL}, "--quiet");
+  expect_usage((const char *const[]){"run", "counter", "--buffer-timeout", "soon", NULL}, "soon");
   expect_usage((const char *const[]){"run", "counter", "--sink", "nowhere:x", NULL}, "--sink");
   expect_usage((const char *const[]){"run", "wordcount", NULL}, "--input");
   expect_usage(
@@ -370,6 +371,29 @@ Test(cli, counter_engine_options_first) {
   free(out);
   free(err);
   finish(dir);
+}
+
+/* --buffer-timeout 0 (every batch sent at once) and 100 us: the same
+ * exact counts. */
+Test(cli, counter_buffer_timeout) {
+  const char *const timeouts[] = {"0", "100"};
+  for (int i = 0; i < 2; i++) {
+    char *dir = th_tmpdir();
+    cr_assert_not_null(dir);
+    char *out = NULL, *err = NULL;
+    int rc =
+        WEIR(dir, &out, &err, "run", "--buffer-timeout", timeouts[i], "counter", "--records", "5k",
+             "--keys", "13", "--parallelism", "2", "--sink", "file:out", "--state-dir", "st");
+    cr_assert_eq(rc, 0, "--buffer-timeout %s: exit %d, stderr: %s", timeouts[i], rc, err);
+    char *o = path_join(dir, "out");
+    char *text = read_sink_dir(o);
+    check_counts(text, 5000, 13);
+    free(text);
+    free(o);
+    free(out);
+    free(err);
+    finish(dir);
+  }
 }
 
 /* At debug level, the end of a run says where each worker's time went:
