@@ -46,6 +46,7 @@ static void help_main(FILE *out) {
         "usage:\n"
         "  weir run [ENGINE OPTIONS] JOB [JOB OPTIONS]   run a job to the end of its input\n"
         "  weir checkpoints [--state-dir DIR] [--json]   list completed checkpoints\n"
+        "                   [--verify]                   (--verify: check each)\n"
         "  weir inspect ID [--state-dir DIR] [--json]    show one checkpoint\n"
         "  weir receiver --listen HOST:PORT --db FILE    a reference HTTP destination\n"
         "  weir receiver stats --db FILE [--json]        its requests, effects, duplicates\n"

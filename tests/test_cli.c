@@ -164,6 +164,8 @@ Test(cli, usage_errors) {
       (const char *const[]){"run", "wordcount", "--input", "x", "--dead-letter", "d", NULL},
       "--dead-letter");
   expect_usage((const char *const[]){"help", "nothing", NULL}, "nothing");
+  expect_usage((const char *const[]){"checkpoints", "--verify", "--json", NULL}, "--verify");
+  expect_usage((const char *const[]){"inspect", "1", "--verify", NULL}, "--verify");
   cr_assert_eq(th_leak_check(), 0);
 }
 

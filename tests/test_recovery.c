@@ -891,7 +891,24 @@ Test(damage, flipped_chunk_byte) {
   char want[64];
   snprintf(want, sizeof want, "checkpoint %llu", latest);
   char *err = expect_refused(j, 3, want, img, "latest");
+  /* The refusal names the intact older checkpoints and how to restore one. */
+  char intact[160];
+  snprintf(intact, sizeof intact,
+           "intact retained checkpoints (checked): %llu, %llu: restore one with --restore ID",
+           l.id[l.n - 2], l.id[l.n - 3]);
+  cr_assert(strstr(err, intact) != NULL, "no '%s' in: %s", intact, err);
   free(err);
+  /* weir checkpoints --verify: a line each, exit 3 for the damaged one. */
+  char *vout = NULL, *verr = NULL;
+  int vrc = run_cmd(&vout, &verr, "checkpoints", "--state-dir", j->c.state, "--verify", NULL);
+  cr_assert_eq(vrc, 3, "--verify: exit %d: %s%s", vrc, vout, verr);
+  for (size_t k = 0; k < l.n; k++) {
+    char line[96];
+    snprintf(line, sizeof line, k + 1 == l.n ? "%llu damaged: " : "%llu ok\n", l.id[k]);
+    cr_assert(strstr(vout, line) != NULL, "no '%s' in: %s", line, vout);
+  }
+  free(vout);
+  free(verr);
   /* Listing still works (the metadata is intact). */
   listing l2;
   get_listing(j, &l2);
@@ -906,6 +923,14 @@ Test(damage, flipped_chunk_byte) {
   cr_assert(l2.finished);
   cr_assert_gt(l2.id[l2.n - 1], latest);
   crash_check_counter(&j->c);
+  /* Intact once retention dropped the damaged one (if the run took enough
+   * checkpoints for that). */
+  int still = 0;
+  for (size_t k = 0; k < l2.n; k++) still |= l2.id[k] == latest;
+  vrc = run_cmd(&vout, &verr, "checkpoints", "--state-dir", j->c.state, "--verify", NULL);
+  cr_assert_eq(vrc, still ? 3 : 0, "--verify after the restore: exit %d: %s%s", vrc, vout, verr);
+  free(vout);
+  free(verr);
   free(img);
   job_free(j);
   cr_assert_eq(th_leak_check(), 0);

@@ -496,6 +496,37 @@ static int find_checkpoint(weir_job *job, uint64_t id) {
   return WEIR_ENOCKPT;
 }
 
+/* A restore of checkpoint `bad` found it damaged: says in the job's error
+ * which other retained checkpoints are intact (each checked as `weir
+ * checkpoints --verify` checks it) and how to restore one. */
+static void note_intact(weir_job *job, uint64_t bad) {
+  weir_store_ckpt *list = NULL;
+  size_t n = 0;
+  if (weir_store_list(job->store, &list, &n) != 0) return;
+  char ids[256] = "";
+  size_t len = 0;
+  uint64_t newest = 0;
+  for (size_t i = n; i-- > 0;) {
+    if (list[i].id == bad || list[i].status || weir_store_verify(job->store, list[i].id) != 0)
+      continue;
+    if (!newest) newest = list[i].id;
+    int k = snprintf(ids + len, sizeof ids - len, "%s%llu", len ? ", " : "",
+                     (unsigned long long)list[i].id);
+    if (k < 0 || (size_t)k >= sizeof ids - len) break;
+    len += (size_t)k;
+  }
+  weir_free(list);
+  size_t used = strlen(job->errmsg);
+  if (newest)
+    snprintf(job->errmsg + used, sizeof job->errmsg - used,
+             "; intact retained checkpoints (checked): %s: restore one with --restore ID "
+             "(e.g. --restore %llu), or start over with --fresh",
+             ids, (unsigned long long)newest);
+  else
+    snprintf(job->errmsg + used, sizeof job->errmsg - used,
+             "; no other retained checkpoint is intact: start over with --fresh");
+}
+
 /* Opens the store and decides what this run is (docs/architecture.md §5): returns 0 to
  * run, 1 if there is nothing to do (restore of a finished job), or an error. */
 static int prepare_store(weir_job *job) {
@@ -548,6 +579,7 @@ static int prepare_store(weir_job *job) {
   job->info.instance = rec.instance;
   if (from) {
     rc = weir__restore_load(job, from, 0);
+    if (rc == WEIR_ECORRUPT || rc == WEIR_EFORMAT) note_intact(job, from);
     if (rc) return rc;
     job->info.restored_from = from;
     WEIR_LOG_I("restored job %s from checkpoint %llu (%.1f MB read, checked and built in %.0f "
