@@ -226,19 +226,20 @@ weir_stream *weir_with_watermarks(weir_stream *s, const weir_watermark_strategy 
     return NULL;
   }
   if (!ws) {
-    weir_job_fail(job, WEIR_EPLAN, "source '%s': weir_with_watermarks with a NULL strategy",
-                  n->name);
+    weir_job_fail(job, WEIR_EPLAN, "weir_with_watermarks: source '%s': strategy is NULL", n->name);
     return NULL;
   }
   if (n->has_wms) {
-    weir_job_fail(job, WEIR_EPLAN, "source '%s' already has a watermark strategy", n->name);
+    weir_job_fail(job, WEIR_EPLAN,
+                  "weir_with_watermarks: source '%s' already has a watermark strategy", n->name);
     return NULL;
   }
   weir_watermark_strategy own;
   if (adopt_vt(job, "watermark strategy of source", n->name, &own, sizeof own, ws)) return NULL;
   if (own.out_of_orderness < 0) {
     weir_job_fail(job, WEIR_EPLAN,
-                  "source '%s': out_of_orderness %lld is negative (the bound on how far "
+                  "weir_with_watermarks: source '%s': out_of_orderness %lld is negative (the "
+                  "bound on how far "
                   "behind the largest timestamp a record may come)",
                   n->name, (long long)own.out_of_orderness);
     return NULL;

@@ -576,6 +576,10 @@ void weir__task_finish(weir__task *t) {
   /* The last checkpoint's views before the end of input goes out: a task
    * that is done runs no more. */
   weir__task_write_held(t);
+  /* A source that ends while the job stops (asked to, or returning DONE
+   * then) has not reached the end of its input: the restored job goes on
+   * from there. A task with inputs knows from them (input_ended). */
+  if (t->is_source && atomic_load_explicit(&t->job->stopping, memory_order_relaxed)) t->stopped = 1;
   if (!t->stopped) weir__time_end(t);
   for (uint32_t i = 0; i < t->nops; i++) {
     int rc = weir__ctx_finish(t->ops[i]);
@@ -626,7 +630,6 @@ static int source_step(weir__task *t) {
   uint64_t t0 = weir_clock_mono_ns();
   for (uint32_t n = 0; n < t->budget_batches; n++) {
     if (atomic_load_explicit(&t->job->stopping, memory_order_relaxed)) {
-      t->stopped = 1;
       weir__task_finish(t);
       return 0;
     }
@@ -667,9 +670,6 @@ static int source_step(weir__task *t) {
     if (t->wmgen && rc != WEIR_SOURCE_DONE) weir__time_source_tick(t, t2);
     if (UNLIKELY(t->job->opts.buffer_timeout_us == WEIR_FLUSH_AT_ONCE)) weir__task_flush_outputs(t);
     if (rc == WEIR_SOURCE_DONE) {
-      /* A source that ends because it was asked to stop has not reached
-       * the end of its input: the restored job goes on from there. */
-      if (atomic_load_explicit(&t->job->stopping, memory_order_relaxed)) t->stopped = 1;
       weir__task_finish(t);
       return 0;
     }
