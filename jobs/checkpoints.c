@@ -346,7 +346,8 @@ int cli_cmd_inspect(int argc, char **argv) {
       for (uint32_t k = 0; k < st->npos; k++)
         printf("%s{\"split\": %u, \"offset\": %llu}", k ? ", " : "", st->pos[k].split,
                (unsigned long long)st->pos[k].offset);
-      printf("]");
+      printf("], \"timers\": %llu", (unsigned long long)st->timers);
+      if (st->has_clock) printf(", \"clock\": %lld", (long long)st->clock);
       if (is_channel_state(st)) printf(", \"channel_state\": true");
       weir_sink_state_info si;
       if (!is_channel_state(st) && sink_state(s, id, st, &si)) print_sink_json(&si);
@@ -379,6 +380,13 @@ int cli_cmd_inspect(int argc, char **argv) {
         printf(" %u:%llu", st->pos[k].split, (unsigned long long)st->pos[k].offset);
       if (st->npos > 8) printf(" ... (%u splits)", st->npos);
       if (st->keys_ckpt) printf("  keys of checkpoint %llu", (unsigned long long)st->keys_ckpt);
+      if (st->timers) printf("  %llu timers", (unsigned long long)st->timers);
+      if (st->has_clock) {
+        if (st->clock == INT64_MIN)
+          printf("  clock: no watermark yet");
+        else
+          printf("  clock %lld", (long long)st->clock);
+      }
       printf("\n");
       weir_sink_state_info si;
       if (!is_channel_state(st) && sink_state(s, id, st, &si)) print_sink_text(&si);

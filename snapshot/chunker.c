@@ -183,6 +183,7 @@ int weir__chunker_next(weir__chunker *c, uint8_t *buf, size_t *len) {
     case 2: {
       if (c->d >= sn->blob_len) {
         c->phase = 3;
+        c->i = 0;
         continue;
       }
       uint64_t take = sn->blob_len - c->d;
@@ -194,6 +195,20 @@ int weir__chunker_next(weir__chunker *c, uint8_t *buf, size_t *len) {
       c->pn = (size_t)take;
       c->d += take;
       c->chunks[2]++;
+      c->id.seq++;
+      return 1;
+    }
+    case 3: {
+      if (c->i >= sn->n_timers) {
+        c->phase = 4;
+        continue;
+      }
+      size_t n = (size_t)(sn->n_timers - c->i);
+      if (n > WEIR__MAX_TIMERS_PER_CHUNK) n = WEIR__MAX_TIMERS_PER_CHUNK;
+      for (size_t k = 0; k < n; k++) c->dom[k] = sn->tm_domain[c->i + k];
+      *len = weir__timer_chunk_encode(c->id, sn->tm_keys + c->i, sn->tm_ts + c->i, c->dom, n, buf);
+      c->i += n;
+      c->chunks[3]++;
       c->id.seq++;
       return 1;
     }

@@ -235,6 +235,10 @@ void weir__meta_encode(const weir__ckpt_meta *mm, uint8_t **out, size_t *len) {
     s->blob_len = e->blob_len;
     s->keys_ckpt = e->keys_ckpt;
     s->keys_record = e->keys_record;
+    s->timer_chunks = e->timer_chunks;
+    s->timer_entries = e->timer_entries;
+    s->has_clock = e->has_clock != 0;
+    s->clock = e->clock;
     s->n_pos_split = s->n_pos_offset = e->npos;
     s->pos_split = split + at;
     s->pos_offset = offset + at;
@@ -292,7 +296,11 @@ static int check_entry(const Weirpb__Subtask *s, uint64_t id, char *err, size_t 
       s->blob_len > (uint64_t)s->blob_chunks * WEIR__CHUNK_MAX)
     return BAD("a blob of %llu bytes cannot fill %u chunks", CTX, (unsigned long long)s->blob_len,
                s->blob_chunks);
-  uint64_t chunks = (uint64_t)s->u64_chunks + s->bytes_chunks + s->blob_chunks;
+  if ((s->timer_entries == 0) != (s->timer_chunks == 0) || s->timer_chunks > s->timer_entries ||
+      s->timer_entries > (uint64_t)s->timer_chunks * WEIR__MAX_TIMERS_PER_CHUNK)
+    return BAD("%llu timers cannot fill %u chunks", CTX, (unsigned long long)s->timer_entries,
+               s->timer_chunks);
+  uint64_t chunks = (uint64_t)s->u64_chunks + s->bytes_chunks + s->blob_chunks + s->timer_chunks;
   if (chunks > UINT32_MAX)
     return BAD("%llu chunks is more than a record can hold", CTX, (unsigned long long)chunks);
   if (s->bytes < chunks * WEIR__ENV_HDR || s->bytes > chunks * WEIR__CHUNK_MAX)
@@ -308,7 +316,7 @@ static int check_entry(const Weirpb__Subtask *s, uint64_t id, char *err, size_t 
    * lengths), data 1 per byte: so no count can claim more than the stored
    * bytes allow (which load bounds by the file's size before allocating). */
   uint64_t least = (s->keys_ckpt ? 1 : 9) * s->u64_entries + 10 * s->bytes_entries +
-                   s->bytes_data_len + s->blob_len;
+                   s->bytes_data_len + s->blob_len + WEIR__TIMER_BYTES * s->timer_entries;
   if (least > s->bytes)
     return BAD("its entries need at least %llu bytes, only %llu are stored", CTX,
                (unsigned long long)least, (unsigned long long)s->bytes);
@@ -418,7 +426,7 @@ int weir__meta_decode(const void *value, size_t len, uint64_t key_id, const char
     }
     records[i] = s->record;
     bytes += s->bytes;
-    chunks += (uint64_t)s->u64_chunks + s->bytes_chunks + s->blob_chunks;
+    chunks += (uint64_t)s->u64_chunks + s->bytes_chunks + s->blob_chunks + s->timer_chunks;
   }
   qsort(records, m->n_subtasks, sizeof *records, cmp_u32);
   for (size_t i = 1; i < m->n_subtasks; i++) {
@@ -470,6 +478,10 @@ int weir__meta_decode(const void *value, size_t len, uint64_t key_id, const char
     e->blob_len = s->blob_len;
     e->keys_ckpt = s->keys_ckpt;
     e->keys_record = s->keys_record;
+    e->timer_chunks = s->timer_chunks;
+    e->timer_entries = s->timer_entries;
+    e->has_clock = s->has_clock;
+    e->clock = s->clock;
     e->npos = (uint32_t)s->n_pos_split;
     if (e->npos > 0) {
       e->pos = weir_malloc(e->npos * sizeof *e->pos);
@@ -651,6 +663,19 @@ size_t weir__blob_chunk_encode(weir__chunk_id id, const uint8_t *data, size_t da
   return seal_chunk(&m.base, WEIR__KIND_BLOB, buf);
 }
 
+size_t weir__timer_chunk_encode(weir__chunk_id id, const uint64_t *keys, const int64_t *ts,
+                                const uint32_t *domain, size_t n, uint8_t *buf) {
+  Weirpb__TimerChunk m = WEIRPB__TIMER_CHUNK__INIT;
+  m.checkpoint = id.ckpt;
+  m.record = id.record;
+  m.seq = id.seq;
+  m.n_keys = m.n_ts = m.n_domain = n;
+  m.keys = (uint64_t *)keys;
+  m.ts = (int64_t *)ts;
+  m.domain = (uint32_t *)domain;
+  return seal_chunk(&m.base, WEIR__KIND_TIMERS, buf);
+}
+
 static size_t blob_payload_len(weir__chunk_id id, size_t data_len) {
   size_t n = scalar_len(id.ckpt) + scalar_len(id.record) + scalar_len(id.seq);
   return data_len ? n + 1 + weir__varint_len(data_len) + data_len : n;
@@ -785,6 +810,32 @@ int weir__chunk_decode(const void *value, size_t len, weir__chunk_id expect, wei
     out->msg_ = m;
     break;
   }
+  case WEIR__KIND_TIMERS: {
+    Weirpb__TimerChunk *m = weirpb__timer_chunk__unpack(&pbc_alloc, n, p);
+    if (m == NULL) return undecodable(inj, "chunk", n, err, errlen);
+    weir__chunk_id got = {m->checkpoint, m->record, m->seq};
+    if ((rc = check_chunk_id(got, expect, err, errlen)) < 0) {
+    } else if (m->n_keys != m->n_ts || m->n_keys != m->n_domain || m->n_keys == 0) {
+      rc = fail(WEIR_ECORRUPT, err, errlen, "timer chunk with %zu keys, %zu times and %zu domains",
+                m->n_keys, m->n_ts, m->n_domain);
+    } else {
+      for (size_t i = 0; i < m->n_keys && rc == 0; i++)
+        if (m->domain[i] > 1 || m->ts[i] == INT64_MIN)
+          rc = fail(WEIR_ECORRUPT, err, errlen, "timer chunk: timer %zu at %lld in domain %u", i,
+                    (long long)m->ts[i], m->domain[i]);
+    }
+    if (rc < 0) {
+      weirpb__timer_chunk__free_unpacked(m, &pbc_alloc);
+      return rc;
+    }
+    out->n = m->n_keys;
+    out->keys = m->keys;
+    out->ts = m->ts;
+    out->domain = m->domain;
+    out->id = got;
+    out->msg_ = m;
+    break;
+  }
   default:
     return fail(WEIR_ECORRUPT, err, errlen, "chunk: holds a value of kind %u", kind);
   }
@@ -807,6 +858,9 @@ void weir__chunk_free(weir__chunk *c) {
     break;
   case WEIR__KIND_BLOB:
     weirpb__blob_chunk__free_unpacked(c->msg_, &pbc_alloc);
+    break;
+  case WEIR__KIND_TIMERS:
+    weirpb__timer_chunk__free_unpacked(c->msg_, &pbc_alloc);
     break;
   }
   memset(c, 0, sizeof *c);

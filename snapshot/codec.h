@@ -34,6 +34,9 @@
 /* Upper bounds used to reject absurd metadata before allocating for it. */
 #define WEIR__MAX_U64_PER_CHUNK (WEIR__CHUNK_BUDGET / 9u)
 #define WEIR__MAX_BYTES_PER_CHUNK (WEIR__CHUNK_BUDGET / 10u)
+/* A timer takes 17 bytes: key and timestamp fixed, a one-byte domain. */
+#define WEIR__TIMER_BYTES 17u
+#define WEIR__MAX_TIMERS_PER_CHUNK (WEIR__CHUNK_BUDGET / WEIR__TIMER_BYTES)
 #define WEIR__MAX_OP_NAME 1024u
 
 /* Bytes of the protobuf varint encoding of v (1..10). */
@@ -89,10 +92,15 @@ typedef struct weir__sub_entry {
    * checkpoint keys_ckpt (0: none), and the u64 chunks hold values only. */
   uint64_t keys_ckpt;
   uint32_t keys_record;
+  /* Timers and the event-time clock (format 4). */
+  uint32_t timer_chunks;
+  uint64_t timer_entries;
+  int has_clock;
+  int64_t clock;
 } weir__sub_entry;
 
 static inline uint64_t weir__sub_chunks(const weir__sub_entry *e) {
-  return (uint64_t)e->u64_chunks + e->bytes_chunks + e->blob_chunks;
+  return (uint64_t)e->u64_chunks + e->bytes_chunks + e->blob_chunks + e->timer_chunks;
 }
 
 typedef struct weir__ckpt_meta {
@@ -168,6 +176,9 @@ size_t weir__bytes_chunk_encode(weir__chunk_id id, const uint64_t *route, const 
                                 size_t data_len, uint8_t *buf);
 size_t weir__blob_chunk_encode(weir__chunk_id id, const uint8_t *data, size_t data_len,
                                uint8_t *buf);
+/* n timers (1 .. WEIR__MAX_TIMERS_PER_CHUNK). */
+size_t weir__timer_chunk_encode(weir__chunk_id id, const uint64_t *keys, const int64_t *ts,
+                                const uint32_t *domain, size_t n, uint8_t *buf);
 /* The same blob chunk in two steps, for a value LMDB reserves (no copy
  * of the data through a buffer): len returns its length, write encodes it
  * into buf. The bytes are weir__blob_chunk_encode's (tests compare). */
@@ -177,11 +188,13 @@ void weir__blob_chunk_write(weir__chunk_id id, const uint8_t *data, size_t data_
 /* A decoded chunk: views into the decoded message, valid until
  * weir__chunk_free. */
 typedef struct weir__chunk {
-  uint16_t kind;   /* WEIR__KIND_U64, _U64_VALUES, _BYTES or _BLOB */
+  uint16_t kind;   /* WEIR__KIND_U64, _U64_VALUES, _BYTES, _BLOB or _TIMERS */
   uint16_t format; /* the store format it was written in */
   weir__chunk_id id;
   size_t n;                      /* entries (u64, bytes) */
-  const uint64_t *keys, *values; /* u64 (keys NULL in U64_VALUES) */
+  const uint64_t *keys, *values; /* u64 (keys NULL in U64_VALUES); timers: keys */
+  const int64_t *ts;             /* timers */
+  const uint32_t *domain;        /* timers */
   const uint64_t *route;         /* bytes */
   const uint32_t *klen, *vlen;   /* bytes */
   const uint8_t *data;           /* bytes, blob */

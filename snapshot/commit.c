@@ -121,7 +121,10 @@ int weir__commit_put(weir_store *s, weir__ckcommit *c, MDB_txn *txn) {
     for (uint32_t i = 0; i < m->nsub; i++) {
       m->total_bytes += c->subs[i].bytes;
       m->total_chunks += weir__sub_chunks(&c->subs[i]);
-      if (c->subs[i].keys_ckpt) m->min_reader_version = WEIR_STORE_SHARED_KEYS;
+      if (c->subs[i].keys_ckpt && m->min_reader_version < WEIR_STORE_SHARED_KEYS)
+        m->min_reader_version = WEIR_STORE_SHARED_KEYS;
+      if (c->subs[i].timer_entries || c->subs[i].has_clock)
+        m->min_reader_version = WEIR_STORE_TIMERS;
     }
   }
   weir__meta_encode(m, &c->mval, &c->mlen);

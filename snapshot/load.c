@@ -151,7 +151,7 @@ typedef struct entry_read {
   weir_subtask_snapshot *out;
   chunk_src src, ksrc; /* ksrc: the holder's keys (shared keys), a cursor of its own */
   weir__chunk c, kc;
-  uint64_t nu, nb, nd, nblob, bytes, dsum, lastkey;
+  uint64_t nu, nb, nd, nblob, nt, bytes, dsum, lastkey;
   uint16_t lastformat;
   char why[512];
 } entry_read;
@@ -186,6 +186,13 @@ static void entry_alloc(const weir__sub_entry *e, const weir_store_u64_sink *sin
   }
   if (e->bytes_data_len) out->b_data = weir_malloc_big(e->bytes_data_len);
   if (e->blob_len) out->blob = blob_alloc(e->blob_len, &out->blob_release);
+  if (e->timer_entries) {
+    out->tm_keys = weir_malloc_big(e->timer_entries * sizeof(uint64_t));
+    out->tm_ts = weir_malloc_big(e->timer_entries * sizeof(int64_t));
+    out->tm_domain = weir_malloc_big(e->timer_entries);
+  }
+  out->has_clock = e->has_clock;
+  out->clock = e->clock;
   if (e->npos) {
     out->pos = weir_malloc(e->npos * sizeof *out->pos);
     memcpy(out->pos, e->pos, e->npos * sizeof *out->pos);
@@ -284,6 +291,21 @@ static int read_blob(entry_read *r, uint32_t seq) {
   return 0;
 }
 
+/* Timer chunk seq (in r->c), into out. */
+static int read_timers(entry_read *r, uint32_t seq) {
+  const weir__chunk *c = &r->c;
+  if (c->n > r->e->timer_entries - r->nt)
+    return bad(r, WEIR_ECORRUPT, "chunk %u: more timers than the %llu recorded", seq,
+               (ull)r->e->timer_entries);
+  if (r->out) {
+    memcpy(r->out->tm_keys + r->nt, c->keys, c->n * sizeof(uint64_t));
+    memcpy(r->out->tm_ts + r->nt, c->ts, c->n * sizeof(int64_t));
+    for (size_t i = 0; i < c->n; i++) r->out->tm_domain[r->nt + i] = (uint8_t)c->domain[i];
+  }
+  r->nt += c->n;
+  return 0;
+}
+
 /* Chunk seq of the entry's nchunks: looked up, decoded, of the kind its
  * place calls for, and read by the step of that kind. */
 static int read_chunk(entry_read *r, uint32_t seq, uint64_t nchunks) {
@@ -297,8 +319,9 @@ static int read_chunk(entry_read *r, uint32_t seq, uint64_t nchunks) {
   rc = weir__chunk_decode(val.mv_data, val.mv_size, want, &r->c, cerr, sizeof cerr);
   if (rc < 0) return bad(r, rc, "chunk %u: %s", seq, cerr);
   uint16_t kind = seq < e->u64_chunks ? (e->keys_ckpt ? WEIR__KIND_U64_VALUES : WEIR__KIND_U64)
-                  : seq < e->u64_chunks + e->bytes_chunks ? WEIR__KIND_BYTES
-                                                          : WEIR__KIND_BLOB;
+                  : seq < e->u64_chunks + e->bytes_chunks                  ? WEIR__KIND_BYTES
+                  : seq < e->u64_chunks + e->bytes_chunks + e->blob_chunks ? WEIR__KIND_BLOB
+                                                                           : WEIR__KIND_TIMERS;
   if (r->c.kind != kind)
     return bad(r, WEIR_ECORRUPT, "chunk %u: a value of kind %u where kind %u belongs", seq,
                r->c.kind, kind);
@@ -307,8 +330,10 @@ static int read_chunk(entry_read *r, uint32_t seq, uint64_t nchunks) {
     rc = read_u64(r, seq);
   else if (kind == WEIR__KIND_BYTES)
     rc = read_bytes(r, seq);
-  else
+  else if (kind == WEIR__KIND_BLOB)
     rc = read_blob(r, seq);
+  else
+    rc = read_timers(r, seq);
   if (rc != 0) return rc;
   weir__chunk_free(&r->c);
   return 0;
@@ -327,12 +352,14 @@ static int check_whole(entry_read *r, uint64_t nchunks) {
       weir__be32((const uint8_t *)key.mv_data + 8) == e->record)
     return bad(r, WEIR_ECORRUPT, "a chunk beyond the %llu recorded", (ull)nchunks);
   if (r->nu != e->u64_entries || r->nb != e->bytes_entries || r->nd != e->bytes_data_len ||
-      r->nblob != e->blob_len)
+      r->nblob != e->blob_len || r->nt != e->timer_entries)
     return bad(r, WEIR_ECORRUPT,
-               "chunks hold %llu u64 entries, %llu byte-string entries with %llu data bytes and a "
-               "%llu-byte blob; the metadata records %llu, %llu, %llu and %llu",
-               (ull)r->nu, (ull)r->nb, (ull)r->nd, (ull)r->nblob, (ull)e->u64_entries,
-               (ull)e->bytes_entries, (ull)e->bytes_data_len, (ull)e->blob_len);
+               "chunks hold %llu u64 entries, %llu byte-string entries with %llu data bytes, a "
+               "%llu-byte blob and %llu timers; the metadata records %llu, %llu, %llu, %llu and "
+               "%llu",
+               (ull)r->nu, (ull)r->nb, (ull)r->nd, (ull)r->nblob, (ull)r->nt, (ull)e->u64_entries,
+               (ull)e->bytes_entries, (ull)e->bytes_data_len, (ull)e->blob_len,
+               (ull)e->timer_entries);
   if (r->dsum != e->bytes_data_len)
     return bad(r, WEIR_ECORRUPT,
                "byte-string entries add up to %llu bytes, their data is %llu bytes", (ull)r->dsum,
@@ -398,6 +425,7 @@ int weir__read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_ent
       out->n_bytes = r.nb;
       out->b_data_len = r.nd;
       out->blob_len = r.nblob;
+      out->n_timers = r.nt;
     }
     return 0;
   }

@@ -476,7 +476,8 @@ static int check_snapshot(weir_store *s, uint64_t id, weir_subtask_snapshot *sn)
         (ull)id, op, sn->subtask, sn->parallelism);
   if ((sn->n_u64 && (!sn->u64_keys || !sn->u64_values)) ||
       (sn->n_bytes && (!sn->b_route || !sn->b_klen || !sn->b_vlen)) ||
-      (sn->b_data_len && !sn->b_data) || (sn->npos && !sn->pos) || (sn->blob_len && !sn->blob))
+      (sn->b_data_len && !sn->b_data) || (sn->npos && !sn->pos) || (sn->blob_len && !sn->blob) ||
+      (sn->n_timers && (!sn->tm_keys || !sn->tm_ts || !sn->tm_domain)))
     BAD("store %s: checkpoint %llu: operator \"%s\" subtask %u: a count without its array", s->path,
         (ull)id, op, sn->subtask);
   uint64_t sum = 0;
@@ -681,6 +682,9 @@ int weir_store_info(weir_store *s, uint64_t id, weir_store_ckpt_info **out) {
     t->bytes_entries = e->bytes_entries;
     t->blob_len = e->blob_len;
     t->keys_ckpt = e->keys_ckpt;
+    t->timers = e->timer_entries;
+    t->has_clock = e->has_clock;
+    t->clock = e->clock;
     t->npos = e->npos;
     t->pos = e->pos; /* moved */
     e->pos = NULL;
@@ -763,6 +767,9 @@ void weir_subtask_snapshot_free(weir_subtask_snapshot *snap) {
   weir_free(snap->b_klen);
   weir_free(snap->b_vlen);
   weir_free(snap->b_data);
+  weir_free(snap->tm_keys);
+  weir_free(snap->tm_ts);
+  weir_free(snap->tm_domain);
   weir_free(snap->pos);
   weir_blob_free(snap->blob, snap->blob_len, snap->blob_release);
   memset(snap, 0, sizeof *snap);

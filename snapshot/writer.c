@@ -407,6 +407,10 @@ static void member_written(weir_store *s, gmember *m, weir__chunker *c) {
   e.u64_chunks = c->chunks[0];
   e.bytes_chunks = c->chunks[1];
   e.blob_chunks = c->chunks[2];
+  e.timer_chunks = c->chunks[3];
+  e.timer_entries = sn->n_timers;
+  e.has_clock = sn->has_clock;
+  e.clock = sn->clock;
   e.bytes = m->w.bytes + m->txn_bytes;
   e.op = sn->op;
   sn->op = NULL;

@@ -37,6 +37,7 @@
 #include "job.h"
 #include "restore.h"
 #include "task.h"
+#include "task_time.h"
 
 struct weir_snapshot_writer {
   uint8_t *blob;
@@ -226,6 +227,7 @@ int weir__ctx_snapshot(weir_ctx *c, uint64_t id, weir_subtask_snapshot *s) {
   s->subtask = c->subtask;
   s->parallelism = c->parallelism;
   copy_state(c, s);
+  weir__timers_snapshot(c, s);
   weir_snapshot_writer w = {0};
   int (*cb)(weir_ctx *, uint64_t, weir_snapshot_writer *) =
       c->node->svt ? c->node->svt->snapshot : c->node->ovt->snapshot;
@@ -440,9 +442,10 @@ int weir__ctx_restore(weir_ctx *c) {
   weir_subtask_snapshot *s = c->restore;
   if (!s) return 0;
   int rc = 0;
-  if ((s->n_u64 || s->n_bytes) && !c->keyed) {
+  if ((s->n_u64 || s->n_bytes || s->n_timers) && !c->keyed) {
     rc = weir_ctx_fail(c, WEIR_ECORRUPT, "checkpoint holds keyed state for a non-keyed operator");
   }
+  if (!rc) rc = weir__timers_restore(c, s);
   uint64_t t0 = uv_hrtime();
   /* Keyed u64 state read with the operator's own parallelism was built
    * while loading (job.c); rescaled state comes here in arrays. Entries in

@@ -12,6 +12,7 @@
 #include "batch.h"
 #include "hash.h"
 #include "task.h"
+#include "task_time.h"
 
 weir_ctx *weir__ctx_create(weir__task *t, weir__node *node, uint32_t subtask) {
   weir_ctx *c = weir_aligned_alloc(sizeof *c);
@@ -26,6 +27,7 @@ weir_ctx *weir__ctx_create(weir__task *t, weir__node *node, uint32_t subtask) {
   c->salt = weir__mix64(0x5eed0000ULL + node->index);
   c->seq_parent = ~0ULL;
   weir__state_init(&c->state);
+  weir__timers_ctx_init(c);
   return c;
 }
 
@@ -40,6 +42,7 @@ void weir__ctx_destroy(weir_ctx *c) {
     weir_free(c->restore);
   }
   weir__state_close(&c->state);
+  weir__timers_ctx_free(c);
   weir__batch_destroy(c->link);
   weir_free(c);
 }
@@ -213,6 +216,10 @@ void weir_state_prefetch_u64(weir_ctx *c, uint64_t key) {
 }
 
 void weir_state_select(weir_ctx *c, uint64_t record_key) {
+  if (c->timer_batch) {
+    weir__timers_select(c, record_key);
+    return;
+  }
   c->cur_key = record_key;
   c->key_known = 1;
 }

@@ -329,8 +329,46 @@ static weir__node *consume(const char *call, weir_stream *s, const char *name,
 
 weir_stream *weir_process(weir_stream *s, const char *name, const weir_operator_vt *vt, void *arg,
                           int parallelism) {
-  weir__node *n = consume("weir_process", s, name, vt, arg, parallelism, WEIR__NODE_OP);
+  return weir_process_opts(s, name, vt, arg, parallelism, NULL);
+}
+
+/* What weir_process_opts' declarations require of the operator (docs/
+ * event-time.md §10); 0 or the build error. */
+static int check_opts(weir_job *job, const weir__node *n, uint32_t flags) {
+  const char *call = "weir_process_opts";
+  const uint32_t known = WEIR_OP_EVENT_TIME | WEIR_OP_EVENT_TIMERS | WEIR_OP_PROCESSING_TIMERS;
+  if (flags & ~known)
+    return weir_job_fail(job, WEIR_EPLAN, "%s: operator '%s': unknown flags 0x%x", call, n->name,
+                         flags & ~known);
+  uint32_t timers = flags & (WEIR_OP_EVENT_TIMERS | WEIR_OP_PROCESSING_TIMERS);
+  if (!timers) return 0;
+  const char *what = timers == WEIR_OP_PROCESSING_TIMERS ? "processing-time" : "event-time";
+  if (!n->keyed)
+    return weir_job_fail(job, WEIR_EPLAN,
+                         "%s: operator '%s' declares %s timers, but its input is not keyed: "
+                         "timers belong to a key (weir_key_by the stream first)",
+                         call, n->name, what);
+  if (!n->vt.op.on_timer && !n->vt.op.on_timers)
+    return weir_job_fail(job, WEIR_EPLAN,
+                         "%s: operator '%s' declares %s timers but has neither on_timer nor "
+                         "on_timers",
+                         call, n->name, what);
+  return 0;
+}
+
+weir_stream *weir_process_opts(weir_stream *s, const char *name, const weir_operator_vt *vt,
+                               void *arg, int parallelism, const weir_op_opts *opts) {
+  const char *call = opts ? "weir_process_opts" : "weir_process";
+  weir_op_opts o = {0};
+  if (opts) {
+    if (!s || s->job->build_err) return NULL;
+    if (adopt_vt(s->job, "options of operator", name ? name : "?", &o, sizeof o, opts)) return NULL;
+  }
+  weir__node *n = consume(call, s, name, vt, arg, parallelism, WEIR__NODE_OP);
   if (!n) return NULL;
+  if (o.flags & WEIR_OP_EVENT_TIMERS) o.flags |= WEIR_OP_EVENT_TIME;
+  if (check_opts(s->job, n, o.flags)) return NULL;
+  n->op_flags = o.flags;
   weir_stream *r = stream_new(s->job, 1);
   r->out[0] = (weir__stream_out){n, WEIR__PART_FORWARD};
   return r;

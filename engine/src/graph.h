@@ -72,8 +72,9 @@ struct weir__node {
   /* Sources: a subtask returned WEIR_SOURCE_IDLE without a wake-up, and
    * that was logged (task.c, once per source: any subtask's thread). */
   atomic_int idle_warned;
-  int parallelism; /* 0 until frozen when the user said "default" */
-  int keyed;       /* all inputs hash-partitioned */
+  int parallelism;   /* 0 until frozen when the user said "default" */
+  int keyed;         /* all inputs hash-partitioned */
+  uint32_t op_flags; /* WEIR_OP_* declared by weir_process_opts */
   uint32_t nin, nout;
   weir__edge **in, **out;
   weir__loop *head_of; /* the loop this node is the head of, or NULL */

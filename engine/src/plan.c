@@ -56,6 +56,44 @@ static int validate(weir_job *job) {
   return 0;
 }
 
+/* An operator that reads the event-time clock needs a watermark strategy
+ * on every source upstream: without one, its clock never moves. (Loops
+ * are refused with event time in validate.) */
+static int validate_time(weir_job *job) {
+  weir__node **stack = weir_calloc(job->nnodes + 1, sizeof *stack);
+  uint8_t *seen = weir_calloc(job->nnodes + 1, 1);
+  int rc = 0;
+  for (uint32_t i = 0; i < job->nnodes && !rc; i++) {
+    weir__node *op = job->nodes[i];
+    if (!(op->op_flags & WEIR_OP_EVENT_TIME)) continue;
+    memset(seen, 0, job->nnodes);
+    uint32_t sp = 0;
+    stack[sp++] = op;
+    seen[op->index] = 1;
+    while (sp && !rc) {
+      weir__node *n = stack[--sp];
+      if (n->svt && !n->has_wms)
+        rc = weir_job_fail(job, WEIR_EPLAN,
+                           "operator '%s' uses event time (%s), but source '%s' upstream of it "
+                           "has no watermark strategy: give it one with weir_with_watermarks "
+                           "(docs/event-time.md)",
+                           op->name,
+                           op->op_flags & WEIR_OP_EVENT_TIMERS ? "event-time timers"
+                                                               : "WEIR_OP_EVENT_TIME",
+                           n->name);
+      for (uint32_t k = 0; k < n->nin; k++) {
+        weir__node *u = n->in[k]->from;
+        if (seen[u->index]) continue;
+        seen[u->index] = 1;
+        stack[sp++] = u;
+      }
+    }
+  }
+  weir_free(stack);
+  weir_free(seen);
+  return rc;
+}
+
 /* Marks the nodes of each loop: those reachable from its head (without
  * crossing a feedback edge) that lead back to a feedback edge into it. */
 static int mark_loops(weir_job *job) {
@@ -288,6 +326,7 @@ static void assign_workers(weir_job *job) {
 
 int weir__plan_freeze(weir_job *job) {
   int rc = validate(job);
+  if (!rc) rc = validate_time(job);
   if (!rc) rc = mark_loops(job);
   if (rc) return rc;
   make_chains(job);

@@ -8,6 +8,10 @@
  *    records (hash.h), so every key finds its state where its records go;
  *    a u64 entry's key is its record key, a byte-string entry carries the
  *    record key that wrote it;
+ *  - timers are keyed state too: each goes with its key;
+ *  - an event-time operator's clock: each new subtask resumes from the
+ *    minimum of the old ones (a later clock could make records late that
+ *    were not);
  *  - source positions: a rescalable source (weir_source_vt.rescalable) has
  *    splits that do not depend on its parallelism, so every new subtask is
  *    offered every split's position and takes the ones it owns;
@@ -56,7 +60,7 @@ int weir__rescale(const char *op, const weir__rescale_kind *kind, uint32_t key_g
                op, p0);
       return WEIR_EPLAN;
     }
-    if ((o->n_u64 || o->n_bytes) && !kind->keyed) {
+    if ((o->n_u64 || o->n_bytes || o->n_timers) && !kind->keyed) {
       snprintf(msg, msglen, "operator '%s' has keyed state but is not keyed", op);
       return WEIR_ECORRUPT;
     }
@@ -65,11 +69,18 @@ int weir__rescale(const char *op, const weir__rescale_kind *kind, uint32_t key_g
    * then fill arrays of exactly that size. */
   weir_subtask_snapshot **n = out;
   uint32_t npos = 0;
+  int has_clock = 0;
+  int64_t clock = INT64_MAX;
   for (uint32_t s = 0; s < p; s++) n[s] = weir_calloc(1, sizeof *n[s]);
   for (uint32_t k = 0; k < p0; k++) {
     weir_subtask_snapshot *o = old[k];
     if (!o) continue;
+    if (o->has_clock) {
+      has_clock = 1;
+      if (o->clock < clock) clock = o->clock;
+    }
     for (uint64_t i = 0; i < o->n_u64; i++) n[owner(o->u64_keys[i], key_groups, p)]->n_u64++;
+    for (uint64_t i = 0; i < o->n_timers; i++) n[owner(o->tm_keys[i], key_groups, p)]->n_timers++;
     for (uint64_t i = 0; i < o->n_bytes; i++) {
       weir_subtask_snapshot *t = n[owner(o->b_route[i], key_groups, p)];
       t->n_bytes++;
@@ -81,7 +92,9 @@ int weir__rescale(const char *op, const weir__rescale_kind *kind, uint32_t key_g
   for (uint32_t s = 0; s < p; s++) {
     weir_subtask_snapshot *t = n[s];
     t->npos = npos;
-    if (!t->n_u64 && !t->n_bytes && !t->npos && !t->blob_len) {
+    t->has_clock = has_clock;
+    t->clock = clock;
+    if (!t->n_u64 && !t->n_bytes && !t->npos && !t->blob_len && !t->n_timers && !has_clock) {
       weir_free(t); /* nothing for this subtask */
       n[s] = NULL;
       continue;
@@ -99,10 +112,15 @@ int weir__rescale(const char *op, const weir__rescale_kind *kind, uint32_t key_g
       t->b_vlen = weir_malloc(t->n_bytes * sizeof *t->b_vlen);
     }
     if (t->b_data_len) t->b_data = weir_malloc(t->b_data_len);
+    if (t->n_timers) {
+      t->tm_keys = weir_malloc(t->n_timers * sizeof *t->tm_keys);
+      t->tm_ts = weir_malloc(t->n_timers * sizeof *t->tm_ts);
+      t->tm_domain = weir_malloc(t->n_timers);
+    }
     if (t->npos) t->pos = weir_malloc(t->npos * sizeof *t->pos);
     if (t->blob_len) t->blob = weir_malloc(t->blob_len);
     /* Filled again from zero below. */
-    t->n_u64 = t->n_bytes = t->b_data_len = t->blob_len = 0;
+    t->n_u64 = t->n_bytes = t->b_data_len = t->blob_len = t->n_timers = 0;
     t->npos = 0;
   }
   for (uint32_t k = 0; k < p0; k++) {
@@ -112,6 +130,12 @@ int weir__rescale(const char *op, const weir__rescale_kind *kind, uint32_t key_g
       weir_subtask_snapshot *t = n[owner(o->u64_keys[i], key_groups, p)];
       t->u64_keys[t->n_u64] = o->u64_keys[i];
       t->u64_values[t->n_u64++] = o->u64_values[i];
+    }
+    for (uint64_t i = 0; i < o->n_timers; i++) {
+      weir_subtask_snapshot *t = n[owner(o->tm_keys[i], key_groups, p)];
+      t->tm_keys[t->n_timers] = o->tm_keys[i];
+      t->tm_ts[t->n_timers] = o->tm_ts[i];
+      t->tm_domain[t->n_timers++] = o->tm_domain[i];
     }
     uint64_t off = 0;
     for (uint64_t i = 0; i < o->n_bytes; i++) {

@@ -582,7 +582,10 @@ void weir__task_finish(weir__task *t) {
   if (t->is_source && atomic_load_explicit(&t->job->stopping, memory_order_relaxed)) t->stopped = 1;
   if (!t->stopped) weir__time_end(t);
   for (uint32_t i = 0; i < t->nops; i++) {
-    int rc = weir__ctx_finish(t->ops[i]);
+    /* The true end: the operator's timers fire, then finish. A stop
+     * leaves them in the last checkpoint. */
+    int rc = t->has_timers && !t->stopped ? weir__timers_end(t, i) : 0;
+    if (!rc) rc = weir__ctx_finish(t->ops[i]);
     if (!rc) rc = chain_flush(t, i);
     if (rc) {
       weir__task_failed(t, rc);
@@ -800,6 +803,8 @@ static inline int input_data(weir__task *t, uint32_t idx, weir__batch *b, uint64
   weir__task_un_log(t, idx, b, from, n);
   int rc = op_process(t->ops[0], b, from, n);
   if (!rc) rc = chain_flush(t, 0);
+  /* Timers the records registered at or below the clock fire now. */
+  if (!rc && t->has_timers) rc = weir__timers_due(t);
   if (t->tr) weir__trace_done(t, b, n, weir_clock_mono_ns());
   if (from + n == b->len) {
     t->in_off[idx] = 0;
@@ -828,10 +833,15 @@ static inline int input_data(weir__task *t, uint32_t idx, weir__batch *b, uint64
 static int input_ended(weir__task *t, uint32_t idx, uint64_t why) {
   t->in_ended[idx] = 1;
   ++t->nended;
-  if (why == WEIR__END_STOP)
+  if (why == WEIR__END_STOP) {
     t->stopped = 1;
-  else
-    weir__time_input_ended(t, idx);
+  } else {
+    int rc = weir__time_input_ended(t, idx);
+    if (rc) {
+      weir__task_failed(t, rc);
+      return 1;
+    }
+  }
   if (t->in_back[idx]) return weir__head_back_ended(t, idx);
   if (weir__task_un_ended(t, idx)) return 1;
   if (weir__align_end(&t->align, idx) == WEIR__ALIGN_COMPLETE && complete_alignment(t)) return 1;
@@ -902,7 +912,12 @@ static int input_step(weir__task *t) {
       uint32_t kind = b->kind;
       uint64_t v = b->barrier_id;
       weir__chan_release(t->in[idx]);
-      weir__time_input(t, idx, kind, v);
+      int rc = weir__time_input(t, idx, kind, v);
+      if (rc) {
+        weir__task_failed(t, rc);
+        return 0;
+      }
+      if (outputs_blocked(t)) return 0; /* timers may have filled them */
     } else {
       uint64_t id = b->barrier_id;
       weir__chan_release(t->in[idx]);
@@ -917,6 +932,7 @@ static int input_step(weir__task *t) {
 /* ---- the task -------------------------------------------------------------- */
 
 static int task_step(weir__task *t);
+static int run_reading(weir__task *t);
 
 /* A slice of reading the views of the task's last cut, if any are left,
  * then a step: the records that came meanwhile wait for one slice, not for
@@ -925,7 +941,16 @@ static int task_step(weir__task *t);
  * share the task's time evenly and the checkpoint is not held up for long;
  * at light load the slices stay short. */
 int weir__task_run(weir__task *t) {
+  if (t->has_timers) {
+    int more = t->nheld ? run_reading(t) : task_step(t);
+    if (t->state == WEIR__TASK_RUNNING) weir__timers_arm(t);
+    return more;
+  }
   if (!t->nheld) return task_step(t);
+  return run_reading(t);
+}
+
+static int run_reading(weir__task *t) {
   int reading = weir__task_read_held(t, t->read_slice_ns);
   uint64_t t0 = weir_clock_mono_ns();
   int more = task_step(t);
@@ -962,6 +987,14 @@ static int task_step(weir__task *t) {
   if (t->state != WEIR__TASK_RUNNING && weir__task_pending_trigger(t) && answer_trigger(t))
     return 0;
   if (t->state == WEIR__TASK_DONE) return 0;
+  /* Processing-time timers whose time came (a stopped task fires none). */
+  if (t->has_timers && t->state == WEIR__TASK_RUNNING && !t->stopped) {
+    int rc = weir__timers_due(t);
+    if (rc) {
+      weir__task_failed(t, rc);
+      return 0;
+    }
+  }
   /* A barrier may overtake what waits for a full output. After a cut, the
    * worker's other tasks go first (the barriers just sent are theirs). */
   if (!t->is_source) {
@@ -1006,9 +1039,11 @@ int weir__task_open(weir__task *t) {
     if (t->in_loopin[i] || t->in_back[i]) t->pace.sliceable = 0;
   if (t->head_loop) weir__head_open(t);
   weir__time_open(t);
+  t->proc_armed = INT64_MAX;
   for (uint32_t i = 0; i < t->nops; i++) {
     weir_ctx *c = t->ops[i];
     int rc = 0;
+    if (c->tm[0] || c->tm[1]) t->has_timers = 1;
     c->poll_nonce = weir__mix64(weir_clock_mono_ns() ^ (uint64_t)(uintptr_t)c ^ c->salt);
     c->in_open = c->emit_slow = 1;
     if (c->node->svt && c->node->svt->open)

@@ -116,6 +116,11 @@ struct weir__task {
   struct weir__wmgen *wmgen;
   struct weir__valve *valve;
   int64_t clock;
+  /* Timers (task_timers.c): some operator of the chain has them; the
+   * processing-time deadline the task's timer is armed for (ms, or
+   * INT64_MAX: none). */
+  int has_timers;
+  int64_t proc_armed;
   int stopped; /* input ends by a stop, not its true end */
   uint64_t held_id;
   int hold_views;
@@ -154,6 +159,9 @@ void weir__task_wake(void *t);
 void weir__task_wake_first(weir__task *t);
 /* worker.c: arm the task's timer to wake it after `us` microseconds. */
 void weir__task_wake_after(weir__task *t, uint64_t us);
+/* worker.c: nonzero while a wake-up weir__task_wake_after armed has not
+ * come yet. */
+int weir__task_wake_pending(const weir__task *t);
 
 /* task.c: calls every operator's poll; sets t->held. Returns 0 or the
  * error (reported with the operator's name). */

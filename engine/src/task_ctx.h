@@ -70,6 +70,14 @@ struct weir_ctx {
   /* Records emitted from poll derive from a fresh parent per call: unique
    * per run, not stable across replays. */
   uint64_t poll_nonce, poll_seq;
+  /* Timers (task_timers.c), per domain: NULL unless the operator
+   * declared them (weir_process_opts). While on_timers runs, timer_batch
+   * is set: weir_state_select then starts the selected key's emission
+   * ids, derived from (operator, key, timer_ts). */
+  struct weir__timers *tm[2];
+  uint8_t timer_batch;
+  uint8_t timer_domain;
+  int64_t timer_ts;
   /* Source pacing: wake-up requested by weir_ctx_wake_after. */
   uint64_t wake_after_us;
   char msg[512];

@@ -53,18 +53,26 @@ void weir__time_close(weir__task *t) {
   }
 }
 
-/* Sends what the generator or valve decided, with `out` the new clock. */
-static void send(weir__task *t, weir__wm_result r, int64_t out) {
+/* Sends what the generator or valve decided, with `out` the new clock.
+ * The clock never goes back: after a restore it starts where the
+ * operators' checkpoint left it, above what the valve first says. The
+ * timers it passes fire before the watermark goes on, so that what they
+ * emit precedes it. Returns 0 or a timer's error. */
+static int send(weir__task *t, weir__wm_result r, int64_t out) {
   if (r == WEIR__WM_ADVANCE) {
+    if (out <= t->clock) return 0;
     t->clock = out;
+    int rc = weir__timers_fire_event(t);
+    if (rc) return rc;
     weir__task_push_control(t, WEIR__MSG_WATERMARK, (uint64_t)out);
   } else if (r == WEIR__WM_GONE_IDLE) {
     weir__task_push_control(t, WEIR__MSG_IDLE, 0);
   }
+  return 0;
 }
 
 void weir__time_source_tick(weir__task *t, uint64_t now_ns) {
-  if (t->wmgen) send(t, weir__wmgen_tick(t->wmgen, now_ns, 0), t->wmgen->out);
+  if (t->wmgen) (void)send(t, weir__wmgen_tick(t->wmgen, now_ns, 0), t->wmgen->out); /* no timers */
 }
 
 uint64_t weir__time_source_sleep_us(const weir__task *t, uint64_t now_ns, uint64_t us) {
@@ -73,22 +81,23 @@ uint64_t weir__time_source_sleep_us(const weir__task *t, uint64_t now_ns, uint64
   return us && us < tick_us ? us : tick_us;
 }
 
-void weir__time_input(weir__task *t, uint32_t idx, uint32_t kind, uint64_t v) {
-  if (!t->valve) return;
+int weir__time_input(weir__task *t, uint32_t idx, uint32_t kind, uint64_t v) {
+  if (!t->valve) return 0;
   weir__wm_result r = kind == WEIR__MSG_WATERMARK ? weir__valve_watermark(t->valve, idx, (int64_t)v)
                                                   : weir__valve_idle(t->valve, idx);
-  send(t, r, t->valve->out);
+  return send(t, r, t->valve->out);
 }
 
-void weir__time_input_ended(weir__task *t, uint32_t idx) {
-  if (!t->valve) return;
+int weir__time_input_ended(weir__task *t, uint32_t idx) {
+  if (!t->valve) return 0;
   weir__wm_result r = weir__valve_ended(t->valve, idx);
-  /* +inf goes downstream as this task's own end of input. */
+  /* +inf goes downstream as this task's own end of input; its timers
+   * fire as the task finishes (weir__timers_end). */
   if (t->valve->out == WEIR_WATERMARK_MAX) {
     t->clock = WEIR_WATERMARK_MAX;
-    return;
+    return 0;
   }
-  send(t, r, t->valve->out);
+  return send(t, r, t->valve->out);
 }
 
 void weir__time_end(weir__task *t) {

@@ -182,7 +182,14 @@ void weir__task_wake_after(weir__task *t, uint64_t us) {
     return;
   }
   uint64_t ms = (us + 999) / 1000;
+  /* The loop's clock is only read as it iterates: a worker busy with its
+   * tasks may hold one from long ago, and a timer from it comes early. */
+  uv_update_time(&t->worker->loop);
   uv_timer_start((uv_timer_t *)t->timer, on_timer, ms, 0);
+}
+
+int weir__task_wake_pending(const weir__task *t) {
+  return t->wake_at != 0 || uv_is_active((const uv_handle_t *)t->timer);
 }
 
 /* Wakes the tasks whose short wait ended by `now`; the next deadline

@@ -162,6 +162,30 @@ int weir_snapshot_position(weir_snapshot_writer *w, uint32_t split, uint64_t off
 const void *weir_snapshot_data(weir_snapshot_reader *r, size_t *len);
 int weir_snapshot_get_position(weir_snapshot_reader *r, uint32_t split, uint64_t *offset);
 
+/* ------------------------------------------------------------------------ */
+/* Timers (docs/event-time.md §5)                                           */
+
+typedef enum weir_time_domain {
+  WEIR_EVENT_TIME = 0,     /* fires once the subtask's event-time clock reaches ts */
+  WEIR_PROCESSING_TIME = 1 /* fires once the wall clock (ms, weir_ctx_processing_time) does */
+} weir_time_domain;
+
+/* A timer that fired: its key (the current key during on_timer), its
+ * timestamp and its domain. */
+typedef struct weir_timer {
+  uint64_t key;
+  int64_t ts;
+  weir_time_domain domain;
+} weir_timer;
+
+/* Timers of one timestamp and domain that fired together (on_timers). */
+typedef struct weir_timer_batch {
+  uint32_t len;
+  int64_t ts;
+  weir_time_domain domain;
+  const uint64_t *keys;
+} weir_timer_batch;
+
 /* An operator's callbacks. `size` must be sizeof(weir_operator_vt), as in
  *   static const weir_operator_vt my_vt = {
  *       .size = sizeof(weir_operator_vt), .name = "my", .process = my_process};
@@ -185,6 +209,24 @@ typedef struct weir_operator_vt {
    * handed the states of old subtasks k, k + P, ... one after the other
    * (k's own first). Any other operator state is not rescalable. */
   int rescalable;
+  /* A timer of this operator fired (weir_timer_register): on the subtask's
+   * thread, between input batches, never during another callback. The
+   * timer's key is current (state calls act on it, weir_timer_register
+   * registers for it). Records it emits get the timer's timestamp (event
+   * time; weir_emit_at: another) and ids derived from (operator, key,
+   * timestamp, emission index): stable on replay and across a rescale.
+   * A processing-time timer's records get the timestamp poll's get and
+   * ids unique within the run, not stable across a replay. Event-time
+   * timers fire as the clock passes their timestamp, before the watermark
+   * goes on downstream; at the true end of input every event-time timer
+   * fires, then every processing-time timer, then finish. A stop fires
+   * none: pending timers stay in the last checkpoint. */
+  int (*on_timer)(weir_ctx *ctx, const weir_timer *t);
+  /* Preferred when set: up to 1024 timers of one timestamp at once, so
+   * that the operator can prefetch their state. No key is current until
+   * weir_state_select(ctx, tb->keys[i]), which also starts key i's
+   * emission ids; its timers are already out of the timer set. */
+  int (*on_timers)(weir_ctx *ctx, const weir_timer_batch *tb);
 } weir_operator_vt;
 
 /* What poll returns (or a negative error). */
@@ -290,6 +332,22 @@ void weir_ctx_wake_after(weir_ctx *ctx, uint64_t us);
  * its event time after a restore). Records that come after it with ts <=
  * it are late. It only moves forward, between input batches. */
 int64_t weir_ctx_watermark(const weir_ctx *ctx);
+/* A timer of the current key (process's record's; after
+ * weir_state_select; on_timer's) at ts in domain d. One timer per (key,
+ * ts, domain): registering it again is a no-op. A timer at or below the
+ * clock already fires after the current callback. Returns 0,
+ * WEIR_ENOTKEYED (the operator's input is not keyed), WEIR_EINVAL (d not
+ * a domain, ts WEIR_WATERMARK_MIN) or WEIR_ESTATE (no current key, or the
+ * operator did not declare timers of domain d: weir_process_opts), with a
+ * message (weir_ctx_fail). Timers are keyed state: checkpointed with the
+ * rest, restored, moved with their key on a rescale. */
+int weir_timer_register(weir_ctx *ctx, weir_time_domain d, int64_t ts);
+/* Removes the current key's timer at (ts, d); 0 whether or not it
+ * existed, or the errors of weir_timer_register. */
+int weir_timer_delete(weir_ctx *ctx, weir_time_domain d, int64_t ts);
+/* The wall clock in milliseconds since the epoch: what processing-time
+ * timers compare with. */
+int64_t weir_ctx_processing_time(const weir_ctx *ctx);
 /* Sources with a watermark strategy reading several splits (files,
  * partitions): the records emitted from now on come from `split` (0 until
  * the first call). Each split keeps its own largest timestamp, and the
@@ -465,6 +523,28 @@ weir_stream *weir_union(weir_stream *a, weir_stream *b);
 /* Adds an operator consuming `s`. Keyed if `s` is keyed (weir_key_by). */
 weir_stream *weir_process(weir_stream *s, const char *name, const weir_operator_vt *vt, void *arg,
                           int parallelism);
+/* What an operator declares when it is added (weir_process_opts), so that
+ * misuse is a build error (WEIR_EPLAN, exit 2) rather than a failure at
+ * the first record. */
+enum {
+  WEIR_OP_EVENT_TIME = 1,       /* reads the event-time clock: needs a watermark strategy on
+                                   every source upstream, and no loop around or upstream */
+  WEIR_OP_EVENT_TIMERS = 2,     /* registers event-time timers (implies WEIR_OP_EVENT_TIME;
+                                   keyed input, on_timer or on_timers) */
+  WEIR_OP_PROCESSING_TIMERS = 4 /* registers processing-time timers (keyed input, on_timer or
+                                   on_timers) */
+};
+typedef struct weir_op_opts {
+  size_t size;    /* sizeof(weir_op_opts) */
+  uint32_t flags; /* WEIR_OP_* */
+} weir_op_opts;
+/* weir_process with declarations (opts NULL: none, as weir_process). An
+ * operator with event-time state keeps its clock in its checkpoints and
+ * resumes from it after a restore (on a rescale: the minimum of its old
+ * subtasks' clocks), so that a replayed record does not reopen what was
+ * already fired. */
+weir_stream *weir_process_opts(weir_stream *s, const char *name, const weir_operator_vt *vt,
+                               void *arg, int parallelism, const weir_op_opts *opts);
 /* Adds a sink operator (emits nothing). Returns the job's build error or 0. */
 int weir_sink(weir_stream *s, const char *name, const weir_operator_vt *vt, void *arg,
               int parallelism);

@@ -192,7 +192,9 @@ static void check_meta(const weir__ckpt_meta *m, uint64_t key, const char *job) 
           (unsigned long long)c);
     CHECK(e->u64_entries <= (uint64_t)e->u64_chunks * WEIR__MAX_U64_PER_CHUNK &&
               e->bytes_entries <= (uint64_t)e->bytes_chunks * WEIR__MAX_BYTES_PER_CHUNK &&
-              e->blob_len <= (uint64_t)e->blob_chunks * WEIR__CHUNK_MAX,
+              e->blob_len <= (uint64_t)e->blob_chunks * WEIR__CHUNK_MAX &&
+              e->timer_entries <= (uint64_t)e->timer_chunks * WEIR__MAX_TIMERS_PER_CHUNK &&
+              (e->timer_entries == 0) == (e->timer_chunks == 0),
           "meta decode: entry %u: counts its chunks cannot hold", i);
     CHECK(e->npos == 0 || e->pos != NULL, "meta decode: entry %u: %u positions, no array", i,
           e->npos);
@@ -297,6 +299,14 @@ static void check_chunk(const weir__chunk *c, uint16_t kind, weir__chunk_id expe
     CHECK(c->data_len > 0 && c->data != NULL, "blob chunk: empty");
     touch(c->data, c->data_len);
     break;
+  case WEIR__KIND_TIMERS:
+    CHECK(c->n >= 1 && c->keys && c->ts && c->domain, "timer chunk: %zu timers", c->n);
+    for (size_t i = 0; i < c->n; i++)
+      CHECK(c->domain[i] <= 1 && c->ts[i] != INT64_MIN,
+            "timer chunk: timer %zu in domain %u at %lld", i, c->domain[i], (long long)c->ts[i]);
+    touch(c->keys, c->n * sizeof *c->keys);
+    touch(c->ts, c->n * sizeof *c->ts);
+    break;
   default:
     die("chunk decode: accepted a value of kind %u", c->kind);
   }
@@ -315,6 +325,8 @@ static size_t planned(const weir__chunk *c) {
     for (size_t i = 0; i < c->n; i++)
       sz += 8 + weir__varint_len(c->klen[i]) + weir__varint_len(c->vlen[i]);
     sz += c->data_len;
+  } else if (c->kind == WEIR__KIND_TIMERS) {
+    sz = (uint64_t)c->n * WEIR__TIMER_BYTES;
   } else {
     sz = c->data_len;
   }
@@ -332,6 +344,8 @@ static void round_trip_chunk(const weir__chunk *c, weir__chunk_id expect) {
   } else if (c->kind == WEIR__KIND_BYTES)
     n = weir__bytes_chunk_encode(c->id, c->route, c->klen, c->vlen, c->n, c->data, c->data_len,
                                  buf);
+  else if (c->kind == WEIR__KIND_TIMERS)
+    n = weir__timer_chunk_encode(c->id, c->keys, c->ts, c->domain, c->n, buf);
   else
     n = weir__blob_chunk_encode(c->id, c->data, c->data_len, buf);
   /* In the format it was read in (u64 key order depends on it). */
@@ -341,7 +355,10 @@ static void round_trip_chunk(const weir__chunk *c, weir__chunk_id expect) {
   int rc = weir__chunk_decode(buf, n, expect, &d, err, sizeof err);
   CHECK(rc == 0, "chunk decode: the re-encoded chunk does not decode: %s", err);
   CHECK(d.kind == c->kind && d.n == c->n && d.data_len == c->data_len &&
-            same(d.keys, c->keys, c->kind == WEIR__KIND_U64 ? c->n : 0, 8) &&
+            same(d.keys, c->keys,
+                 c->kind == WEIR__KIND_U64 || c->kind == WEIR__KIND_TIMERS ? c->n : 0, 8) &&
+            same(d.ts, c->ts, c->kind == WEIR__KIND_TIMERS ? c->n : 0, 8) &&
+            same(d.domain, c->domain, c->kind == WEIR__KIND_TIMERS ? c->n : 0, 4) &&
             same(d.values, c->values,
                  c->kind == WEIR__KIND_U64 || c->kind == WEIR__KIND_U64_VALUES ? c->n : 0, 8) &&
             same(d.route, c->route, c->kind == WEIR__KIND_BYTES ? c->n : 0, 8) &&
@@ -361,7 +378,7 @@ static int try_chunk(const uint8_t *v, size_t n, int env, uint16_t kind, weir__c
   arm();
   int rc = weir__chunk_decode(v, n, expect, &c, err, sizeof err);
   int fits = kind == WEIR__KIND_U64 || kind == WEIR__KIND_U64_VALUES || kind == WEIR__KIND_BYTES ||
-             kind == WEIR__KIND_BLOB;
+             kind == WEIR__KIND_BLOB || kind == WEIR__KIND_TIMERS;
   check_rc("chunk decode", rc, env, fits, err, sizeof err);
   if (rc < 0) {
     CHECK(all_zero(&c, sizeof c), "chunk decode: an error left a result behind");

@@ -154,6 +154,19 @@ static void metas(void) {
   weir__meta_encode(&m, &v, &n);
   put2("meta-shared-keys", FZ_META | FZ_WITH_JOB, 8, 0, 0, v, n);
   weir_free(v);
+
+  /* "words" keeps timers and an event-time clock (format 4). */
+  sorted[3].timer_chunks = 1;
+  sorted[3].timer_entries = 4;
+  sorted[3].has_clock = 1;
+  sorted[3].clock = 1500;
+  sorted[3].bytes += 100;
+  m.total_bytes += 100;
+  m.total_chunks += 1;
+  m.min_reader_version = WEIR_STORE_TIMERS;
+  weir__meta_encode(&m, &v, &n);
+  put2("meta-timers", FZ_META | FZ_WITH_JOB, 8, 0, 0, v, n);
+  weir_free(v);
 }
 
 static void chunks(void) {
@@ -186,6 +199,13 @@ static void chunks(void) {
   for (int i = 0; i < 60; i++) blob[i] = (uint8_t)(i * 7 + 1);
   n = weir__blob_chunk_encode((weir__chunk_id){8, 0, 0}, blob, sizeof blob, buf);
   put2("blob-60", FZ_CHUNK, 8, 0, 0, buf, n);
+
+  /* Timers (format 4): both domains, a negative timestamp. */
+  const uint64_t tkeys[4] = {3, 3, 99, UINT64_MAX};
+  const int64_t tts[4] = {1000, 2000, -5, INT64_MAX};
+  const uint32_t tdom[4] = {0, 0, 1, 0};
+  n = weir__timer_chunk_encode((weir__chunk_id){8, 4, 0}, tkeys, tts, tdom, 4, buf);
+  put2("timers-4", FZ_CHUNK, 8, 4, 0, buf, n);
   weir_free(buf);
 }
 

@@ -34,9 +34,12 @@ extern "C" {
 /* The format this weir writes, and the oldest it reads. Format 2 stores u64
  * state in hash order (below); format 1 stored it in key order. Format 3
  * lets a checkpoint share the u64 keys of an earlier one (a checkpoint that
- * does sets min_reader_version 3). */
-#define WEIR_STORE_FORMAT 3u
+ * does sets min_reader_version 3). Format 4 adds timers and an operator's
+ * event-time clock (a checkpoint that holds either sets
+ * min_reader_version 4: an older weir would drop them). */
+#define WEIR_STORE_FORMAT 4u
 #define WEIR_STORE_SHARED_KEYS 3u
+#define WEIR_STORE_TIMERS 4u
 #define WEIR_STORE_MIN_READER 1u
 
 /* A task's channel state (unaligned checkpoints) is stored as the operator
@@ -163,6 +166,17 @@ typedef struct weir_subtask_snapshot {
   uint32_t *b_klen, *b_vlen;
   uint8_t *b_data;
   uint64_t b_data_len;
+  /* Timers (docs/event-time.md §5): timer i is at tm_ts[i] for key
+   * tm_keys[i] in domain tm_domain[i] (0 event time, 1 processing time),
+   * each (key, ts, domain) once, in any order. */
+  uint64_t n_timers;
+  uint64_t *tm_keys;
+  int64_t *tm_ts;
+  uint8_t *tm_domain;
+  /* The operator keeps an event-time clock (has_clock), which was `clock`
+   * at the cut. */
+  int has_clock;
+  int64_t clock;
   /* Source positions per split. */
   uint32_t npos;
   weir_snap_position *pos;
@@ -290,6 +304,9 @@ typedef struct weir_store_subtask_info {
   uint64_t bytes, chunks, u64_entries, bytes_entries, blob_len;
   uint64_t keys_ckpt; /* its u64 keys are stored with this earlier checkpoint
                          (not in bytes, chunks); 0: with its own chunks */
+  uint64_t timers;    /* timers (format 4) */
+  int has_clock;      /* an event-time operator: its clock at the cut */
+  int64_t clock;
   uint32_t npos;
   weir_snap_position *pos;
 } weir_store_subtask_info;
