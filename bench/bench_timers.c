@@ -9,8 +9,11 @@
  *                        random (the order's worst case: a bucket each).
  *   job    one worker, a source of N records (key i mod K, timestamp i)
  *          -> key_by -> a keyed operator: the baseline counts records;
- *          the timer run also registers one event-time timer per record
- *          at its timestamp + 1000 and fires it (on_timers counts them).
+ *          the timer run also registers, per record, an event-time timer
+ *          at the end of its 1 s window (as a window operator does: the
+ *          record timestamps are ms, so 1000 records share a window end,
+ *          each of another key: every registration is a distinct (key,
+ *          timestamp) pair) and fires them (on_timers counts them).
  *          Reported: both rates, their ratio, and the time the timers
  *          added per timer (registered and fired).
  *
@@ -113,7 +116,7 @@ static int op_batch(weir_ctx *ctx, const weir_batch *b) {
   if (!job_timers) return 0;
   for (uint32_t i = 0; i < b->len; i++) {
     weir_state_select(ctx, b->keys[i]);
-    int rc = weir_timer_register(ctx, WEIR_EVENT_TIME, b->ts[i] + 1000);
+    int rc = weir_timer_register(ctx, WEIR_EVENT_TIME, b->ts[i] - b->ts[i] % 1000 + 999);
     if (rc) return rc;
   }
   return 0;

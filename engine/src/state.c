@@ -25,7 +25,7 @@ void weir__state_init(weir__state *s) {
  * 1M keys ran about twice as fast with huge pages here). */
 #define BIG_TABLE (2u << 20)
 
-static uint64_t *table_alloc(uint64_t bytes) {
+uint64_t *weir__table_alloc(uint64_t bytes) {
   if (bytes < BIG_TABLE) return weir_aligned_alloc(bytes);
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANON, -1, 0);
   if (p == MAP_FAILED) return weir_aligned_alloc(bytes); /* aborts if truly out of memory */
@@ -35,7 +35,7 @@ static uint64_t *table_alloc(uint64_t bytes) {
   return p;
 }
 
-static void table_free(uint64_t *p, uint64_t bytes) {
+void weir__table_free(uint64_t *p, uint64_t bytes) {
   if (!p) return;
   if (bytes < BIG_TABLE)
     weir_free(p);
@@ -49,9 +49,9 @@ void weir__state_close(weir__state *s) {
   if (s->u.cow)
     cow_detach(&s->u); /* a snapshot may still read the table: it frees it */
   else
-    table_free(s->u.slots, s->u.cap * 16);
+    weir__table_free(s->u.slots, s->u.cap * 16);
   /* After the detach: dropping a finished view hands its arena to spare. */
-  table_free(s->u.spare, s->u.spare_cap * 16);
+  weir__table_free(s->u.spare, s->u.spare_cap * 16);
   for (uint64_t i = 0; i < s->b.cap; i++) weir_free(s->b.slots[i]);
   weir_free(s->b.slots);
   memset(s, 0, sizeof *s);
@@ -78,8 +78,8 @@ static uint64_t page_slots(const weir__cow *c, uint64_t p) {
 }
 
 static void cow_free(weir__cow *c) {
-  table_free(c->arena, c->cap * 16);
-  if (atomic_load(&c->detached)) table_free(c->slots, c->cap * 16);
+  weir__table_free(c->arena, c->cap * 16);
+  if (atomic_load(&c->detached)) weir__table_free(c->slots, c->cap * 16);
   weir_free((void *)c->state);
   weir_free(c);
 }
@@ -121,10 +121,10 @@ weir__cow *weir__u64_cow_begin(weir__u64map *m) {
   c->npages = (c->cap + WEIR__COW_PAGE - 1) / WEIR__COW_PAGE;
   c->state = weir_calloc(c->npages ? c->npages : 1, 1);
   if (m->spare && m->spare_cap != c->cap) {
-    table_free(m->spare, m->spare_cap * 16);
+    weir__table_free(m->spare, m->spare_cap * 16);
     m->spare = NULL;
   }
-  c->arena = m->spare ? m->spare : c->cap ? table_alloc(c->cap * 16) : NULL;
+  c->arena = m->spare ? m->spare : c->cap ? weir__table_alloc(c->cap * 16) : NULL;
   m->spare = NULL;
   c->has_empty_key = m->has_empty_key;
   c->empty_key_value = m->empty_key_value;
@@ -325,7 +325,7 @@ static inline uint64_t u64_index(const weir__u64map *m, uint64_t key) {
 }
 
 static void u64_alloc(weir__u64map *m, uint64_t cap) {
-  m->slots = table_alloc(cap * 16);
+  m->slots = weir__table_alloc(cap * 16);
   for (uint64_t i = 0; i < cap; i++) m->slots[2 * i] = WEIR__U64_EMPTY;
   m->cap = cap;
   unsigned lg = 0;
@@ -353,7 +353,7 @@ static void u64_rehash(weir__u64map *m, uint64_t newcap) {
     atomic_store(&view->detached, 1);
     cow_unref(view); /* may free the old table, now that it is rehashed */
   } else {
-    table_free(old, oldcap * 16);
+    weir__table_free(old, oldcap * 16);
   }
 }
 
@@ -378,7 +378,7 @@ uint64_t *weir__u64_table_prefault(uint64_t n, uint64_t *bytes) {
   *bytes = 0;
   if (n == 0) return NULL;
   *bytes = cap_for(n) * 16;
-  uint64_t *p = table_alloc(*bytes);
+  uint64_t *p = weir__table_alloc(*bytes);
   /* A write per 4 KiB page (a read would map the shared zero page): with
    * huge pages, the first of each 2 MiB faults it all in. */
   for (uint64_t off = 0; off < *bytes; off += 4096) p[off / 8] = 0;
@@ -386,7 +386,7 @@ uint64_t *weir__u64_table_prefault(uint64_t n, uint64_t *bytes) {
 }
 
 void weir__u64_table_free(uint64_t *mem, uint64_t bytes) {
-  table_free(mem, bytes);
+  weir__table_free(mem, bytes);
 }
 
 void weir__u64_build_begin(weir__u64_build *b, weir__u64map *m, uint64_t n, uint64_t *mem,
@@ -398,7 +398,7 @@ void weir__u64_build_begin(weir__u64_build *b, weir__u64map *m, uint64_t n, uint
   b->ordered = 1;
   uint64_t cap = cap_for(n);
   if (mem && (n == 0 || bytes != cap * 16)) {
-    table_free(mem, bytes);
+    weir__table_free(mem, bytes);
     mem = NULL;
   }
   if (n == 0) {
@@ -408,7 +408,7 @@ void weir__u64_build_begin(weir__u64_build *b, weir__u64map *m, uint64_t n, uint
   /* Not filled with EMPTY: the pass does it. Fresh pages (huge ones for a
    * big table) are zeroed by the kernel as the pass first touches them,
    * unless they were prefaulted. */
-  m->slots = mem ? mem : table_alloc(cap * 16);
+  m->slots = mem ? mem : weir__table_alloc(cap * 16);
   m->cap = cap;
   m->shift = 64 - (unsigned)__builtin_ctzll(cap);
 }

@@ -75,6 +75,13 @@ typedef struct weir__state {
 
 #define WEIR__U64_EMPTY UINT64_MAX
 
+/* Memory for a hash table of `bytes` (contents unspecified): from 2 MiB on
+ * mapped directly and, where the system allows, backed by huge pages (a
+ * large table probed at random otherwise misses the TLB at nearly every
+ * probe). Free with weir__table_free and the same size. */
+uint64_t *weir__table_alloc(uint64_t bytes);
+void weir__table_free(uint64_t *p, uint64_t bytes);
+
 void weir__state_init(weir__state *s);
 void weir__state_close(weir__state *s);
 

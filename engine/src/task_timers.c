@@ -187,23 +187,13 @@ int weir__timers_due(weir__task *t) {
   return 0;
 }
 
-/* The latest timestamp among tm's timers (WEIR__TS_NONE: none). */
-static int64_t latest(const weir__timers *tm) {
-  int64_t m = WEIR__TS_NONE;
-  for (uint64_t j = 0; tm && j < tm->cap; j++) {
-    int64_t ts = (int64_t)tm->slots[2 * j + 1];
-    if (ts > m) m = ts;
-  }
-  return m;
-}
-
 int weir__timers_end(weir__task *t, uint32_t i) {
   weir_ctx *c = t->ops[i];
   /* Every timer there is fires, and those they register up to the latest
    * of them: an operator that re-registers a timer from its own firing
    * (a periodic one) would otherwise never let the end come. */
   for (int d = 0; d < 2; d++) {
-    int64_t upto = latest(c->tm[d]);
+    int64_t upto = c->tm[d] ? weir__timers_latest(c->tm[d]) : WEIR__TS_NONE;
     if (upto == WEIR__TS_NONE) continue;
     int rc = fire(t, i, (weir_time_domain)d, upto);
     if (rc) return rc;
