@@ -37,6 +37,12 @@ void weir_job_destroy(weir_job *job) {
   for (uint32_t i = 0; i < job->nnodes; i++) {
     weir__node *n = job->nodes[i];
     weir_free(n->name);
+    for (uint32_t k = 0; k < n->ntags; k++) {
+      weir_free(n->tags[k]);
+      weir_free(n->drop_names[k]);
+    }
+    weir_free(n->tags);
+    weir_free(n->drop_names);
     weir_free(n->in);
     weir_free(n->out);
     weir_free(n);
@@ -167,11 +173,13 @@ static weir__node *node_new(weir_job *job, const char *name, weir__node_kind kin
   return n;
 }
 
-static void edge_new(weir_job *job, weir__node *from, weir__node *to, weir__part part) {
+static void edge_new(weir_job *job, const weir__stream_out *o, weir__node *to) {
+  weir__node *from = o->node;
   weir__edge *e = weir_calloc(1, sizeof *e);
   e->from = from;
   e->to = to;
-  e->part = part;
+  e->part = o->part;
+  e->port = o->port;
   job->edges = weir_realloc(job->edges, (job->nedges + 1) * sizeof *job->edges);
   job->edges[job->nedges++] = e;
   from->out = weir_realloc(from->out, (from->nout + 1) * sizeof *from->out);
@@ -211,7 +219,7 @@ weir_stream *weir_source(weir_job *job, const char *name, const weir_source_vt *
   n->svt = &n->vt.src;
   n->arg = arg;
   weir_stream *s = stream_new(job, 1);
-  s->out[0] = (weir__stream_out){n, WEIR__PART_FORWARD};
+  s->out[0] = (weir__stream_out){n, WEIR__PART_FORWARD, 0};
   return s;
 }
 
@@ -252,7 +260,8 @@ weir_stream *weir_with_watermarks(weir_stream *s, const weir_watermark_strategy 
 static weir_stream *repartition(weir_stream *s, weir__part part) {
   if (!s || s->job->build_err) return NULL;
   weir_stream *r = stream_new(s->job, s->n);
-  for (uint32_t i = 0; i < s->n; i++) r->out[i] = (weir__stream_out){s->out[i].node, part};
+  for (uint32_t i = 0; i < s->n; i++)
+    r->out[i] = (weir__stream_out){s->out[i].node, part, s->out[i].port};
   return r;
 }
 
@@ -321,7 +330,7 @@ static weir__node *consume(const char *call, weir_stream *s, const char *name,
   n->arg = arg;
   n->keyed = 1;
   for (uint32_t i = 0; i < s->n; i++) {
-    edge_new(job, s->out[i].node, n, s->out[i].part);
+    edge_new(job, &s->out[i], n);
     if (s->out[i].part != WEIR__PART_HASH) n->keyed = 0;
   }
   return n;
@@ -330,6 +339,41 @@ static weir__node *consume(const char *call, weir_stream *s, const char *name,
 weir_stream *weir_process(weir_stream *s, const char *name, const weir_operator_vt *vt, void *arg,
                           int parallelism) {
   return weir_process_opts(s, name, vt, arg, parallelism, NULL);
+}
+
+#define TAG_MAX 128
+
+/* The side outputs declared in o, checked and copied into n. */
+static int take_tags(weir_job *job, weir__node *n, const weir_op_opts *o) {
+  const char *call = "weir_process_opts";
+  if (o->ntags > WEIR_MAX_SIDE_OUTPUTS)
+    return weir_job_fail(job, WEIR_EPLAN,
+                         "%s: operator '%s' declares %u side outputs, more than %d", call, n->name,
+                         o->ntags, WEIR_MAX_SIDE_OUTPUTS);
+  if (o->ntags && !o->tags)
+    return weir_job_fail(job, WEIR_EPLAN, "%s: operator '%s': ntags %u but tags is NULL", call,
+                         n->name, o->ntags);
+  for (uint32_t k = 0; k < o->ntags; k++) {
+    const char *t = o->tags[k];
+    if (!t || !t[0] || strlen(t) > TAG_MAX)
+      return weir_job_fail(job, WEIR_EPLAN,
+                           "%s: operator '%s': side output %u has an empty or overlong tag", call,
+                           n->name, k);
+    for (uint32_t j = 0; j < k; j++)
+      if (!strcmp(o->tags[j], t))
+        return weir_job_fail(job, WEIR_EPLAN, "%s: operator '%s' declares side output '%s' twice",
+                             call, n->name, t);
+  }
+  n->ntags = o->ntags;
+  n->tags = weir_calloc(o->ntags ? o->ntags : 1, sizeof *n->tags);
+  n->drop_names = weir_calloc(o->ntags ? o->ntags : 1, sizeof *n->drop_names);
+  for (uint32_t k = 0; k < o->ntags; k++) {
+    n->tags[k] = weir_strdup(o->tags[k]);
+    size_t len = strlen(o->tags[k]) + sizeof "dropped:";
+    n->drop_names[k] = weir_malloc(len);
+    snprintf(n->drop_names[k], len, "dropped:%s", o->tags[k]);
+  }
+  return 0;
 }
 
 /* What weir_process_opts' declarations require of the operator (docs/
@@ -367,10 +411,10 @@ weir_stream *weir_process_opts(weir_stream *s, const char *name, const weir_oper
   weir__node *n = consume(call, s, name, vt, arg, parallelism, WEIR__NODE_OP);
   if (!n) return NULL;
   if (o.flags & WEIR_OP_EVENT_TIMERS) o.flags |= WEIR_OP_EVENT_TIME;
-  if (check_opts(s->job, n, o.flags)) return NULL;
+  if (check_opts(s->job, n, o.flags) || take_tags(s->job, n, &o)) return NULL;
   n->op_flags = o.flags;
   weir_stream *r = stream_new(s->job, 1);
-  r->out[0] = (weir__stream_out){n, WEIR__PART_FORWARD};
+  r->out[0] = (weir__stream_out){n, WEIR__PART_FORWARD, 0};
   return r;
 }
 
@@ -401,7 +445,7 @@ weir_iteration *weir_iterate(weir_stream *input, const char *name, int paralleli
   job->loops[job->nloops++] = l;
   if (body) {
     weir_stream *b = stream_new(job, 1);
-    b->out[0] = (weir__stream_out){n, WEIR__PART_FORWARD};
+    b->out[0] = (weir__stream_out){n, WEIR__PART_FORWARD, 0};
     *body = b;
   }
   return (weir_iteration *)l;
@@ -417,11 +461,42 @@ int weir_iteration_close(weir_iteration *it, weir_stream *feedback) {
   if (l->closed)
     return weir_job_fail(job, WEIR_EPLAN, "iteration '%s' is closed twice", l->head->name);
   for (uint32_t i = 0; i < feedback->n; i++) {
-    edge_new(job, feedback->out[i].node, l->head, feedback->out[i].part);
+    edge_new(job, &feedback->out[i], l->head);
     job->edges[job->nedges - 1]->back = 1;
   }
   l->closed = 1;
   return 0;
+}
+
+weir_stream *weir_side_output(weir_stream *s, const char *tag) {
+  if (!s || s->job->build_err) return NULL;
+  weir_job *job = s->job;
+  const char *call = "weir_side_output";
+  if (!tag) {
+    weir_job_fail(job, WEIR_EPLAN, "%s: tag is NULL", call);
+    return NULL;
+  }
+  weir__node *n = s->n == 1 ? s->out[0].node : NULL;
+  if (!n || n->kind != WEIR__NODE_OP || s->out[0].part != WEIR__PART_FORWARD || s->out[0].port) {
+    weir_job_fail(job, WEIR_EPLAN,
+                  "%s('%s'): the stream is not an operator's main output (pass the stream "
+                  "weir_process_opts returned)",
+                  call, tag);
+    return NULL;
+  }
+  for (uint32_t k = 0; k < n->ntags; k++)
+    if (!strcmp(n->tags[k], tag)) {
+      weir_stream *r = stream_new(job, 1);
+      r->out[0] = (weir__stream_out){n, WEIR__PART_FORWARD, k + 1};
+      return r;
+    }
+  char list[512] = "";
+  size_t at = 0;
+  for (uint32_t k = 0; k < n->ntags && at < sizeof list; k++)
+    at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", k ? ", " : "", n->tags[k]);
+  weir_job_fail(job, WEIR_EPLAN, "%s: operator '%s' does not declare side output '%s' (%s%s)", call,
+                n->name, tag, n->ntags ? "declares: " : "declares none; weir_op_opts.tags", list);
+  return NULL;
 }
 
 weir_job *weir_stream_job(const weir_stream *s) {

@@ -36,8 +36,9 @@ typedef struct weir__chan weir__chan;
 typedef struct weir__edge {
   weir__node *from, *to;
   weir__part part;
-  int back;    /* a feedback edge, closing an iteration */
-  int in_loop; /* both ends inside the same loop (set by the plan) */
+  uint32_t port; /* 0: the main output of `from`; k: its k-th side output */
+  int back;      /* a feedback edge, closing an iteration */
+  int in_loop;   /* both ends inside the same loop (set by the plan) */
 } weir__edge;
 
 /* An iteration: a head node, its feedback edges, and (after freezing) the
@@ -75,6 +76,10 @@ struct weir__node {
   int parallelism;   /* 0 until frozen when the user said "default" */
   int keyed;         /* all inputs hash-partitioned */
   uint32_t op_flags; /* WEIR_OP_* declared by weir_process_opts */
+  /* Side outputs it declared (port k + 1 is tags[k]), and the names of
+   * their drop counters ("dropped:<tag>"); owned by the node. */
+  uint32_t ntags;
+  char **tags, **drop_names;
   uint32_t nin, nout;
   weir__edge **in, **out;
   weir__loop *head_of; /* the loop this node is the head of, or NULL */
@@ -88,6 +93,7 @@ struct weir__node {
 typedef struct weir__stream_out {
   weir__node *node;
   weir__part part;
+  uint32_t port; /* which output of node: 0 main, k the k-th side output */
 } weir__stream_out;
 
 struct weir_stream {

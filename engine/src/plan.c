@@ -166,7 +166,9 @@ static int mark_loops(weir_job *job) {
 static int chainable(const weir__node *n) {
   if (n->nin != 1) return 0;
   const weir__edge *e = n->in[0];
-  return e->part == WEIR__PART_FORWARD && e->from->nout == 1 &&
+  /* A side output always crosses a channel: so a node with side outputs
+   * is its chain's tail, and its side routers are its task's. */
+  return e->part == WEIR__PART_FORWARD && e->port == 0 && e->from->nout == 1 &&
          e->from->parallelism == n->parallelism;
 }
 
@@ -252,13 +254,38 @@ static weir__chan *chan_new(weir_job *job, weir__task *from, weir__task *to, con
   return ch;
 }
 
+/* The tail's out edges in router order: its main output's first, then
+ * each side output's, by port (a stable sort: few edges). */
+static void order_by_port(weir__node *tail) {
+  for (uint32_t i = 1; i < tail->nout; i++)
+    for (uint32_t j = i; j > 0 && tail->out[j - 1]->port > tail->out[j]->port; j--) {
+      weir__edge *e = tail->out[j];
+      tail->out[j] = tail->out[j - 1];
+      tail->out[j - 1] = e;
+    }
+}
+
 static void make_channels(weir_job *job) {
-  /* Routers: one per outgoing edge of each task's tail node. */
+  /* Routers: one per outgoing edge of each task's tail node; the main
+   * output's first (t->nmain), then the side outputs' (the tail's
+   * context knows which are whose). */
+  for (uint32_t ci = 0; ci < job->plan.nchains; ci++)
+    order_by_port(job->plan.chains[ci].nodes[job->plan.chains[ci].nnodes - 1]);
   for (uint32_t i = 0; i < job->plan.ntasks; i++) {
     weir__task *t = job->plan.tasks[i];
     weir__node *tail = t->chain->nodes[t->chain->nnodes - 1];
+    weir_ctx *c = t->ops[t->nops - 1];
     t->nrouters = tail->nout;
     t->routers = weir_calloc(tail->nout ? tail->nout : 1, sizeof *t->routers);
+    for (uint32_t ei = 0; ei < tail->nout; ei++) {
+      uint32_t port = tail->out[ei]->port;
+      if (port == 0) {
+        t->nmain++;
+      } else {
+        if (!c->side_n[port - 1]) c->side_first[port - 1] = (uint8_t)ei;
+        c->side_n[port - 1]++;
+      }
+    }
   }
   for (uint32_t ci = 0; ci < job->plan.nchains; ci++) {
     weir__chain *c = &job->plan.chains[ci];

@@ -129,9 +129,10 @@ HOT void route_append(weir__router *r, uint32_t j, uint64_t key, int64_t ts, uin
   if (UNLIKELY(b->len == b->cap)) route_full(r, j, b);
 }
 
-HOT void emit_routers(weir__task *t, uint64_t key, int64_t ts, uint64_t id, const void *p,
-                      uint32_t len) {
-  for (uint32_t k = 0; k < t->nrouters; k++) {
+/* A record to routers [from, to) of t. */
+HOT void emit_routers(weir__task *t, uint32_t from, uint32_t to, uint64_t key, int64_t ts,
+                      uint64_t id, const void *p, uint32_t len) {
+  for (uint32_t k = from; k < to; k++) {
     weir__router *r = &t->routers[k];
     switch (r->part) {
     case WEIR__PART_FORWARD:
@@ -206,7 +207,7 @@ HOT int emit_raw(weir_ctx *ctx, uint64_t key, int64_t ts, uint64_t id, const voi
     if (UNLIKELY(l->len == l->cap)) return flush_link(ctx);
     return 0;
   }
-  emit_routers(ctx->task, key, ts, id, p, (uint32_t)len);
+  emit_routers(ctx->task, 0, ctx->task->nmain, key, ts, id, p, (uint32_t)len);
   return 0;
 }
 
@@ -216,6 +217,53 @@ static inline uint64_t next_id(weir_ctx *ctx, uint64_t parent) {
     ctx->seq = 0;
   }
   return weir__derive_id(parent, ctx->salt, ctx->seq++);
+}
+
+/* The index of side output `tag` of ctx's operator, or -1. A job emits to
+ * one or two tags over and over: the last one is remembered by pointer. */
+static int side_index(weir_ctx *ctx, const char *tag) {
+  const weir__node *n = ctx->node;
+  if (tag && tag == ctx->side_tag) return (int)ctx->side_k;
+  for (uint32_t k = 0; tag && k < n->ntags; k++)
+    if (!strcmp(n->tags[k], tag)) {
+      ctx->side_tag = tag;
+      ctx->side_k = k;
+      return (int)k;
+    }
+  return -1;
+}
+
+COLD int side_undeclared(weir_ctx *ctx, const char *tag) {
+  const weir__node *n = ctx->node;
+  char list[512] = "";
+  size_t at = 0;
+  for (uint32_t k = 0; k < n->ntags && at < sizeof list; k++)
+    at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", k ? ", " : "", n->tags[k]);
+  return weir_ctx_fail(ctx, WEIR_EINVAL,
+                       "operator '%s' emits to side output '%s', which it did not declare "
+                       "(declares: %s)",
+                       n->name, tag ? tag : "(null)", n->ntags ? list : "none");
+}
+
+int weir_emit_side(weir_ctx *ctx, const char *tag, uint64_t key, int64_t ts, const void *payload,
+                   size_t len) {
+  int k = side_index(ctx, tag);
+  if (k < 0) return side_undeclared(ctx, tag);
+  if (len > ctx->max_record) return too_big(ctx, len);
+  if (ts == WEIR_TS_DEFAULT) ts = ctx->cur_ts;
+  if (UNLIKELY(ctx->emit_slow)) {
+    int rc = emit_check(ctx, ts);
+    if (rc) return rc;
+  }
+  uint64_t id = next_id(ctx, ctx->cur_id);
+  if (!ctx->side_n[k]) { /* nothing consumes it */
+    weir_ctx_count(ctx, ctx->node->drop_names[k], 1);
+    return 0;
+  }
+  ctx->n_out++;
+  uint32_t from = ctx->side_first[k];
+  emit_routers(ctx->task, from, from + ctx->side_n[k], key, ts, id, payload, (uint32_t)len);
+  return 0;
 }
 
 int weir_emit(weir_ctx *ctx, uint64_t key, const void *payload, size_t len) {

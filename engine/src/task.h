@@ -71,8 +71,9 @@ struct weir__task {
   int loop_out;       /* some output edge is inside a loop: emissions are counted */
   uint32_t nended, rr;
   uint32_t nregular, nregular_ended; /* inputs that are not feedback edges */
-  /* Outputs. */
-  uint32_t nrouters;
+  /* Outputs: routers [0, nmain) take the chain's main emissions, the rest
+   * its tail's side outputs (weir_ctx.side_first). */
+  uint32_t nrouters, nmain;
   weir__router *routers;
   /* Scheduling (see worker.c). */
   atomic_int queued;

@@ -78,6 +78,12 @@ struct weir_ctx {
   uint8_t timer_batch;
   uint8_t timer_domain;
   int64_t timer_ts;
+  /* Side outputs (a chain's tail): side output k goes to routers
+   * [side_first[k], side_first[k] + side_n[k]) of the task (none: nothing
+   * consumes it); the last tag looked up, for weir_emit_side. */
+  uint8_t side_first[WEIR_MAX_SIDE_OUTPUTS], side_n[WEIR_MAX_SIDE_OUTPUTS];
+  const char *side_tag;
+  uint32_t side_k;
   /* Source pacing: wake-up requested by weir_ctx_wake_after. */
   uint64_t wake_after_us;
   char msg[512];

@@ -395,6 +395,14 @@ int weir_emit(weir_ctx *ctx, uint64_t key, const void *payload, size_t len);
 /* weir_emit() with timestamp ts instead of the input's (event time: a
  * record at or behind the clock downstream is late there). */
 int weir_emit_at(weir_ctx *ctx, uint64_t key, int64_t ts, const void *payload, size_t len);
+/* As weir_emit_at, to the side output `tag` the operator declared
+ * (weir_op_opts.tags); ts WEIR_TS_DEFAULT: the timestamp weir_emit would
+ * give. Its id comes from the same sequence as the main emissions'.
+ * WEIR_EINVAL, with a message naming the tag and the declared ones, for a
+ * tag the operator did not declare. */
+#define WEIR_TS_DEFAULT INT64_MIN
+int weir_emit_side(weir_ctx *ctx, const char *tag, uint64_t key, int64_t ts, const void *payload,
+                   size_t len);
 /* weir_emit() with an 8-byte little-endian u64 payload. */
 int weir_emit_u64(weir_ctx *ctx, uint64_t key, uint64_t value);
 /* From process_batch: emit derived from record i of batch b. */
@@ -537,7 +545,12 @@ enum {
 typedef struct weir_op_opts {
   size_t size;    /* sizeof(weir_op_opts) */
   uint32_t flags; /* WEIR_OP_* */
+  /* The side outputs it may emit to (weir_emit_side), by tag: distinct,
+   * non-empty, at most WEIR_MAX_SIDE_OUTPUTS (copied). */
+  uint32_t ntags;
+  const char *const *tags;
 } weir_op_opts;
+#define WEIR_MAX_SIDE_OUTPUTS 16
 /* weir_process with declarations (opts NULL: none, as weir_process). An
  * operator with event-time state keeps its clock in its checkpoints and
  * resumes from it after a restore (on a rescale: the minimum of its old
@@ -545,6 +558,15 @@ typedef struct weir_op_opts {
  * already fired. */
 weir_stream *weir_process_opts(weir_stream *s, const char *name, const weir_operator_vt *vt,
                                void *arg, int parallelism, const weir_op_opts *opts);
+/* The stream of side output `tag` of the operator whose main stream `s` is
+ * (as weir_process_opts returned it). Its records cross a channel to what
+ * consumes them (a side output never chains), and carry on with the
+ * timestamps and ids they were emitted with. NULL with the job's build
+ * error (WEIR_EPLAN) if s is not one operator's main stream or the
+ * operator did not declare `tag`. Records emitted to a side output that
+ * nothing consumes are dropped and counted ("dropped:<tag>" in the job's
+ * summary). */
+weir_stream *weir_side_output(weir_stream *s, const char *tag);
 /* Adds a sink operator (emits nothing). Returns the job's build error or 0. */
 int weir_sink(weir_stream *s, const char *name, const weir_operator_vt *vt, void *arg,
               int parallelism);
