@@ -155,6 +155,7 @@ struct weir_job {
   int ran;
   /* Run state shared across threads. */
   atomic_int stopping;      /* sources end (graceful stop) */
+  _Atomic uint64_t stop_ns; /* when stopping was set (monotonic) */
   atomic_int stop_requests; /* weir_job_stop() calls */
   atomic_int failed;        /* first error code, 0 if none */
   atomic_uint tasks_done;

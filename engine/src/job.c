@@ -428,6 +428,7 @@ static void on_async(uv_async_t *h) {
     r->handled_stops = 1;
     weir__history_stop(&job->history);
     WEIR_LOG_I("stopping: sources end, the job drains");
+    atomic_store(&job->stop_ns, weir_clock_mono_ns());
     atomic_store(&job->stopping, 1);
     for (uint32_t i = 0; i < job->plan.ntasks; i++)
       if (job->plan.tasks[i]->is_source) weir__task_wake(job->plan.tasks[i]);

@@ -518,10 +518,35 @@ int weir__task_poll(weir__task *t) {
   return 0;
 }
 
+/* Whether effects in flight hold the task's end. A stop waits for them
+ * only WEIR__STOP_GRACE_NS: a first SIGINT must not wait on a destination
+ * that does not answer. What it leaves is safe: those effects are pending
+ * in the last checkpoint, and the next run (--restore latest) makes them
+ * visible (docs/sinks.md). */
+static int held_back(weir__task *t) {
+  if (!t->held) return 0;
+  if (!atomic_load_explicit(&t->job->stopping, memory_order_relaxed)) return 1;
+  uint64_t waited = weir_clock_mono_ns() - atomic_load(&t->job->stop_ns);
+  if (waited < WEIR__STOP_GRACE_NS) {
+    weir__task_wake_after(t, (WEIR__STOP_GRACE_NS - waited) / 1000 + 1);
+    return 1;
+  }
+  if (!t->abandoned) {
+    t->abandoned = 1;
+    for (uint32_t i = 0; i < t->nops; i++)
+      WEIR_LOG_W("stopping without waiting any longer for '%s' subtask %u: its effects in flight "
+                 "stay pending in the last checkpoint, and the next run (--restore latest) makes "
+                 "them visible",
+                 t->ops[i]->node->name, t->subtask);
+  }
+  return 0;
+}
+
 /* The final checkpoint's completion counts as heard of once the effects it
- * started have landed (docs/sinks.md §1: the job ends after its sinks commit). */
+ * started have landed (docs/sinks.md §1: the job ends after its sinks
+ * commit; at a stop, see held_back). */
 static void count_final(weir__task *t) {
-  if (!t->final_pending || t->held) return;
+  if (!t->final_pending || held_back(t)) return;
   t->final_pending = 0;
   atomic_fetch_add(&t->job->final_notified, 1);
   weir__job_poke(t->job);
@@ -657,7 +682,7 @@ void weir__task_finish(weir__task *t) {
     weir__task_failed(t, WEIR_EOPERATOR);
     return;
   }
-  if (outputs_writable(t) && !t->held) task_done(t);
+  if (outputs_writable(t) && !held_back(t)) task_done(t);
 }
 
 /* How long a source that returned WEIR_SOURCE_IDLE sleeps: what it asked
@@ -1021,7 +1046,7 @@ static int task_step(weir__task *t) {
   }
   count_final(t);
   if (t->job->recover_only) {
-    if (t->state != WEIR__TASK_DONE && !t->held) task_done(t);
+    if (t->state != WEIR__TASK_DONE && !held_back(t)) task_done(t);
     return 0;
   }
   if (weir__task_sync_mode(t)) {
@@ -1061,7 +1086,7 @@ static int task_step(weir__task *t) {
   }
   if (!outputs_writable(t)) return 0; /* a consumer will wake us */
   if (t->state == WEIR__TASK_FINISHING) {
-    if (!t->held) task_done(t);
+    if (!held_back(t)) task_done(t);
     return 0;
   }
   return t->is_source ? source_step(t) : input_step(t);

@@ -23,6 +23,9 @@
  * and a chain slower than this per batch takes its input in slices of
  * about this much time (task.c). */
 #define WEIR__STEP_NS 1000000u
+/* How long a stop waits for effects in flight (a sink's commits) before
+ * it leaves them to the next run (task.c, held_back). */
+#define WEIR__STOP_GRACE_NS 2000000000u
 /* A task reading the copy-on-write views of its cut reads about this much
  * at a time between its steps (checkpoint.c, weir__task_read_held). */
 #define WEIR__READ_SLICE_NS 100000u
@@ -130,6 +133,7 @@ struct weir__task {
    * WEIR_POLL_BUSY): the task neither finishes nor counts as told of the
    * final checkpoint until they land. */
   int held;
+  int abandoned;     /* a stop stopped waiting for them (task.c, held_back) */
   int final_pending; /* told of the final checkpoint, not yet counted */
   /* Synchronous checkpoints: the latest drain marker this task forwarded
    * (reported drained). */
