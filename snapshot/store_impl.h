@@ -120,6 +120,11 @@ struct weir_store {
   uint64_t first_id; /* the first id this store handed out or could have:
                         lower ids belong to earlier runs */
 
+  /* The identity recorded (weir_store_set_identity): set by the opening
+   * thread before the job begins, read by the writer thread afterwards
+   * (the request queue's mutex orders the two). ident.job_name NULL: none. */
+  weir__ckpt_meta ident;
+
   /* writer thread */
   weir__pending *pending;
   uint64_t (*fin)[2]; /* ids committed, aborted or failed by this store:
