@@ -37,6 +37,8 @@ void weir_job_destroy(weir_job *job) {
   for (uint32_t i = 0; i < job->nnodes; i++) {
     weir__node *n = job->nodes[i];
     weir_free(n->name);
+    weir_free(n->dest);
+    weir_free(n->moved_from);
     weir_free(n->in);
     weir_free(n->out);
     weir_free(n);
