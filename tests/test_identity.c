@@ -173,6 +173,17 @@ Test(identity, another_job_in_the_state_directory_is_refused) {
   finish(dir);
 }
 
+Test(identity, help_names_the_ways_out) {
+  const char *argv[] = {WEIR_BINARY, "help", "run", NULL};
+  char *out = NULL, *err = NULL;
+  cr_assert_eq(th_run(argv, NULL, &out, &err, TIMEOUT_S), 0, "%s", err);
+  const char *want[] = {"--allow-sink-change", "--allow-non-restored-state",
+                        "does not fit the state directory", NULL};
+  for (int i = 0; want[i]; i++) cr_assert(strstr(out, want[i]), "no \"%s\" in: %s", want[i], out);
+  free(out);
+  free(err);
+}
+
 Test(identity, another_job_over_an_unfinished_one_is_refused) {
   char *dir = th_tmpdir();
   killed_counter(dir);

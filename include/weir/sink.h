@@ -156,7 +156,7 @@ typedef struct weir_sink_dest_vt {
    * weir_sink_twophase) into buf (cap bytes, NUL-terminated): what, when it
    * changes, makes it another destination (weir_destination.id: absolute
    * paths, no credentials). A checkpoint records it, and a restore into
-   * another destination is refused unless allowed (docs/sinks.md §7).
+   * another destination is refused unless allowed (docs/checkpoints.md §8).
    * Called on the thread that runs the job, before it runs. Returns 0 or a
    * negative error. NULL: no identity, never checked. */
   int (*identity)(const void *arg, char *buf, size_t cap);
