@@ -15,6 +15,11 @@
 int weir__spec_error(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* A URL as a destination's identity (weir_destination.id): the URL without
+ * its user information ("user:password@", credentials), written into buf
+ * (cap bytes, NUL-terminated, cut if need be). */
+void weir__url_identity(const char *url, char *buf, size_t cap);
+
 /* Parses a duration "10s" (ms, s, m, h, d). Returns 0 or -1. */
 int weir__parse_duration_ms(const char *s, size_t n, uint64_t *ms);
 

@@ -90,6 +90,18 @@ int weir__parse_duration_ms(const char *s, size_t n, uint64_t *ms) {
   return 0;
 }
 
+void weir__url_identity(const char *url, char *buf, size_t cap) {
+  const char *host = strstr(url, "://");
+  host = host ? host + 3 : url;
+  size_t authority = strcspn(host, "/?#");
+  const char *at = memchr(host, '@', authority);
+  if (!at) {
+    snprintf(buf, cap, "%s", url);
+    return;
+  }
+  snprintf(buf, cap, "%.*s%s", (int)(host - url), url, at + 1);
+}
+
 static const weir__sink_def *lookup(const char *spec) {
   for (size_t i = 0; i < NSINKS; i++) {
     size_t n = strlen(sinks[i].scheme);

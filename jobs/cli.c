@@ -153,6 +153,9 @@ int cli_take_engine(cli_args *a, cli_engine *eng) {
   if ((r = cli_take_int(a, "--retain", 1000000, &eng->retain)) != 0) return r;
   if ((r = cli_take_str(a, "--restore", &eng->restore)) != 0) return r;
   if ((r = cli_take_bool(a, "--fresh", &eng->fresh)) != 0) return r;
+  if ((r = cli_take_bool(a, "--allow-sink-change", &eng->allow_sink_change)) != 0) return r;
+  if ((r = cli_take_bool(a, "--allow-non-restored-state", &eng->allow_non_restored_state)) != 0)
+    return r;
   if ((r = cli_take_str(a, "--checkpoint-mode", &eng->checkpoint_mode)) != 0) return r;
   if ((r = cli_take_u64(a, "--alignment-timeout", 3600000, &eng->alignment_timeout)) != 0) return r;
   if ((r = cli_take_u64(a, "--lease-ms", 3600000, &eng->lease_ms)) != 0) return r;
@@ -186,6 +189,8 @@ void cli_engine_init(cli_engine *eng) {
 int cli_checkpoint_opts(const cli_engine *eng, weir_run_opts *o) {
   if (strcmp(eng->state_dir, "none") == 0) {
     if (eng->restore || eng->fresh) return cli_usage("--restore and --fresh need a --state-dir");
+    if (eng->allow_sink_change || eng->allow_non_restored_state)
+      return cli_usage("--allow-sink-change and --allow-non-restored-state need a --state-dir");
     if (eng->lease_ms || eng->lease_wait)
       return cli_usage("--lease-ms and --wait need a --state-dir");
     return 0;
@@ -197,6 +202,8 @@ int cli_checkpoint_opts(const cli_engine *eng, weir_run_opts *o) {
   o->checkpoint_interval_ms = (uint32_t)eng->checkpoint_interval;
   o->checkpoint_timeout_ms = (uint32_t)eng->checkpoint_timeout;
   o->retain = (uint32_t)eng->retain;
+  o->allow_sink_change = eng->allow_sink_change;
+  o->allow_non_restored_state = eng->allow_non_restored_state;
   if (strcmp(eng->checkpoint_mode, "aligned") == 0 ||
       strcmp(eng->checkpoint_mode, "exactly-once") == 0)
     o->at_least_once = 0;
@@ -256,6 +263,7 @@ int cli_exit_for(int rc) {
     return CLI_EXIT_STORE;
   case WEIR_EUNFINISHED:
   case WEIR_ENOCKPT:
+  case WEIR_EMISMATCH:
     return CLI_EXIT_USAGE;
   case WEIR_EOWNED:
   case WEIR_EFENCED:

@@ -65,12 +65,14 @@ typedef struct cli_engine {
   int retain;                   /* 0 = engine default (3) */
   const char *restore;          /* NULL, "latest" or an id */
   int fresh;
-  const char *checkpoint_mode; /* "aligned" (default), "unaligned", "at-least-once" or "sync" */
-  uint64_t alignment_timeout;  /* ms; 0 = none */
-  uint64_t lease_ms;           /* ms; 0 = engine default (6000) */
-  int lease_wait;              /* --wait: take over when a live owner's lease expires */
-  const char *tolerable;       /* --tolerable-checkpoint-failures: N or "unlimited" */
-  uint64_t max_store_size;     /* bytes; 0 = engine default */
+  int allow_sink_change;        /* --allow-sink-change: a movable sink may restore elsewhere */
+  int allow_non_restored_state; /* --allow-non-restored-state: drop state of operators gone */
+  const char *checkpoint_mode;  /* "aligned" (default), "unaligned", "at-least-once" or "sync" */
+  uint64_t alignment_timeout;   /* ms; 0 = none */
+  uint64_t lease_ms;            /* ms; 0 = engine default (6000) */
+  int lease_wait;               /* --wait: take over when a live owner's lease expires */
+  const char *tolerable;        /* --tolerable-checkpoint-failures: N or "unlimited" */
+  uint64_t max_store_size;      /* bytes; 0 = engine default */
 } cli_engine;
 
 /* Checks a job's --sink value (printing a usage message naming the

@@ -8,7 +8,8 @@
  * argv. Only this file decides exit codes (docs/architecture.md §6): 0 success (a job
  * stopped by SIGINT/SIGTERM that drained and ended cleanly is a success), 1
  * runtime error (a drain abandoned by a second signal is one), 2 usage
- * error or a job that cannot be built (cli_exit_for_build), 3 store
+ * error, a job that cannot be built (cli_exit_for_build) or a run that does
+ * not fit the state directory (WEIR_EMISMATCH), 3 store
  * refused, 4 state directory held by another run (or this run lost it), 5
  * a destination's permanent refusal (cli.c, cli_exit_for).
  * Human output (progress, summary) goes to stderr; stdout belongs to the
@@ -117,8 +118,23 @@ static void help_run(FILE *out) {
         "                       completed yet; nothing to do if the job finished\n"
         "  --fresh              start a new instance even if the last one did not\n"
         "                       finish (checkpoint ids continue)\n"
+        "  --allow-sink-change  restore although a sink writes elsewhere than when\n"
+        "                       the checkpoint was taken, where the sink can move:\n"
+        "                       file:DIR commits the checkpoint's pending parts in\n"
+        "                       the old directory and writes the epochs after it to\n"
+        "                       the new one (the two together hold every record once);\n"
+        "                       postgresql, nats and http sinks refuse (their pending\n"
+        "                       epochs can only be completed at the old destination)\n"
+        "  --allow-non-restored-state  restore although the checkpoint holds state\n"
+        "                       of an operator this job no longer has (it is dropped)\n"
         "A run without --restore on a state directory whose job did not finish is\n"
-        "refused (exit 2), naming --restore latest and --fresh.\n"
+        "refused (exit 2), naming --restore latest and --fresh. A state directory\n"
+        "holds one job: its name, graph and sink destinations are recorded, and a\n"
+        "run of another job, or a restore into another sink destination or without\n"
+        "an operator that has state, is refused before anything runs (exit 2),\n"
+        "naming both sides and the way out (--fresh, another --state-dir, or the\n"
+        "flags above). Operators added since the checkpoint start empty; another\n"
+        "--parallelism rescales.\n"
         "\n"
         "Ownership (engine options too): a run holds the lease of its state\n"
         "directory, renewed every third of its duration; a second run on the same\n"
@@ -167,8 +183,10 @@ static void help_run(FILE *out) {
         "\n"
         "Exit codes: 0 success (also after a clean stop by SIGINT/SIGTERM, and\n"
         "--restore of a finished job), 1 runtime error (also a drain abandoned by a\n"
-        "second signal), 2 usage error or a job that cannot be built (a build or\n"
-        "plan error), 3 store or checkpoint refused (corrupt, truncated, unknown\n"
+        "second signal), 2 usage error, a job that cannot be built (a build or\n"
+        "plan error), or a run that does not fit the state directory (another\n"
+        "job, another sink destination, state of an operator the job lacks), 3\n"
+        "store or checkpoint refused (corrupt, truncated, unknown\n"
         "format, another job's, or more checkpoints failed in a row than\n"
         "--tolerable-checkpoint-failures allows), 4 the state directory is\n"
         "held by a live owner, or this run lost its ownership (fenced), 5 a\n"

@@ -594,6 +594,19 @@ static int tp_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
   uint32_t n = 0;
   uint64_t counters[WEIR_SINK_NCOUNTERS];
   int rc = decode(p, len, t->subtask, &id, counters, &n, NULL, NULL);
+  /* A run moved to another destination (--allow-sink-change; the engine
+   * let it through only for a destination that can move): recovery
+   * below concerns the one the checkpoint was taken with. */
+  const char *old = weir_ctx_moved_from(ctx);
+  if (old && rc >= 0) {
+    if (!t->vt->move)
+      return weir_ctx_fail(ctx, WEIR_EMISMATCH, "sink '%s': cannot move from %s", t->name, old);
+    int mrc = t->vt->move(ctx, t->dest, old);
+    if (mrc < 0) return mrc;
+    WEIR_LOG_I("sink '%s' subtask %u: checkpoint %llu was taken writing to %s: recovery of its "
+               "pending epochs happens there",
+               t->name, t->subtask, (unsigned long long)id, old);
+  }
   if (rc == WEIR_EPLAN)
     return weir_ctx_fail(ctx, WEIR_EPLAN,
                          "sink '%s': checkpoint %llu was written by an earlier weir, whose sink "
@@ -634,6 +647,8 @@ int weir_sink_state_decode(const void *p, size_t len, weir_sink_state_info *out)
   return rc;
 }
 
+static int tp_destination(const void *arg, weir_destination *d);
+
 static const weir_operator_vt tp_vt = {
     .size = sizeof(weir_operator_vt),
     .name = "twophase",
@@ -648,7 +663,29 @@ static const weir_operator_vt tp_vt = {
     .checkpoint_aborted = tp_aborted,
     .poll = tp_poll,
     .rescalable = 1,
+    .destination = tp_destination,
 };
+
+/* The destination's identity, from the destination itself. */
+static int tp_destination(const void *arg, weir_destination *d) {
+  const tp_arg *a = arg;
+  if (!a->vt.identity) return 0;
+  int rc = a->vt.identity(a->arg, d->id, sizeof d->id);
+  if (rc < 0) return rc;
+  d->movable = a->vt.move != NULL;
+  if (a->vt.move_note)
+    snprintf(d->note, sizeof d->note, "%s", a->vt.move_note);
+  else if (d->movable)
+    snprintf(d->note, sizeof d->note,
+             "the checkpoint's pending epochs are committed in the old destination, new epochs "
+             "go to the new one");
+  else
+    snprintf(d->note, sizeof d->note,
+             "the %s sink cannot commit the checkpoint's pending epochs anywhere but where they "
+             "were prepared",
+             a->vt.name ? a->vt.name : "");
+  return 0;
+}
 
 static void tp_arg_free(void *p) {
   weir_free(p);

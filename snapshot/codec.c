@@ -155,6 +155,7 @@ void weir__job_encode(const weir__job_rec *j, uint8_t **out, size_t *len) {
   m.latest = j->latest;
   m.finished = j->finished != 0;
   m.created_ms = j->created_ms;
+  m.name = (char *)j->name;
   seal_message(&m.base, WEIR__KIND_JOB, out, len);
 }
 
@@ -180,6 +181,9 @@ int weir__job_decode(const void *value, size_t len, weir__job_rec *out, char *er
   } else if (m->finished && m->latest == 0) {
     rc = fail(WEIR_ECORRUPT, err, errlen,
               "job record of job %s: finished without a final checkpoint", m->job_id);
+  } else if (m->name && strlen(m->name) > WEIR_STORE_NAME_MAX) {
+    rc = fail(WEIR_ECORRUPT, err, errlen, "job record of job %s: a job name of %zu bytes",
+              m->job_id, strlen(m->name));
   } else {
     memcpy(out->job_id, m->job_id, 37);
     out->instance = m->instance;
@@ -187,6 +191,7 @@ int weir__job_decode(const void *value, size_t len, weir__job_rec *out, char *er
     out->latest = m->latest;
     out->finished = m->finished != 0;
     out->created_ms = m->created_ms;
+    if (m->name) memcpy(out->name, m->name, strlen(m->name) + 1);
   }
   weirpb__job__free_unpacked(m, &pbc_alloc);
   return rc;
@@ -210,6 +215,18 @@ void weir__meta_encode(const weir__ckpt_meta *mm, uint8_t **out, size_t *len) {
   m.is_final = mm->final != 0;
   m.total_bytes = mm->total_bytes;
   m.total_chunks = mm->total_chunks;
+  m.job_name = mm->job_name ? mm->job_name : (char *)"";
+  m.graph_fingerprint = mm->fingerprint;
+  Weirpb__Destination *dests = weir_calloc(mm->ndest ? mm->ndest : 1, sizeof *dests);
+  Weirpb__Destination **dptrs = weir_calloc(mm->ndest ? mm->ndest : 1, sizeof *dptrs);
+  for (uint32_t i = 0; i < mm->ndest; i++) {
+    weirpb__destination__init(&dests[i]);
+    dests[i].op = mm->dests[i].op;
+    dests[i].id = mm->dests[i].id;
+    dptrs[i] = &dests[i];
+  }
+  m.n_destinations = mm->ndest;
+  m.destinations = dptrs;
   Weirpb__Subtask *subs = weir_calloc(mm->nsub ? mm->nsub : 1, sizeof *subs);
   Weirpb__Subtask **ptrs = weir_calloc(mm->nsub ? mm->nsub : 1, sizeof *ptrs);
   uint64_t npos = 0;
@@ -256,6 +273,8 @@ void weir__meta_encode(const weir__ckpt_meta *mm, uint8_t **out, size_t *len) {
   weir_free(offset);
   weir_free(ptrs);
   weir_free(subs);
+  weir_free(dptrs);
+  weir_free(dests);
 }
 
 void weir__meta_free(weir__ckpt_meta *m) {
@@ -265,6 +284,12 @@ void weir__meta_free(weir__ckpt_meta *m) {
     weir_free(m->subs[i].pos);
   }
   weir_free(m->subs);
+  for (uint32_t i = 0; i < m->ndest; i++) {
+    weir_free(m->dests[i].op);
+    weir_free(m->dests[i].id);
+  }
+  weir_free(m->dests);
+  weir_free(m->job_name);
   memset(m, 0, sizeof *m);
 }
 
@@ -436,6 +461,30 @@ int weir__meta_decode(const void *value, size_t len, uint64_t key_id, const char
       goto out;
     }
   }
+  if (m->job_name && strlen(m->job_name) > WEIR_STORE_NAME_MAX) {
+    rc = fail(WEIR_ECORRUPT, err, errlen, "checkpoint %llu: a job name of %zu bytes", id,
+              strlen(m->job_name));
+    goto out;
+  }
+  if (m->n_destinations > UINT32_MAX) {
+    rc = fail(WEIR_ECORRUPT, err, errlen, "checkpoint %llu: too many destinations", id);
+    goto out;
+  }
+  for (size_t i = 0; i < m->n_destinations; i++) {
+    const Weirpb__Destination *d = m->destinations[i];
+    if (d->op == NULL || d->op[0] == '\0' || strlen(d->op) > WEIR__MAX_OP_NAME || d->id == NULL ||
+        strlen(d->id) > WEIR_STORE_DEST_MAX) {
+      rc = fail(WEIR_ECORRUPT, err, errlen,
+                "checkpoint %llu: destination %zu has an empty or overlong operator name or id", id,
+                i);
+      goto out;
+    }
+    if (i > 0 && strcmp(m->destinations[i - 1]->op, d->op) >= 0) {
+      rc = fail(WEIR_ECORRUPT, err, errlen,
+                "checkpoint %llu: destination of \"%s\" out of order or twice", id, d->op);
+      goto out;
+    }
+  }
   if (bytes != m->total_bytes || chunks != m->total_chunks) {
     rc = fail(WEIR_ECORRUPT, err, errlen,
               "checkpoint %llu: totals (%llu bytes, %llu chunks) disagree with its subtasks "
@@ -459,6 +508,14 @@ int weir__meta_decode(const void *value, size_t len, uint64_t key_id, const char
   out->final = m->is_final != 0;
   out->total_bytes = m->total_bytes;
   out->total_chunks = m->total_chunks;
+  if (m->job_name && m->job_name[0]) out->job_name = weir_strdup(m->job_name);
+  out->fingerprint = m->graph_fingerprint;
+  out->ndest = (uint32_t)m->n_destinations;
+  out->dests = out->ndest ? weir_calloc(out->ndest, sizeof *out->dests) : NULL;
+  for (uint32_t i = 0; i < out->ndest; i++) {
+    out->dests[i].op = weir_strdup(m->destinations[i]->op);
+    out->dests[i].id = weir_strdup(m->destinations[i]->id);
+  }
   out->nsub = (uint32_t)m->n_subtasks;
   out->subs = weir_calloc(out->nsub ? out->nsub : 1, sizeof *out->subs);
   for (uint32_t i = 0; i < out->nsub; i++) {

@@ -66,12 +66,14 @@ typedef struct weir__job_rec {
   uint64_t latest;
   int finished;
   int64_t created_ms;
+  char name[WEIR_STORE_NAME_MAX + 1]; /* "": not recorded (older stores) */
 } weir__job_rec;
 
 /* Encodes into a weir_malloc'd value (*out, *len; the caller frees). */
 void weir__job_encode(const weir__job_rec *j, uint8_t **out, size_t *len);
 /* Checks: a UUID job id, instance >= 1, id_limit >= 1, latest < id_limit,
- * finished only with a latest checkpoint. */
+ * finished only with a latest checkpoint, a name of at most
+ * WEIR_STORE_NAME_MAX bytes. */
 int weir__job_decode(const void *value, size_t len, weir__job_rec *out, char *err, size_t errlen);
 
 /* Is s a UUID in text form (8-4-4-4-12 lower-case hex digits)? */
@@ -114,6 +116,12 @@ typedef struct weir__ckpt_meta {
   uint64_t total_bytes, total_chunks;
   uint32_t nsub;
   weir__sub_entry *subs; /* ordered by (op, subtask) */
+  /* The identity of the job that took it (NULL / 0 / none: not recorded,
+   * checkpoints of older stores). Encoding borrows them; decoding owns. */
+  char *job_name;
+  uint64_t fingerprint;
+  uint32_t ndest;
+  weir_store_dest *dests; /* ordered by op, no duplicates */
 } weir__ckpt_meta;
 
 /* Encodes m as it is (no checks: the writer builds valid metadata; tests
@@ -126,7 +134,9 @@ void weir__meta_encode(const weir__ckpt_meta *m, uint8_t **out, size_t *len);
  * parallelism for every subtask of an operator, entries strictly ordered by
  * (op, subtask) (so no duplicates), record numbers distinct, chunk counts
  * consistent with entry counts and lengths, no duplicate split; totals equal
- * the sums of the entries. On success *out owns its strings and arrays
+ * the sums of the entries; a job name of at most WEIR_STORE_NAME_MAX bytes,
+ * destinations with non-empty operator names in strict order and ids of at
+ * most WEIR_STORE_DEST_MAX bytes. On success *out owns its strings and arrays
  * (free with weir__meta_free); on error *out is empty. */
 int weir__meta_decode(const void *value, size_t len, uint64_t key_id, const char *job_id,
                       weir__ckpt_meta *out, char *err, size_t errlen);

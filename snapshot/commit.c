@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -111,6 +112,11 @@ int weir__commit_put(weir_store *s, weir__ckcommit *c, MDB_txn *txn) {
   m->alignment_ms = ci->alignment_ms;
   m->key_groups = ci->key_groups;
   m->final = ci->final != 0;
+  /* Borrowed from the store for the encoding (weir__meta_encode). */
+  m->job_name = s->ident.job_name;
+  m->fingerprint = s->ident.fingerprint;
+  m->ndest = s->ident.ndest;
+  m->dests = s->ident.dests;
   weir__pending *pc = c->pc;
   if (pc != NULL && pc->nsub > 0) {
     c->subs = weir_malloc(pc->nsub * sizeof *c->subs);
@@ -274,6 +280,13 @@ int weir__update_job(weir_store *s, weir__req *r) {
       job.instance++;
       job.latest = 0;
       job.finished = 0;
+      write = 1;
+    }
+    /* The name is the current instance's; a record written before names
+     * were recorded gets this run's (the engine checked that it fits). */
+    const char *name = s->ident.job_name;
+    if (name && (!have || r->new_instance || !job.name[0]) && strcmp(job.name, name) != 0) {
+      snprintf(job.name, sizeof job.name, "%s", name);
       write = 1;
     }
   } else { /* RESERVE */

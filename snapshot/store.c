@@ -180,6 +180,7 @@ static char *join(const char *a, const char *b) {
 
 static void store_free(weir_store *s) {
   if (s->env) mdb_env_close(s->env);
+  weir__meta_free(&s->ident);
   pthread_mutex_destroy(&s->err_mu);
   pthread_mutex_destroy(&s->q_mu);
   pthread_cond_destroy(&s->q_cv);
@@ -382,6 +383,7 @@ static void fill_job(weir_store *s, const weir__job_rec *j, weir_store_job *out)
   out->instance = j->instance;
   out->latest = j->latest;
   out->finished = j->finished;
+  memcpy(out->name, j->name, sizeof out->name);
   out->next_id = j->id_limit;
   if (!s->read_only) {
     pthread_mutex_lock(&s->id_mu);
@@ -401,6 +403,32 @@ int weir_store_job_get(weir_store *s, weir_store_job *out) {
   mdb_txn_abort(txn);
   if (rc == 1) fill_job(s, &j, out);
   return rc;
+}
+
+int weir_store_set_identity(weir_store *s, const weir_store_identity *id) {
+  if (s == NULL || id == NULL || id->name == NULL || id->fingerprint == 0) return WEIR_EINVAL;
+  if (s->read_only) return weir__store_fail(s, WEIR_ESTATE, "store %s: opened read-only", s->path);
+  if (strlen(id->name) > WEIR_STORE_NAME_MAX)
+    return weir__store_fail(s, WEIR_EINVAL, "store %s: a job name of %zu bytes", s->path,
+                            strlen(id->name));
+  for (uint32_t i = 0; i < id->ndests; i++) {
+    const weir_store_dest *d = &id->dests[i];
+    if (!d->op || !*d->op || !d->id || strlen(d->id) > WEIR_STORE_DEST_MAX ||
+        (i > 0 && strcmp(id->dests[i - 1].op, d->op) >= 0))
+      return weir__store_fail(s, WEIR_EINVAL,
+                              "store %s: destination %u is unnamed, too long or out of order",
+                              s->path, i);
+  }
+  weir__meta_free(&s->ident);
+  s->ident.job_name = weir_strdup(id->name);
+  s->ident.fingerprint = id->fingerprint;
+  s->ident.ndest = id->ndests;
+  s->ident.dests = id->ndests ? weir_calloc(id->ndests, sizeof *s->ident.dests) : NULL;
+  for (uint32_t i = 0; i < id->ndests; i++) {
+    s->ident.dests[i].op = weir_strdup(id->dests[i].op);
+    s->ident.dests[i].id = weir_strdup(id->dests[i].id);
+  }
+  return 0;
 }
 
 int weir_store_job_begin(weir_store *s, int new_instance, weir_store_job *out) {
@@ -667,6 +695,12 @@ int weir_store_info(weir_store *s, uint64_t id, weir_store_ckpt_info **out) {
   memcpy(info->job_id, m.job_id, sizeof info->job_id);
   info->format_version = m.format_version;
   info->key_groups = m.key_groups;
+  if (m.job_name) snprintf(info->job_name, sizeof info->job_name, "%s", m.job_name);
+  info->fingerprint = m.fingerprint;
+  info->ndests = m.ndest; /* moved */
+  info->dests = m.dests;
+  m.ndest = 0;
+  m.dests = NULL;
   info->nsubtasks = m.nsub;
   if (m.nsub) info->subtasks = weir_calloc(m.nsub, sizeof *info->subtasks);
   for (uint32_t i = 0; i < m.nsub; i++) {
@@ -701,6 +735,11 @@ void weir_store_ckpt_info_free(weir_store_ckpt_info *info) {
     weir_free(info->subtasks[i].pos);
   }
   weir_free(info->subtasks);
+  for (uint32_t i = 0; i < info->ndests; i++) {
+    weir_free(info->dests[i].op);
+    weir_free(info->dests[i].id);
+  }
+  weir_free(info->dests);
   weir_free(info);
 }
 

@@ -120,6 +120,11 @@ struct weir_store {
   uint64_t first_id; /* the first id this store handed out or could have:
                         lower ids belong to earlier runs */
 
+  /* The identity recorded (weir_store_set_identity): set by the opening
+   * thread before the job begins, read by the writer thread afterwards
+   * (the request queue's mutex orders the two). ident.job_name NULL: none. */
+  weir__ckpt_meta ident;
+
   /* writer thread */
   weir__pending *pending;
   uint64_t (*fin)[2]; /* ids committed, aborted or failed by this store:
@@ -236,6 +241,11 @@ uint64_t weir__store_test_commits_with_writes(weir_store *s);
 /* Tests: the largest chunk value size and the number of chunk values of
  * checkpoint id (read transaction). */
 int weir__store_test_chunk_stats(weir_store *s, uint64_t id, size_t *max_len, uint64_t *count);
+/* Tests: rewrites the job record and every checkpoint's metadata without
+ * the job's identity (name, fingerprint, destinations), as a weir before
+ * identities wrote them: an older store, in place. Call it with nothing
+ * queued. Returns 0 or an error (message set). */
+int weir__store_test_strip_identity(weir_store *s);
 #endif
 
 #endif

@@ -67,8 +67,12 @@ crash_job *crash_twin(const crash_job *j, size_t size) {
   memcpy(t->out, fresh.out, sizeof t->out);
   memcpy(t->history, fresh.history, sizeof t->history);
   t->runs = 0;
-  if (!strncmp(j->sink, "file:", 5) && !strcmp(j->sink + 5, j->out))
+  if (!strncmp(j->sink, "file:", 5) && !strcmp(j->sink + 5, j->out)) {
     memcpy(t->sink, fresh.sink, sizeof t->sink);
+    /* The copy's checkpoints name j's output directory: the twin moves
+     * its sink to its own copy, which holds the pending parts. */
+    crash_arg(t, "--allow-sink-change", NULL);
+  }
   /* The arguments that point into j's own buffers point into t's. */
   for (int i = 0; i < t->nargs; i++)
     if (t->args[i] >= j->argbuf && t->args[i] < j->argbuf + sizeof j->argbuf)

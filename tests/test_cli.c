@@ -1006,16 +1006,17 @@ Test(cli, summary_json) {
   char *in = path_join(dir, "in.txt");
   cr_assert_eq(th_write_file(in, "a b a\n", 6), 0);
   char *jw = path_join(dir, "wc.json");
-  rc = WEIR(dir, &out, &err, "run", "--summary-json", jw, "wordcount", "--input", in, "--sink",
-            "null");
+  /* Each job in a state directory of its own: one directory holds one job. */
+  rc = WEIR(dir, &out, &err, "run", "--summary-json", jw, "--state-dir", "wc-state", "wordcount",
+            "--input", in, "--sink", "null");
   cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
   expect_json(jw, (const char *const[]){"file", "split", "count_words", "sink", NULL});
   free(out);
   free(err);
 
   char *je = path_join(dir, "ex.json");
-  rc = WEIR(dir, &out, &err, "run", "--summary-json", je, WEIR_JOBS_DIR "/example_job.so", "100",
-            "null");
+  rc = WEIR(dir, &out, &err, "run", "--summary-json", je, "--state-dir", "ex-state",
+            WEIR_JOBS_DIR "/example_job.so", "100", "null");
   cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
   expect_json(je, (const char *const[]){"gen", "square", "sum", "sink", NULL});
   free(out);

@@ -44,11 +44,23 @@
  * unfinished run was ever committed before its first checkpoint completed.
  * Every subtask creates DIR (and its parents) if missing and tolerates a
  * concurrent creator (EEXIST).
+ *
+ * Identity: "file:" and DIR as an absolute path, symbolic links of the part
+ * that exists resolved, so that "out", "./out" and "/abs/out" are one
+ * destination. Moving (--allow-sink-change, restoring a checkpoint taken
+ * with another DIR): recovery acts on the old directory, where the
+ * checkpoint's parts were pre-committed (file_move): its pending parts are
+ * committed there and its parts after the checkpoint removed; the new
+ * directory gets the epochs after the checkpoint (and loses its own parts
+ * after it, as a restore does). Together the two hold every record once.
+ * A pending part found in the new directory instead (DIR was copied or
+ * moved there with its contents) is committed where it is.
  */
 #include "connector.h"
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +83,8 @@ typedef struct file_arg {
  * name and subtask (to name parts); everything else is the task thread's. */
 typedef struct fdest {
   char *dir;
+  char *old_dir; /* moved: where the recovered epochs were pre-committed (set
+                    before any commit is queued; NULL: not moved) */
   char *name;
   uint32_t subtask, parallelism;
   int checkpointing;
@@ -134,15 +148,19 @@ static int sync_dir(const char *dir) {
 
 /* <dir>/<name>-<s>-<epoch><suffix>, or <dir>/<name>-<s><suffix> for
  * epoch 0 (a job without checkpoints). */
-static char *part_path(const fdest *f, uint32_t s, uint64_t epoch, const char *suffix) {
-  size_t n = strlen(f->dir) + strlen(f->name) + strlen(suffix) + 48;
+static char *part_in(const fdest *f, const char *dir, uint32_t s, uint64_t epoch,
+                     const char *suffix) {
+  size_t n = strlen(dir) + strlen(f->name) + strlen(suffix) + 48;
   char *p = weir_malloc(n);
   if (epoch)
-    snprintf(p, n, "%s/%s-%u-%llu%s", f->dir, f->name, (unsigned)s, (unsigned long long)epoch,
-             suffix);
+    snprintf(p, n, "%s/%s-%u-%llu%s", dir, f->name, (unsigned)s, (unsigned long long)epoch, suffix);
   else
-    snprintf(p, n, "%s/%s-%u%s", f->dir, f->name, (unsigned)s, suffix);
+    snprintf(p, n, "%s/%s-%u%s", dir, f->name, (unsigned)s, suffix);
   return p;
+}
+
+static char *part_path(const fdest *f, uint32_t s, uint64_t epoch, const char *suffix) {
+  return part_in(f, f->dir, s, epoch, suffix);
 }
 
 static int lb_write(weir_ctx *ctx, void *sink, const char *p, size_t n) {
@@ -191,11 +209,11 @@ static int parse_part(const fdest *f, const char *e, uint32_t *sub, uint64_t *ep
  * pending epochs were taken over, see twophase.c). Returns the number of
  * transactions removed (pending or committed parts; the in-progress file
  * is not one) or -errno. */
-static int remove_parts(weir_ctx *ctx, fdest *f, uint64_t after, int all) {
-  DIR *d = opendir(f->dir);
+static int remove_parts_in(weir_ctx *ctx, fdest *f, const char *dir, uint64_t after, int all) {
+  DIR *d = opendir(dir);
   if (!d) {
     int rc = -errno;
-    return weir_ctx_fail(ctx, rc, "cannot list '%s': %s", f->dir, weir_strerror(rc));
+    return weir_ctx_fail(ctx, rc, "cannot list '%s': %s", dir, weir_strerror(rc));
   }
   int removed = 0, rc = 0;
   struct dirent *e;
@@ -207,18 +225,19 @@ static int remove_parts(weir_ctx *ctx, fdest *f, uint64_t after, int all) {
     if (sub != f->subtask && (f->subtask != 0 || sub < f->parallelism)) continue;
     int inprogress = strstr(e->d_name, ".inprogress") != NULL;
     if (!all && !inprogress && epoch <= after) continue;
-    size_t n = strlen(f->dir) + strlen(e->d_name) + 2;
+    size_t n = strlen(dir) + strlen(e->d_name) + 2;
     char *p = weir_malloc(n);
-    snprintf(p, n, "%s/%s", f->dir, e->d_name);
+    snprintf(p, n, "%s/%s", dir, e->d_name);
     if (unlink(p) != 0 && errno != ENOENT) {
       rc = -errno;
       rc = weir_ctx_fail(ctx, rc, "cannot remove '%s': %s", p, weir_strerror(rc));
     } else if (!inprogress) {
       removed++;
       if (!all)
-        WEIR_LOG_I("sink '%s' subtask %u: removed %s part of epoch %llu (after checkpoint %llu)",
+        WEIR_LOG_I("sink '%s' subtask %u: removed %s part of epoch %llu (after checkpoint %llu) "
+                   "from %s",
                    f->name, sub, committed ? "committed" : "pending", (unsigned long long)epoch,
-                   (unsigned long long)after);
+                   (unsigned long long)after, dir);
     }
     weir_free(p);
     if (rc < 0) break;
@@ -226,17 +245,22 @@ static int remove_parts(weir_ctx *ctx, fdest *f, uint64_t after, int all) {
   closedir(d);
   if (rc < 0) return rc;
   if (removed) {
-    rc = sync_dir(f->dir);
+    rc = sync_dir(dir);
     if (rc < 0)
-      return weir_ctx_fail(ctx, rc, "cannot fsync directory '%s': %s", f->dir, weir_strerror(rc));
+      return weir_ctx_fail(ctx, rc, "cannot fsync directory '%s': %s", dir, weir_strerror(rc));
   }
   return removed;
+}
+
+static int remove_parts(weir_ctx *ctx, fdest *f, uint64_t after, int all) {
+  return remove_parts_in(ctx, f, f->dir, after, all);
 }
 
 static void fdest_free(fdest *f) {
   if (f->fd >= 0) close(f->fd);
   weir__linebuf_close(&f->lb);
   weir_free(f->open_path);
+  weir_free(f->old_dir);
   weir_free(f->dir);
   weir_free(f->name);
   weir_free(f);
@@ -321,14 +345,52 @@ static int file_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_
 }
 
 static int file_abort_after(weir_ctx *ctx, void *dest, uint64_t id) {
-  return remove_parts(ctx, dest, id, 0);
+  fdest *f = dest;
+  int rc = remove_parts(ctx, f, id, 0);
+  if (rc < 0 || !f->old_dir) return rc;
+  int old = remove_parts_in(ctx, f, f->old_dir, id, 0);
+  return old < 0 ? old : rc + old;
 }
 
-/* On the commit thread: .pending -> .txt, idempotently. */
+/* Restoring a checkpoint taken with directory `old` ("file:DIR"): see the
+ * top of the file. */
+static int file_move(weir_ctx *ctx, void *dest, const char *old) {
+  fdest *f = dest;
+  if (strncmp(old, SCHEME, strlen(SCHEME)) != 0 || !old[strlen(SCHEME)])
+    return weir_ctx_fail(ctx, WEIR_EMISMATCH, "sink '%s': cannot move from %s: not a directory",
+                         f->name, old);
+  weir_free(f->old_dir);
+  f->old_dir = weir_strdup(old + strlen(SCHEME));
+  return 0;
+}
+
+static int exists(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0;
+}
+
+/* Where a recovered epoch of a moved sink is: in the old directory, where
+ * it was pre-committed; in the new one if it came along with a copy of the
+ * old one (its part is there, pending, or committed and not pending in
+ * the old one). */
+static const char *recovered_dir(const fdest *f, const weir_sink_commit *c) {
+  char *np = part_in(f, f->dir, c->origin, c->epoch, ".txt.pending");
+  char *nf = part_in(f, f->dir, c->origin, c->epoch, ".txt");
+  char *op = part_in(f, f->old_dir, c->origin, c->epoch, ".txt.pending");
+  int here = exists(np) || (exists(nf) && !exists(op));
+  weir_free(np);
+  weir_free(nf);
+  weir_free(op);
+  return here ? f->dir : f->old_dir;
+}
+
+/* On the commit thread: .pending -> .txt, idempotently. A recovered epoch
+ * of a moved sink is committed where it is (recovered_dir). */
 static int file_commit(void *dest, weir_sink_commit *c) {
   fdest *f = dest;
-  char *pending = part_path(f, c->origin, c->epoch, ".txt.pending");
-  char *final = part_path(f, c->origin, c->epoch, ".txt");
+  const char *dir = c->recovered && f->old_dir ? recovered_dir(f, c) : f->dir;
+  char *pending = part_in(f, dir, c->origin, c->epoch, ".txt.pending");
+  char *final = part_in(f, dir, c->origin, c->epoch, ".txt");
   int rc = 0;
   uint64_t want = 0;
   for (int i = 7; i >= 0 && c->len == 8; i--) want = (want << 8) | c->handle[i];
@@ -345,8 +407,8 @@ static int file_commit(void *dest, weir_sink_commit *c) {
       rc = -errno;
       snprintf(c->err, c->errlen, "cannot rename '%s' to '%s': %s", pending, final,
                weir_strerror(rc));
-    } else if ((rc = sync_dir(f->dir)) < 0) {
-      snprintf(c->err, c->errlen, "cannot fsync directory '%s': %s", f->dir, weir_strerror(rc));
+    } else if ((rc = sync_dir(dir)) < 0) {
+      snprintf(c->err, c->errlen, "cannot fsync directory '%s': %s", dir, weir_strerror(rc));
     }
   } else if (errno != ENOENT) {
     rc = -errno;
@@ -369,6 +431,65 @@ static void file_close(weir_ctx *ctx, void *dest) {
   fdest_free(f);
 }
 
+/* dir as an absolute path (cap bytes): "." and ".." taken out, the
+ * longest part of it that exists with its symbolic links resolved. Returns
+ * 0 or -errno (-ENAMETOOLONG). */
+static int abs_path(const char *dir, char *out, size_t cap) {
+  char buf[PATH_MAX * 2];
+  size_t len = 0;
+  if (dir[0] != '/') {
+    if (!getcwd(buf, PATH_MAX)) return -errno;
+    len = strlen(buf);
+  }
+  /* Lexically: components appended one by one, ".." dropping the last. */
+  for (const char *p = dir; *p;) {
+    while (*p == '/') p++;
+    const char *e = p;
+    while (*e && *e != '/') e++;
+    size_t n = (size_t)(e - p);
+    if (n == 0 || (n == 1 && p[0] == '.')) {
+    } else if (n == 2 && p[0] == '.' && p[1] == '.') {
+      while (len > 0 && buf[len - 1] != '/') len--;
+      if (len > 0) len--;
+    } else {
+      if (len + n + 2 > PATH_MAX) return -ENAMETOOLONG;
+      buf[len++] = '/';
+      memcpy(buf + len, p, n);
+      len += n;
+    }
+    p = e;
+  }
+  if (len == 0) buf[len++] = '/';
+  buf[len] = '\0';
+  /* The longest prefix that exists, resolved; the rest as it is. */
+  char real[PATH_MAX];
+  size_t cut = len;
+  for (;;) {
+    char c = buf[cut];
+    buf[cut] = '\0';
+    int ok = realpath(cut ? buf : "/", real) != NULL;
+    buf[cut] = c;
+    if (ok) break;
+    while (cut > 0 && buf[cut - 1] != '/') cut--;
+    if (cut > 0) cut--;
+  }
+  size_t rl = strlen(real);
+  if (rl == 1 && cut < len) rl = 0; /* "/" + "/rest" */
+  if (rl + (len - cut) + 1 > cap) return -ENAMETOOLONG;
+  memcpy(out, real, rl);
+  memcpy(out + rl, buf + cut, len - cut + 1);
+  return 0;
+}
+
+static int file_identity(const void *arg, char *buf, size_t cap) {
+  const file_arg *a = arg;
+  char path[PATH_MAX];
+  int rc = abs_path(a->dir, path, sizeof path);
+  if (rc < 0) return rc;
+  snprintf(buf, cap, SCHEME "%s", path);
+  return 0;
+}
+
 static const weir_sink_dest_vt file_dest_vt = {
     .size = sizeof(weir_sink_dest_vt),
     .name = "file",
@@ -378,6 +499,12 @@ static const weir_sink_dest_vt file_dest_vt = {
     .abort_after = file_abort_after,
     .commit = file_commit,
     .close = file_close,
+    .identity = file_identity,
+    .move = file_move,
+    .move_note = "the file sink commits the checkpoint's pending parts in the old directory "
+                 "(or in the new one, if they were moved there with it) and removes the parts "
+                 "after the checkpoint from both; the new directory gets every epoch after the "
+                 "checkpoint, so the two together hold every record once",
 };
 
 static int file_parse(const char *spec, weir__sink_arg *a, char *err, size_t errlen) {

@@ -317,6 +317,13 @@ static void http_close(weir_ctx *ctx, void *dest) {
   weir_free(h);
 }
 
+/* The URL without user information (credentials) and weir's parameters. */
+static int http_identity(const void *arg, char *buf, size_t cap) {
+  const http_arg *a = arg;
+  weir__url_identity(a->url, buf, cap);
+  return 0;
+}
+
 static const weir_sink_dest_vt http_dest_vt = {
     .size = sizeof(weir_sink_dest_vt),
     .name = "http",
@@ -325,6 +332,11 @@ static const weir_sink_dest_vt http_dest_vt = {
     .pre_commit = http_pre_commit,
     .commit = http_commit,
     .close = http_close,
+    .identity = http_identity,
+    .move_note = "the http sink sends a checkpoint's pending epochs after it completed, so they "
+                 "may have reached the old destination already: sending them to the new one "
+                 "would apply them twice across the two, and weir keeps no credentials to send "
+                 "them to the old one",
 };
 
 #endif

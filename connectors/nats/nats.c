@@ -359,6 +359,16 @@ static void nats_close(weir_ctx *ctx, void *dest) {
   weir_free(h);
 }
 
+/* "nats://HOST:PORT subject S" (no credentials): a subject belongs to one
+ * stream of a server, so the stream adds nothing. */
+static int nats_identity(const void *arg, char *buf, size_t cap) {
+  const nats_arg *a = arg;
+  char server[512];
+  weir__url_identity(a->url.server, server, sizeof server);
+  snprintf(buf, cap, "%s subject %s", server, a->url.subject);
+  return 0;
+}
+
 static const weir_sink_dest_vt nats_dest_vt = {
     .size = sizeof(weir_sink_dest_vt),
     .name = "nats",
@@ -367,6 +377,11 @@ static const weir_sink_dest_vt nats_dest_vt = {
     .pre_commit = nats_pre_commit,
     .commit = nats_commit,
     .close = nats_close,
+    .identity = nats_identity,
+    .move_note = "the nats sink publishes a checkpoint's pending epochs after it completed, so "
+                 "they may be in the old stream already: publishing them to the new one would "
+                 "store them twice across the two, and weir keeps no credentials to publish "
+                 "them to the old one",
 };
 
 #endif

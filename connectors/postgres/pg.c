@@ -908,6 +908,33 @@ static void pg_close(weir_ctx *ctx, void *dest) {
   pgdest_free(dest);
 }
 
+/* "postgresql://HOST:PORT/DB table T": the server and database from the
+ * URI, or libpq's environment variables where the URI leaves them out; no
+ * user or password. */
+static int pg_identity(const void *arg, char *buf, size_t cap) {
+  const pg_arg *a = arg;
+  char *msg = NULL;
+  PQconninfoOption *opts = PQconninfoParse(a->conninfo, &msg);
+  if (!opts) {
+    PQfreemem(msg);
+    return WEIR_ESINK;
+  }
+  const char *host = NULL, *port = NULL, *db = NULL;
+  for (PQconninfoOption *o = opts; o->keyword; o++) {
+    if (!o->val || !*o->val) continue;
+    if (!strcmp(o->keyword, "host")) host = o->val;
+    if (!strcmp(o->keyword, "port")) port = o->val;
+    if (!strcmp(o->keyword, "dbname")) db = o->val;
+  }
+  if (!host) host = getenv("PGHOST");
+  if (!port) port = getenv("PGPORT");
+  if (!db) db = getenv("PGDATABASE");
+  snprintf(buf, cap, "postgresql://%s:%s/%s table %s", host && *host ? host : "(default host)",
+           port && *port ? port : "5432", db && *db ? db : "(default database)", a->table);
+  PQconninfoFree(opts);
+  return 0;
+}
+
 static const weir_sink_dest_vt pg_dest_vt = {
     .size = sizeof(weir_sink_dest_vt),
     .name = "postgresql",
@@ -917,6 +944,10 @@ static const weir_sink_dest_vt pg_dest_vt = {
     .abort_after = pg_abort_after,
     .commit = pg_commit,
     .close = pg_close,
+    .identity = pg_identity,
+    .move_note = "the postgresql sink's pending epochs are transactions prepared in the old "
+                 "database, which only that database can commit, and weir keeps no credentials "
+                 "to reach it",
 };
 
 #endif

@@ -43,6 +43,8 @@ void weir_job_destroy(weir_job *job) {
     }
     weir_free(n->tags);
     weir_free(n->drop_names);
+    weir_free(n->dest);
+    weir_free(n->moved_from);
     weir_free(n->in);
     weir_free(n->out);
     weir_free(n);

@@ -88,6 +88,11 @@ struct weir__node {
   uint32_t chain;     /* index of the chain (task group) it runs in */
   uint32_t chain_pos; /* position inside the chain */
   weir_ctx **ctx;     /* per subtask */
+  /* Identity (identity.c), set on the thread that runs the job before it
+   * runs, read-only afterwards: the destination of a sink (NULL: none),
+   * and the destination a restore moves it from (NULL: not moved). */
+  weir_destination *dest;
+  char *moved_from;
 };
 
 typedef struct weir__stream_out {
@@ -199,6 +204,10 @@ struct weir_job {
   int event_time;
   /* Latency tracing (weir_run_opts.trace_latency; trace.h), or NULL. */
   struct weir__job_trace *trace;
+  /* Identity (identity.c): the graph's fingerprint (0 until made), and
+   * whether the warning about a store without identities was given. */
+  uint64_t fingerprint;
+  int identity_warned;
 };
 
 /* Records the job's first failure (later ones are dropped) and wakes the

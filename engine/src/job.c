@@ -69,6 +69,7 @@
 #include <sys/random.h>
 #include <uv.h>
 
+#include "identity.h"
 #include "restore.h"
 #include "base/alloc.h"
 #include "base/assert.h"
@@ -459,6 +460,18 @@ static void on_progress(uv_timer_t *h) {
 
 /* ---- lifecycle ------------------------------------------------------------ */
 
+/* Checkpoint id must fit this job (identity.c): 0 or WEIR_EMISMATCH (or
+ * the store's error) with the job failed. Runs before anything is
+ * restored or written. */
+static int check_identity(weir_job *job, uint64_t id) {
+  weir_store_ckpt_info *info = NULL;
+  int rc = weir_store_info(job->store, id, &info);
+  if (rc) return weir__job_store_failed(job, rc, "cannot restore");
+  rc = weir__identity_check_restore(job, info);
+  weir_store_ckpt_info_free(info);
+  return rc;
+}
+
 /* A restore of a finished job: returns 1 (nothing to run) or, when it has
  * a final checkpoint, 0 with that checkpoint loaded for its operators'
  * notifications only; or an error. */
@@ -472,7 +485,9 @@ static int recover_finished(weir_job *job, const weir_store_job *rec) {
   /* Its final checkpoint may have completed without every operator
    * hearing of it (a crash right after the commit): restore it, tell
    * them, and run nothing. */
-  int rc = weir__restore_load(job, rec->latest, 1);
+  int rc = check_identity(job, rec->latest);
+  if (rc) return rc;
+  rc = weir__restore_load(job, rec->latest, 1);
   if (rc) return rc;
   job->recover_only = 1;
   atomic_store(&job->complete_id, rec->latest);
@@ -532,6 +547,7 @@ static void note_intact(weir_job *job, uint64_t bad) {
  * run, 1 if there is nothing to do (restore of a finished job), or an error. */
 static int prepare_store(weir_job *job) {
   const weir_run_opts *o = &job->opts;
+  if (weir__identity_make(job)) return atomic_load(&job->failed);
   weir_store_opts so = {.retain = o->retain, .lease = job->lease, .map_size = o->store_max_bytes};
   int rc = weir_store_open(&job->store, o->state_dir, &so);
   if (rc) {
@@ -544,6 +560,9 @@ static int prepare_store(weir_job *job) {
   weir_store_job rec;
   int exists = weir_store_job_get(job->store, &rec);
   if (exists < 0) return weir__job_store_failed(job, exists, "cannot read the state directory");
+  /* Another job's directory is refused before anything else is said
+   * about it (an unfinished run of it is not this job's to continue). */
+  if (exists && (rc = weir__identity_check_job(job, &rec)) != 0) return rc;
   uint64_t from = 0;
   int new_instance = 0;
   switch (o->restore) {
@@ -574,6 +593,8 @@ static int prepare_store(weir_job *job) {
     from = o->restore_id;
     break;
   }
+  if (from && (rc = check_identity(job, from)) != 0) return rc;
+  if ((rc = weir__identity_record(job, job->store)) != 0) return rc;
   rc = weir_store_job_begin(job->store, new_instance, &rec);
   if (rc) return weir__job_store_failed(job, rc, "cannot start the job in its state directory");
   snprintf(job->info.job_id, sizeof job->info.job_id, "%s", rec.job_id);

@@ -248,7 +248,8 @@ static uint32_t node_of(const weir_job *job, const char *name, int is_chan) {
   return k;
 }
 
-/* The checkpoint must belong to this job's graph: fills p0 and pc. */
+/* Where the checkpoint's entries go in this job's graph: fills p0 and pc
+ * (entries of operators the job lacks are left out: see below). */
 static int match_graph(weir_job *job, restore_plan *pl, const weir_store_ckpt_info *info) {
   for (uint32_t i = 0; i < info->nsubtasks; i++) {
     const weir_store_subtask_info *st = &info->subtasks[i];
@@ -267,13 +268,10 @@ static int match_graph(weir_job *job, restore_plan *pl, const weir_store_ckpt_in
       pl->channels = 1;
       continue;
     }
-    if (k == job->nnodes) {
-      weir__job_failed(job, WEIR_EPLAN,
-                       "checkpoint %llu holds state of operator '%s', which this job does not "
-                       "have: is it the same job?",
-                       (unsigned long long)pl->id, st->op);
-      return WEIR_EPLAN;
-    }
+    /* An operator this job lacks: identity.c refused the run already if
+     * its state mattered (weir__identity_check_restore), so here it is
+     * stateless, or its state is dropped on purpose. */
+    if (k == job->nnodes) continue;
     pl->p0[k] = st->parallelism;
   }
   return 0;

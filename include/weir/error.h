@@ -47,7 +47,8 @@ extern "C" {
   X(EFENCED, -30017, "this process lost ownership of the state directory (fenced)")                \
   X(EREFUSED, -30018, "a destination refused an effect permanently")                               \
   X(ERETENTION, -30019, "replay beyond the destination's idempotency key retention")               \
-  X(ECKPTLIMIT, -30020, "more checkpoints failed in a row than tolerated")
+  X(ECKPTLIMIT, -30020, "more checkpoints failed in a row than tolerated")                         \
+  X(EMISMATCH, -30021, "the run does not fit the state directory (another job or destination)")
 
 typedef enum {
 #define WEIR__ERR_ENUM(name, value, msg) WEIR_##name = (value),

@@ -190,6 +190,24 @@ typedef struct weir_timer_batch {
  *   static const weir_operator_vt my_vt = {
  *       .size = sizeof(weir_operator_vt), .name = "my", .process = my_process};
  * adding an operator whose table has no size is a build error (WEIR_EABI). */
+/* Where an operator's effects go outside the job (a sink's destination),
+ * for the checks that keep a state directory to one job and one destination
+ * (docs/checkpoints.md §8). */
+typedef struct weir_destination {
+  /* Its identity: what, when it changes, means another destination:
+   * "file:/abs/dir", "postgresql://host:port/db table t",
+   * "nats://host:port subject s", "http://host:port/path". Absolute
+   * paths; never credentials. "" = none (not checked). */
+  char id[1024];
+  /* Nonzero if a restore may move the operator to another destination
+   * (--allow-sink-change): it then recovers the checkpoint's pending
+   * effects where they were prepared (weir_ctx_moved_from). */
+  int movable;
+  /* One sentence for the user: with movable, what happens to the pending
+   * effects of the old destination; without, why it cannot move. */
+  char note[512];
+} weir_destination;
+
 typedef struct weir_operator_vt {
   size_t size;
   const char *name;
@@ -227,6 +245,11 @@ typedef struct weir_operator_vt {
    * weir_state_select(ctx, tb->keys[i]), which also starts key i's
    * emission ids; its timers are already out of the timer set. */
   int (*on_timers)(weir_ctx *ctx, const weir_timer_batch *tb);
+  /* Optional, for an operator with effects outside the job (a sink): fills
+   * *d (zeroed) with its destination. Called with the operator's arg on the
+   * thread that runs the job, before it runs. Returns 0 or a negative error
+   * (the run fails with it). */
+  int (*destination)(const void *arg, weir_destination *d);
 } weir_operator_vt;
 
 /* What poll returns (or a negative error). */
@@ -319,6 +342,12 @@ int weir_ctx_checkpointing(const weir_ctx *ctx);
 /* In open: nonzero if this subtask's state is being restored from a
  * checkpoint (its restore callback runs right after open). */
 int weir_ctx_restoring(const weir_ctx *ctx);
+/* In open and restore: the destination id (weir_destination.id) that the
+ * restored checkpoint recorded for this operator, if this run moves it to
+ * another one (allow_sink_change, which only a movable destination
+ * accepts): recovery of the checkpoint's pending effects belongs there.
+ * NULL otherwise. Valid until the job is destroyed. */
+const char *weir_ctx_moved_from(const weir_ctx *ctx);
 /* Nonzero once the job has been asked to stop; sources should end. */
 int weir_ctx_stopping(const weir_ctx *ctx);
 /* Sources: when run() returns WEIR_SOURCE_IDLE, call run() again after `us`
@@ -677,6 +706,14 @@ typedef struct weir_run_opts {
    * of the slowest ones (weir_job_hop_quantile, weir_job_write_latency).
    * Costs a few clock reads per batch; off by default. */
   int trace_latency;
+  /* Restoring into a state directory (docs/checkpoints.md §8). A run whose
+   * job or sink destinations do not fit the checkpoint is refused
+   * (WEIR_EMISMATCH) unless: allow_sink_change, where a sink's destination
+   * changed and the sink can move (weir_destination.movable); or
+   * allow_non_restored_state, where the checkpoint holds state of an
+   * operator this job does not have (that state is dropped). */
+  int allow_sink_change;
+  int allow_non_restored_state;
 } weir_run_opts;
 
 #define WEIR_DEFAULT_TOLERABLE_FAILURES 3

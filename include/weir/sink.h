@@ -152,6 +152,27 @@ typedef struct weir_sink_dest_vt {
   int (*commit)(void *dest, weir_sink_commit *c);
   /* Frees dest (after the sink thread stopped). */
   void (*close)(weir_ctx *ctx, void *dest);
+  /* Optional: writes the destination's identity for its arg (as given to
+   * weir_sink_twophase) into buf (cap bytes, NUL-terminated): what, when it
+   * changes, makes it another destination (weir_destination.id: absolute
+   * paths, no credentials). A checkpoint records it, and a restore into
+   * another destination is refused unless allowed (docs/checkpoints.md §8).
+   * Called on the thread that runs the job, before it runs. Returns 0 or a
+   * negative error. NULL: no identity, never checked. */
+  int (*identity)(const void *arg, char *buf, size_t cap);
+  /* Optional: lets a restore move the sink to another destination
+   * (--allow-sink-change). Called after open, when the checkpoint being
+   * restored recorded the destination `old` (its identity) and the job
+   * writes elsewhere now: what recovery does next (abort_after, and the
+   * commits of the recovered epochs, weir_sink_commit.recovered) concerns
+   * `old`, where those epochs were pre-committed; new epochs go to the
+   * destination of the arg. Returns 0 or a negative error. NULL: the
+   * destination cannot move, and such a restore is refused at start. */
+  int (*move)(weir_ctx *ctx, void *dest, const char *old);
+  /* One sentence for the user: with move, what becomes of the pending
+   * epochs of the old destination; without, why it cannot move. NULL: a
+   * generic one. */
+  const char *move_note;
 } weir_sink_dest_vt;
 
 /* Adds a two-phase-commit sink for destination vt to stream s; `arg` is the

@@ -59,6 +59,12 @@ static inline uint64_t weir_store_u64_rank(uint64_t key) {
   return key * WEIR_STORE_U64_RANK;
 }
 
+/* The identity a store records (docs/checkpoints.md §8): job names of at
+ * most WEIR_STORE_NAME_MAX bytes (the engine cuts longer ones), destination
+ * ids of at most WEIR_STORE_DEST_MAX. */
+#define WEIR_STORE_NAME_MAX 255u
+#define WEIR_STORE_DEST_MAX 1023u
+
 typedef struct weir_store weir_store;
 struct weir_lease;
 
@@ -104,14 +110,41 @@ const char *weir_store_error(weir_store *s, char *buf, size_t len);
 /* ---- job record ------------------------------------------------------------ */
 
 typedef struct weir_store_job {
-  char job_id[40];   /* UUID text, made at first start */
-  uint64_t instance; /* 1 for the first run; +1 for each new instance */
-  uint64_t next_id;  /* the next checkpoint id this store would hand out:
-                        ids below it were handed out or skipped (read_only:
-                        the id a new writer would start at) */
-  uint64_t latest;   /* latest completed checkpoint of this instance, 0 if none */
-  int finished;      /* this instance took its final checkpoint */
+  char job_id[40];                    /* UUID text, made at first start */
+  uint64_t instance;                  /* 1 for the first run; +1 for each new instance */
+  uint64_t next_id;                   /* the next checkpoint id this store would hand out:
+                                         ids below it were handed out or skipped (read_only:
+                                         the id a new writer would start at) */
+  uint64_t latest;                    /* latest completed checkpoint of this instance, 0 if none */
+  int finished;                       /* this instance took its final checkpoint */
+  char name[WEIR_STORE_NAME_MAX + 1]; /* the job's name; "": not recorded (a store
+                                         written before weir recorded it) */
 } weir_store_job;
+
+/* A sink's destination as a checkpoint records it: operator name and the
+ * destination's identity ("file:/abs/dir"; never credentials). */
+typedef struct weir_store_dest {
+  char *op;
+  char *id;
+} weir_store_dest;
+
+/* What identifies the job that writes a store, recorded in the job record
+ * (name) and in every checkpoint it commits (all of it). */
+typedef struct weir_store_identity {
+  const char *name;     /* the job's name (cut to WEIR_STORE_NAME_MAX) */
+  uint64_t fingerprint; /* its graph's (never 0: 0 means "not recorded") */
+  uint32_t ndests;
+  const weir_store_dest *dests; /* ordered by op (strcmp), no duplicates */
+} weir_store_identity;
+
+/* Sets the identity this store records from now on (copied). Call it before
+ * weir_store_job_begin, which records the name in the job record of a new
+ * job or instance (or of a record that has none); every later commit
+ * records all of it in its checkpoint. Without it (a NULL identity), the
+ * store writes what a weir before identities wrote: none (tests build such
+ * stores). Returns 0, WEIR_EINVAL (a name or id too long, destinations out
+ * of order, fingerprint 0) or WEIR_ESTATE (read-only store). */
+int weir_store_set_identity(weir_store *s, const weir_store_identity *id);
 
 /* Reads the job record: returns 1 and fills *out if there is a job, 0 if
  * the store is empty. */
@@ -318,6 +351,11 @@ typedef struct weir_store_ckpt_info {
   uint32_t key_groups; /* 0: not recorded */
   uint32_t nsubtasks;
   weir_store_subtask_info *subtasks; /* ordered by operator name, subtask */
+  /* The identity of the job that took it ("", 0 and none: not recorded). */
+  char job_name[WEIR_STORE_NAME_MAX + 1];
+  uint64_t fingerprint;
+  uint32_t ndests;
+  weir_store_dest *dests; /* ordered by op */
 } weir_store_ckpt_info;
 
 /* The metadata of completed checkpoint `id` (validated). WEIR_ENOENT if not
