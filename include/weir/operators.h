@@ -85,6 +85,64 @@ typedef uint64_t (*weir_reduce_fn)(void *user, uint64_t acc, uint64_t value);
 weir_stream *weir_reduce(weir_stream *s, const char *name, weir_reduce_fn fn, void *user,
                          int parallelism);
 
+/* ------------------------------------------------------------------------ */
+/* Windows (docs/event-time.md §8)                                          */
+
+typedef enum weir_window_kind {
+  WEIR_WINDOW_TUMBLING = 1,
+  WEIR_WINDOW_SLIDING = 2
+} weir_window_kind;
+typedef struct weir_window_spec {
+  size_t size; /* sizeof(weir_window_spec) */
+  weir_window_kind kind;
+  weir_time_domain time; /* WEIR_PROCESSING_TIME: tumbling only, no lateness */
+  int64_t length;        /* > 0 */
+  int64_t slide;         /* sliding: 0 < slide <= length (tumbling: ignored) */
+  int64_t offset;        /* windows start at offset + k * slide (tumbling: k * length) */
+  /* Event time: a window fires when the clock reaches its end - 1 and
+   * keeps its state until end - 1 + allowed_lateness: a record that comes
+   * meanwhile joins it and fires it again at once (firing number + 1). */
+  int64_t allowed_lateness;
+} weir_window_spec;
+/* The side output of records late for every window they belong to (the
+ * window operator declares it; consume it with weir_side_output). */
+#define WEIR_TAG_LATE "late"
+
+/* An incremental aggregate: the window keeps one accumulator of acc_len
+ * bytes, not its records. */
+typedef struct weir_aggregate_vt {
+  size_t size; /* sizeof(weir_aggregate_vt) */
+  const char *name;
+  uint32_t acc_len; /* 1 .. 4096 */
+  void (*init)(void *user, void *acc);
+  int (*add)(void *user, void *acc, const weir_record *r); /* 0 or an error */
+  /* The result into out (cap bytes); returns its length, called again with
+   * more room when that is more than cap. */
+  size_t (*result)(void *user, const void *acc, void *out, size_t cap);
+} weir_aggregate_vt;
+/* Records per window; the sum, minimum and maximum of the records' u64
+ * payloads (weir_payload_u64). Results: a u64 (8 bytes). */
+extern const weir_aggregate_vt weir_agg_count, weir_agg_sum_u64, weir_agg_min_u64, weir_agg_max_u64;
+
+/* Keyed windows (the input must be keyed; event time needs a watermark
+ * strategy upstream). One record per firing: the window's key, timestamp
+ * end - 1, payload a 24-byte header (start i64, end i64, firing u32, 0
+ * u32, little-endian) and the aggregate's result. Fired from a timer, its
+ * id is stable on replay and across a rescale; fired again by a late
+ * record, derived from that record's. Window state and timers are managed
+ * keyed state: restored exactly, moved by key on a rescale. */
+weir_stream *weir_window_aggregate(weir_stream *s, const char *name, const weir_window_spec *w,
+                                   const weir_aggregate_vt *agg, void *user, int parallelism);
+
+typedef struct weir_window_result {
+  int64_t start, end;
+  uint32_t firing; /* 1, then + 1 at every firing under allowed lateness */
+  const void *value;
+  uint32_t len;
+} weir_window_result;
+/* Reads a window result record. 0, or WEIR_EBADREC if r is not one. */
+int weir_window_result_parse(const weir_record *r, weir_window_result *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,352 @@
+/* test_windows.c: the window operator (operators/window.c,
+ * docs/event-time.md §8) against a reference computed here from the same
+ * generated records: tumbling and sliding event-time windows with
+ * out-of-order input exact when no record is further behind than the
+ * source's bound; late records in the side output, conserving each
+ * window's count; allowed lateness firing windows again and ending exact;
+ * a stop and a restore at another parallelism exact; processing-time
+ * windows counting every record; bad specs refused at build time. */
+#include <criterion/criterion.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "helpers.h"
+#include "weir/operators.h"
+#include "weir/weir.h"
+
+#define N 40000u /* records: i has key i % K, ts i - disorder(i), payload i */
+#define K 40u
+#define MAXW 512u /* windows per key tracked: ends / slide below this */
+
+typedef struct cfg {
+  uint64_t disorder; /* records are up to this much behind */
+  int64_t bound;     /* the source's out-of-orderness */
+  weir_window_spec spec;
+  const weir_aggregate_vt *agg;
+  uint64_t rate;       /* source records/s (0: unpaced) */
+  uint64_t stop_after; /* stop run 1 after this many results (0: never) */
+} cfg;
+
+static cfg C;
+static weir_job *cur_job;
+
+static int64_t ts_of(uint64_t i) {
+  uint64_t h = (i + 1) * 0x9e3779b97f4a7c15ull;
+  h ^= h >> 31;
+  return (int64_t)i + 1000 - (int64_t)(C.disorder ? h % (C.disorder + 1) : 0);
+}
+
+static int64_t slide(void) {
+  return C.spec.kind == WEIR_WINDOW_SLIDING ? C.spec.slide : C.spec.length;
+}
+
+/* ---- the source ------------------------------------------------------------- */
+
+static int src_open(weir_ctx *ctx) {
+  weir_ctx_set_user(ctx, calloc(1, sizeof(uint64_t)));
+  return 0;
+}
+static int src_run(weir_ctx *ctx, uint32_t budget) {
+  uint64_t *next = weir_ctx_user(ctx);
+  if (weir_ctx_stopping(ctx)) return WEIR_SOURCE_DONE;
+  if (C.rate && budget > 50) budget = 50;
+  for (uint32_t b = 0; b < budget && *next < N; b++, ++*next) {
+    uint64_t i = *next;
+    int rc = weir_emit_at(ctx, i % K, ts_of(i), &i, 8);
+    if (rc) return rc;
+  }
+  if (*next >= N) return WEIR_SOURCE_DONE;
+  if (C.rate) {
+    weir_ctx_wake_after(ctx, 50 * 1000000ull / C.rate);
+    return WEIR_SOURCE_IDLE;
+  }
+  return WEIR_SOURCE_MORE;
+}
+static int src_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
+  (void)id;
+  return weir_snapshot_position(w, 0, *(uint64_t *)weir_ctx_user(ctx));
+}
+static int src_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
+  uint64_t off = 0;
+  if (weir_snapshot_get_position(r, 0, &off)) *(uint64_t *)weir_ctx_user(ctx) = off;
+  return 0;
+}
+static void src_close(weir_ctx *ctx) {
+  free(weir_ctx_user(ctx));
+}
+static const weir_source_vt src_vt = {.size = sizeof(weir_source_vt),
+                                      .name = "records",
+                                      .open = src_open,
+                                      .run = src_run,
+                                      .close = src_close,
+                                      .snapshot = src_snapshot,
+                                      .restore = src_restore,
+                                      .rescalable = 1};
+
+/* ---- what comes out ------------------------------------------------------------ */
+
+typedef struct got {
+  _Atomic uint64_t value[K][MAXW];
+  _Atomic uint32_t firing[K][MAXW]; /* the highest firing seen */
+  _Atomic uint32_t fired[K][MAXW];  /* results seen */
+  _Atomic uint64_t late[K][MAXW];   /* late records of the window (tumbling) */
+  _Atomic uint64_t results, late_total, bad;
+} got;
+static got G;
+
+static int result_process(weir_ctx *ctx, const weir_record *r) {
+  (void)ctx;
+  weir_window_result wr;
+  if (weir_window_result_parse(r, &wr) || wr.len != 8 || r->key >= K ||
+      wr.end - wr.start != C.spec.length || r->ts != wr.end - 1 || wr.end % slide() != 0 ||
+      wr.end / slide() >= (int64_t)MAXW) {
+    atomic_fetch_add(&G.bad, 1);
+    return 0;
+  }
+  uint64_t v = 0;
+  memcpy(&v, wr.value, 8);
+  uint64_t w = (uint64_t)(wr.end / slide());
+  atomic_fetch_add(&G.fired[r->key][w], 1);
+  if (wr.firing > atomic_load(&G.firing[r->key][w])) {
+    atomic_store(&G.firing[r->key][w], wr.firing);
+    atomic_store(&G.value[r->key][w], v);
+  }
+  uint64_t n = atomic_fetch_add(&G.results, 1) + 1;
+  if (C.stop_after && n == C.stop_after) weir_job_stop(cur_job);
+  return 0;
+}
+static const weir_operator_vt result_vt = {
+    .size = sizeof(weir_operator_vt), .name = "results", .process = result_process};
+
+static int late_process(weir_ctx *ctx, const weir_record *r) {
+  (void)ctx;
+  uint64_t i = weir_payload_u64(r);
+  int64_t end = (ts_of(i) / C.spec.length + 1) * C.spec.length; /* tumbling */
+  if (i >= N || r->ts != ts_of(i) || end / C.spec.length >= (int64_t)MAXW)
+    atomic_fetch_add(&G.bad, 1);
+  else
+    atomic_fetch_add(&G.late[r->key][end / C.spec.length], 1);
+  atomic_fetch_add(&G.late_total, 1);
+  return 0;
+}
+static const weir_operator_vt late_vt = {
+    .size = sizeof(weir_operator_vt), .name = "late", .process = late_process};
+
+/* ---- the reference ---------------------------------------------------------------- */
+
+static uint64_t ref[K][MAXW];
+static uint8_t has[K][MAXW];
+
+static void reference(void) {
+  memset(ref, 0, sizeof ref);
+  memset(has, 0, sizeof has);
+  int sum = C.agg == &weir_agg_sum_u64;
+  for (uint64_t i = 0; i < N; i++) {
+    int64_t ts = ts_of(i), s = ts - ts % slide();
+    for (; s > ts - C.spec.length; s -= slide()) {
+      uint64_t w = (uint64_t)((s + C.spec.length) / slide());
+      cr_assert_lt(w, MAXW);
+      ref[i % K][w] += sum ? i : 1;
+      has[i % K][w] = 1;
+    }
+  }
+}
+
+/* ---- runs --------------------------------------------------------------------------- */
+
+static weir_job *build(int p) {
+  weir_job *job = NULL;
+  cr_assert_eq(weir_job_create(&job, "windows"), 0);
+  weir_watermark_strategy ws = {.size = sizeof ws, .out_of_orderness = C.bound, .interval_ms = 1};
+  weir_stream *src = weir_source(job, "records", &src_vt, NULL, 1);
+  if (C.spec.time == WEIR_EVENT_TIME) src = weir_with_watermarks(src, &ws);
+  weir_stream *w = weir_window_aggregate(weir_key_by(src), "w", &C.spec, C.agg, NULL, p);
+  cr_assert_not_null(w, "%s", weir_job_error(job));
+  cr_assert_eq(weir_sink(weir_rebalance(w), "results", &result_vt, NULL, 1), 0);
+  cr_assert_eq(
+      weir_sink(weir_rebalance(weir_side_output(w, WEIR_TAG_LATE)), "late", &late_vt, NULL, 1), 0,
+      "%s", weir_job_error(job));
+  cur_job = job;
+  return job;
+}
+
+static void run(int p, const char *state, int restore) {
+  weir_job *job = build(p);
+  weir_run_opts o = {.workers = 2, .buffer_timeout_us = 200};
+  if (state) {
+    o.state_dir = state;
+    o.checkpoint_interval_ms = 10;
+    if (restore) o.restore = WEIR_RESTORE_LATEST;
+  }
+  cr_assert_eq(weir_job_run(job, &o), 0, "%s", weir_job_error(job));
+  weir_job_destroy(job);
+}
+
+static weir_window_spec tumbling(int64_t len) {
+  return (weir_window_spec){.size = sizeof(weir_window_spec),
+                            .kind = WEIR_WINDOW_TUMBLING,
+                            .time = WEIR_EVENT_TIME,
+                            .length = len};
+}
+
+/* Every window of the reference fired with its value, and nothing else. */
+static void assert_exact(int once) {
+  cr_assert_eq(atomic_load(&G.bad), 0);
+  for (uint32_t k = 0; k < K; k++)
+    for (uint32_t w = 0; w < MAXW; w++) {
+      if (!has[k][w]) {
+        cr_assert_eq(atomic_load(&G.fired[k][w]), 0, "window %u of key %u should not exist", w, k);
+        continue;
+      }
+      cr_assert_gt(atomic_load(&G.fired[k][w]), 0, "window %u of key %u never fired", w, k);
+      if (once) cr_assert_eq(atomic_load(&G.fired[k][w]), 1, "window %u of key %u", w, k);
+      cr_assert_eq(atomic_load(&G.value[k][w]), ref[k][w], "window %u of key %u: %llu, want %llu",
+                   w, k, (unsigned long long)atomic_load(&G.value[k][w]),
+                   (unsigned long long)ref[k][w]);
+    }
+}
+
+TestSuite(windows, .timeout = 120);
+
+Test(windows, tumbling_out_of_order_exact) {
+  C = (cfg){.disorder = 30, .bound = 30, .spec = tumbling(100), .agg = &weir_agg_count};
+  reference();
+  run(2, NULL, 0);
+  assert_exact(1);
+  cr_assert_eq(atomic_load(&G.late_total), 0);
+}
+
+Test(windows, sliding_sum_exact) {
+  C = (cfg){.disorder = 50, .bound = 50, .agg = &weir_agg_sum_u64};
+  C.spec = (weir_window_spec){.size = sizeof(weir_window_spec),
+                              .kind = WEIR_WINDOW_SLIDING,
+                              .time = WEIR_EVENT_TIME,
+                              .length = 400,
+                              .slide = 100};
+  reference();
+  run(3, NULL, 0);
+  assert_exact(1);
+}
+
+/* Records further behind than the bound: some are late. Every window's
+ * count plus its late records is the reference. */
+Test(windows, late_records_go_to_the_side_output_and_conserve_counts) {
+  /* Paced, so that watermarks come between the records. */
+  C = (cfg){
+      .disorder = 400, .bound = 10, .spec = tumbling(100), .agg = &weir_agg_count, .rate = 100000};
+  reference();
+  run(2, NULL, 0);
+  cr_assert_eq(atomic_load(&G.bad), 0);
+  cr_assert_gt(atomic_load(&G.late_total), 0, "no record was late: the test tests nothing");
+  for (uint32_t k = 0; k < K; k++)
+    for (uint32_t w = 0; w < MAXW; w++) {
+      uint64_t fired = atomic_load(&G.fired[k][w]) ? atomic_load(&G.value[k][w]) : 0;
+      cr_assert_eq(fired + atomic_load(&G.late[k][w]), ref[k][w], "window %u of key %u", w, k);
+      cr_assert_leq(atomic_load(&G.fired[k][w]), 1);
+    }
+}
+
+/* With lateness covering the disorder nothing is late: windows fire again
+ * for their late records and end exact. */
+Test(windows, allowed_lateness_fires_again_and_ends_exact) {
+  C = (cfg){
+      .disorder = 400, .bound = 10, .spec = tumbling(100), .agg = &weir_agg_count, .rate = 100000};
+  C.spec.allowed_lateness = 500;
+  reference();
+  run(2, NULL, 0);
+  assert_exact(0);
+  cr_assert_eq(atomic_load(&G.late_total), 0);
+  uint32_t again = 0;
+  for (uint32_t k = 0; k < K; k++)
+    for (uint32_t w = 0; w < MAXW; w++) again += atomic_load(&G.firing[k][w]) > 1;
+  cr_assert_gt(again, 0, "no window fired twice: the test tests nothing");
+}
+
+/* Stopped part-way and restored at another parallelism: window state and
+ * timers come back, each window fires once. */
+Test(windows, stop_and_restore_at_another_parallelism_exact) {
+  char *state = th_tmpdir();
+  cr_assert_not_null(state);
+  C = (cfg){.disorder = 30,
+            .bound = 30,
+            .spec = tumbling(100),
+            .agg = &weir_agg_count,
+            .rate = 200000,
+            .stop_after = K * 100};
+  reference();
+  run(2, state, 0);
+  uint64_t first = atomic_load(&G.results);
+  cr_assert_lt(first, K * (N / 100), "run 1 was not stopped part-way");
+  C.stop_after = 0;
+  C.rate = 0;
+  run(3, state, 1);
+  assert_exact(1);
+  th_rmrf(state);
+  free(state);
+}
+
+static _Atomic uint64_t pt_total, pt_results;
+static int pt_process(weir_ctx *ctx, const weir_record *r) {
+  (void)ctx;
+  weir_window_result wr;
+  uint64_t v = 0;
+  if (weir_window_result_parse(r, &wr) == 0 && wr.len == 8) memcpy(&v, wr.value, 8);
+  atomic_fetch_add(&pt_total, v);
+  atomic_fetch_add(&pt_results, 1);
+  return 0;
+}
+static const weir_operator_vt pt_vt = {
+    .size = sizeof(weir_operator_vt), .name = "pt", .process = pt_process};
+
+Test(windows, processing_time_counts_every_record) {
+  C = (cfg){.agg = &weir_agg_count, .rate = 100000};
+  C.spec = (weir_window_spec){.size = sizeof(weir_window_spec),
+                              .kind = WEIR_WINDOW_TUMBLING,
+                              .time = WEIR_PROCESSING_TIME,
+                              .length = 50};
+  /* Windows of the wall clock: which window a record joins is not
+   * deterministic, but every record is counted once. */
+  weir_job *job = NULL;
+  cr_assert_eq(weir_job_create(&job, "pt"), 0);
+  weir_stream *w = weir_window_aggregate(weir_key_by(weir_source(job, "records", &src_vt, NULL, 1)),
+                                         "w", &C.spec, C.agg, NULL, 2);
+  cr_assert_not_null(w, "%s", weir_job_error(job));
+  cr_assert_eq(weir_sink(w, "sum", &pt_vt, NULL, 2), 0, "%s", weir_job_error(job));
+  weir_run_opts o = {.workers = 2};
+  cr_assert_eq(weir_job_run(job, &o), 0, "%s", weir_job_error(job));
+  cr_assert_eq(atomic_load(&pt_total), N);
+  cr_assert_geq(atomic_load(&pt_results), K * 2, "the records spread over one window only?");
+  weir_job_destroy(job);
+}
+
+static void refused(const weir_window_spec *spec, const char *want) {
+  weir_job *job = NULL;
+  cr_assert_eq(weir_job_create(&job, "bad"), 0);
+  cr_assert_null(weir_window_aggregate(weir_key_by(weir_source(job, "records", &src_vt, NULL, 1)),
+                                       "w", spec, &weir_agg_count, NULL, 1));
+  cr_assert_eq(weir_job_build_error(job), WEIR_EPLAN);
+  cr_assert(strstr(weir_job_error(job), want), "%s", weir_job_error(job));
+  weir_job_destroy(job);
+}
+
+Test(windows, bad_specs_are_build_errors) {
+  weir_window_spec s = tumbling(0);
+  refused(&s, "window 'w': length must be positive");
+  s = tumbling(100);
+  s.kind = WEIR_WINDOW_SLIDING;
+  s.slide = 200;
+  refused(&s, "a sliding window needs 0 < slide <= length");
+  s = tumbling(100);
+  s.time = WEIR_PROCESSING_TIME;
+  s.allowed_lateness = 10;
+  refused(&s, "processing-time windows are tumbling, without lateness");
+  /* On a stream that is not keyed. */
+  weir_job *job = NULL;
+  cr_assert_eq(weir_job_create(&job, "bad"), 0);
+  s = tumbling(100);
+  cr_assert_null(weir_window_aggregate(weir_source(job, "records", &src_vt, NULL, 1), "w", &s,
+                                       &weir_agg_count, NULL, 1));
+  cr_assert(strstr(weir_job_error(job), "but its input is not keyed"), "%s", weir_job_error(job));
+  weir_job_destroy(job);
+}
