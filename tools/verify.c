@@ -66,6 +66,7 @@
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/json.h"
+#include "base/platform.h"
 #include "snapshot/lease.h"
 
 #define WAIT_MS 120000u /* the longest any one worker step may take */
@@ -169,7 +170,7 @@ static double now_ms(void) {
 
 /* The path of this executable, so that workers run the same weir. */
 static int self_exe(char *buf, size_t cap, const char *argv0) {
-#if defined(__linux__)
+#if WEIR_HAVE_PROC_FS
   ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
   if (n > 0) {
     buf[n] = '\0';
