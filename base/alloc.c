@@ -8,6 +8,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "base/platform.h"
+
 static void oom(size_t n) {
   fprintf(stderr, "weir: out of memory (allocating %zu bytes)\n", n);
   abort();
@@ -33,7 +35,7 @@ void *weir_realloc(void *p, size_t n) {
 
 void *weir_malloc_big(size_t n) {
   void *p = weir_malloc(n);
-#ifdef MADV_HUGEPAGE
+#if WEIR_HAVE_MADV_HUGEPAGE
   /* A large malloc is a mapping of its own: advise the whole 2 MiB pages
    * inside it (a hint; failure only costs speed). */
   const uintptr_t huge = 2u << 20;

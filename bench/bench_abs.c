@@ -574,7 +574,7 @@ int main(int argc, char **argv) {
   double seconds = 3;
   char modes[256] = "aligned,unaligned,sync", intervals[256] = "100,1000";
   const char *jpath = NULL;
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) { /* every option takes a value */
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) goto usage;
     if (!strcmp(a, "--workers"))
@@ -610,7 +610,6 @@ int main(int argc, char **argv) {
       buffer_timeout_us = us == 0 ? WEIR_FLUSH_AT_ONCE : (uint32_t)us;
     } else
       goto usage;
-    i++;
   }
   if (workers < 1 || workers > 256 || !keys || !(seconds > 0 && seconds <= 3600) ||
       skew_us > 100000)

@@ -52,6 +52,7 @@
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/platform.h"
 #include "snapshot/store.h"
 #include "weir/weir.h"
 #include "stopper.h"
@@ -73,7 +74,7 @@ static void table_init(table *t, uint64_t keys) {
   t->shift = 64 - lg;
   size_t bytes = cap * 16;
   t->slots = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANON, -1, 0);
-#ifdef MADV_HUGEPAGE
+#if WEIR_HAVE_MADV_HUGEPAGE
   madvise(t->slots, bytes, MADV_HUGEPAGE);
 #endif
   for (uint64_t i = 0; i < cap; i++) t->slots[2 * i] = EMPTY;

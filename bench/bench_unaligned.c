@@ -172,7 +172,7 @@ int main(int argc, char **argv) {
            .channel_batches = 8,
            .batch_records = 1024};
   const char *json = NULL;
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) { /* every option takes a value */
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) goto usage;
     if (!strcmp(a, "--seconds"))
@@ -199,7 +199,6 @@ int main(int argc, char **argv) {
       json = v;
     else
       goto usage;
-    i++;
   }
   if (!(c.seconds >= 0.5 && c.seconds <= 3600) || c.reps < 1 || c.reps > 100 || c.workers < 1 ||
       c.workers > 64 || !c.keys || !c.slow_every || !c.interval || !c.timeout)

@@ -24,6 +24,7 @@
 
 #include "store_impl.h"
 #include "base/alloc.h"
+#include "base/platform.h"
 
 typedef unsigned long long ull;
 
@@ -517,15 +518,17 @@ fail:
 }
 
 /* The start of this process's mapping that holds address p (Linux: from
- * /proc/self/maps), or NULL. For the probe child: the map of its own
- * environment is the one that holds a value it read (the parent's map of
- * the same file, inherited across fork, lies elsewhere). */
+ * /proc/self/maps), or NULL where that cannot be known (macOS, and the
+ * build with WEIR_PORTABLE_ONLY: base/platform.h). For the probe child: the
+ * map of its own environment is the one that holds a value it read (the
+ * parent's map of the same file, inherited across fork, lies elsewhere). */
 const uint8_t *weir__mapping_of(const void *p) {
-#ifndef __linux__
+#if !WEIR_HAVE_PROC_FS
   (void)p;
   return NULL; /* no /proc: the probe touches the pages, the load reads the map */
 #else
-  /* WEIR_NO_PROC_MAPS (tests): as on a system without /proc. */
+  /* WEIR_NO_PROC_MAPS (tests): as on a system without /proc, in one test of
+   * every build (the portable build takes that branch everywhere). */
   if (getenv("WEIR_NO_PROC_MAPS")) return NULL;
   int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return NULL;

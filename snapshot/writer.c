@@ -67,18 +67,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 #include "writer_impl.h"
 #include "base/alloc.h"
 #include "base/assert.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/platform.h"
 #include "store_impl.h"
 #include "snapshot/lease.h"
 #include "base/failpoint.h"
+#if WEIR_HAVE_MALLOPT
+#include <malloc.h>
+#endif
 
 typedef unsigned long long ull;
 
@@ -761,10 +762,10 @@ int weir__writer_call(weir_store *s, weir__req *r) {
  * (large state arrays, which ask for huge pages: weir_malloc_big);
  * MALLOC_MMAP_THRESHOLD_ in the environment wins. */
 static void keep_freed_pages(void) {
-#if defined(__GLIBC__) && defined(M_TRIM_THRESHOLD)
+#if WEIR_HAVE_MALLOPT
   if (getenv("MALLOC_TRIM_THRESHOLD_") == NULL) (void)mallopt(M_TRIM_THRESHOLD, 64 << 20);
 #endif
-#if defined(__GLIBC__) && defined(M_MMAP_THRESHOLD)
+#if WEIR_HAVE_MALLOPT
   if (getenv("MALLOC_MMAP_THRESHOLD_") == NULL) (void)mallopt(M_MMAP_THRESHOLD, 4 << 20);
 #endif
 }

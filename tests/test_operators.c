@@ -272,7 +272,7 @@ static char *make_lines(size_t n, size_t *len, uint64_t **offs, int final_newlin
     (*offs)[i] = o;
     size_t w = (i * 7919) % 37; /* 0 .. 36 bytes */
     for (size_t k = 0; k < w; k++) t[o++] = (char)('a' + (i + k) % 26);
-    o += (size_t)sprintf(t + o, "%zu", i);
+    o += (size_t)snprintf(t + o, cap - o, "%zu", i);
     if (i % 11 == 5) o -= (size_t)snprintf(NULL, 0, "%zu", i) + w; /* an empty line */
     if (final_newline || i + 1 < n) t[o++] = '\n';
   }
@@ -383,18 +383,18 @@ Test(file_source, skip_bad_counts_and_writes_dead_letters) {
   size_t cap = huge + 256;
   char *data = malloc(cap);
   size_t o = 0;
-  o += (size_t)sprintf(data + o, "good1\n");
+  o += (size_t)snprintf(data + o, cap - o, "good1\n");
   size_t off_huge = o;
   memset(data + o, 'x', huge);
   o += huge;
   data[o++] = '\n';
   size_t off_tab = o;
-  o += (size_t)sprintf(data + o, "t\\ab\tcdefghijklmnop\n");
+  o += (size_t)snprintf(data + o, cap - o, "t\\ab\tcdefghijklmnop\n");
   size_t off_nul = o;
   memcpy(data + o, "n\0l\n", 4);
   o += 4;
   size_t off_good2 = o;
-  o += (size_t)sprintf(data + o, "good2");
+  o += (size_t)snprintf(data + o, cap - o, "good2");
   fixture f;
   fixture_file(&f, data, o);
   char dl[600], summary[600];

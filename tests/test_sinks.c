@@ -324,7 +324,7 @@ Test(file_sink, one_file_per_subtask_in_order) {
   for (int s = 0; s < 2; s++) {
     char want[1024] = "";
     size_t o = 0;
-    for (int i = s; i < 100; i += 2) o += (size_t)sprintf(want + o, "%d\n", i);
+    for (int i = s; i < 100; i += 2) o += (size_t)snprintf(want + o, sizeof want - o, "%d\n", i);
     snprintf(path, sizeof path, "%s/out-%d.txt", dir, s);
     char *text = th_read_file(path, NULL);
     cr_assert_not_null(text, "%s missing", path);

@@ -501,11 +501,11 @@ Test(state, bytes_exact_keys) {
 }
 
 /* Key i of the bytes tests: a decimal string, with binary and NUL-holding
- * variants, and lengths from 0 up. */
+ * variants, and lengths from 0 up. buf: 64 bytes. */
 static size_t bkey(uint64_t i, uint8_t *buf) {
   switch (i % 4) {
   case 0:
-    return (size_t)sprintf((char *)buf, "k%llu", (unsigned long long)i);
+    return (size_t)snprintf((char *)buf, 64, "k%llu", (unsigned long long)i);
   case 1:
     memcpy(buf, &i, 8);
     return 8; /* binary, often with NULs */
@@ -516,7 +516,7 @@ static size_t bkey(uint64_t i, uint8_t *buf) {
     return n + 9; /* leading NULs of varying length */
   }
   default:
-    return (size_t)sprintf((char *)buf, "%llu", (unsigned long long)(i / 4)); /* prefixes */
+    return (size_t)snprintf((char *)buf, 64, "%llu", (unsigned long long)(i / 4)); /* prefixes */
   }
 }
 

@@ -66,6 +66,7 @@
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/json.h"
+#include "base/platform.h"
 #include "snapshot/lease.h"
 
 #define WAIT_MS 120000u /* the longest any one worker step may take */
@@ -167,17 +168,36 @@ static double now_ms(void) {
 
 /* ---- processes -------------------------------------------------------------- */
 
-/* The path of this executable, so that workers run the same weir. */
+/* The path of this executable, so that workers run the same weir: 0 with
+ * it in buf (PATH_MAX bytes at least), or WEIR_ENOENT. From /proc/self/exe
+ * where there is one; otherwise (macOS) from argv[0], which is a path when
+ * weir was started by one, and the bare name when a shell or execvp found it
+ * in PATH: then it is looked up there again, as they did. */
 static int self_exe(char *buf, size_t cap, const char *argv0) {
-#if defined(__linux__)
+#if WEIR_HAVE_PROC_FS
   ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
   if (n > 0) {
     buf[n] = '\0';
     return 0;
   }
 #endif
-  if (argv0 && strchr(argv0, '/') && realpath(argv0, buf)) return 0; /* buf: PATH_MAX */
-  return WEIR_ENOENT;
+  if (!argv0 || !*argv0) return WEIR_ENOENT;
+  if (strchr(argv0, '/')) return realpath(argv0, buf) ? 0 : WEIR_ENOENT;
+  const char *dir = getenv("PATH");
+  if (!dir) dir = "/usr/bin:/bin"; /* execvp's default */
+  for (;;) {
+    size_t len = strcspn(dir, ":");
+    char cand[4096];
+    struct stat st;
+    /* An empty element of PATH is the current directory. */
+    int w = len ? snprintf(cand, sizeof cand, "%.*s/%s", (int)len, dir, argv0)
+                : snprintf(cand, sizeof cand, "./%s", argv0);
+    if (w > 0 && (size_t)w < sizeof cand && stat(cand, &st) == 0 && S_ISREG(st.st_mode) &&
+        access(cand, X_OK) == 0 && realpath(cand, buf))
+      return 0;
+    if (dir[len] == '\0') return WEIR_ENOENT;
+    dir += len + 1;
+  }
 }
 
 /* Starts exe with argv (argv[0] is replaced by exe), stdout and stderr

@@ -9,6 +9,7 @@
 #include "spin.h"
 #include "base/alloc.h"
 #include "base/assert.h"
+#include "base/platform.h"
 #include "hash.h"
 #include "weir/job.h"
 #include "snapshot/store.h"
@@ -29,7 +30,7 @@ uint64_t *weir__table_alloc(uint64_t bytes) {
   if (bytes < BIG_TABLE) return weir_aligned_alloc(bytes);
   void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANON, -1, 0);
   if (p == MAP_FAILED) return weir_aligned_alloc(bytes); /* aborts if truly out of memory */
-#ifdef MADV_HUGEPAGE
+#if WEIR_HAVE_MADV_HUGEPAGE
   madvise(p, bytes, MADV_HUGEPAGE);
 #endif
   return p;

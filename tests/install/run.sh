@@ -1,6 +1,8 @@
 #!/bin/sh
-# tests/install/run.sh BUILD_DIR: installs the weir built in BUILD_DIR into a
-# temporary prefix and uses it as a user would:
+# tests/install/run.sh BUILD_DIR [CC]: installs the weir built in BUILD_DIR
+# into a temporary prefix and uses it as a user would, compiling with CC
+# (default cc; the tests pass the compiler weir was built with, as a macOS
+# user has clang alone).
 #   1. the prefix holds the public headers alone (include/weir/*.h), the
 #      libraries, the weir binary, weir.pc and the CMake package;
 #   2. a job module compiled with `cc $(pkg-config --cflags weir)` (the
@@ -11,6 +13,7 @@
 # Exits 0 when all hold; prints what failed otherwise.
 set -eu
 build=$1
+cc=${2:-cc}
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/weir-install.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
@@ -32,8 +35,8 @@ cflags=$(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags weir) || fail "
 extra=""
 [ "$(uname)" = Darwin ] && extra="-undefined dynamic_lookup"
 # shellcheck disable=SC2086
-cc -std=c11 -Wall -Wextra -Werror -shared -fPIC $cflags $extra "$here/user_job.c" \
-  -o "$tmp/user_job.so" || fail "cc \$(pkg-config --cflags weir) user_job.c"
+"$cc" -std=c11 -Wall -Wextra -Werror -shared -fPIC $cflags $extra "$here/user_job.c" \
+  -o "$tmp/user_job.so" || fail "$cc \$(pkg-config --cflags weir) user_job.c"
 (cd "$tmp" && "$p/bin/weir" run --quiet --state-dir none ./user_job.so 700 file:out) ||
   fail "weir run ./user_job.so (pkg-config build)"
 # 7 keys, 100 records each: every key's last count is 100.
@@ -42,6 +45,7 @@ last=$(cat "$tmp"/out/*.txt | sort -k1,1n -k2,2n | awk '{ c[$1] = $2 } END { for
 
 # 3. find_package(weir).
 cmake -S "$here" -B "$tmp/user" -DCMAKE_PREFIX_PATH="$p" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_C_COMPILER="$cc" \
   >"$tmp/user.log" 2>&1 || { cat "$tmp/user.log"; fail "find_package(weir)"; }
 cmake --build "$tmp/user" >>"$tmp/user.log" 2>&1 || { cat "$tmp/user.log"; fail "building against weir::*"; }
 (cd "$tmp" && rm -rf out && "$p/bin/weir" run --quiet --state-dir none "$tmp/user/user_job.so" 70 null) ||
