@@ -161,7 +161,7 @@ int main(int argc, char **argv) {
   const char *jsonl_path = NULL;
   job_records = 10000000;
   job_keys = 100000;
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) {
       fprintf(stderr, "bench_timers: %s needs a value\n", a);
@@ -181,7 +181,6 @@ int main(int argc, char **argv) {
       fprintf(stderr, "bench_timers: unknown option %s\n", a);
       return 2;
     }
-    i++;
   }
   if (reps < 1 || reps > 64 || n == 0 || k == 0 || job_records == 0) {
     fprintf(stderr, "bench_timers: bad arguments\n");

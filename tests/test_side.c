@@ -22,13 +22,18 @@ static int src_open(weir_ctx *ctx) {
   weir_ctx_set_user(ctx, next);
   return 0;
 }
+static int paced; /* 100 records a millisecond per subtask, so checkpoints come between */
 static int src_run(weir_ctx *ctx, uint32_t budget) {
   uint64_t *next = weir_ctx_user(ctx);
+  if (paced && budget > 100) budget = 100;
   for (uint32_t b = 0; b < budget && *next < N; b++, *next += weir_ctx_parallelism(ctx)) {
     int rc = weir_emit_at(ctx, *next, (int64_t)*next * 10, next, 8);
     if (rc) return rc;
   }
-  return *next >= N ? WEIR_SOURCE_DONE : WEIR_SOURCE_MORE;
+  if (*next >= N) return WEIR_SOURCE_DONE;
+  if (!paced) return WEIR_SOURCE_MORE;
+  weir_ctx_wake_after(ctx, 1000);
+  return WEIR_SOURCE_IDLE;
 }
 static void src_close(weir_ctx *ctx) {
   free(weir_ctx_user(ctx));
@@ -131,6 +136,7 @@ Test(side, each_tag_gets_its_records) {
 
 Test(side, checkpoints_cross_side_outputs) {
   char *state = th_tmpdir();
+  paced = 1;
   run_split(state);
   th_rmrf(state);
   free(state);
