@@ -470,6 +470,13 @@ int weir_iteration_close(weir_iteration *it, weir_stream *feedback) {
   return 0;
 }
 
+void weir__node_tags(const weir__node *n, char *buf, size_t len) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (uint32_t k = 0; k < n->ntags && at < len; k++)
+    at += (size_t)snprintf(buf + at, len - at, "%s%s", k ? ", " : "", n->tags[k]);
+}
+
 weir_stream *weir_side_output(weir_stream *s, const char *tag) {
   if (!s || s->job->build_err) return NULL;
   weir_job *job = s->job;
@@ -492,10 +499,8 @@ weir_stream *weir_side_output(weir_stream *s, const char *tag) {
       r->out[0] = (weir__stream_out){n, WEIR__PART_FORWARD, k + 1};
       return r;
     }
-  char list[512] = "";
-  size_t at = 0;
-  for (uint32_t k = 0; k < n->ntags && at < sizeof list; k++)
-    at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", k ? ", " : "", n->tags[k]);
+  char list[512];
+  weir__node_tags(n, list, sizeof list);
   weir_job_fail(job, WEIR_EPLAN, "%s: operator '%s' does not declare side output '%s' (%s%s)", call,
                 n->name, tag, n->ntags ? "declares: " : "declares none; weir_op_opts.tags", list);
   return NULL;

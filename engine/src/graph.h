@@ -95,6 +95,9 @@ struct weir__node {
   char *moved_from;
 };
 
+/* n's declared side outputs as "a, b, c" into buf ("" if none). */
+void weir__node_tags(const weir__node *n, char *buf, size_t len);
+
 typedef struct weir__stream_out {
   weir__node *node;
   weir__part part;

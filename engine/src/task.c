@@ -235,10 +235,8 @@ static int side_index(weir_ctx *ctx, const char *tag) {
 
 COLD int side_undeclared(weir_ctx *ctx, const char *tag) {
   const weir__node *n = ctx->node;
-  char list[512] = "";
-  size_t at = 0;
-  for (uint32_t k = 0; k < n->ntags && at < sizeof list; k++)
-    at += (size_t)snprintf(list + at, sizeof list - at, "%s%s", k ? ", " : "", n->tags[k]);
+  char list[512];
+  weir__node_tags(n, list, sizeof list);
   return weir_ctx_fail(ctx, WEIR_EINVAL,
                        "operator '%s' emits to side output '%s', which it did not declare "
                        "(declares: %s)",
@@ -505,9 +503,7 @@ int weir__task_poll(weir__task *t) {
     /* Its emissions: a parent of their own, and just after event time. */
     c->cur_id = weir__mix64(c->poll_nonce + ++c->poll_seq);
     c->key_known = 0;
-    c->cur_ts = t->clock == WEIR_WATERMARK_MIN   ? 0
-                : t->clock == WEIR_WATERMARK_MAX ? WEIR_WATERMARK_MAX
-                                                 : t->clock + 1;
+    c->cur_ts = weir__time_after_clock(t);
     int rc = c->node->ovt->poll(c);
     if (rc < 0 || rc > WEIR_POLL_BUSY)
       return weir__ctx_result(c, rc, WEIR_POLL_BUSY, "poll",

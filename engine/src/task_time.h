@@ -27,6 +27,13 @@ int weir__time_input(weir__task *t, uint32_t idx, uint32_t kind, uint64_t v);
 int weir__time_input_ended(weir__task *t, uint32_t idx);
 /* The true end of all input: the clock goes to WEIR_WATERMARK_MAX. */
 void weir__time_end(weir__task *t);
+/* The timestamp of records emitted outside any input record (poll, a
+ * processing-time timer): just after the task's clock, 0 without one. */
+static inline int64_t weir__time_after_clock(const weir__task *t) {
+  return t->clock == WEIR_WATERMARK_MIN   ? 0
+         : t->clock == WEIR_WATERMARK_MAX ? WEIR_WATERMARK_MAX
+                                          : t->clock + 1;
+}
 
 /* ---- timers (task_timers.c) ---- */
 

@@ -101,13 +101,6 @@ int64_t weir_ctx_processing_time(const weir_ctx *c) {
 
 /* ---- firing ------------------------------------------------------------------- */
 
-/* The timestamp of what a processing-time timer emits: as poll's. */
-static int64_t after_clock(const weir__task *t) {
-  return t->clock == WEIR_WATERMARK_MIN   ? 0
-         : t->clock == WEIR_WATERMARK_MAX ? WEIR_WATERMARK_MAX
-                                          : t->clock + 1;
-}
-
 void weir__timers_select(weir_ctx *c, uint64_t key) {
   c->cur_key = key;
   c->key_known = 1;
@@ -129,7 +122,7 @@ static int fire_group(void *arg, int64_t ts, const uint64_t *keys, uint32_t n) {
   const weir_operator_vt *vt = c->node->ovt;
   c->timer_ts = ts;
   c->timer_domain = (uint8_t)f->d;
-  c->cur_ts = f->d == WEIR_EVENT_TIME ? ts : after_clock(c->task);
+  c->cur_ts = f->d == WEIR_EVENT_TIME ? ts : weir__time_after_clock(c->task);
   int rc = 0;
   if (vt->on_timers) {
     weir_timer_batch tb = {n, ts, f->d, keys};
