@@ -359,6 +359,15 @@ static void tp_free(tp *t) {
   weir_free(t);
 }
 
+/* What the destination holds of this subtask after checkpoint id is
+ * discarded (it never completed). */
+static int abort_after(tp *t, uint64_t id) {
+  if (!t->vt->abort_after) return 0;
+  int rc = t->vt->abort_after(t->ctx, t->dest, id);
+  if (rc > 0) count(t, WEIR_SINK_ABORTS, (uint64_t)rc);
+  return rc < 0 ? rc : 0;
+}
+
 static int tp_open(weir_ctx *ctx) {
   const tp_arg *a = weir_ctx_arg(ctx);
   tp *t = weir_calloc(1, sizeof *t);
@@ -385,6 +394,19 @@ static int tp_open(weir_ctx *ctx) {
   }
   t->th_started = 1;
   weir_ctx_set_user(ctx, t);
+  /* A restored run where this subtask has no state of its own (a rescale
+   * added it): no restore callback follows, but what an earlier run of
+   * this subtask began after the checkpoint must still go, and its
+   * committed output stay (the destination's open kept it). */
+  uint64_t r = weir_ctx_restored_checkpoint(ctx);
+  if (r && !weir_ctx_restoring(ctx)) {
+    rc = abort_after(t, r);
+    if (rc < 0) {
+      weir_ctx_set_user(ctx, NULL);
+      tp_free(t);
+      return rc;
+    }
+  }
   return 0;
 }
 
@@ -619,11 +641,7 @@ static int tp_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
                          t->name, t->subtask);
   for (int k = 0; k < WEIR_SINK_NCOUNTERS; k++) t->base[k] = counters[k];
   (void)decode(p, len, t->subtask, &id, counters, &n, restore_one, t);
-  if (t->vt->abort_after) {
-    rc = t->vt->abort_after(ctx, t->dest, id);
-    if (rc < 0) return rc;
-    count(t, WEIR_SINK_ABORTS, (uint64_t)rc);
-  }
+  if ((rc = abort_after(t, id)) < 0) return rc;
   if (n)
     WEIR_LOG_I("sink '%s' subtask %u: recovering %u pending transaction%s of checkpoint %llu",
                t->name, t->subtask, n, n == 1 ? "" : "s", (unsigned long long)id);

@@ -486,6 +486,28 @@ Test(pg_tx, restored_with_another_parallelism) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
+/* Killed with transactions prepared at parallelism 2, restored at 3: the
+ * added subtask 2 has no state of its own, yet the run restores, so it
+ * must neither roll back the restored checkpoint's prepared transactions
+ * of subtasks 0 and 1 nor remove the rows committed before (it did both,
+ * taking itself for a fresh start: the others then found their
+ * transactions gone without a marker). */
+Test(pg_tx, restored_with_more_subtasks) {
+  need_pg();
+  crash_job *j = pg_job(P_RECORDS, P_KEYS, P_RATE, P_INTERVAL);
+  crash_kill_at(j, "ckpt.after_meta_commit", 3, 0, NULL, NULL);
+  PGconn *c = pg_connect(g_conninfo);
+  cr_assert_gt(pg_num(c, "SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'weir:%s:%%:3:%%'",
+                      job_id(j)),
+               0, "no transaction prepared for checkpoint 3\nhistory: %s", j->history);
+  j->par = "3";
+  restore_until_done(j);
+  check_pg(j, c);
+  PQfinish(c);
+  pg_job_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
 /* At least 10 runs killed at seeded random times (1-2 kills each). */
 Test(pg_tx, random_kills) {
   need_pg();

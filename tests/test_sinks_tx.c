@@ -111,6 +111,26 @@ static void file_rescaled(const char *from, const char *to, int again) {
   crash_free(j);
 }
 
+/* Parallelism 3, then 2 from a checkpoint (subtask 2's pending parts taken
+ * over), then 3 again from a checkpoint of the run at 2: subtask 2 is back
+ * with no state of its own, and its parts committed in the first run are
+ * output that must stay (they were removed, as on a fresh start). */
+Test(file_tx, restored_with_fewer_then_more_subtasks) {
+  crash_job *j = tx_job(F_RECORDS, F_KEYS, F_RATE, F_INTERVAL);
+  j->par = "3";
+  crash_kill_at(j, "ckpt.after_meta_commit", 3, 0, NULL, NULL);
+  j->par = "2";
+  char *err = NULL;
+  int rc = crash_run(j, "ckpt.after_meta_commit=kill@3", -1, &err, "--restore", "latest", NULL);
+  crash_expect_killed(j, rc, err, "ckpt.after_meta_commit", 0);
+  free(err);
+  j->par = "3";
+  restore_until_done(j);
+  crash_check_counter(j);
+  crash_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
 Test(file_tx, restored_with_another_parallelism) {
   file_rescaled("3", "2", 1);
   file_rescaled("2", "3", 0);

@@ -283,8 +283,10 @@ static int file_open(weir_ctx *ctx, void **out) {
   f->open_path = f->checkpointing ? part_path(f, f->subtask, 0, ".inprogress")
                                   : part_path(f, f->subtask, 0, ".txt.pending");
   weir__linebuf_init(&f->lb, FILE_BUF, FILE_BUF, lb_write, f);
-  /* A fresh start replaces what an earlier run of this subtask left. */
-  if (!weir_ctx_restoring(ctx) && (rc = remove_parts(ctx, f, 0, 1)) < 0) {
+  /* A fresh start replaces what an earlier run of this subtask left (a
+   * subtask with no state of its own in a restored run keeps its committed
+   * parts: twophase.c calls abort_after for it). */
+  if (!weir_ctx_restored_checkpoint(ctx) && (rc = remove_parts(ctx, f, 0, 1)) < 0) {
     fdest_free(f);
     return rc;
   }

@@ -592,7 +592,7 @@ static int pg_open(weir_ctx *ctx, void **out) {
   int rc;
   if (!d->conn) {
     rc = weir_ctx_fail(ctx, WEIR_EIO, "sink '%s' subtask %u: %s", d->sink, d->subtask, err);
-  } else if ((rc = setup_tables(ctx, d)) == 0 && !weir_ctx_restoring(ctx)) {
+  } else if ((rc = setup_tables(ctx, d)) == 0 && !weir_ctx_restored_checkpoint(ctx)) {
     /* A fresh start: nothing of an earlier unfinished run completed. */
     rc = resolve(ctx, d, 0, 0);
     if (rc >= 0 && d->owner) rc = replace_earlier(ctx, d);
@@ -676,8 +676,9 @@ static int begin(weir_ctx *ctx, pgdest *d) {
         return weir_ctx_fail(ctx, WEIR_EIO, "sink '%s' subtask %u: %s", d->sink, d->subtask, m);
     }
     if (!d->fenced_ok) {
-      /* Restoring, but no restore callback ran (no state): bump now. */
-      int rc = bump_fence(ctx, d, 0, 0);
+      /* Restoring, but abort_after has not bumped it yet. */
+      uint64_t r = weir_ctx_restored_checkpoint(ctx);
+      int rc = bump_fence(ctx, d, r, r != 0);
       if (rc < 0) return rc;
     }
     PGresult *r = exec(d->conn, sql, 0, NULL, m, sizeof m, st);

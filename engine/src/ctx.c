@@ -107,6 +107,9 @@ int weir_ctx_checkpointing(const weir_ctx *c) {
 int weir_ctx_restoring(const weir_ctx *c) {
   return c->restore != NULL;
 }
+uint64_t weir_ctx_restored_checkpoint(const weir_ctx *c) {
+  return c->job->restoring;
+}
 int weir_ctx_stopping(const weir_ctx *c) {
   return atomic_load_explicit(&c->job->stopping, memory_order_relaxed);
 }

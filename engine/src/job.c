@@ -490,6 +490,7 @@ static int recover_finished(weir_job *job, const weir_store_job *rec) {
   rc = weir__restore_load(job, rec->latest, 1);
   if (rc) return rc;
   job->recover_only = 1;
+  job->restoring = rec->latest;
   atomic_store(&job->complete_id, rec->latest);
   atomic_store(&job->final_id, rec->latest);
   return 0;
@@ -603,7 +604,7 @@ static int prepare_store(weir_job *job) {
     rc = weir__restore_load(job, from, 0);
     if (rc == WEIR_ECORRUPT || rc == WEIR_EFORMAT) note_intact(job, from);
     if (rc) return rc;
-    job->info.restored_from = from;
+    job->info.restored_from = job->restoring = from;
     WEIR_LOG_I("restored job %s from checkpoint %llu (%.1f MB read, checked and built in %.0f "
                "ms)",
                rec.job_id, (unsigned long long)from, (double)job->info.restored_bytes / 1e6,

@@ -340,8 +340,14 @@ uint32_t weir_ctx_max_record(const weir_ctx *ctx);
  * can then tie what it makes visible to checkpoint completion. */
 int weir_ctx_checkpointing(const weir_ctx *ctx);
 /* In open: nonzero if this subtask's state is being restored from a
- * checkpoint (its restore callback runs right after open). */
+ * checkpoint (its restore callback runs right after open). A subtask that
+ * a rescale added, or one that stored nothing, has no state to restore
+ * while the job still restores: see weir_ctx_restored_checkpoint. */
 int weir_ctx_restoring(const weir_ctx *ctx);
+/* The id of the checkpoint this run restores, for every subtask of the
+ * job (0: a start from the beginning). A destination decides with it, not
+ * with weir_ctx_restoring, whether earlier output may be discarded. */
+uint64_t weir_ctx_restored_checkpoint(const weir_ctx *ctx);
 /* In open and restore: the destination id (weir_destination.id) that the
  * restored checkpoint recorded for this operator, if this run moves it to
  * another one (allow_sink_change, which only a movable destination
