@@ -16,13 +16,15 @@
 
 #define MAX_POINTS 16
 
-enum { ACT_KILL, ACT_ERROR, ACT_ENOSPC, ACT_PAUSE, ACT_DELAY };
+enum { ACT_KILL, ACT_ERROR, ACT_ENOSPC, ACT_PAUSE, ACT_DELAY, ACT_UNTIL, ACT_COUNT };
 
 typedef struct point {
   char name[64];
   int action;
   unsigned at;
   unsigned delay_ms; /* ACT_DELAY */
+  char until[64];    /* ACT_UNTIL: the point whose hits it waits for ... */
+  unsigned until_n;  /* ... and how many */
   int repeat;
   atomic_uint hits;
 } point;
@@ -31,6 +33,12 @@ static point points[MAX_POINTS];
 static int npoints;
 static atomic_int armed;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static point *find(const char *name) {
+  for (int i = 0; i < npoints; i++)
+    if (!strcmp(points[i].name, name)) return &points[i];
+  return NULL;
+}
 
 static void parse(void) {
   npoints = 0;
@@ -73,6 +81,13 @@ static void parse(void) {
     else if (!strcmp(act, "delay") || !strncmp(act, "delay:", 6)) {
       p->action = ACT_DELAY;
       p->delay_ms = act[5] == ':' ? (unsigned)strtoul(act + 6, NULL, 10) : 5;
+    } else if (!strncmp(act, "until:", 6) && strrchr(act + 6, ':')) {
+      char *colon = strrchr(act + 6, ':');
+      *colon = 0;
+      p->action = ACT_UNTIL;
+      p->repeat = 1;
+      snprintf(p->until, sizeof p->until, "%s", act + 6);
+      p->until_n = (unsigned)strtoul(colon + 1, NULL, 10);
     } else {
       WEIR_LOG_W("WEIR_FAILPOINTS: unknown action '%s' for %s", act, p->name);
       continue;
@@ -80,13 +95,16 @@ static void parse(void) {
     atomic_store(&p->hits, 0);
     npoints++;
   }
+  /* A point an `until` waits for is counted even if nothing else arms it. */
+  for (int i = 0, n = npoints; i < n; i++)
+    if (points[i].action == ACT_UNTIL && !find(points[i].until) && npoints < MAX_POINTS) {
+      point *c = &points[npoints++];
+      memset(c, 0, sizeof *c);
+      memcpy(c->name, points[i].until, sizeof c->name);
+      c->action = ACT_COUNT;
+      c->at = 1;
+    }
   atomic_store(&armed, npoints > 0);
-}
-
-static point *find(const char *name) {
-  for (int i = 0; i < npoints; i++)
-    if (!strcmp(points[i].name, name)) return &points[i];
-  return NULL;
 }
 
 int weir_failpoint(const char *name) {
@@ -97,6 +115,12 @@ int weir_failpoint(const char *name) {
   unsigned hit = atomic_fetch_add(&p->hits, 1) + 1;
   if (hit < p->at || (hit > p->at && !p->repeat)) return 0;
   switch (p->action) {
+  case ACT_COUNT:
+    return 0;
+  case ACT_UNTIL: {
+    point *u = find(p->until);
+    return u && atomic_load(&u->hits) < p->until_n ? WEIR_EAGAIN : 0;
+  }
   case ACT_KILL:
     fprintf(stderr, "weir: failpoint %s: kill (hit %u)\n", name, hit);
     fflush(stderr);

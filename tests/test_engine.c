@@ -714,6 +714,21 @@ Test(engine, workers_outlive_the_wake_up_that_stops_them) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
+/* until:POINT:N answers WEIR_EAGAIN at every hit until POINT was reached N
+ * times (counted although nothing else arms it), then 0 for good. */
+Test(engine, failpoint_until_waits_for_another_points_hits) {
+  th_arm_failpoints("t.hold=until:t.event:2");
+  cr_assert_eq(weir_failpoint("t.hold"), WEIR_EAGAIN);
+  cr_assert_eq(weir_failpoint("t.event"), 0);
+  cr_assert_eq(weir_failpoint("t.hold"), WEIR_EAGAIN);
+  cr_assert_eq(weir_failpoint("t.event"), 0);
+  cr_assert_eq(weir_failpoint_hits("t.event"), 2);
+  cr_assert_eq(weir_failpoint("t.hold"), 0);
+  cr_assert_eq(weir_failpoint("t.hold"), 0);
+  cr_assert_eq(weir_failpoint_hits("t.hold"), 4);
+  th_arm_failpoints(NULL);
+}
+
 /* Batch callback failing without weir_ctx_fail: the code's own text. */
 static int batch_fail(weir_ctx *ctx, const weir_batch *b) {
   return WEIR_EBADREC;

@@ -655,7 +655,8 @@ static int acquire_lease(weir_job *job) {
       return rc;
     }
   }
-  return 0;
+  /* Tests hold an owner here (pause) to race a second run against it. */
+  return weir_failpoint("lease.acquired");
 }
 
 /* ---- running ------------------------------------------------------------------ */

@@ -741,6 +741,13 @@ static int source_step(weir__task *t) {
     note_time(t, t2 - t1, made);
     if (t->wmgen && rc != WEIR_SOURCE_DONE) weir__time_source_tick(t, t2);
     if (UNLIKELY(t->job->opts.buffer_timeout_us == WEIR_FLUSH_AT_ONCE)) weir__task_flush_outputs(t);
+    /* A test may hold the end of the input (failpoint source.done=until:
+     * POINT:N, e.g. until a third checkpoint completed): the source idles
+     * meanwhile and is asked again (the built-in ones answer DONE again). */
+    if (rc == WEIR_SOURCE_DONE && weir_failpoint("source.done") == WEIR_EAGAIN) {
+      rc = WEIR_SOURCE_IDLE;
+      c->wake_after_us = 1000;
+    }
     if (rc == WEIR_SOURCE_DONE) {
       weir__task_finish(t);
       return 0;
