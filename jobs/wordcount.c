@@ -225,7 +225,8 @@ static int wordcount_build(weir_job *job, const cli_engine *eng, void *cfg) {
   weir_stream *s = c->source ? weir_rebalance(weir_nats_source(job, "nats", c->source))
                              : weir_file_source(job, "file", c->input, &fo, p);
   s = weir_flat_map(s, "split", split_words, NULL, p);
-  s = weir_process(weir_key_by(s), "count_words", &count_words_vt, NULL, p);
+  weir_op_opts keyed = {.size = sizeof keyed, .flags = WEIR_OP_KEYED_STATE};
+  s = weir_process_opts(weir_key_by(s), "count_words", &count_words_vt, NULL, p, &keyed);
   return weir_sink_to(s, "sink", c->sink, format_word_count, p);
 }
 

@@ -10,9 +10,8 @@
  * batch before it emits anything (see count_process_batch). `process`
  * exists for engines or tests that call record by record.
  *
- * Both need a keyed input (weir_key_by). Whether the input is keyed is only
- * known at run time, when the first state call returns WEIR_ENOTKEYED; the
- * operator then fails with a message that names it and the remedy.
+ * Both need a keyed input (weir_key_by) and declare it (WEIR_OP_KEYED_STATE):
+ * a non-keyed input is a build error naming the operator and the remedy.
  */
 #include "weir/operators.h"
 
@@ -24,14 +23,11 @@
  * the default size at once, on the stack. */
 #define COUNT_CHUNK 1024u
 
-/* Turns WEIR_ENOTKEYED into a failure that says what to do (count has no
- * arg, reduce always has one); passes other errors through. */
-static int not_keyed(weir_ctx *ctx, int rc) {
-  if (rc != WEIR_ENOTKEYED) return rc;
-  return weir_ctx_fail(ctx, rc,
-                       "%s '%s' keeps keyed state but its input is not keyed: apply "
-                       "weir_key_by() to its input stream",
-                       weir_ctx_arg(ctx) ? "reduce" : "count", weir_ctx_name(ctx));
+/* Both are added with that declaration. */
+static weir_stream *keyed_process(weir_stream *s, const char *name, const weir_operator_vt *vt,
+                                  void *arg, int parallelism) {
+  weir_op_opts o = {.size = sizeof o, .flags = WEIR_OP_KEYED_STATE};
+  return weir_process_opts(s, name, vt, arg, parallelism, &o);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -40,7 +36,7 @@ static int not_keyed(weir_ctx *ctx, int rc) {
 static int count_process(weir_ctx *ctx, const weir_record *r) {
   uint64_t n;
   int rc = weir_state_add_u64(ctx, r->key, 1, &n);
-  if (rc < 0) return not_keyed(ctx, rc);
+  if (rc < 0) return rc;
   return weir_emit_u64(ctx, r->key, n);
 }
 
@@ -64,7 +60,7 @@ static int count_process_batch(weir_ctx *ctx, const weir_batch *b) {
     for (uint32_t i = 0; i < n; i++) {
       if (i + PREFETCH_AHEAD < n) weir_state_prefetch_u64(ctx, k[i + PREFETCH_AHEAD]);
       int rc = weir_state_add_u64(ctx, k[i], 1, &counts[i]);
-      if (rc < 0) return not_keyed(ctx, rc);
+      if (rc < 0) return rc;
     }
     int rc = weir_emit_u64_from_n(ctx, b, base, n, k, counts);
     if (rc < 0) return rc;
@@ -81,7 +77,7 @@ static const weir_operator_vt count_vt = {
 
 weir_stream *weir_count(weir_stream *s, const char *name, int parallelism) {
   if (!weir_stream_job(s)) return NULL;
-  return weir_process(s, name, &count_vt, NULL, parallelism);
+  return keyed_process(s, name, &count_vt, NULL, parallelism);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -98,10 +94,10 @@ static int reduce_one(weir_ctx *ctx, const reduce_arg *a, uint64_t key, uint64_t
                       uint64_t *acc) {
   uint64_t cur;
   int rc = weir_state_get_u64(ctx, key, &cur);
-  if (rc < 0) return not_keyed(ctx, rc);
+  if (rc < 0) return rc;
   *acc = rc == 1 ? a->fn(a->user, cur, value) : value;
   rc = weir_state_put_u64(ctx, key, *acc);
-  return rc < 0 ? not_keyed(ctx, rc) : 0;
+  return rc < 0 ? rc : 0;
 }
 
 static int reduce_process(weir_ctx *ctx, const weir_record *r) {
@@ -151,5 +147,5 @@ weir_stream *weir_reduce(weir_stream *s, const char *name, weir_reduce_fn fn, vo
   a->fn = fn;
   a->user = user;
   if (weir_job_adopt(job, a, reduce_arg_free) < 0) return NULL;
-  return weir_process(s, name, &reduce_vt, a, parallelism);
+  return keyed_process(s, name, &reduce_vt, a, parallelism);
 }

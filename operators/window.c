@@ -231,11 +231,12 @@ weir_stream *weir_window_aggregate(weir_stream *s, const char *name, const weir_
     return NULL;
   }
   static const char *const tags[] = {WEIR_TAG_LATE};
-  weir_op_opts oo = {.size = sizeof oo,
-                     .flags = w->time == WEIR_EVENT_TIME ? WEIR_OP_EVENT_TIMERS
-                                                         : WEIR_OP_PROCESSING_TIMERS,
-                     .ntags = 1,
-                     .tags = tags};
+  weir_op_opts oo = {
+      .size = sizeof oo,
+      .flags = WEIR_OP_KEYED_STATE |
+               (w->time == WEIR_EVENT_TIME ? WEIR_OP_EVENT_TIMERS : WEIR_OP_PROCESSING_TIMERS),
+      .ntags = 1,
+      .tags = tags};
   return weir_process_opts(s, name, &win_vt, a, parallelism, &oo);
 }
 

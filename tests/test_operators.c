@@ -620,18 +620,48 @@ Test(keyed, count_exact_per_key) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
-Test(keyed, count_on_unkeyed_input_fails_clearly) {
-  collector c;
-  coll_init(&c);
+static uint64_t add_u64(void *user, uint64_t acc, uint64_t v) {
+  (void)user;
+  return acc + v;
+}
+
+/* count and reduce declare keyed state: on an input that is not keyed the
+ * build fails, naming the operator and the remedy, before anything runs. */
+Test(keyed, count_on_unkeyed_input_fails_at_build) {
   weir_job *job = new_job();
   weir_gen_opts g = {.records = 10, .keys = 3};
   weir_stream *s = weir_count(weir_gen(job, "gen", &g, 1), "count", 1);
-  cr_assert_eq(weir_sink(s, "collect", &collect_vt, &c, 1), 0);
-  cr_assert_eq(run1(job), WEIR_ENOTKEYED);
+  cr_assert_null(s);
+  cr_assert_eq(weir_sink(s, "collect", &collect_vt, NULL, 1), WEIR_EPLAN);
   const char *e = weir_job_error(job);
-  cr_assert(strstr(e, "count") && strstr(e, "weir_key_by"), "error: %s", e);
+  cr_assert(strstr(e, "operator 'count' keeps keyed state") && strstr(e, "weir_key_by"),
+            "error: %s", e);
   weir_job_destroy(job);
-  coll_free(&c);
+  job = new_job();
+  cr_assert_null(weir_reduce(weir_gen(job, "gen", &g, 1), "sum", add_u64, NULL, 1));
+  cr_assert(strstr(weir_job_error(job), "operator 'sum' keeps keyed state"), "error: %s",
+            weir_job_error(job));
+  weir_job_destroy(job);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* An operator that keeps keyed state without declaring it is found at its
+ * first state call (WEIR_ENOTKEYED), with the operator named. */
+static int undeclared_state(weir_ctx *ctx, const weir_record *r) {
+  uint64_t n;
+  return weir_state_add_u64(ctx, r->key, 1, &n);
+}
+
+Test(keyed, undeclared_keyed_state_fails_at_first_call) {
+  static const weir_operator_vt vt = {
+      .size = sizeof vt, .name = "mine", .process = undeclared_state};
+  weir_job *job = new_job();
+  weir_gen_opts g = {.records = 10, .keys = 3};
+  weir_stream *s = weir_process(weir_gen(job, "gen", &g, 1), "mine", &vt, NULL, 1);
+  cr_assert_eq(weir_sink(s, "collect", &collect_vt, NULL, 1), 0);
+  cr_assert_eq(run1(job), WEIR_ENOTKEYED);
+  cr_assert(strstr(weir_job_error(job), "mine"), "error: %s", weir_job_error(job));
+  weir_job_destroy(job);
   cr_assert_eq(th_leak_check(), 0);
 }
 

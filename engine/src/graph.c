@@ -382,10 +382,16 @@ static int take_tags(weir_job *job, weir__node *n, const weir_op_opts *o) {
  * event-time.md §10); 0 or the build error. */
 static int check_opts(weir_job *job, const weir__node *n, uint32_t flags) {
   const char *call = "weir_process_opts";
-  const uint32_t known = WEIR_OP_EVENT_TIME | WEIR_OP_EVENT_TIMERS | WEIR_OP_PROCESSING_TIMERS;
+  const uint32_t known =
+      WEIR_OP_EVENT_TIME | WEIR_OP_EVENT_TIMERS | WEIR_OP_PROCESSING_TIMERS | WEIR_OP_KEYED_STATE;
   if (flags & ~known)
     return weir_job_fail(job, WEIR_EPLAN, "%s: operator '%s': unknown flags 0x%x", call, n->name,
                          flags & ~known);
+  if ((flags & WEIR_OP_KEYED_STATE) && !n->keyed)
+    return weir_job_fail(job, WEIR_EPLAN,
+                         "%s: operator '%s' keeps keyed state, but its input is not keyed: "
+                         "apply weir_key_by() to its input stream",
+                         call, n->name);
   uint32_t timers = flags & (WEIR_OP_EVENT_TIMERS | WEIR_OP_PROCESSING_TIMERS);
   if (!timers) return 0;
   const char *what = timers == WEIR_OP_PROCESSING_TIMERS ? "processing-time" : "event-time";

@@ -570,12 +570,15 @@ weir_stream *weir_process(weir_stream *s, const char *name, const weir_operator_
  * misuse is a build error (WEIR_EPLAN, exit 2) rather than a failure at
  * the first record. */
 enum {
-  WEIR_OP_EVENT_TIME = 1,       /* reads the event-time clock: needs a watermark strategy on
-                                   every source upstream, and no loop around or upstream */
-  WEIR_OP_EVENT_TIMERS = 2,     /* registers event-time timers (implies WEIR_OP_EVENT_TIME;
-                                   keyed input, on_timer or on_timers) */
-  WEIR_OP_PROCESSING_TIMERS = 4 /* registers processing-time timers (keyed input, on_timer or
+  WEIR_OP_EVENT_TIME = 1,        /* reads the event-time clock: needs a watermark strategy on
+                                    every source upstream, and no loop around or upstream */
+  WEIR_OP_EVENT_TIMERS = 2,      /* registers event-time timers (implies WEIR_OP_EVENT_TIME;
+                                    keyed input, on_timer or on_timers) */
+  WEIR_OP_PROCESSING_TIMERS = 4, /* registers processing-time timers (keyed input, on_timer or
                                    on_timers) */
+  WEIR_OP_KEYED_STATE = 8        /* keeps keyed state (weir_state_*): keyed input. Undeclared,
+                                    a non-keyed input is found at the first state call
+                                    (WEIR_ENOTKEYED) instead */
 };
 typedef struct weir_op_opts {
   size_t size;    /* sizeof(weir_op_opts) */

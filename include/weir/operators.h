@@ -74,7 +74,7 @@ weir_stream *weir_flat_map(weir_stream *s, const char *name, weir_flat_map_fn fn
 
 /* Keyed count (input must be keyed): for every record, emits (key,
  * new count of key) with the count as a u64 payload. On an input that is not
- * keyed, the job fails at the first record (WEIR_ENOTKEYED). */
+ * keyed, the job's build fails (WEIR_EPLAN, naming the operator). */
 weir_stream *weir_count(weir_stream *s, const char *name, int parallelism);
 
 /* Keyed reduce over u64 payloads (input must be keyed): the first value of a
