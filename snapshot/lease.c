@@ -579,23 +579,28 @@ static void lease_free(weir_lease *l) {
   weir_free(l);
 }
 
-/* Marks the lease lost (once) with a message, and tells the owner. Only
- * the thread that marks it tells, once its message is in place: a second
- * thread finding the lease lost at the same moment (the heartbeat and a
- * check before a commit) would otherwise tell with the message still empty,
- * and an owner that exits at once would say nothing of why. */
+/* Marks the lease lost (once) with a message, and tells the owner. The
+ * message is in place before the mark can be seen: a thread that finds the
+ * lease lost (weir_lease_check's first test) and asks why must get the
+ * reason, and only the thread that marked it tells, so an owner that exits
+ * at once never says nothing of why. (The mark used to come first: a
+ * concurrent check could return WEIR_EFENCED with weir_lease_error still
+ * empty; tests/stress_lease caught it.) */
 static int lose(weir_lease *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int lose(weir_lease *l, const char *fmt, ...) {
-  int expected = 0;
-  if (atomic_compare_exchange_strong(&l->lost, &expected, 1)) {
-    char buf[sizeof l->err];
+  char buf[sizeof l->err];
+  pthread_mutex_lock(&l->mu);
+  int first = !atomic_load(&l->lost);
+  if (first) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    vsnprintf(l->err, sizeof l->err, fmt, ap);
     va_end(ap);
-    pthread_mutex_lock(&l->mu);
-    memcpy(l->err, buf, sizeof buf);
-    pthread_mutex_unlock(&l->mu);
+    memcpy(buf, l->err, sizeof buf);
+    atomic_store(&l->lost, 1);
+  }
+  pthread_mutex_unlock(&l->mu);
+  if (first) {
     WEIR_LOG_W("%s", buf);
     if (l->lost_fn) l->lost_fn(l->lost_user, WEIR_EFENCED, buf);
   }
