@@ -20,7 +20,20 @@
  * from its timer, already due, right after the record.
  * Processing time: tumbling windows of the wall clock at arrival, fired
  * and purged by processing-time timers.
+ * Sessions (event time): a record at ts makes the window [ts, ts + gap);
+ * windows of a key that overlap (half-open: a record exactly one gap after
+ * the last starts a new session) merge, accumulators with agg.merge. A
+ * key's open sessions are one state entry (the key and INT64_MIN), a list
+ * of (start, end, firing, accumulator): a key has few at once (those the
+ * disorder keeps open). Each session has its timer at end - 1 (and, with
+ * lateness, its purge at end - 1 + lateness). The timers of sessions a
+ * merge absorbed stay: timers are per (key, timestamp), one may be another
+ * session's too, and one that finds no session ending there does nothing.
+ * A session fires once the clock passes end - 1
+ * and goes, or with lateness stays until its purge: a record that merges
+ * into it meanwhile fires the merged session again at once.
  */
+#include <stddef.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -68,8 +81,8 @@ static int64_t last_start(const win *w, int64_t ts) {
 }
 
 /* Emits the result of window [start, end) with accumulator acc. */
-static int emit_result(weir_ctx *ctx, const win *w, uint64_t key, int64_t end, uint32_t firing,
-                       const void *acc, int from_timer) {
+static int emit_result(weir_ctx *ctx, const win *w, uint64_t key, int64_t start, int64_t end,
+                       uint32_t firing, const void *acc, int from_timer) {
   uint8_t buf[HEADER + 256];
   uint8_t *out = buf;
   size_t cap = sizeof buf - HEADER;
@@ -80,7 +93,7 @@ static int emit_result(weir_ctx *ctx, const win *w, uint64_t key, int64_t end, u
     len = w->agg.result(w->user, acc, out + HEADER, cap);
     if (len > cap) len = cap;
   }
-  put64(out, (uint64_t)(end - w->w.length));
+  put64(out, (uint64_t)start);
   put64(out + 8, (uint64_t)end);
   put32(out + 16, firing);
   put32(out + 20, 0);
@@ -121,12 +134,158 @@ static int join(weir_ctx *ctx, const win *w, const weir_record *r, int64_t end, 
     if (!rc && event && w->w.allowed_lateness > 0)
       rc = weir_timer_register(ctx, WEIR_EVENT_TIME, end - 1 + w->w.allowed_lateness);
   }
-  if (!rc && again) rc = emit_result(ctx, w, r->key, end, firing, val + VALUE_AT, 0);
+  if (!rc && again)
+    rc = emit_result(ctx, w, r->key, end - w->w.length, end, firing, val + VALUE_AT, 0);
   return rc;
+}
+
+/* ---- sessions ---------------------------------------------------------------- */
+
+/* A session in the list: start i64, end i64, firings so far u32, fired at
+ * its current end u32 (0 or 1: a merge that moves the end clears it), the
+ * accumulator. */
+#define SESSION_AT 24u
+#define SESSIONS_MAX 4096u /* open sessions of one key at most */
+
+typedef struct sessions {
+  uint8_t k[16];
+  uint32_t n, size; /* sessions; bytes of one */
+  uint8_t *v;       /* n * size bytes (weir_malloc'd) */
+} sessions;
+
+static uint8_t *sess_at(const sessions *s, uint32_t i) {
+  return s->v + (size_t)i * s->size;
+}
+
+/* Loads key's open sessions (none: n = 0). */
+static int sess_load(weir_ctx *ctx, const win *w, uint64_t key, sessions *s) {
+  state_key(s->k, key, INT64_MIN);
+  s->size = SESSION_AT + w->agg.acc_len;
+  s->n = 0;
+  s->v = NULL;
+  const void *v = NULL;
+  size_t vlen = 0;
+  int rc = weir_state_get_bytes(ctx, s->k, sizeof s->k, &v, &vlen);
+  if (rc <= 0) return rc;
+  if (vlen % s->size || vlen / s->size > SESSIONS_MAX)
+    return weir_ctx_fail(ctx, WEIR_ECORRUPT, "window '%s': session state of %zu bytes",
+                         weir_ctx_name(ctx), vlen);
+  s->n = (uint32_t)(vlen / s->size);
+  s->v = weir_malloc(vlen + s->size); /* room for one more */
+  memcpy(s->v, v, vlen);
+  return 0;
+}
+
+static int sess_store(weir_ctx *ctx, sessions *s) {
+  int rc = s->n ? weir_state_put_bytes(ctx, s->k, sizeof s->k, s->v, (size_t)s->n * s->size)
+                : weir_state_del_bytes(ctx, s->k, sizeof s->k);
+  weir_free(s->v);
+  s->v = NULL;
+  return rc < 0 ? rc : 0;
+}
+
+static void sess_remove(sessions *s, uint32_t i) {
+  memmove(sess_at(s, i), sess_at(s, i + 1), (size_t)(s->n - i - 1) * s->size);
+  s->n--;
+}
+
+/* The record's window [ts, ts + gap) merged with every open session of its
+ * key that it overlaps (transitively); fired again at once if the merged
+ * session's end already passed and a part of it had fired. */
+static int session_process(weir_ctx *ctx, const win *w, const weir_record *r, int64_t clock) {
+  int64_t gap = w->w.length, lateness = w->w.allowed_lateness;
+  if (clock != WEIR_WATERMARK_MIN && r->ts + gap - 1 + lateness <= clock)
+    return weir_emit_side(ctx, WEIR_TAG_LATE, r->key, WEIR_TS_DEFAULT, r->payload, r->len);
+  sessions s;
+  int rc = sess_load(ctx, w, r->key, &s);
+  if (rc < 0) return rc;
+  if (!s.v) s.v = weir_malloc(s.size);
+  if (s.n >= SESSIONS_MAX) {
+    weir_free(s.v);
+    return weir_ctx_fail(ctx, WEIR_ENOSPC, "window '%s': key %llu has %u open sessions",
+                         weir_ctx_name(ctx), (unsigned long long)r->key, s.n);
+  }
+  /* The new session, last in the list, absorbs the ones it overlaps. */
+  uint8_t *m = sess_at(&s, s.n);
+  put64(m, (uint64_t)r->ts);
+  put64(m + 8, (uint64_t)(r->ts + gap));
+  put32(m + 16, 0);
+  put32(m + 20, 0);
+  w->agg.init(w->user, m + SESSION_AT);
+  if ((rc = w->agg.add(w->user, m + SESSION_AT, r)) != 0) goto out;
+  int64_t start = r->ts, end = r->ts + gap;
+  uint32_t firing = 0;
+  for (int merged = 1; merged;) {
+    merged = 0;
+    for (uint32_t i = 0; i < s.n; i++) {
+      uint8_t *e = sess_at(&s, i);
+      int64_t es = (int64_t)get64(e), ee = (int64_t)get64(e + 8);
+      if (es >= end || start >= ee) continue;
+      if (es < start) start = es;
+      if (ee > end) end = ee;
+      if (get32(e + 16) > firing) firing = get32(e + 16);
+      w->agg.merge(w->user, m + SESSION_AT, e + SESSION_AT);
+      memmove(e, sess_at(&s, i + 1), (size_t)(s.n - i) * s.size); /* m moves down too */
+      s.n--;
+      m = sess_at(&s, s.n);
+      merged = 1;
+      break;
+    }
+  }
+  put64(m, (uint64_t)start);
+  put64(m + 8, (uint64_t)end);
+  /* Merged into a session that fired, and its end passed already: fire
+   * again now; otherwise its timer fires it (again) at its end. */
+  int again = firing > 0 && end - 1 <= clock;
+  if (again) firing++;
+  put32(m + 16, firing);
+  put32(m + 20, (uint32_t)again);
+  s.n++;
+  if ((rc = weir_timer_register(ctx, WEIR_EVENT_TIME, end - 1)) < 0) goto out;
+  if (lateness > 0 && (rc = weir_timer_register(ctx, WEIR_EVENT_TIME, end - 1 + lateness)) < 0)
+    goto out;
+  if (again && (rc = emit_result(ctx, w, r->key, start, end, firing, m + SESSION_AT, 0)) < 0)
+    goto out;
+  return sess_store(ctx, &s);
+out:
+  weir_free(s.v);
+  return rc;
+}
+
+/* Timer at t: fires the key's session ending at t + 1 if it has not fired
+ * (and drops it without lateness), drops the one whose purge is due. */
+static int session_timer(weir_ctx *ctx, const win *w, uint64_t key, int64_t t) {
+  sessions s;
+  int rc = sess_load(ctx, w, key, &s);
+  if (rc < 0 || !s.n) {
+    weir_free(s.v);
+    return rc;
+  }
+  int64_t lateness = w->w.allowed_lateness;
+  for (uint32_t i = 0; i < s.n;) {
+    uint8_t *e = sess_at(&s, i);
+    int64_t es = (int64_t)get64(e), ee = (int64_t)get64(e + 8);
+    if (ee - 1 == t && get32(e + 20) == 0) {
+      uint32_t firing = get32(e + 16) + 1;
+      put32(e + 16, firing);
+      put32(e + 20, 1);
+      if ((rc = emit_result(ctx, w, key, es, ee, firing, e + SESSION_AT, 1)) < 0) {
+        weir_free(s.v);
+        return rc;
+      }
+    }
+    if (ee - 1 + lateness <= t && get32(e + 20)) {
+      sess_remove(&s, i);
+      continue;
+    }
+    i++;
+  }
+  return sess_store(ctx, &s);
 }
 
 static int win_process(weir_ctx *ctx, const weir_record *r) {
   const win *w = weir_ctx_arg(ctx);
+  if (w->w.kind == WEIR_WINDOW_SESSION) return session_process(ctx, w, r, weir_ctx_watermark(ctx));
   int event = w->w.time == WEIR_EVENT_TIME;
   int64_t clock = event ? weir_ctx_watermark(ctx) : WEIR_WATERMARK_MIN;
   int64_t ts = event ? r->ts : weir_ctx_processing_time(ctx);
@@ -157,7 +316,7 @@ static int win_timer_key(weir_ctx *ctx, const win *w, uint64_t key, int64_t t) {
   if (rc == 1 && vlen == VALUE_AT + w->agg.acc_len && get32(v) == 0) {
     memcpy(val, v, vlen);
     put32(val, 1);
-    rc = emit_result(ctx, w, key, t + 1, 1, val + VALUE_AT, 1);
+    rc = emit_result(ctx, w, key, t + 1 - w->w.length, t + 1, 1, val + VALUE_AT, 1);
     if (rc) return rc;
     rc = lateness > 0 ? weir_state_put_bytes(ctx, k, sizeof k, val, vlen)
                       : weir_state_del_bytes(ctx, k, sizeof k);
@@ -175,7 +334,8 @@ static int win_timers(weir_ctx *ctx, const weir_timer_batch *tb) {
   const win *w = weir_ctx_arg(ctx);
   for (uint32_t i = 0; i < tb->len; i++) {
     weir_state_select(ctx, tb->keys[i]);
-    int rc = win_timer_key(ctx, w, tb->keys[i], tb->ts);
+    int rc = w->w.kind == WEIR_WINDOW_SESSION ? session_timer(ctx, w, tb->keys[i], tb->ts)
+                                              : win_timer_key(ctx, w, tb->keys[i], tb->ts);
     if (rc) return rc;
   }
   return 0;
@@ -189,18 +349,23 @@ static const weir_operator_vt win_vt = {.size = sizeof(weir_operator_vt),
 
 /* What is wrong with spec w and aggregate agg, or NULL. */
 static const char *bad_spec(const weir_window_spec *w, const weir_aggregate_vt *agg) {
-  if (w->kind != WEIR_WINDOW_TUMBLING && w->kind != WEIR_WINDOW_SLIDING)
-    return "kind is not WEIR_WINDOW_TUMBLING or WEIR_WINDOW_SLIDING";
+  if (w->kind != WEIR_WINDOW_TUMBLING && w->kind != WEIR_WINDOW_SLIDING &&
+      w->kind != WEIR_WINDOW_SESSION)
+    return "kind is not WEIR_WINDOW_TUMBLING, WEIR_WINDOW_SLIDING or WEIR_WINDOW_SESSION";
   if (w->time != WEIR_EVENT_TIME && w->time != WEIR_PROCESSING_TIME)
     return "time is not WEIR_EVENT_TIME or WEIR_PROCESSING_TIME";
   if (w->length <= 0) return "length must be positive";
   if (w->kind == WEIR_WINDOW_SLIDING && (w->slide <= 0 || w->slide > w->length))
     return "a sliding window needs 0 < slide <= length";
   if (w->allowed_lateness < 0) return "allowed_lateness must not be negative";
+  if (w->kind == WEIR_WINDOW_SESSION && w->time != WEIR_EVENT_TIME)
+    return "session windows are in event time";
   if (w->time == WEIR_PROCESSING_TIME &&
       (w->kind != WEIR_WINDOW_TUMBLING || w->allowed_lateness != 0))
     return "processing-time windows are tumbling, without lateness";
   if (!agg->init || !agg->add || !agg->result) return "the aggregate lacks init, add or result";
+  if (w->kind == WEIR_WINDOW_SESSION && !agg->merge)
+    return "session windows need an aggregate with merge (sessions merge their accumulators)";
   if (agg->acc_len == 0 || agg->acc_len > ACC_MAX)
     return "the aggregate's acc_len must be 1 .. 4096";
   return NULL;
@@ -210,12 +375,15 @@ weir_stream *weir_window_aggregate(weir_stream *s, const char *name, const weir_
                                    const weir_aggregate_vt *agg, void *user, int parallelism) {
   weir_job *job = weir_stream_job(s);
   if (!job) return NULL;
-  if (!w || !agg || w->size < sizeof *w || agg->size < sizeof *agg) {
+  /* An aggregate table from before merge existed is taken (without it). */
+  if (!w || !agg || w->size < sizeof *w || agg->size < offsetof(weir_aggregate_vt, merge)) {
     weir_job_fail(job, WEIR_EPLAN, "weir_window_aggregate: window '%s': %s", name ? name : "?",
                   !w || !agg ? "spec or aggregate is NULL" : "spec or aggregate without its size");
     return NULL;
   }
-  const char *why = bad_spec(w, agg);
+  weir_aggregate_vt ag = {0};
+  memcpy(&ag, agg, agg->size < sizeof ag ? agg->size : sizeof ag);
+  const char *why = bad_spec(w, &ag);
   if (why) {
     weir_job_fail(job, WEIR_EPLAN, "weir_window_aggregate: window '%s': %s", name ? name : "?",
                   why);
@@ -223,7 +391,7 @@ weir_stream *weir_window_aggregate(weir_stream *s, const char *name, const weir_
   }
   win *a = weir_calloc(1, sizeof *a);
   a->w = *w;
-  a->agg = *agg;
+  a->agg = ag;
   a->user = user;
   int rc = weir_job_adopt(job, a, weir_free);
   if (rc) {
@@ -285,6 +453,18 @@ static int max_add(void *user, void *acc, const weir_record *r) {
   if (v > get64(acc)) put64(acc, v);
   return 0;
 }
+static void sum_merge(void *user, void *acc, const void *other) {
+  (void)user;
+  put64(acc, get64(acc) + get64(other));
+}
+static void min_merge(void *user, void *acc, const void *other) {
+  (void)user;
+  if (get64(other) < get64(acc)) put64(acc, get64(other));
+}
+static void max_merge(void *user, void *acc, const void *other) {
+  (void)user;
+  if (get64(other) > get64(acc)) put64(acc, get64(other));
+}
 static size_t u64_result(void *user, const void *acc, void *out, size_t cap) {
   (void)user;
   if (cap >= 8) memcpy(out, acc, 8); /* the accumulator is the u64, little-endian */
@@ -292,10 +472,10 @@ static size_t u64_result(void *user, const void *acc, void *out, size_t cap) {
 }
 
 const weir_aggregate_vt weir_agg_count = {
-    sizeof(weir_aggregate_vt), "count", 8, zero64, count_add, u64_result};
+    sizeof(weir_aggregate_vt), "count", 8, zero64, count_add, u64_result, sum_merge};
 const weir_aggregate_vt weir_agg_sum_u64 = {
-    sizeof(weir_aggregate_vt), "sum", 8, zero64, sum_add, u64_result};
+    sizeof(weir_aggregate_vt), "sum", 8, zero64, sum_add, u64_result, sum_merge};
 const weir_aggregate_vt weir_agg_min_u64 = {
-    sizeof(weir_aggregate_vt), "min", 8, ones64, min_add, u64_result};
+    sizeof(weir_aggregate_vt), "min", 8, ones64, min_add, u64_result, min_merge};
 const weir_aggregate_vt weir_agg_max_u64 = {
-    sizeof(weir_aggregate_vt), "max", 8, zero64, max_add, u64_result};
+    sizeof(weir_aggregate_vt), "max", 8, zero64, max_add, u64_result, max_merge};

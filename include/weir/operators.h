@@ -90,14 +90,18 @@ weir_stream *weir_reduce(weir_stream *s, const char *name, weir_reduce_fn fn, vo
 
 typedef enum weir_window_kind {
   WEIR_WINDOW_TUMBLING = 1,
-  WEIR_WINDOW_SLIDING = 2
+  WEIR_WINDOW_SLIDING = 2,
+  /* Event time: a record at ts makes [ts, ts + length) (length: the gap);
+   * windows of a key that overlap merge into one session (half-open: a
+   * record one whole gap after the last one starts a new session). */
+  WEIR_WINDOW_SESSION = 3
 } weir_window_kind;
 typedef struct weir_window_spec {
   size_t size; /* sizeof(weir_window_spec) */
   weir_window_kind kind;
   weir_time_domain time; /* WEIR_PROCESSING_TIME: tumbling only, no lateness */
-  int64_t length;        /* > 0 */
-  int64_t slide;         /* sliding: 0 < slide <= length (tumbling: ignored) */
+  int64_t length;        /* > 0; sessions: the gap */
+  int64_t slide;         /* sliding: 0 < slide <= length (tumbling, session: ignored) */
   int64_t offset;        /* windows start at offset + k * slide (tumbling: k * length) */
   /* Event time: a window fires when the clock reaches its end - 1 and
    * keeps its state until end - 1 + allowed_lateness: a record that comes
@@ -119,6 +123,10 @@ typedef struct weir_aggregate_vt {
   /* The result into out (cap bytes); returns its length, called again with
    * more room when that is more than cap. */
   size_t (*result)(void *user, const void *acc, void *out, size_t cap);
+  /* acc += other (another accumulator): required for session windows,
+   * whose sessions merge. A table sized before this field is taken
+   * without it. */
+  void (*merge)(void *user, void *acc, const void *other);
 } weir_aggregate_vt;
 /* Records per window; the sum, minimum and maximum of the records' u64
  * payloads (weir_payload_u64). Results: a u64 (8 bytes). */
