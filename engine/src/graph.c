@@ -302,11 +302,19 @@ weir_stream *weir_union(weir_stream *a, weir_stream *b) {
   return u;
 }
 
-static weir__node *consume(const char *call, weir_stream *s, const char *name,
-                           const weir_operator_vt *vt, void *arg, int parallelism,
-                           weir__node_kind kind) {
-  if (!s || s->job->build_err) return NULL;
-  weir_job *job = s->job;
+/* A node reading ns streams, stream k as its input k (side k). */
+static weir__node *consume_n(const char *call, weir_stream *const *in, uint32_t ns,
+                             const char *name, const weir_operator_vt *vt, void *arg,
+                             int parallelism, weir__node_kind kind) {
+  for (uint32_t k = 0; k < ns; k++)
+    if (!in[k] || in[k]->job->build_err) return NULL;
+  weir_job *job = in[0]->job;
+  for (uint32_t k = 1; k < ns; k++)
+    if (in[k]->job != job) {
+      weir_job_fail(job, WEIR_EPLAN, "%s: operator '%s': its inputs belong to different jobs", call,
+                    name);
+      return NULL;
+    }
   if (check_name(job, call, name) || check_parallelism(job, call, name, parallelism)) return NULL;
   if (!vt) {
     weir_job_fail(job, WEIR_EPLAN, "%s: operator '%s': vt is NULL (no callbacks)", call, name);
@@ -319,23 +327,42 @@ static weir__node *consume(const char *call, weir_stream *s, const char *name,
                   name);
     return NULL;
   }
-  for (uint32_t i = 0; i < s->n; i++)
-    for (uint32_t k = 0; k < i; k++)
-      if (s->out[i].node == s->out[k].node) {
-        weir_job_fail(job, WEIR_EPLAN, "%s: operator '%s' reads operator '%s' twice", call, name,
-                      s->out[i].node->name);
-        return NULL;
-      }
+  if (ns > 1 && !own.process2 && !own.process_batch2) {
+    weir_job_fail(job, WEIR_EPLAN,
+                  "%s: operator '%s' has neither process2 nor process_batch2 (for its second "
+                  "input)",
+                  call, name);
+    return NULL;
+  }
+  /* Every (stream, output) pair read, across the inputs: none twice. */
+  for (uint32_t a = 0; a < ns; a++)
+    for (uint32_t i = 0; i < in[a]->n; i++)
+      for (uint32_t b = 0; b <= a; b++)
+        for (uint32_t k = 0; k < (b == a ? i : in[b]->n); k++)
+          if (in[a]->out[i].node == in[b]->out[k].node) {
+            weir_job_fail(job, WEIR_EPLAN, "%s: operator '%s' reads operator '%s' twice", call,
+                          name, in[a]->out[i].node->name);
+            return NULL;
+          }
   weir__node *n = node_new(job, name, kind, parallelism);
   n->vt.op = own;
   n->ovt = &n->vt.op;
   n->arg = arg;
   n->keyed = 1;
-  for (uint32_t i = 0; i < s->n; i++) {
-    edge_new(job, &s->out[i], n);
-    if (s->out[i].part != WEIR__PART_HASH) n->keyed = 0;
-  }
+  n->two_inputs = ns > 1;
+  for (uint32_t k = 0; k < ns; k++)
+    for (uint32_t i = 0; i < in[k]->n; i++) {
+      edge_new(job, &in[k]->out[i], n);
+      n->in[n->nin - 1]->side = (uint8_t)k;
+      if (in[k]->out[i].part != WEIR__PART_HASH) n->keyed = 0;
+    }
   return n;
+}
+
+static weir__node *consume(const char *call, weir_stream *s, const char *name,
+                           const weir_operator_vt *vt, void *arg, int parallelism,
+                           weir__node_kind kind) {
+  return consume_n(call, &s, 1, name, vt, arg, parallelism, kind);
 }
 
 weir_stream *weir_process(weir_stream *s, const char *name, const weir_operator_vt *vt, void *arg,
@@ -408,22 +435,45 @@ static int check_opts(weir_job *job, const weir__node *n, uint32_t flags) {
   return 0;
 }
 
-weir_stream *weir_process_opts(weir_stream *s, const char *name, const weir_operator_vt *vt,
-                               void *arg, int parallelism, const weir_op_opts *opts) {
-  const char *call = opts ? "weir_process_opts" : "weir_process";
+/* weir_process_opts and weir_connect: ns inputs. */
+static weir_stream *process_n(const char *call, weir_stream *const *in, uint32_t ns,
+                              const char *name, const weir_operator_vt *vt, void *arg,
+                              int parallelism, const weir_op_opts *opts) {
   weir_op_opts o = {0};
   if (opts) {
-    if (!s || s->job->build_err) return NULL;
-    if (adopt_vt(s->job, "options of operator", name ? name : "?", &o, sizeof o, opts)) return NULL;
+    if (!in[0] || in[0]->job->build_err) return NULL;
+    if (adopt_vt(in[0]->job, "options of operator", name ? name : "?", &o, sizeof o, opts))
+      return NULL;
   }
-  weir__node *n = consume(call, s, name, vt, arg, parallelism, WEIR__NODE_OP);
+  weir__node *n = consume_n(call, in, ns, name, vt, arg, parallelism, WEIR__NODE_OP);
   if (!n) return NULL;
+  weir_job *job = in[0]->job;
   if (o.flags & WEIR_OP_EVENT_TIMERS) o.flags |= WEIR_OP_EVENT_TIME;
-  if (check_opts(s->job, n, o.flags) || take_tags(s->job, n, &o)) return NULL;
+  if (check_opts(job, n, o.flags) || take_tags(job, n, &o)) return NULL;
   n->op_flags = o.flags;
-  weir_stream *r = stream_new(s->job, 1);
+  weir_stream *r = stream_new(job, 1);
   r->out[0] = (weir__stream_out){n, WEIR__PART_FORWARD, 0};
   return r;
+}
+
+weir_stream *weir_process_opts(weir_stream *s, const char *name, const weir_operator_vt *vt,
+                               void *arg, int parallelism, const weir_op_opts *opts) {
+  return process_n(opts ? "weir_process_opts" : "weir_process", &s, 1, name, vt, arg, parallelism,
+                   opts);
+}
+
+weir_stream *weir_connect(weir_stream *in1, weir_stream *in2, const char *name,
+                          const weir_operator_vt *vt, void *arg, int parallelism,
+                          const weir_op_opts *opts) {
+  weir_stream *in[2] = {in1, in2};
+  if (!in1 || !in2) {
+    weir_job *job = in1 ? in1->job : in2 ? in2->job : NULL;
+    if (job && !job->build_err)
+      weir_job_fail(job, WEIR_EPLAN, "weir_connect: operator '%s': input %d is NULL",
+                    name ? name : "?", in1 ? 2 : 1);
+    return NULL;
+  }
+  return process_n("weir_connect", in, 2, name, vt, arg, parallelism, opts);
 }
 
 int weir_sink(weir_stream *s, const char *name, const weir_operator_vt *vt, void *arg,

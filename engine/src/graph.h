@@ -37,6 +37,7 @@ typedef struct weir__edge {
   weir__node *from, *to;
   weir__part part;
   uint32_t port; /* 0: the main output of `from`; k: its k-th side output */
+  uint8_t side;  /* which input of `to` (weir_connect: 0 or 1) */
   int back;      /* a feedback edge, closing an iteration */
   int in_loop;   /* both ends inside the same loop (set by the plan) */
 } weir__edge;
@@ -75,6 +76,7 @@ struct weir__node {
   atomic_int idle_warned;
   int parallelism;   /* 0 until frozen when the user said "default" */
   int keyed;         /* all inputs hash-partitioned */
+  int two_inputs;    /* weir_connect: in edges of side 1 too */
   uint32_t op_flags; /* WEIR_OP_* declared by weir_process_opts */
   /* Side outputs it declared (port k + 1 is tags[k]), and the names of
    * their drop counters ("dropped:<tag>"); owned by the node. */

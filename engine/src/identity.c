@@ -73,6 +73,9 @@ static uint64_t fingerprint(const weir_job *job) {
     h = fnv_str(h, e->from->name);
     h = fnv_str(h, e->to->name);
     h = fnv(h, x, sizeof x);
+    /* Only where it is not 0, so that one-input graphs keep their
+     * fingerprints: a two-input operator's inputs swapped is another job. */
+    if (e->side) h = fnv(h, &e->side, 1);
   }
   return h ? h : 1;
 }

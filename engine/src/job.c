@@ -740,6 +740,14 @@ static int check_opts(weir_job *job) {
   else if (o->unaligned)
     job->unaligned = WEIR__UNALIGNED_ALWAYS;
   if (!o->state_dir) job->unaligned = 0; /* no checkpoints at all */
+  int two_inputs = 0;
+  for (uint32_t i = 0; i < job->nnodes; i++) two_inputs |= job->nodes[i]->two_inputs;
+  if (job->unaligned && two_inputs && !job->nloops) {
+    /* Channel state does not record which input a record came on. */
+    WEIR_LOG_W("this job has a two-input operator: its checkpoints are aligned (unaligned "
+               "checkpoints and the alignment timeout apply to jobs without one)");
+    job->unaligned = 0;
+  }
   if (job->unaligned && job->nloops) {
     /* Channel state of a cycle would have to include the feedback edges'
      * unbounded (spilling) queues and the in-flight count of the loop; the

@@ -247,6 +247,8 @@ static weir__chan *chan_new(weir_job *job, weir__task *from, weir__task *to, con
   to->in = weir_realloc(to->in, (to->nin + 1) * sizeof *to->in);
   to->in_back = weir_realloc(to->in_back, to->nin + 1);
   to->in_loopin = weir_realloc(to->in_loopin, to->nin + 1);
+  to->in_side = weir_realloc(to->in_side, to->nin + 1);
+  to->in_side[to->nin] = e->side;
   to->in_back[to->nin] = (uint8_t)e->back;
   to->in_loopin[to->nin] = (uint8_t)e->in_loop;
   if (!e->back) to->nregular++;
@@ -321,6 +323,7 @@ static void make_channels(weir_job *job) {
     t->in_ended = weir_calloc(t->nin ? t->nin : 1, 1);
     if (!t->in_back) t->in_back = weir_calloc(1, 1);
     if (!t->in_loopin) t->in_loopin = weir_calloc(1, 1);
+    if (!t->in_side) t->in_side = weir_calloc(1, 1);
     weir__loop *l = t->chain->nodes[0]->head_of;
     if (l) {
       t->head_loop = l;
@@ -391,6 +394,7 @@ void weir__plan_free(weir_job *job) {
     weir_free(t->in_ended);
     weir_free(t->in_back);
     weir_free(t->in_loopin);
+    weir_free(t->in_side);
     weir_free(t);
   }
   weir_free(job->plan.tasks);

@@ -322,10 +322,16 @@ int weir_emit_record(weir_ctx *ctx, const weir_record *r) {
 /* Runs records [from, from + n) of b through ctx's operator. */
 static int op_process(weir_ctx *ctx, const weir__batch *b, uint32_t from, uint32_t n) {
   const weir_operator_vt *vt = ctx->node->ovt;
+  int (*process)(weir_ctx *, const weir_record *) = vt->process;
+  int (*process_batch)(weir_ctx *, const weir_batch *) = vt->process_batch;
+  if (UNLIKELY(ctx->in_side)) {
+    process = vt->process2;
+    process_batch = vt->process_batch2;
+  }
   int rc = 0;
   ctx->n_in += n;
-  ctx->key_known = !vt->process_batch; /* a batch has no current record until a select */
-  if (vt->process_batch) {
+  ctx->key_known = !process_batch; /* a batch has no current record until a select */
+  if (process_batch) {
     weir_batch v = weir__batch_view(b);
     if (from || n != b->len) {
       v.len = n;
@@ -335,7 +341,7 @@ static int op_process(weir_ctx *ctx, const weir__batch *b, uint32_t from, uint32
       v.off += from; /* offsets into the whole arena: data stays */
       v.lens += from;
     }
-    rc = vt->process_batch(ctx, &v);
+    rc = process_batch(ctx, &v);
   } else {
     for (uint32_t i = from; i < from + n; i++) {
       weir_record r = {b->keys[i], b->ts[i], b->ids[i], b->lens[i] ? b->data + b->off[i] : NULL,
@@ -343,12 +349,14 @@ static int op_process(weir_ctx *ctx, const weir__batch *b, uint32_t from, uint32
       ctx->cur_ts = r.ts;
       ctx->cur_id = r.id;
       ctx->cur_key = r.key;
-      rc = vt->process(ctx, &r);
+      rc = process(ctx, &r);
       if (UNLIKELY(rc)) break;
     }
   }
   if (LIKELY(!rc)) return 0;
-  return weir__ctx_result(ctx, rc, 0, vt->process_batch ? "process_batch" : "process", "0");
+  static const char *const names[2][2] = {{"process", "process_batch"},
+                                          {"process2", "process_batch2"}};
+  return weir__ctx_result(ctx, rc, 0, names[ctx->in_side != 0][process_batch != NULL], "0");
 }
 
 /* Of n records waiting, how many the chain takes now: all, unless they
@@ -877,6 +885,7 @@ static inline int input_data(weir__task *t, uint32_t idx, weir__batch *b, uint64
   if (t->head_loop && weir__backlog_logging(t->backlog, idx))
     weir__backlog_batch(t->backlog, b, from, n);
   weir__task_un_log(t, idx, b, from, n);
+  t->ops[0]->in_side = t->in_side[idx];
   int rc = op_process(t->ops[0], b, from, n);
   if (!rc) rc = chain_flush(t, 0);
   /* Timers the records registered at or below the clock fire now. */

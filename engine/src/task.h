@@ -71,6 +71,7 @@ struct weir__task {
   uint8_t *in_ended;
   uint8_t *in_back;   /* feedback-edge inputs (loop heads) */
   uint8_t *in_loopin; /* inputs inside a loop: consumption is counted */
+  uint8_t *in_side;   /* which input of the head operator (weir_connect) */
   int loop_out;       /* some output edge is inside a loop: emissions are counted */
   uint32_t nended, rr;
   uint32_t nregular, nregular_ended; /* inputs that are not feedback edges */

@@ -62,6 +62,9 @@ struct weir_ctx {
    * notes them, or the operator is in open or restore (emitting there is
    * refused: they run again at every restore). */
   uint8_t emit_slow, in_open;
+  /* The input the records in process come from (weir_connect: 0 or 1;
+   * set by the task for its head operator). */
+  uint8_t in_side;
   /* Keyed operators: what a new u64 state key may be (state.h), armed
    * once state is restored; key_known: cur_key is the record's whose
    * state the operator works on (process, or after weir_state_select). */

@@ -250,6 +250,12 @@ typedef struct weir_operator_vt {
    * thread that runs the job, before it runs. Returns 0 or a negative error
    * (the run fails with it). */
   int (*destination)(const void *arg, weir_destination *d);
+  /* Two-input operators (weir_connect): the records of the second input,
+   * as process / process_batch take the first's (one of the two is
+   * required). Same thread, same key rules: with both inputs keyed, the
+   * record's key is current and its state is shared with the first's. */
+  int (*process2)(weir_ctx *ctx, const weir_record *r);
+  int (*process_batch2)(weir_ctx *ctx, const weir_batch *b);
 } weir_operator_vt;
 
 /* What poll returns (or a negative error). */
@@ -596,6 +602,16 @@ typedef struct weir_op_opts {
  * already fired. */
 weir_stream *weir_process_opts(weir_stream *s, const char *name, const weir_operator_vt *vt,
                                void *arg, int parallelism, const weir_op_opts *opts);
+/* An operator of two inputs: in1's records go to process/process_batch,
+ * in2's to process2/process_batch2 (one of each required). Keyed if both
+ * inputs are keyed (weir_key_by): one key's records of both inputs meet
+ * in one subtask, with shared keyed state and timers (a join). Declarations
+ * as weir_process_opts (opts may be NULL). Its checkpoints are aligned
+ * (unaligned ones and the alignment timeout apply to jobs without
+ * two-input operators). WEIR_EPLAN if in1 and in2 come from one operator. */
+weir_stream *weir_connect(weir_stream *in1, weir_stream *in2, const char *name,
+                          const weir_operator_vt *vt, void *arg, int parallelism,
+                          const weir_op_opts *opts);
 /* The stream of side output `tag` of the operator whose main stream `s` is
  * (as weir_process_opts returned it). Its records cross a channel to what
  * consumes them (a side output never chains), and carry on with the
