@@ -3,7 +3,7 @@
  * job table and the .so loader.
  *
  * DESIGN. main.c owns the verbs and the exit code; cli.c owns the parsing of
- * flags and numbers; each built-in job (counter.c, wordcount.c) owns its own
+ * flags and numbers; each built-in job (counter.c, windows.c, ...) owns its own
  * flags, graph and one-line report; loader.c owns dlopen. Helpers here print
  * their own message on stderr and return a negative code, so a caller only
  * turns "failed" into an exit code. Nothing here calls exit().
@@ -158,6 +158,7 @@ extern const cli_builtin cli_counter_job;
 extern const cli_builtin cli_wordcount_job;
 extern const cli_builtin cli_collatz_job;
 extern const cli_builtin cli_components_job;
+extern const cli_builtin cli_windows_job;
 
 /* A job shared object, opened with cli_job_load. */
 typedef struct cli_loaded {

@@ -27,8 +27,8 @@
 #define WEIR_VERSION "0.1.0"
 #endif
 
-static const cli_builtin *const builtins[] = {&cli_counter_job, &cli_wordcount_job,
-                                              &cli_collatz_job, &cli_components_job};
+static const cli_builtin *const builtins[] = {
+    &cli_counter_job, &cli_wordcount_job, &cli_collatz_job, &cli_components_job, &cli_windows_job};
 #define N_BUILTINS (sizeof builtins / sizeof builtins[0])
 
 static const cli_builtin *find_builtin(const char *name) {
@@ -36,6 +36,17 @@ static const cli_builtin *find_builtin(const char *name) {
     if (strcmp(builtins[i]->name, name) == 0) return builtins[i];
   }
   return NULL;
+}
+
+/* "counter, wordcount, ...": the built-in jobs' names, for messages. */
+static const char *builtin_names(void) {
+  static char names[256];
+  if (!names[0])
+    for (size_t i = 0; i < N_BUILTINS; i++) {
+      size_t n = strlen(names);
+      snprintf(names + n, sizeof names - n, "%s%s", i ? ", " : "", builtins[i]->name);
+    }
+  return names;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -56,7 +67,7 @@ static void help_main(FILE *out) {
         "  weir help [run [JOB] | receiver | verify]     show help\n"
         "  weir version                                  show the version\n"
         "\n"
-        "Jobs: counter, wordcount, collatz, components, or a path to a job .so.\n"
+        "Jobs: counter, wordcount, collatz, components, windows, or a path to a job .so.\n"
         "See 'weir help run'.\n",
         out);
 }
@@ -203,7 +214,7 @@ static void help_run(FILE *out) {
         "SUBJECT up to its last one when the job first started; stream sequences\n"
         "are the checkpointed positions. See README.md, Sinks and Sources.\n"
         "\n"
-        "See 'weir help run counter' and 'weir help run wordcount'.\n",
+        "See 'weir help run JOB' for each built-in job ('weir help run windows').\n",
         out);
 }
 
@@ -469,14 +480,15 @@ static int cmd_run(int argc, char **argv) {
     break;
   }
   if (a.i >= argc) {
-    cli_usage("run: missing job name (built-in jobs: counter, wordcount; or a path to a job .so)");
+    cli_usage("run: missing job name (built-in jobs: %s; or a path to a job .so)", builtin_names());
     return CLI_EXIT_USAGE;
   }
   const char *name = argv[a.i++];
   if (cli_is_job_path(name)) return run_shared_object(&eng, name, argc - a.i, argv + a.i);
   const cli_builtin *b = find_builtin(name);
   if (b == NULL) {
-    cli_usage("unknown job '%s' (built-in jobs: counter, wordcount; or a path to a job .so)", name);
+    cli_usage("unknown job '%s' (built-in jobs: %s; or a path to a job .so)", name,
+              builtin_names());
     return CLI_EXIT_USAGE;
   }
   char what[64];

@@ -24,6 +24,18 @@
  * record and high rates without a wake-up per record. A subtask that fell
  * more than a second behind (stalled by backpressure) forgets the backlog
  * instead of bursting.
+ *
+ * Event time (weir_gen_timed). The same records, with the timestamps of
+ * the formula in weir/operators.h instead of ts = i, and each split a
+ * watermark split of its own (weir_source_split): every owned split is
+ * named at open, so that one that has not emitted yet holds event time
+ * back, and ended when it is exhausted. Per-split watermarks are what keep
+ * a restore exact: after a rescale a subtask may own splits that the cut
+ * left at different positions, and emitting them in turn would put the
+ * lagging ones behind a watermark that the leading ones set. Within a
+ * split the base times grow, so with bound D a record that is not chosen
+ * late is never behind its split's watermark. The counter job's path
+ * (ts = i, no split names) is unchanged.
  */
 #include "weir/operators.h"
 
@@ -37,6 +49,13 @@ typedef struct gen_arg {
   uint64_t records; /* 0 = never ends */
   uint64_t keys;    /* >= 1 */
   uint64_t rate;    /* records/s over all subtasks, 0 = unlimited */
+  /* weir_gen_timed: the timestamp formula's parameters (timed = 0: ts = i). */
+  int timed;
+  uint64_t event_rate; /* E >= 1 */
+  uint64_t disorder;   /* D */
+  uint64_t late_lag;   /* L */
+  uint64_t late_below; /* a record is late when mix(h) >> 11 < this (F * 2^53) */
+  uint64_t seed_mix;   /* splitmix64(seed) */
 } gen_arg;
 
 typedef struct gen_split {
@@ -66,11 +85,36 @@ typedef struct gen_state {
 
 __extension__ typedef unsigned __int128 u128;
 
-/* Drops exhausted splits from the rotation (order stays deterministic). */
-static void prune(gen_state *g) {
+/* splitmix64 of x: the finaliser of the state x + golden ratio (the
+ * formula in weir/operators.h names it). */
+static uint64_t splitmix64(uint64_t x) {
+  uint64_t z = x + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* Record i's event time (weir/operators.h, weir_gen_timed). */
+static int64_t timed_ts(const gen_arg *a, uint64_t i) {
+  u128 base = (u128)i * 1000u / a->event_rate;
+  uint64_t h = splitmix64(a->seed_mix ^ i);
+  uint64_t back = h % (a->disorder + 1);
+  if (a->late_below && (splitmix64(h) >> 11) < a->late_below) back += a->disorder + a->late_lag;
+  /* base fits in 63 bits for every i below 2^63 / 1000 (and E >= 1):
+   * more records than any run emits. */
+  return (int64_t)(uint64_t)base - (int64_t)back;
+}
+
+/* Drops exhausted splits from the rotation (order stays deterministic);
+ * with ctx (timed), ends their watermark splits. */
+static void prune(gen_state *g, weir_ctx *ctx) {
   uint32_t k = 0;
-  for (uint32_t i = 0; i < g->nlive; i++)
-    if (g->s[i].next < g->end) g->s[k++] = g->s[i];
+  for (uint32_t i = 0; i < g->nlive; i++) {
+    if (g->s[i].next < g->end)
+      g->s[k++] = g->s[i];
+    else if (ctx)
+      weir_source_split_end(ctx, g->s[i].index);
+  }
   g->nlive = k;
   if (g->cur >= g->nlive) g->cur = 0;
 }
@@ -91,7 +135,10 @@ static int gen_open(weir_ctx *ctx) {
   uint32_t k = 0;
   for (uint64_t j = sub; j < S; j += p) g->s[k++] = split_at(ctx, a, j, j);
   g->nlive = g->nsplits;
-  prune(g);
+  prune(g, a->timed ? ctx : NULL);
+  /* Every owned split holds event time back from the start (see DESIGN). */
+  if (a->timed)
+    for (uint32_t i = 0; i < g->nlive; i++) weir_source_split(ctx, g->s[i].index);
   if (a->rate && g->nsplits) {
     /* Records per CHUNK_NS for this subtask: R * n * CHUNK_NS / (S * 1e9). */
     u128 c = (u128)a->rate * g->nsplits * CHUNK_NS / ((u128)S * NS_PER_S);
@@ -115,15 +162,21 @@ static uint64_t time_of(uint64_t k, uint64_t rate, uint64_t n) {
 }
 
 /* Emits up to n records from g's splits; returns 0 or the first emit error. */
-static int emit_n(weir_ctx *ctx, gen_state *g, uint64_t keys, uint64_t n) {
+static int emit_n(weir_ctx *ctx, gen_state *g, const gen_arg *a, uint64_t n) {
   weir_record r;
   memset(&r, 0, sizeof r);
   int rc = 0;
-  uint64_t k = 0;
+  uint64_t k = 0, keys = a->keys;
+  weir_ctx *timed = a->timed ? ctx : NULL;
   while (k < n && g->nlive) {
     gen_split *sp = &g->s[g->cur];
     r.key = sp->key;
-    r.ts = (int64_t)sp->next;
+    if (timed) {
+      r.ts = timed_ts(a, sp->next);
+      weir_source_split(ctx, sp->index);
+    } else {
+      r.ts = (int64_t)sp->next;
+    }
     r.id = sp->idbase + sp->next; /* consecutive within a split (weir/job.h) */
     rc = weir_emit_record(ctx, &r);
     if (rc < 0) break;
@@ -133,7 +186,7 @@ static int emit_n(weir_ctx *ctx, gen_state *g, uint64_t keys, uint64_t n) {
     sp->next += S;
     if (sp->next >= g->end || sp->next < S /* wrapped: unbounded ran out of u64 */) {
       sp->next = g->end;
-      prune(g);
+      prune(g, timed);
       continue;
     }
     if (++g->cur == g->nlive) g->cur = 0;
@@ -167,7 +220,7 @@ static int gen_run(weir_ctx *ctx, uint32_t budget) {
     }
     if (due - g->emitted < n) n = due - g->emitted;
   }
-  int rc = emit_n(ctx, g, a->keys, n);
+  int rc = emit_n(ctx, g, a, n);
   if (rc < 0) return rc;
   return g->nlive ? WEIR_SOURCE_MORE : WEIR_SOURCE_DONE;
 }
@@ -205,7 +258,7 @@ static int gen_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
   }
   g->nlive = k;
   g->cur = 0;
-  prune(g);
+  prune(g, a->timed ? ctx : NULL);
   return 0;
 }
 
@@ -231,16 +284,53 @@ static void gen_arg_free(void *p) {
   weir_free(p);
 }
 
-weir_stream *weir_gen(weir_job *job, const char *name, const weir_gen_opts *opts, int parallelism) {
-  if (!job) return NULL;
+/* The generator's options, adopted by the job; NULL after a build error. */
+static gen_arg *gen_arg_new(weir_job *job, const char *name, const weir_gen_opts *opts) {
   if (!opts) {
     weir_job_fail(job, WEIR_EINVAL, "weir_gen '%s': opts is NULL", name ? name : "?");
     return NULL;
   }
-  gen_arg *a = weir_malloc(sizeof *a);
+  gen_arg *a = weir_calloc(1, sizeof *a);
   a->records = opts->records;
   a->keys = opts->keys ? opts->keys : 1;
   a->rate = opts->rate;
   if (weir_job_adopt(job, a, gen_arg_free) < 0) return NULL;
-  return weir_source(job, name, &gen_vt, a, parallelism);
+  return a;
+}
+
+weir_stream *weir_gen(weir_job *job, const char *name, const weir_gen_opts *opts, int parallelism) {
+  if (!job) return NULL;
+  gen_arg *a = gen_arg_new(job, name, opts);
+  return a ? weir_source(job, name, &gen_vt, a, parallelism) : NULL;
+}
+
+weir_stream *weir_gen_timed(weir_job *job, const char *name, const weir_gen_opts *opts,
+                            const weir_gen_time *t, int parallelism) {
+  if (!job) return NULL;
+  const char *why = !t                    ? "time options are NULL"
+                    : t->size < sizeof *t ? "weir_gen_time without its size"
+                    : !(t->late_fraction >= 0.0 && t->late_fraction <= 1.0)
+                        ? "late_fraction must be within 0 .. 1"
+                    : t->disorder_ms > INT64_MAX / 4 ? "disorder_ms is too large"
+                    : t->late_lag_ms > INT64_MAX / 4 ? "late_lag_ms is too large"
+                                                     : NULL;
+  if (why) {
+    weir_job_fail(job, WEIR_EINVAL, "weir_gen_timed '%s': %s", name ? name : "?", why);
+    return NULL;
+  }
+  gen_arg *a = gen_arg_new(job, name, opts);
+  if (!a) return NULL;
+  a->timed = 1;
+  a->event_rate = t->event_rate ? t->event_rate : 10 * a->keys;
+  if (a->event_rate == 0) a->event_rate = 1; /* 10 * keys wrapped */
+  a->disorder = t->disorder_ms;
+  a->late_lag = t->late_lag_ms ? t->late_lag_ms : 1000;
+  /* F * 2^53, exact for the fractions a double holds; F = 1 makes every
+   * record late (the top 53 bits are always below 2^53). */
+  a->late_below = (uint64_t)(t->late_fraction * 9007199254740992.0);
+  a->seed_mix = splitmix64(t->seed);
+  weir_watermark_strategy ws = {.size = sizeof ws,
+                                .out_of_orderness = (int64_t)t->disorder_ms,
+                                .interval_ms = t->watermark_interval_ms};
+  return weir_with_watermarks(weir_source(job, name, &gen_vt, a, parallelism), &ws);
 }

@@ -29,6 +29,45 @@ typedef struct weir_gen_opts {
 } weir_gen_opts;
 weir_stream *weir_gen(weir_job *job, const char *name, const weir_gen_opts *opts, int parallelism);
 
+/* The generator in event time: the records of weir_gen (same keys, ids,
+ * splits, rate and positions) with event-time timestamps in milliseconds,
+ * out of order by up to disorder_ms, a fraction of them far later, and a
+ * watermark strategy of bounded out-of-orderness disorder_ms. Record i:
+ *
+ *   base_i = floor(i * 1000 / E)              E = event_rate (0: 10 * keys)
+ *   h_i    = splitmix64(splitmix64(seed) ^ i)
+ *   late_i = (splitmix64(h_i) >> 11) < F * 2^53         F = late_fraction
+ *   ts_i   = base_i - h_i mod (D + 1) - (late_i ? D + L : 0)
+ *
+ * where D = disorder_ms, L = late_lag_ms (0: 1000) and splitmix64(x) is
+ * the splitmix64 output for state x: z = x + 0x9e3779b97f4a7c15,
+ * z = (z ^ z >> 30) * 0xbf58476d1ce4e5b9, z = (z ^ z >> 27) *
+ * 0x94d049bb133111eb, z ^ z >> 31 (unsigned 64-bit arithmetic; ts_i may
+ * be negative; the seed is mixed first, so that two seeds choose
+ * unrelated records rather than the same ones in another order). So E
+ * records share each event-time second, and a key has about E / keys
+ * records per second. Each of the WEIR_GEN_SPLITS splits is a watermark
+ * split of its own (weir_source_split) with the watermark "largest ts it
+ * emitted - D - 1": a record with late_i = 0 is never behind it, also
+ * after a restore at another parallelism; a record with late_i = 1 is
+ * behind it once its split emitted records whose base is more than L + 1
+ * ms later (event time downstream can lag the source, so whether an
+ * operator finds it late depends on timing). Watermarks are sent at most
+ * every watermark_interval_ms (0: 200); no split is ever idle. WEIR_EINVAL
+ * (a build error) for a late_fraction outside 0 .. 1 or a struct without
+ * its size. */
+typedef struct weir_gen_time {
+  size_t size;                    /* sizeof(weir_gen_time) */
+  uint64_t event_rate;            /* E: records per event-time second; 0 = 10 * keys */
+  uint64_t disorder_ms;           /* D: the bound of the disorder, and of the watermarks */
+  double late_fraction;           /* F: 0 .. 1 */
+  uint64_t late_lag_ms;           /* L: how much further than D a late record lags; 0 = 1000 */
+  uint64_t seed;                  /* of the disorder and of the choice of late records */
+  uint32_t watermark_interval_ms; /* 0 = 200 */
+} weir_gen_time;
+weir_stream *weir_gen_timed(weir_job *job, const char *name, const weir_gen_opts *opts,
+                            const weir_gen_time *t, int parallelism);
+
 /* Line-oriented file source: one record per line (without the newline; a
  * final line without newline counts), payload = the line, key = the line's
  * byte offset, id from (0, offset). Position = byte offset. With parallelism
