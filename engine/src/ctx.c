@@ -107,6 +107,10 @@ int weir_ctx_checkpointing(const weir_ctx *c) {
 int weir_ctx_restoring(const weir_ctx *c) {
   return c->restore != NULL;
 }
+void weir_ctx_select_parent(weir_ctx *c, uint64_t parent_id, int64_t ts) {
+  c->cur_id = parent_id;
+  c->cur_ts = ts;
+}
 uint64_t weir_ctx_restored_checkpoint(const weir_ctx *c) {
   return c->job->restoring;
 }

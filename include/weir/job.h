@@ -373,6 +373,13 @@ void weir_ctx_wake_after(weir_ctx *ctx, uint64_t us);
  * its event time after a restore). Records that come after it with ts <=
  * it are late. It only moves forward, between input batches. */
 int64_t weir_ctx_watermark(const weir_ctx *ctx);
+/* In process (record by record) or on_timer: the emissions that follow,
+ * until the callback returns or the next call, derive their ids from
+ * parent_id (each with its own emission index) and default to timestamp
+ * ts, as if the record at hand had that id and timestamp. An operator that
+ * emits for a combination of records (a join's pair) names it so, and the
+ * ids do not depend on which record came first (stable across replays). */
+void weir_ctx_select_parent(weir_ctx *ctx, uint64_t parent_id, int64_t ts);
 /* A timer of the current key (process's record's; after
  * weir_state_select; on_timer's) at ts in domain d. One timer per (key,
  * ts, domain): registering it again is a no-op. A timer at or below the

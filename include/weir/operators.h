@@ -190,6 +190,27 @@ typedef struct weir_window_result {
 /* Reads a window result record. 0, or WEIR_EBADREC if r is not one. */
 int weir_window_result_parse(const weir_record *r, weir_window_result *out);
 
+/* ------------------------------------------------------------------------ */
+/* Joins (docs/event-time.md §9)                                            */
+
+/* Called once per matching pair (a of the first input, b of the second),
+ * on the join's subtask thread with their key current: emits with
+ * weir_emit* (timestamp max(a->ts, b->ts) by default; ids derived from the
+ * pair, the same whichever record came first). Must not keep the pointers;
+ * 0 or an error, as process. */
+typedef int (*weir_join_fn)(weir_ctx *ctx, void *user, const weir_record *a, const weir_record *b);
+/* Records late for the join (at or below its clock when they come): they
+ * join nothing and go, unchanged, to these side outputs (one per input). */
+#define WEIR_TAG_LATE1 "late1"
+#define WEIR_TAG_LATE2 "late2"
+/* Keyed interval join (both inputs keyed, event time: a watermark strategy
+ * upstream of both): a matches every b of its key with
+ * a.ts - lo <= b.ts <= a.ts + hi (lo + hi >= 0). Each side's records are
+ * kept (managed keyed state) until no record of the other side can match
+ * them any more, as the clock tells. */
+weir_stream *weir_interval_join(weir_stream *a, weir_stream *b, const char *name, int64_t lo,
+                                int64_t hi, weir_join_fn fn, void *user, int parallelism);
+
 #ifdef __cplusplus
 }
 #endif
