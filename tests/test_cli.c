@@ -939,6 +939,85 @@ Test(cli, example_so) {
   finish(dir);
 }
 
+/* The lines of dir's committed parts of sink `name` ("<name>-<s>-<n>.txt"),
+ * each parsed as three numbers: calls fn for each. Returns the lines. */
+static size_t sink_lines3(const char *dir, const char *name,
+                          void (*fn)(void *, long long, long long, long long), void *user) {
+  DIR *d = opendir(dir);
+  cr_assert_not_null(d, "sink directory %s missing", dir);
+  size_t lines = 0, nl = strlen(name);
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    size_t n = strlen(e->d_name);
+    if (strncmp(e->d_name, name, nl) || e->d_name[nl] != '-' || n < 4 ||
+        strcmp(e->d_name + n - 4, ".txt"))
+      continue;
+    char *p = path_join(dir, e->d_name);
+    char *data = th_read_file(p, NULL);
+    cr_assert_not_null(data, "cannot read %s", p);
+    for (char *line = strtok(data, "\n"); line; line = strtok(NULL, "\n")) {
+      long long a, b, c;
+      cr_assert_eq(sscanf(line, "%lld %lld %lld", &a, &b, &c), 3, "%s: bad line '%s'", p, line);
+      if (fn) fn(user, a, b, c);
+      lines++;
+    }
+    free(data);
+    free(p);
+  }
+  closedir(d);
+  return lines;
+}
+
+typedef struct pair_tally {
+  long long pairs, busy_lines, busy_pairs;
+} pair_tally;
+static void add_pairs(void *user, long long customer, long long second, long long n) {
+  (void)customer;
+  (void)second;
+  pair_tally *t = user;
+  t->pairs += n;
+  if (n > 25) t->busy_lines++, t->busy_pairs += n;
+}
+static void add_busy(void *user, long long customer, long long second, long long n) {
+  (void)customer;
+  (void)second;
+  pair_tally *t = user;
+  cr_assert_gt(n, 25, "a busy line with %lld pairs", n);
+  t->busy_lines--;
+  t->busy_pairs -= n;
+}
+
+/* jobs/examples/orders_job.c, an interval join, timers and a side output
+ * in a job .so: the pairs per customer and second add up to the matching
+ * (order, payment) pairs computed here from its generators (order i:
+ * customer i mod 100 at i ms; payment j: j mod 100 at 2j ms; within 500
+ * ms after the order); the busy seconds are the side output's; none late. */
+Test(cli, orders_example_so) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char *out = NULL, *err = NULL;
+  const long long orders = 20000;
+  int rc = WEIR(dir, &out, &err, "run", "--workers", "2", "--parallelism", "2", "--quiet",
+                WEIR_JOBS_DIR "/orders_job.so", "20000", "file:o");
+  cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
+  long long want = 0;
+  for (long long j = 0; j < orders / 2; j++)
+    for (long long i = 2 * j - 500 > 0 ? 2 * j - 500 : 0; i <= 2 * j && i < orders; i++)
+      want += i % 100 == j % 100;
+  char *o = path_join(dir, "o");
+  pair_tally t = {0};
+  cr_assert_gt(sink_lines3(o, "sink", add_pairs, &t), 0);
+  cr_assert_eq(t.pairs, want, "%lld pairs counted, %lld match", t.pairs, want);
+  cr_assert_gt(t.busy_lines, 0, "no busy second: the side output is not tested");
+  sink_lines3(o, "busy", add_busy, &t);
+  cr_assert(t.busy_lines == 0 && t.busy_pairs == 0, "busy lines differ from the busy seconds");
+  cr_assert_eq(sink_lines3(o, "late1", NULL, NULL) + sink_lines3(o, "late2", NULL, NULL), 0);
+  free(o);
+  free(out);
+  free(err);
+  finish(dir);
+}
+
 Test(cli, bad_so) {
   char *dir = th_tmpdir();
   cr_assert_not_null(dir);
