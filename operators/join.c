@@ -1,7 +1,13 @@
-/* join.c: owns the keyed interval join weir_interval_join
+/* join.c: owns the keyed joins weir_interval_join and weir_window_join
  * (docs/event-time.md §9), built on the public API only: a two-input
  * operator (weir_connect), keyed byte-string state, event-time timers and
  * two side outputs for late records.
+ *
+ * The window join keeps each side's records of a key per window (one
+ * byte-string entry per (key, side, window end), as the interval join's
+ * buckets) and at the window's timer (end - 1) hands every pair of the
+ * window to fn, at timestamp end - 1, then drops both lists. A record all
+ * of whose windows fired already is late ("late1", "late2").
  *
  * DESIGN
  * A record a of the first input matches the records b of the second with
@@ -72,15 +78,11 @@ static uint64_t pair_id(uint64_t a, uint64_t b) {
   return z ^ (z >> 31);
 }
 
-/* Appends r to its side's bucket (registering the bucket's cleanup when the
- * bucket is new). */
-static int buffer(weir_ctx *ctx, const join *j, int side, const weir_record *r) {
-  uint8_t k[17];
-  int64_t b = floor_div(r->ts, j->bucket);
-  bucket_key(k, r->key, side, b);
+/* Appends r to the list under k; *made: the list is new. */
+static int append(weir_ctx *ctx, const uint8_t k[17], const weir_record *r, int *made) {
   const void *v = NULL;
   size_t vlen = 0;
-  int rc = weir_state_get_bytes(ctx, k, sizeof k, &v, &vlen);
+  int rc = weir_state_get_bytes(ctx, k, 17, &v, &vlen);
   if (rc < 0) return rc;
   size_t n = vlen + ENTRY_HDR + r->len;
   uint8_t *buf = weir_malloc(n);
@@ -90,11 +92,52 @@ static int buffer(weir_ctx *ctx, const join *j, int side, const weir_record *r) 
   put64(e + 8, r->id);
   put32(e + 16, r->len);
   if (r->len) memcpy(e + ENTRY_HDR, r->payload, r->len);
-  rc = weir_state_put_bytes(ctx, k, sizeof k, buf, n);
+  rc = weir_state_put_bytes(ctx, k, 17, buf, n);
   weir_free(buf);
-  if (rc < 0) return rc;
-  if (!vlen) rc = weir_timer_register(ctx, WEIR_EVENT_TIME, cleanup_at(j, side, b));
+  *made = vlen == 0;
   return rc < 0 ? rc : 0;
+}
+
+/* Appends r to its side's bucket (registering the bucket's cleanup when the
+ * bucket is new). */
+static int buffer(weir_ctx *ctx, const join *j, int side, const weir_record *r) {
+  uint8_t k[17];
+  int64_t b = floor_div(r->ts, j->bucket);
+  bucket_key(k, r->key, side, b);
+  int made = 0;
+  int rc = append(ctx, k, r, &made);
+  if (!rc && made) rc = weir_timer_register(ctx, WEIR_EVENT_TIME, cleanup_at(j, side, b));
+  return rc < 0 ? rc : 0;
+}
+
+/* A copy of the list under k (*len bytes; NULL: none, or *rc < 0): fn may
+ * touch the state, which may move the value. */
+static uint8_t *load_list(weir_ctx *ctx, const uint8_t k[17], size_t *len, int *rc) {
+  const void *v = NULL;
+  *len = 0;
+  *rc = weir_state_get_bytes(ctx, k, 17, &v, len);
+  if (*rc <= 0) return NULL;
+  *rc = 0;
+  uint8_t *copy = weir_malloc(*len);
+  memcpy(copy, v, *len);
+  return copy;
+}
+
+/* The list's record at *off (of key), and *off moved past it; 0 at the end. */
+static int next_record(const uint8_t *list, size_t len, size_t *off, uint64_t key, weir_record *o) {
+  if (*off + ENTRY_HDR > len) return 0;
+  const uint8_t *e = list + *off;
+  *o = (weir_record){key, (int64_t)get64(e), get64(e + 8), NULL, get32(e + 16)};
+  o->payload = o->len ? e + ENTRY_HDR : NULL;
+  *off += ENTRY_HDR + o->len;
+  return 1;
+}
+
+/* fn for the pair (a, b), emitting at ts with the pair's own ids. */
+static int call_pair(weir_ctx *ctx, weir_join_fn fn, void *user, const weir_record *a,
+                     const weir_record *b, int64_t ts) {
+  weir_ctx_select_parent(ctx, pair_id(a->id, b->id), ts);
+  return fn(ctx, user, a, b);
 }
 
 /* r (of `side`) against the other side's records of its key in [from, to]. */
@@ -103,24 +146,18 @@ static int probe(weir_ctx *ctx, const join *j, int side, const weir_record *r, i
   for (int64_t b = floor_div(from, j->bucket); b <= floor_div(to, j->bucket); b++) {
     uint8_t k[17];
     bucket_key(k, r->key, !side, b);
-    const void *v = NULL;
-    size_t vlen = 0;
-    int rc = weir_state_get_bytes(ctx, k, sizeof k, &v, &vlen);
-    if (rc < 0) return rc;
-    if (rc == 0) continue;
-    rc = 0;
-    /* A copy: fn may touch the state, which may move the value. */
-    uint8_t *copy = weir_malloc(vlen);
-    memcpy(copy, v, vlen);
-    for (size_t off = 0; off + ENTRY_HDR <= vlen && !rc;) {
-      const uint8_t *e = copy + off;
-      weir_record o = {r->key, (int64_t)get64(e), get64(e + 8), NULL, get32(e + 16)};
-      o.payload = o.len ? e + ENTRY_HDR : NULL;
-      off += ENTRY_HDR + o.len;
+    size_t vlen;
+    int rc;
+    uint8_t *copy = load_list(ctx, k, &vlen, &rc);
+    if (!copy) {
+      if (rc < 0) return rc;
+      continue;
+    }
+    weir_record o;
+    for (size_t off = 0; !rc && next_record(copy, vlen, &off, r->key, &o);) {
       if (o.ts < from || o.ts > to) continue;
       const weir_record *a = side ? &o : r, *bb = side ? r : &o;
-      weir_ctx_select_parent(ctx, pair_id(a->id, bb->id), a->ts > bb->ts ? a->ts : bb->ts);
-      rc = j->fn(ctx, j->user, a, bb);
+      rc = call_pair(ctx, j->fn, j->user, a, bb, a->ts > bb->ts ? a->ts : bb->ts);
     }
     weir_free(copy);
     if (rc) return rc;
@@ -198,4 +235,120 @@ weir_stream *weir_interval_join(weir_stream *a, weir_stream *b, const char *name
                      .ntags = 2,
                      .tags = tags};
   return weir_connect(a, b, name, &join_vt, j, parallelism, &oo);
+}
+
+/* ---- window join -------------------------------------------------------------- */
+
+typedef struct wjoin {
+  weir_window_spec w;
+  weir_join_fn fn;
+  void *user;
+} wjoin;
+
+static int64_t wslide(const wjoin *j) {
+  return j->w.kind == WEIR_WINDOW_SLIDING ? j->w.slide : j->w.length;
+}
+
+/* r joins every window of its key that holds ts and has not fired. */
+static int wjoin_arrive(weir_ctx *ctx, const weir_record *r, int side) {
+  const wjoin *j = weir_ctx_arg(ctx);
+  int64_t clock = weir_ctx_watermark(ctx), s = wslide(j), len = j->w.length;
+  int64_t m = (r->ts - j->w.offset) % s;
+  int joined = 0;
+  for (int64_t start = r->ts - (m < 0 ? m + s : m); start > r->ts - len; start -= s) {
+    int64_t end = start + len;
+    if (clock != WEIR_WATERMARK_MIN && end - 1 <= clock) continue; /* fired */
+    uint8_t k[17];
+    bucket_key(k, r->key, side, end);
+    int made = 0;
+    int rc = append(ctx, k, r, &made);
+    if (!rc && made) rc = weir_timer_register(ctx, WEIR_EVENT_TIME, end - 1);
+    if (rc < 0) return rc;
+    joined = 1;
+  }
+  if (joined) return 0;
+  return weir_emit_side(ctx, side ? WEIR_TAG_LATE2 : WEIR_TAG_LATE1, r->key, WEIR_TS_DEFAULT,
+                        r->payload, r->len);
+}
+
+static int wjoin_a(weir_ctx *ctx, const weir_record *r) {
+  return wjoin_arrive(ctx, r, 0);
+}
+static int wjoin_b(weir_ctx *ctx, const weir_record *r) {
+  return wjoin_arrive(ctx, r, 1);
+}
+
+/* The window ending at t + 1: every pair of its two lists, then neither. */
+static int wjoin_fire(weir_ctx *ctx, const wjoin *j, uint64_t key, int64_t t) {
+  uint8_t ka[17], kb[17];
+  bucket_key(ka, key, 0, t + 1);
+  bucket_key(kb, key, 1, t + 1);
+  size_t la, lb;
+  int rc;
+  uint8_t *a = load_list(ctx, ka, &la, &rc);
+  if (rc < 0) return rc;
+  uint8_t *b = load_list(ctx, kb, &lb, &rc);
+  weir_record ra, rb;
+  for (size_t oa = 0; a && b && !rc && next_record(a, la, &oa, key, &ra);)
+    for (size_t ob = 0; !rc && next_record(b, lb, &ob, key, &rb);)
+      rc = call_pair(ctx, j->fn, j->user, &ra, &rb, t);
+  weir_free(a);
+  weir_free(b);
+  if (rc) return rc;
+  if ((rc = weir_state_del_bytes(ctx, ka, sizeof ka)) < 0) return rc;
+  rc = weir_state_del_bytes(ctx, kb, sizeof kb);
+  return rc < 0 ? rc : 0;
+}
+
+static int wjoin_timers(weir_ctx *ctx, const weir_timer_batch *tb) {
+  const wjoin *j = weir_ctx_arg(ctx);
+  for (uint32_t i = 0; i < tb->len; i++) {
+    weir_state_select(ctx, tb->keys[i]);
+    int rc = wjoin_fire(ctx, j, tb->keys[i], tb->ts);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static const weir_operator_vt wjoin_vt = {.size = sizeof(weir_operator_vt),
+                                          .name = "window_join",
+                                          .process = wjoin_a,
+                                          .on_timers = wjoin_timers,
+                                          .rescalable = 1,
+                                          .process2 = wjoin_b};
+
+weir_stream *weir_window_join(weir_stream *a, weir_stream *b, const char *name,
+                              const weir_window_spec *w, weir_join_fn fn, void *user,
+                              int parallelism) {
+  weir_job *job = weir_stream_job(a ? a : b);
+  if (!job) return NULL;
+  const char *why = !fn                         ? "the join function is NULL"
+                    : !w || w->size < sizeof *w ? "the window spec is NULL or without its size"
+                    : w->kind != WEIR_WINDOW_TUMBLING && w->kind != WEIR_WINDOW_SLIDING
+                        ? "windows are tumbling or sliding"
+                    : w->time != WEIR_EVENT_TIME ? "windows are in event time"
+                    : w->length <= 0             ? "length must be positive"
+                    : w->kind == WEIR_WINDOW_SLIDING && (w->slide <= 0 || w->slide > w->length)
+                        ? "a sliding window needs 0 < slide <= length"
+                    : w->allowed_lateness ? "a window join takes no allowed lateness"
+                                          : NULL;
+  if (why) {
+    weir_job_fail(job, WEIR_EPLAN, "weir_window_join: join '%s': %s", name ? name : "?", why);
+    return NULL;
+  }
+  wjoin *j = weir_calloc(1, sizeof *j);
+  j->w = *w;
+  j->fn = fn;
+  j->user = user;
+  int rc = weir_job_adopt(job, j, weir_free);
+  if (rc) {
+    weir_free(j);
+    return NULL;
+  }
+  static const char *const tags[] = {WEIR_TAG_LATE1, WEIR_TAG_LATE2};
+  weir_op_opts oo = {.size = sizeof oo,
+                     .flags = WEIR_OP_KEYED_STATE | WEIR_OP_EVENT_TIMERS,
+                     .ntags = 2,
+                     .tags = tags};
+  return weir_connect(a, b, name, &wjoin_vt, j, parallelism, &oo);
 }

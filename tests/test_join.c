@@ -1,9 +1,10 @@
-/* test_join.c: the interval join (operators/join.c) against the pairs
- * computed here from the same records: out-of-order input within the
- * sources' bound gives every matching pair exactly once, at timestamp
- * max(a.ts, b.ts), and nothing else; late records go to their side outputs
- * and only pairs with a late record are missing; a stop and a restore at
- * another parallelism exact; misuse refused at build time. */
+/* test_join.c: the interval and window joins (operators/join.c) against
+ * the pairs computed here from the same records: out-of-order input within
+ * the sources' bound gives every matching pair exactly once (the window
+ * join: once per window holding both), at timestamp max(a.ts, b.ts) (the
+ * window's end - 1), and nothing else; late records go to their side
+ * outputs and only pairs with a late record are missing; a stop and a
+ * restore at another parallelism exact; misuse refused at build time. */
 #include <criterion/criterion.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@ typedef struct cfg {
   uint64_t disorder;
   int64_t bound;
   uint64_t rate, stop_after;
+  weir_window_spec w; /* a window join when w.length > 0 */
 } cfg;
 static cfg C;
 static weir_job *cur_job;
@@ -104,7 +106,10 @@ static int result_process(weir_ctx *ctx, const weir_record *r) {
     return 0;
   }
   memcpy(v, r->payload, sizeof v);
-  if (v[0] >= NA || v[1] >= NB || r->ts != (ts_a(v[0]) > ts_b(v[1]) ? ts_a(v[0]) : ts_b(v[1]))) {
+  int64_t hi = v[0] < NA && v[1] < NB && ts_a(v[0]) > ts_b(v[1]) ? ts_a(v[0]) : ts_b(v[1]);
+  int64_t lo = v[0] < NA && v[1] < NB && ts_a(v[0]) < ts_b(v[1]) ? ts_a(v[0]) : ts_b(v[1]);
+  int ts_ok = C.w.length ? r->ts >= hi && r->ts < lo + C.w.length : r->ts == hi;
+  if (v[0] >= NA || v[1] >= NB || !ts_ok) {
     atomic_fetch_add(&bad, 1);
     return 0;
   }
@@ -133,8 +138,20 @@ static const weir_operator_vt late1_vt = {
 static const weir_operator_vt late2_vt = {
     .size = sizeof(weir_operator_vt), .name = "late2", .process = late2_process};
 
+static int64_t floor_div(int64_t x, int64_t d) {
+  return x / d - (x % d != 0 && x < 0);
+}
+
+/* How often a_i and b_j must be paired: once if they match in the
+ * interval; for the window join, once per window that holds both. */
 static int matches(uint64_t i, uint64_t j) {
-  return i % K == j % K && ts_a(i) - LO <= ts_b(j) && ts_b(j) <= ts_a(i) + HI;
+  if (i % K != j % K) return 0;
+  if (!C.w.length) return ts_a(i) - LO <= ts_b(j) && ts_b(j) <= ts_a(i) + HI;
+  int64_t s = C.w.kind == WEIR_WINDOW_SLIDING ? C.w.slide : C.w.length, n = 0;
+  int64_t lo = ts_a(i) < ts_b(j) ? ts_a(i) : ts_b(j), hi = ts_a(i) + ts_b(j) - lo;
+  for (int64_t start = floor_div(lo, s) * s; start > lo - C.w.length; start -= s)
+    n += hi < start + C.w.length;
+  return (int)n;
 }
 
 static void reset(void) {
@@ -153,7 +170,9 @@ static weir_job *build(int p) {
   weir_stream *a = weir_with_watermarks(weir_source(job, "a", &src_vt, NULL, 1), &ws);
   weir_stream *b = weir_with_watermarks(weir_source(job, "b", &src_vt, &b_marker, 1), &ws);
   weir_stream *j =
-      weir_interval_join(weir_key_by(a), weir_key_by(b), "join", LO, HI, pair, NULL, p);
+      C.w.length
+          ? weir_window_join(weir_key_by(a), weir_key_by(b), "join", &C.w, pair, NULL, p)
+          : weir_interval_join(weir_key_by(a), weir_key_by(b), "join", LO, HI, pair, NULL, p);
   cr_assert_not_null(j, "%s", weir_job_error(job));
   cr_assert_eq(weir_sink(weir_rebalance(j), "pairs", &result_vt, NULL, 1), 0);
   cr_assert_eq(
@@ -187,17 +206,26 @@ static uint64_t check_pairs(int late) {
   for (uint64_t i = 0; i < NA; i++)
     for (uint64_t j = i % K; j < NB; j += K) {
       uint8_t s = atomic_load(&seen[i][j]);
-      if (!matches(i, j)) {
+      int m = matches(i, j);
+      if (!m) {
         cr_assert_eq(s, 0, "a%llu b%llu do not match but were paired", (unsigned long long)i,
                      (unsigned long long)j);
         continue;
       }
-      want++;
-      if (late && !s && (atomic_load(&late_a[i]) || atomic_load(&late_b[j]))) continue;
-      cr_assert_eq(s, 1, "a%llu b%llu paired %u times", (unsigned long long)i,
-                   (unsigned long long)j, s);
+      want += (uint64_t)m;
+      /* A late record misses some or all of its pairs. */
+      if (late && s < m && (atomic_load(&late_a[i]) || atomic_load(&late_b[j]))) continue;
+      cr_assert_eq(s, m, "a%llu b%llu paired %u times, not %d", (unsigned long long)i,
+                   (unsigned long long)j, s, m);
     }
   return want;
+}
+
+static uint64_t late_records(void) {
+  uint64_t n = 0;
+  for (uint64_t i = 0; i < NA; i++) n += atomic_load(&late_a[i]);
+  for (uint64_t j = 0; j < NB; j++) n += atomic_load(&late_b[j]);
+  return n;
 }
 
 TestSuite(join, .timeout = 120);
@@ -218,10 +246,7 @@ Test(join, late_records_go_to_their_side_output) {
   reset();
   run(2, NULL, 0);
   check_pairs(1);
-  uint64_t nl = 0;
-  for (uint64_t i = 0; i < NA; i++) nl += atomic_load(&late_a[i]);
-  for (uint64_t j = 0; j < NB; j++) nl += atomic_load(&late_b[j]);
-  cr_assert_gt(nl, 0, "no record was late: the test tests nothing");
+  cr_assert_gt(late_records(), 0, "no record was late: the test tests nothing");
 }
 
 /* Stopped part-way and restored at another parallelism: the buffered
@@ -244,6 +269,53 @@ Test(join, stop_and_restore_at_another_parallelism) {
   free(state);
 }
 
+static weir_window_spec window(weir_window_kind kind, int64_t length, int64_t slide) {
+  return (weir_window_spec){.size = sizeof(weir_window_spec),
+                            .kind = kind,
+                            .time = WEIR_EVENT_TIME,
+                            .length = length,
+                            .slide = slide};
+}
+
+Test(join, window_join_tumbling_every_pair_once) {
+  C = (cfg){.disorder = 40, .bound = 40, .w = window(WEIR_WINDOW_TUMBLING, 100, 0)};
+  reset();
+  run(2, NULL, 0);
+  uint64_t want = check_pairs(0);
+  cr_assert_gt(want, NA / 2, "few pairs: %llu", (unsigned long long)want);
+  cr_assert_eq(atomic_load(&pairs), want);
+}
+
+Test(join, window_join_sliding_once_per_window) {
+  C = (cfg){.disorder = 40, .bound = 40, .w = window(WEIR_WINDOW_SLIDING, 200, 50)};
+  reset();
+  run(3, NULL, 0);
+  cr_assert_eq(atomic_load(&pairs), check_pairs(0));
+}
+
+Test(join, window_join_late_records_and_restore) {
+  C = (cfg){.disorder = 300, .bound = 5, .rate = 50000, .w = window(WEIR_WINDOW_TUMBLING, 100, 0)};
+  reset();
+  run(2, NULL, 0);
+  check_pairs(1);
+  cr_assert_gt(late_records(), 0, "no record was late: the test tests nothing");
+  char *state = th_tmpdir();
+  cr_assert_not_null(state);
+  C = (cfg){.disorder = 40,
+            .bound = 40,
+            .rate = 50000,
+            .stop_after = 500,
+            .w = window(WEIR_WINDOW_SLIDING, 200, 100)};
+  reset();
+  run(2, state, 0);
+  C.stop_after = 0;
+  C.rate = 0;
+  run(1, state, 1);
+  cr_assert_eq(atomic_load(&pairs), check_pairs(0));
+  th_rmrf(state);
+  free(state);
+}
+
 Test(join, misuse_is_a_build_error) {
   weir_job *job = NULL;
   cr_assert_eq(weir_job_create(&job, "bad"), 0);
@@ -257,5 +329,13 @@ Test(join, misuse_is_a_build_error) {
   b = weir_key_by(weir_source(job, "b", &src_vt, NULL, 1));
   cr_assert_null(weir_interval_join(a, b, "j", 10, 20, pair, NULL, 1));
   cr_assert(strstr(weir_job_error(job), "not keyed"), "%s", weir_job_error(job));
+  weir_job_destroy(job);
+  cr_assert_eq(weir_job_create(&job, "bad"), 0);
+  a = weir_key_by(weir_source(job, "a", &src_vt, NULL, 1));
+  b = weir_key_by(weir_source(job, "b", &src_vt, NULL, 1));
+  weir_window_spec w = window(WEIR_WINDOW_TUMBLING, 100, 0);
+  w.allowed_lateness = 10;
+  cr_assert_null(weir_window_join(a, b, "j", &w, pair, NULL, 1));
+  cr_assert(strstr(weir_job_error(job), "no allowed lateness"), "%s", weir_job_error(job));
   weir_job_destroy(job);
 }

@@ -210,6 +210,13 @@ typedef int (*weir_join_fn)(weir_ctx *ctx, void *user, const weir_record *a, con
  * them any more, as the clock tells. */
 weir_stream *weir_interval_join(weir_stream *a, weir_stream *b, const char *name, int64_t lo,
                                 int64_t hi, weir_join_fn fn, void *user, int parallelism);
+/* Keyed window join (both inputs keyed, event time): every pair of one key
+ * in one window (tumbling or sliding, no allowed lateness), handed to fn
+ * when the window fires, at timestamp end - 1. A record that comes after
+ * all of its windows fired goes to "late1" or "late2". */
+weir_stream *weir_window_join(weir_stream *a, weir_stream *b, const char *name,
+                              const weir_window_spec *w, weir_join_fn fn, void *user,
+                              int parallelism);
 
 #ifdef __cplusplus
 }
