@@ -103,6 +103,21 @@ static int emit_result(weir_ctx *ctx, const win *w, uint64_t key, int64_t start,
   return rc;
 }
 
+/* r missed window [start, end): to "missed", the header (firing 0) before
+ * its payload. */
+static int emit_missed(weir_ctx *ctx, const weir_record *r, int64_t start, int64_t end) {
+  uint8_t buf[HEADER + 256];
+  uint8_t *out = r->len <= 256 ? buf : weir_malloc(HEADER + r->len);
+  put64(out, (uint64_t)start);
+  put64(out + 8, (uint64_t)end);
+  put32(out + 16, 0);
+  put32(out + 20, 0);
+  if (r->len) memcpy(out + HEADER, r->payload, r->len);
+  int rc = weir_emit_side(ctx, WEIR_TAG_MISSED, r->key, WEIR_TS_DEFAULT, out, HEADER + r->len);
+  if (out != buf) weir_free(out);
+  return rc;
+}
+
 /* The record joins window [end - length, end) of its key. */
 static int join(weir_ctx *ctx, const win *w, const weir_record *r, int64_t end, int64_t clock) {
   uint8_t k[16], val[VALUE_AT + ACC_MAX];
@@ -290,16 +305,29 @@ static int win_process(weir_ctx *ctx, const weir_record *r) {
   int64_t clock = event ? weir_ctx_watermark(ctx) : WEIR_WATERMARK_MIN;
   int64_t ts = event ? r->ts : weir_ctx_processing_time(ctx);
   int64_t len = w->w.length, lateness = event ? w->w.allowed_lateness : 0;
-  int joined = 0;
+  int joined = 0, missed = 0;
   for (int64_t s = last_start(w, ts); s > ts - len; s -= slide_of(w)) {
     int64_t end = s + len;
-    if (event && clock != WEIR_WATERMARK_MIN && end - 1 + lateness <= clock) continue; /* gone */
+    if (event && clock != WEIR_WATERMARK_MIN && end - 1 + lateness <= clock) { /* gone */
+      missed++;
+      continue;
+    }
     int rc = join(ctx, w, r, end, clock);
     if (rc) return rc;
     joined = 1;
   }
-  if (joined) return 0;
-  return weir_emit_side(ctx, WEIR_TAG_LATE, r->key, WEIR_TS_DEFAULT, r->payload, r->len);
+  if (!joined)
+    return weir_emit_side(ctx, WEIR_TAG_LATE, r->key, WEIR_TS_DEFAULT, r->payload, r->len);
+  if (!missed) return 0;
+  /* Late for some of its windows only (sliding): it counts in the others,
+   * and says which ones it missed. The gone windows are the earliest. */
+  int64_t s = last_start(w, ts);
+  while (s - slide_of(w) > ts - len) s -= slide_of(w);
+  for (int k = 0; k < missed; k++, s += slide_of(w)) {
+    int rc = emit_missed(ctx, r, s, s + len);
+    if (rc) return rc;
+  }
+  return 0;
 }
 
 /* Timer at t for the current key: fires the window ending at t + 1 (if it
@@ -398,14 +426,26 @@ weir_stream *weir_window_aggregate(weir_stream *s, const char *name, const weir_
     weir_free(a);
     return NULL;
   }
-  static const char *const tags[] = {WEIR_TAG_LATE};
+  static const char *const tags[] = {WEIR_TAG_LATE, WEIR_TAG_MISSED};
   weir_op_opts oo = {
       .size = sizeof oo,
       .flags = WEIR_OP_KEYED_STATE |
                (w->time == WEIR_EVENT_TIME ? WEIR_OP_EVENT_TIMERS : WEIR_OP_PROCESSING_TIMERS),
-      .ntags = 1,
+      .ntags = w->kind == WEIR_WINDOW_SLIDING ? 2 : 1,
       .tags = tags};
   return weir_process_opts(s, name, &win_vt, a, parallelism, &oo);
+}
+
+int weir_window_missed_parse(const weir_record *r, weir_window_result *out) {
+  if (!r || r->len < HEADER || !r->payload) return WEIR_EBADREC;
+  const uint8_t *p = r->payload;
+  out->start = (int64_t)get64(p);
+  out->end = (int64_t)get64(p + 8);
+  out->firing = get32(p + 16);
+  if (out->end <= out->start || out->firing != 0) return WEIR_EBADREC;
+  out->value = r->len > HEADER ? p + HEADER : NULL;
+  out->len = r->len - HEADER;
+  return 0;
 }
 
 int weir_window_result_parse(const weir_record *r, weir_window_result *out) {

@@ -150,6 +150,12 @@ typedef struct weir_window_spec {
 /* The side output of records late for every window they belong to (the
  * window operator declares it; consume it with weir_side_output). */
 #define WEIR_TAG_LATE "late"
+/* Sliding windows also declare this one: a record late for some of its
+ * windows but not all counts in the others and comes here once per window
+ * it missed, its payload after that window's header (firing 0; read with
+ * weir_window_missed_parse). So, per window, the last fired value plus its
+ * late and missed records is what it would have counted on time. */
+#define WEIR_TAG_MISSED "missed"
 
 /* An incremental aggregate: the window keeps one accumulator of acc_len
  * bytes, not its records. */
@@ -189,6 +195,9 @@ typedef struct weir_window_result {
 } weir_window_result;
 /* Reads a window result record. 0, or WEIR_EBADREC if r is not one. */
 int weir_window_result_parse(const weir_record *r, weir_window_result *out);
+/* Reads a "missed" record: the window it missed, value/len the record's
+ * own payload, firing 0. 0, or WEIR_EBADREC. */
+int weir_window_missed_parse(const weir_record *r, weir_window_result *out);
 
 /* ------------------------------------------------------------------------ */
 /* Joins (docs/event-time.md §9)                                            */
