@@ -29,6 +29,7 @@
 
 #include "base/alloc.h"
 #include "weir/operators.h"
+#include "le.h"
 
 #define ENTRY_HDR 20u /* ts i64, id u64, len u32 */
 
@@ -38,21 +39,6 @@ typedef struct join {
   void *user;
 } join;
 
-static void put64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint64_t get64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
-static void put32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get32(const uint8_t *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* floor(x / d) for d > 0. */
 static int64_t floor_div(int64_t x, int64_t d) {
   int64_t q = x / d;
@@ -60,9 +46,9 @@ static int64_t floor_div(int64_t x, int64_t d) {
 }
 
 static void bucket_key(uint8_t k[17], uint64_t key, int side, int64_t bucket) {
-  put64(k, key);
+  weir__le_put64(k, key);
   k[8] = (uint8_t)side;
-  put64(k + 9, (uint64_t)bucket);
+  weir__le_put64(k + 9, (uint64_t)bucket);
 }
 
 /* When side's bucket can go: its last timestamp plus how far a record of
@@ -88,9 +74,9 @@ static int append(weir_ctx *ctx, const uint8_t k[17], const weir_record *r, int 
   uint8_t *buf = weir_malloc(n);
   if (vlen) memcpy(buf, v, vlen);
   uint8_t *e = buf + vlen;
-  put64(e, (uint64_t)r->ts);
-  put64(e + 8, r->id);
-  put32(e + 16, r->len);
+  weir__le_put64(e, (uint64_t)r->ts);
+  weir__le_put64(e + 8, r->id);
+  weir__le_put32(e + 16, r->len);
   if (r->len) memcpy(e + ENTRY_HDR, r->payload, r->len);
   rc = weir_state_put_bytes(ctx, k, 17, buf, n);
   weir_free(buf);
@@ -127,7 +113,8 @@ static uint8_t *load_list(weir_ctx *ctx, const uint8_t k[17], size_t *len, int *
 static int next_record(const uint8_t *list, size_t len, size_t *off, uint64_t key, weir_record *o) {
   if (*off + ENTRY_HDR > len) return 0;
   const uint8_t *e = list + *off;
-  *o = (weir_record){key, (int64_t)get64(e), get64(e + 8), NULL, get32(e + 16)};
+  *o = (weir_record){key, (int64_t)weir__le_get64(e), weir__le_get64(e + 8), NULL,
+                     weir__le_get32(e + 16)};
   o->payload = o->len ? e + ENTRY_HDR : NULL;
   *off += ENTRY_HDR + o->len;
   return 1;
@@ -201,6 +188,22 @@ static int join_timers(weir_ctx *ctx, const weir_timer_batch *tb) {
   return 0;
 }
 
+/* The join operator on a and b, with the joins' declarations; arg (ours)
+ * goes with the job. */
+static weir_stream *connect_join(weir_job *job, weir_stream *a, weir_stream *b, const char *name,
+                                 const weir_operator_vt *vt, void *arg, int parallelism) {
+  if (weir_job_adopt(job, arg, weir_free)) {
+    weir_free(arg);
+    return NULL;
+  }
+  static const char *const tags[] = {WEIR_TAG_LATE1, WEIR_TAG_LATE2};
+  weir_op_opts oo = {.size = sizeof oo,
+                     .flags = WEIR_OP_KEYED_STATE | WEIR_OP_EVENT_TIMERS,
+                     .ntags = 2,
+                     .tags = tags};
+  return weir_connect(a, b, name, vt, arg, parallelism, &oo);
+}
+
 static const weir_operator_vt join_vt = {.size = sizeof(weir_operator_vt),
                                          .name = "interval_join",
                                          .process = join_a,
@@ -224,17 +227,7 @@ weir_stream *weir_interval_join(weir_stream *a, weir_stream *b, const char *name
   j->bucket = lo + hi > 0 ? lo + hi : 1;
   j->fn = fn;
   j->user = user;
-  int rc = weir_job_adopt(job, j, weir_free);
-  if (rc) {
-    weir_free(j);
-    return NULL;
-  }
-  static const char *const tags[] = {WEIR_TAG_LATE1, WEIR_TAG_LATE2};
-  weir_op_opts oo = {.size = sizeof oo,
-                     .flags = WEIR_OP_KEYED_STATE | WEIR_OP_EVENT_TIMERS,
-                     .ntags = 2,
-                     .tags = tags};
-  return weir_connect(a, b, name, &join_vt, j, parallelism, &oo);
+  return connect_join(job, a, b, name, &join_vt, j, parallelism);
 }
 
 /* ---- window join -------------------------------------------------------------- */
@@ -340,15 +333,5 @@ weir_stream *weir_window_join(weir_stream *a, weir_stream *b, const char *name,
   j->w = *w;
   j->fn = fn;
   j->user = user;
-  int rc = weir_job_adopt(job, j, weir_free);
-  if (rc) {
-    weir_free(j);
-    return NULL;
-  }
-  static const char *const tags[] = {WEIR_TAG_LATE1, WEIR_TAG_LATE2};
-  weir_op_opts oo = {.size = sizeof oo,
-                     .flags = WEIR_OP_KEYED_STATE | WEIR_OP_EVENT_TIMERS,
-                     .ntags = 2,
-                     .tags = tags};
-  return weir_connect(a, b, name, &wjoin_vt, j, parallelism, &oo);
+  return connect_join(job, a, b, name, &wjoin_vt, j, parallelism);
 }

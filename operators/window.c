@@ -38,6 +38,7 @@
 
 #include "base/alloc.h"
 #include "weir/operators.h"
+#include "le.h"
 
 #define HEADER 24u    /* result header: start, end, firing, 0 */
 #define ACC_MAX 4096u /* accumulator bytes at most */
@@ -49,24 +50,9 @@ typedef struct win {
   void *user;
 } win;
 
-static void put64(uint8_t *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint64_t get64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-  return v;
-}
-static void put32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get32(const uint8_t *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 static void state_key(uint8_t k[16], uint64_t key, int64_t end) {
-  put64(k, key);
-  put64(k + 8, (uint64_t)end);
+  weir__le_put64(k, key);
+  weir__le_put64(k + 8, (uint64_t)end);
 }
 
 static int64_t slide_of(const win *w) {
@@ -93,10 +79,10 @@ static int emit_result(weir_ctx *ctx, const win *w, uint64_t key, int64_t start,
     len = w->agg.result(w->user, acc, out + HEADER, cap);
     if (len > cap) len = cap;
   }
-  put64(out, (uint64_t)start);
-  put64(out + 8, (uint64_t)end);
-  put32(out + 16, firing);
-  put32(out + 20, 0);
+  weir__le_put64(out, (uint64_t)start);
+  weir__le_put64(out + 8, (uint64_t)end);
+  weir__le_put32(out + 16, firing);
+  weir__le_put32(out + 20, 0);
   int rc = from_timer ? weir_emit(ctx, key, out, HEADER + len)
                       : weir_emit_at(ctx, key, end - 1, out, HEADER + len);
   if (out != buf) weir_free(out);
@@ -108,10 +94,10 @@ static int emit_result(weir_ctx *ctx, const win *w, uint64_t key, int64_t start,
 static int emit_missed(weir_ctx *ctx, const weir_record *r, int64_t start, int64_t end) {
   uint8_t buf[HEADER + 256];
   uint8_t *out = r->len <= 256 ? buf : weir_malloc(HEADER + r->len);
-  put64(out, (uint64_t)start);
-  put64(out + 8, (uint64_t)end);
-  put32(out + 16, 0);
-  put32(out + 20, 0);
+  weir__le_put64(out, (uint64_t)start);
+  weir__le_put64(out + 8, (uint64_t)end);
+  weir__le_put32(out + 16, 0);
+  weir__le_put32(out + 20, 0);
   if (r->len) memcpy(out + HEADER, r->payload, r->len);
   int rc = weir_emit_side(ctx, WEIR_TAG_MISSED, r->key, WEIR_TS_DEFAULT, out, HEADER + r->len);
   if (out != buf) weir_free(out);
@@ -139,10 +125,10 @@ static int join(weir_ctx *ctx, const win *w, const weir_record *r, int64_t end, 
   }
   rc = w->agg.add(w->user, val + VALUE_AT, r);
   if (rc) return rc;
-  uint32_t firing = get32(val);
+  uint32_t firing = weir__le_get32(val);
   int event = w->w.time == WEIR_EVENT_TIME;
   int again = event && firing > 0 && end - 1 <= clock;
-  if (again) put32(val, ++firing);
+  if (again) weir__le_put32(val, ++firing);
   rc = weir_state_put_bytes(ctx, k, sizeof k, val, VALUE_AT + acc_len);
   if (!rc && made) {
     rc = weir_timer_register(ctx, w->w.time, end - 1);
@@ -222,10 +208,10 @@ static int session_process(weir_ctx *ctx, const win *w, const weir_record *r, in
   }
   /* The new session, last in the list, absorbs the ones it overlaps. */
   uint8_t *m = sess_at(&s, s.n);
-  put64(m, (uint64_t)r->ts);
-  put64(m + 8, (uint64_t)(r->ts + gap));
-  put32(m + 16, 0);
-  put32(m + 20, 0);
+  weir__le_put64(m, (uint64_t)r->ts);
+  weir__le_put64(m + 8, (uint64_t)(r->ts + gap));
+  weir__le_put32(m + 16, 0);
+  weir__le_put32(m + 20, 0);
   w->agg.init(w->user, m + SESSION_AT);
   if ((rc = w->agg.add(w->user, m + SESSION_AT, r)) != 0) goto out;
   int64_t start = r->ts, end = r->ts + gap;
@@ -234,11 +220,11 @@ static int session_process(weir_ctx *ctx, const win *w, const weir_record *r, in
     merged = 0;
     for (uint32_t i = 0; i < s.n; i++) {
       uint8_t *e = sess_at(&s, i);
-      int64_t es = (int64_t)get64(e), ee = (int64_t)get64(e + 8);
+      int64_t es = (int64_t)weir__le_get64(e), ee = (int64_t)weir__le_get64(e + 8);
       if (es >= end || start >= ee) continue;
       if (es < start) start = es;
       if (ee > end) end = ee;
-      if (get32(e + 16) > firing) firing = get32(e + 16);
+      if (weir__le_get32(e + 16) > firing) firing = weir__le_get32(e + 16);
       w->agg.merge(w->user, m + SESSION_AT, e + SESSION_AT);
       memmove(e, sess_at(&s, i + 1), (size_t)(s.n - i) * s.size); /* m moves down too */
       s.n--;
@@ -247,14 +233,14 @@ static int session_process(weir_ctx *ctx, const win *w, const weir_record *r, in
       break;
     }
   }
-  put64(m, (uint64_t)start);
-  put64(m + 8, (uint64_t)end);
+  weir__le_put64(m, (uint64_t)start);
+  weir__le_put64(m + 8, (uint64_t)end);
   /* Merged into a session that fired, and its end passed already: fire
    * again now; otherwise its timer fires it (again) at its end. */
   int again = firing > 0 && end - 1 <= clock;
   if (again) firing++;
-  put32(m + 16, firing);
-  put32(m + 20, (uint32_t)again);
+  weir__le_put32(m + 16, firing);
+  weir__le_put32(m + 20, (uint32_t)again);
   s.n++;
   if ((rc = weir_timer_register(ctx, WEIR_EVENT_TIME, end - 1)) < 0) goto out;
   if (lateness > 0 && (rc = weir_timer_register(ctx, WEIR_EVENT_TIME, end - 1 + lateness)) < 0)
@@ -279,17 +265,17 @@ static int session_timer(weir_ctx *ctx, const win *w, uint64_t key, int64_t t) {
   int64_t lateness = w->w.allowed_lateness;
   for (uint32_t i = 0; i < s.n;) {
     uint8_t *e = sess_at(&s, i);
-    int64_t es = (int64_t)get64(e), ee = (int64_t)get64(e + 8);
-    if (ee - 1 == t && get32(e + 20) == 0) {
-      uint32_t firing = get32(e + 16) + 1;
-      put32(e + 16, firing);
-      put32(e + 20, 1);
+    int64_t es = (int64_t)weir__le_get64(e), ee = (int64_t)weir__le_get64(e + 8);
+    if (ee - 1 == t && weir__le_get32(e + 20) == 0) {
+      uint32_t firing = weir__le_get32(e + 16) + 1;
+      weir__le_put32(e + 16, firing);
+      weir__le_put32(e + 20, 1);
       if ((rc = emit_result(ctx, w, key, es, ee, firing, e + SESSION_AT, 1)) < 0) {
         weir_free(s.v);
         return rc;
       }
     }
-    if (ee - 1 + lateness <= t && get32(e + 20)) {
+    if (ee - 1 + lateness <= t && weir__le_get32(e + 20)) {
       sess_remove(&s, i);
       continue;
     }
@@ -341,9 +327,9 @@ static int win_timer_key(weir_ctx *ctx, const win *w, uint64_t key, int64_t t) {
   state_key(k, key, t + 1);
   int rc = weir_state_get_bytes(ctx, k, sizeof k, &v, &vlen);
   if (rc < 0) return rc;
-  if (rc == 1 && vlen == VALUE_AT + w->agg.acc_len && get32(v) == 0) {
+  if (rc == 1 && vlen == VALUE_AT + w->agg.acc_len && weir__le_get32(v) == 0) {
     memcpy(val, v, vlen);
-    put32(val, 1);
+    weir__le_put32(val, 1);
     rc = emit_result(ctx, w, key, t + 1 - w->w.length, t + 1, 1, val + VALUE_AT, 1);
     if (rc) return rc;
     rc = lateness > 0 ? weir_state_put_bytes(ctx, k, sizeof k, val, vlen)
@@ -439,9 +425,9 @@ weir_stream *weir_window_aggregate(weir_stream *s, const char *name, const weir_
 int weir_window_missed_parse(const weir_record *r, weir_window_result *out) {
   if (!r || r->len < HEADER || !r->payload) return WEIR_EBADREC;
   const uint8_t *p = r->payload;
-  out->start = (int64_t)get64(p);
-  out->end = (int64_t)get64(p + 8);
-  out->firing = get32(p + 16);
+  out->start = (int64_t)weir__le_get64(p);
+  out->end = (int64_t)weir__le_get64(p + 8);
+  out->firing = weir__le_get32(p + 16);
   if (out->end <= out->start || out->firing != 0) return WEIR_EBADREC;
   out->value = r->len > HEADER ? p + HEADER : NULL;
   out->len = r->len - HEADER;
@@ -451,9 +437,9 @@ int weir_window_missed_parse(const weir_record *r, weir_window_result *out) {
 int weir_window_result_parse(const weir_record *r, weir_window_result *out) {
   if (!r || r->len < HEADER || !r->payload) return WEIR_EBADREC;
   const uint8_t *p = r->payload;
-  out->start = (int64_t)get64(p);
-  out->end = (int64_t)get64(p + 8);
-  out->firing = get32(p + 16);
+  out->start = (int64_t)weir__le_get64(p);
+  out->end = (int64_t)weir__le_get64(p + 8);
+  out->firing = weir__le_get32(p + 16);
   if (out->end <= out->start || out->firing == 0) return WEIR_EBADREC;
   out->value = p + HEADER;
   out->len = r->len - HEADER;
@@ -473,37 +459,37 @@ static void ones64(void *user, void *acc) {
 static int count_add(void *user, void *acc, const weir_record *r) {
   (void)user;
   (void)r;
-  put64(acc, get64(acc) + 1);
+  weir__le_put64(acc, weir__le_get64(acc) + 1);
   return 0;
 }
 static int sum_add(void *user, void *acc, const weir_record *r) {
   (void)user;
-  put64(acc, get64(acc) + weir_payload_u64(r));
+  weir__le_put64(acc, weir__le_get64(acc) + weir_payload_u64(r));
   return 0;
 }
 static int min_add(void *user, void *acc, const weir_record *r) {
   (void)user;
   uint64_t v = weir_payload_u64(r);
-  if (v < get64(acc)) put64(acc, v);
+  if (v < weir__le_get64(acc)) weir__le_put64(acc, v);
   return 0;
 }
 static int max_add(void *user, void *acc, const weir_record *r) {
   (void)user;
   uint64_t v = weir_payload_u64(r);
-  if (v > get64(acc)) put64(acc, v);
+  if (v > weir__le_get64(acc)) weir__le_put64(acc, v);
   return 0;
 }
 static void sum_merge(void *user, void *acc, const void *other) {
   (void)user;
-  put64(acc, get64(acc) + get64(other));
+  weir__le_put64(acc, weir__le_get64(acc) + weir__le_get64(other));
 }
 static void min_merge(void *user, void *acc, const void *other) {
   (void)user;
-  if (get64(other) < get64(acc)) put64(acc, get64(other));
+  if (weir__le_get64(other) < weir__le_get64(acc)) weir__le_put64(acc, weir__le_get64(other));
 }
 static void max_merge(void *user, void *acc, const void *other) {
   (void)user;
-  if (get64(other) > get64(acc)) put64(acc, get64(other));
+  if (weir__le_get64(other) > weir__le_get64(acc)) weir__le_put64(acc, weir__le_get64(other));
 }
 static size_t u64_result(void *user, const void *acc, void *out, size_t cap) {
   (void)user;

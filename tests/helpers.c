@@ -12,6 +12,7 @@
 #include "helpers.h"
 
 #include "base/failpoint.h"
+#include "weir/weir.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -620,3 +621,48 @@ int th_latest_op_state(const char *weir, const char *state, const char *op, unsi
   free(err);
   return rc;
 }
+
+/* ---- th_seq: records 0 .. n-1 ------------------------------------------------- */
+
+static int seq_open(weir_ctx *ctx) {
+  weir_ctx_set_user(ctx, calloc(1, sizeof(uint64_t)));
+  return 0;
+}
+static int seq_run(weir_ctx *ctx, uint32_t budget) {
+  const th_seq *s = weir_ctx_arg(ctx);
+  uint64_t *next = weir_ctx_user(ctx);
+  uint64_t rate = s->rate ? *s->rate : 0;
+  uint32_t burst = s->burst ? s->burst : 50;
+  if (weir_ctx_stopping(ctx)) return WEIR_SOURCE_DONE;
+  if (rate && budget > burst) budget = burst;
+  for (uint32_t b = 0; b < budget && *next < s->n; b++, ++*next) {
+    int rc = s->emit(ctx, *next, s->user);
+    if (rc) return rc;
+  }
+  if (*next >= s->n) return WEIR_SOURCE_DONE;
+  if (rate) {
+    weir_ctx_wake_after(ctx, burst * 1000000ull / rate);
+    return WEIR_SOURCE_IDLE;
+  }
+  return WEIR_SOURCE_MORE;
+}
+static int seq_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
+  (void)id;
+  return weir_snapshot_position(w, 0, *(uint64_t *)weir_ctx_user(ctx));
+}
+static int seq_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
+  uint64_t off = 0;
+  if (weir_snapshot_get_position(r, 0, &off)) *(uint64_t *)weir_ctx_user(ctx) = off;
+  return 0;
+}
+static void seq_close(weir_ctx *ctx) {
+  free(weir_ctx_user(ctx));
+}
+const weir_source_vt th_seq_vt = {.size = sizeof(weir_source_vt),
+                                  .name = "seq",
+                                  .open = seq_open,
+                                  .run = seq_run,
+                                  .close = seq_close,
+                                  .snapshot = seq_snapshot,
+                                  .restore = seq_restore,
+                                  .rescalable = 1};

@@ -152,6 +152,21 @@ int th_count_pending(const char *dir);
 int th_latest_op_state(const char *weir, const char *state, const char *op, unsigned long long *id,
                        unsigned long long *bytes, int *subtasks);
 
+/* A source of records 0 .. n-1 for the event-time tests (its arg, one
+ * subtask): emit(ctx, i, user) emits record i. Paced at *rate records/s
+ * when rate points at a non-zero value (burst records per run, then a
+ * wake-up; burst 0: 50); a stop ends it; its position is checkpointed. */
+struct weir_ctx;
+struct weir_source_vt;
+typedef struct th_seq {
+  uint64_t n;
+  int (*emit)(struct weir_ctx *ctx, uint64_t i, void *user);
+  void *user;
+  const uint64_t *rate;
+  uint32_t burst;
+} th_seq;
+extern const struct weir_source_vt th_seq_vt;
+
 #ifdef __cplusplus
 }
 #endif

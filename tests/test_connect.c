@@ -21,52 +21,16 @@ static weir_job *cur_job;
 
 /* ---- two sources ------------------------------------------------------------ */
 
-typedef struct src_arg {
-  uint64_t n, base;
-} src_arg;
-
-static int src_open(weir_ctx *ctx) {
-  weir_ctx_set_user(ctx, calloc(1, sizeof(uint64_t)));
-  return 0;
+static int emit_a(weir_ctx *ctx, uint64_t i, void *user) {
+  (void)user;
+  return weir_emit_u64(ctx, i % K, i);
 }
-static int src_run(weir_ctx *ctx, uint32_t budget) {
-  const src_arg *a = weir_ctx_arg(ctx);
-  uint64_t *next = weir_ctx_user(ctx);
-  if (weir_ctx_stopping(ctx)) return WEIR_SOURCE_DONE;
-  if (rate && budget > 50) budget = 50;
-  for (uint32_t b = 0; b < budget && *next < a->n; b++, ++*next) {
-    uint64_t v = a->base + *next;
-    int rc = weir_emit_u64(ctx, *next % K, v);
-    if (rc) return rc;
-  }
-  if (*next >= a->n) return WEIR_SOURCE_DONE;
-  if (rate) {
-    weir_ctx_wake_after(ctx, 50 * 1000000ull / rate);
-    return WEIR_SOURCE_IDLE;
-  }
-  return WEIR_SOURCE_MORE;
+static int emit_b(weir_ctx *ctx, uint64_t j, void *user) {
+  (void)user;
+  return weir_emit_u64(ctx, j % K, NA + j);
 }
-static int src_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
-  (void)id;
-  return weir_snapshot_position(w, 0, *(uint64_t *)weir_ctx_user(ctx));
-}
-static int src_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
-  uint64_t off = 0;
-  if (weir_snapshot_get_position(r, 0, &off)) *(uint64_t *)weir_ctx_user(ctx) = off;
-  return 0;
-}
-static void src_close(weir_ctx *ctx) {
-  free(weir_ctx_user(ctx));
-}
-static const weir_source_vt src_vt = {.size = sizeof(weir_source_vt),
-                                      .name = "numbers",
-                                      .open = src_open,
-                                      .run = src_run,
-                                      .close = src_close,
-                                      .snapshot = src_snapshot,
-                                      .restore = src_restore,
-                                      .rescalable = 1};
-static const src_arg arg_a = {NA, 0}, arg_b = {NB, NA};
+static th_seq seq_a = {.n = NA, .emit = emit_a, .rate = &rate};
+static th_seq seq_b = {.n = NB, .emit = emit_b, .rate = &rate};
 
 /* ---- the operator: per key, a's count + 1000 * b's count ------------------------ */
 
@@ -117,8 +81,8 @@ static const weir_operator_vt sink_vt = {
 static weir_job *build(const weir_operator_vt *vt, int p) {
   weir_job *job = NULL;
   cr_assert_eq(weir_job_create(&job, "connect"), 0);
-  weir_stream *a = weir_key_by(weir_source(job, "a", &src_vt, (void *)&arg_a, 1));
-  weir_stream *b = weir_key_by(weir_source(job, "b", &src_vt, (void *)&arg_b, 1));
+  weir_stream *a = weir_key_by(weir_source(job, "a", &th_seq_vt, &seq_a, 1));
+  weir_stream *b = weir_key_by(weir_source(job, "b", &th_seq_vt, &seq_b, 1));
   weir_op_opts o = {.size = sizeof o, .flags = WEIR_OP_KEYED_STATE};
   weir_stream *j = weir_connect(a, b, "both", vt, NULL, p, &o);
   cr_assert_not_null(j, "%s", weir_job_error(job));
@@ -198,22 +162,22 @@ static void refused(weir_stream *(*make)(weir_job *job), const char *want) {
 }
 static weir_stream *no_process2(weir_job *job) {
   static const weir_operator_vt vt = {.size = sizeof vt, .name = "one", .process = p1};
-  return weir_connect(weir_source(job, "a", &src_vt, (void *)&arg_a, 1),
-                      weir_source(job, "b", &src_vt, (void *)&arg_b, 1), "one", &vt, NULL, 1, NULL);
+  return weir_connect(weir_source(job, "a", &th_seq_vt, &seq_a, 1),
+                      weir_source(job, "b", &th_seq_vt, &seq_b, 1), "one", &vt, NULL, 1, NULL);
 }
 static weir_stream *same_input_twice(weir_job *job) {
-  weir_stream *a = weir_source(job, "a", &src_vt, (void *)&arg_a, 1);
+  weir_stream *a = weir_source(job, "a", &th_seq_vt, &seq_a, 1);
   return weir_connect(a, a, "twice", &both_vt, NULL, 1, NULL);
 }
 static weir_stream *keyed_state_one_side_keyed(weir_job *job) {
   weir_op_opts o = {.size = sizeof o, .flags = WEIR_OP_KEYED_STATE};
-  return weir_connect(weir_key_by(weir_source(job, "a", &src_vt, (void *)&arg_a, 1)),
-                      weir_rebalance(weir_source(job, "b", &src_vt, (void *)&arg_b, 1)), "half",
+  return weir_connect(weir_key_by(weir_source(job, "a", &th_seq_vt, &seq_a, 1)),
+                      weir_rebalance(weir_source(job, "b", &th_seq_vt, &seq_b, 1)), "half",
                       &both_vt, NULL, 1, &o);
 }
 static weir_stream *null_input(weir_job *job) {
-  return weir_connect(weir_source(job, "a", &src_vt, (void *)&arg_a, 1), NULL, "x", &both_vt, NULL,
-                      1, NULL);
+  return weir_connect(weir_source(job, "a", &th_seq_vt, &seq_a, 1), NULL, "x", &both_vt, NULL, 1,
+                      NULL);
 }
 
 Test(connect, misuse_is_a_build_error) {

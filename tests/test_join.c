@@ -44,47 +44,16 @@ static int64_t ts_b(uint64_t j) {
 
 /* ---- sources: a and b ---------------------------------------------------------- */
 
-static int src_open(weir_ctx *ctx) {
-  weir_ctx_set_user(ctx, calloc(1, sizeof(uint64_t)));
-  return 0;
+static int emit_a(weir_ctx *ctx, uint64_t i, void *user) {
+  (void)user;
+  return weir_emit_at(ctx, i % K, ts_a(i), &i, 8);
 }
-static int src_run(weir_ctx *ctx, uint32_t budget) {
-  int is_b = weir_ctx_arg(ctx) != NULL;
-  uint64_t *next = weir_ctx_user(ctx), n = is_b ? NB : NA;
-  if (weir_ctx_stopping(ctx)) return WEIR_SOURCE_DONE;
-  if (C.rate && budget > 20) budget = 20;
-  for (uint32_t k = 0; k < budget && *next < n; k++, ++*next) {
-    uint64_t i = *next;
-    int rc = weir_emit_at(ctx, i % K, is_b ? ts_b(i) : ts_a(i), &i, 8);
-    if (rc) return rc;
-  }
-  if (*next >= n) return WEIR_SOURCE_DONE;
-  if (C.rate) {
-    weir_ctx_wake_after(ctx, 20 * 1000000ull / C.rate);
-    return WEIR_SOURCE_IDLE;
-  }
-  return WEIR_SOURCE_MORE;
+static int emit_b(weir_ctx *ctx, uint64_t j, void *user) {
+  (void)user;
+  return weir_emit_at(ctx, j % K, ts_b(j), &j, 8);
 }
-static int src_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
-  (void)id;
-  return weir_snapshot_position(w, 0, *(uint64_t *)weir_ctx_user(ctx));
-}
-static int src_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
-  uint64_t off = 0;
-  if (weir_snapshot_get_position(r, 0, &off)) *(uint64_t *)weir_ctx_user(ctx) = off;
-  return 0;
-}
-static void src_close(weir_ctx *ctx) {
-  free(weir_ctx_user(ctx));
-}
-static const weir_source_vt src_vt = {.size = sizeof(weir_source_vt),
-                                      .name = "numbers",
-                                      .open = src_open,
-                                      .run = src_run,
-                                      .close = src_close,
-                                      .snapshot = src_snapshot,
-                                      .restore = src_restore,
-                                      .rescalable = 1};
+static th_seq seq_a = {.n = NA, .emit = emit_a, .rate = &C.rate, .burst = 20};
+static th_seq seq_b = {.n = NB, .emit = emit_b, .rate = &C.rate, .burst = 20};
 
 /* ---- the join and what comes out ------------------------------------------------- */
 
@@ -163,12 +132,11 @@ static void reset(void) {
 }
 
 static weir_job *build(int p) {
-  static int b_marker;
   weir_job *job = NULL;
   cr_assert_eq(weir_job_create(&job, "join"), 0);
   weir_watermark_strategy ws = {.size = sizeof ws, .out_of_orderness = C.bound, .interval_ms = 1};
-  weir_stream *a = weir_with_watermarks(weir_source(job, "a", &src_vt, NULL, 1), &ws);
-  weir_stream *b = weir_with_watermarks(weir_source(job, "b", &src_vt, &b_marker, 1), &ws);
+  weir_stream *a = weir_with_watermarks(weir_source(job, "a", &th_seq_vt, &seq_a, 1), &ws);
+  weir_stream *b = weir_with_watermarks(weir_source(job, "b", &th_seq_vt, &seq_b, 1), &ws);
   weir_stream *j =
       C.w.length
           ? weir_window_join(weir_key_by(a), weir_key_by(b), "join", &C.w, pair, NULL, p)
@@ -319,20 +287,20 @@ Test(join, window_join_late_records_and_restore) {
 Test(join, misuse_is_a_build_error) {
   weir_job *job = NULL;
   cr_assert_eq(weir_job_create(&job, "bad"), 0);
-  weir_stream *a = weir_key_by(weir_source(job, "a", &src_vt, NULL, 1));
-  weir_stream *b = weir_key_by(weir_source(job, "b", &src_vt, NULL, 1));
+  weir_stream *a = weir_key_by(weir_source(job, "a", &th_seq_vt, &seq_a, 1));
+  weir_stream *b = weir_key_by(weir_source(job, "b", &th_seq_vt, &seq_b, 1));
   cr_assert_null(weir_interval_join(a, b, "j", 10, -20, pair, NULL, 1));
   cr_assert(strstr(weir_job_error(job), "lo + hi >= 0"), "%s", weir_job_error(job));
   weir_job_destroy(job);
   cr_assert_eq(weir_job_create(&job, "bad"), 0);
-  a = weir_source(job, "a", &src_vt, NULL, 1);
-  b = weir_key_by(weir_source(job, "b", &src_vt, NULL, 1));
+  a = weir_source(job, "a", &th_seq_vt, &seq_a, 1);
+  b = weir_key_by(weir_source(job, "b", &th_seq_vt, &seq_b, 1));
   cr_assert_null(weir_interval_join(a, b, "j", 10, 20, pair, NULL, 1));
   cr_assert(strstr(weir_job_error(job), "not keyed"), "%s", weir_job_error(job));
   weir_job_destroy(job);
   cr_assert_eq(weir_job_create(&job, "bad"), 0);
-  a = weir_key_by(weir_source(job, "a", &src_vt, NULL, 1));
-  b = weir_key_by(weir_source(job, "b", &src_vt, NULL, 1));
+  a = weir_key_by(weir_source(job, "a", &th_seq_vt, &seq_a, 1));
+  b = weir_key_by(weir_source(job, "b", &th_seq_vt, &seq_b, 1));
   weir_window_spec w = window(WEIR_WINDOW_TUMBLING, 100, 0);
   w.allowed_lateness = 10;
   cr_assert_null(weir_window_join(a, b, "j", &w, pair, NULL, 1));

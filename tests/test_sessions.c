@@ -43,46 +43,11 @@ static int64_t ts_of(uint64_t i) {
 
 /* ---- the source ------------------------------------------------------------- */
 
-static int src_open(weir_ctx *ctx) {
-  weir_ctx_set_user(ctx, calloc(1, sizeof(uint64_t)));
-  return 0;
+static int emit_record(weir_ctx *ctx, uint64_t i, void *user) {
+  (void)user;
+  return weir_emit_at(ctx, key_of(i), ts_of(i), &i, 8);
 }
-static int src_run(weir_ctx *ctx, uint32_t budget) {
-  uint64_t *next = weir_ctx_user(ctx);
-  if (weir_ctx_stopping(ctx)) return WEIR_SOURCE_DONE;
-  if (C.rate && budget > 50) budget = 50;
-  for (uint32_t b = 0; b < budget && *next < N; b++, ++*next) {
-    uint64_t i = *next;
-    int rc = weir_emit_at(ctx, key_of(i), ts_of(i), &i, 8);
-    if (rc) return rc;
-  }
-  if (*next >= N) return WEIR_SOURCE_DONE;
-  if (C.rate) {
-    weir_ctx_wake_after(ctx, 50 * 1000000ull / C.rate);
-    return WEIR_SOURCE_IDLE;
-  }
-  return WEIR_SOURCE_MORE;
-}
-static int src_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
-  (void)id;
-  return weir_snapshot_position(w, 0, *(uint64_t *)weir_ctx_user(ctx));
-}
-static int src_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
-  uint64_t off = 0;
-  if (weir_snapshot_get_position(r, 0, &off)) *(uint64_t *)weir_ctx_user(ctx) = off;
-  return 0;
-}
-static void src_close(weir_ctx *ctx) {
-  free(weir_ctx_user(ctx));
-}
-static const weir_source_vt src_vt = {.size = sizeof(weir_source_vt),
-                                      .name = "records",
-                                      .open = src_open,
-                                      .run = src_run,
-                                      .close = src_close,
-                                      .snapshot = src_snapshot,
-                                      .restore = src_restore,
-                                      .rescalable = 1};
+static th_seq records = {.n = N, .emit = emit_record, .rate = &C.rate};
 
 /* ---- sessions: what came out and what should ------------------------------------ */
 
@@ -173,7 +138,8 @@ static weir_job *build(int p) {
   weir_job *job = NULL;
   cr_assert_eq(weir_job_create(&job, "sessions"), 0);
   weir_watermark_strategy ws = {.size = sizeof ws, .out_of_orderness = C.bound, .interval_ms = 1};
-  weir_stream *src = weir_with_watermarks(weir_source(job, "records", &src_vt, NULL, 1), &ws);
+  weir_stream *src =
+      weir_with_watermarks(weir_source(job, "records", &th_seq_vt, &records, 1), &ws);
   weir_window_spec spec = session_spec();
   weir_stream *w = weir_window_aggregate(weir_key_by(src), "s", &spec, &weir_agg_count, NULL, p);
   cr_assert_not_null(w, "%s", weir_job_error(job));
@@ -301,8 +267,8 @@ Test(sessions, stop_and_restore_at_another_parallelism_exact) {
 static void refused(const weir_window_spec *spec, const weir_aggregate_vt *agg, const char *want) {
   weir_job *job = NULL;
   cr_assert_eq(weir_job_create(&job, "bad"), 0);
-  cr_assert_null(weir_window_aggregate(weir_key_by(weir_source(job, "records", &src_vt, NULL, 1)),
-                                       "w", spec, agg, NULL, 1));
+  cr_assert_null(weir_window_aggregate(
+      weir_key_by(weir_source(job, "records", &th_seq_vt, &records, 1)), "w", spec, agg, NULL, 1));
   cr_assert_eq(weir_job_build_error(job), WEIR_EPLAN);
   cr_assert(strstr(weir_job_error(job), want), "%s", weir_job_error(job));
   weir_job_destroy(job);

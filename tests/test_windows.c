@@ -43,46 +43,11 @@ static int64_t slide(void) {
 
 /* ---- the source ------------------------------------------------------------- */
 
-static int src_open(weir_ctx *ctx) {
-  weir_ctx_set_user(ctx, calloc(1, sizeof(uint64_t)));
-  return 0;
+static int emit_record(weir_ctx *ctx, uint64_t i, void *user) {
+  (void)user;
+  return weir_emit_at(ctx, i % K, ts_of(i), &i, 8);
 }
-static int src_run(weir_ctx *ctx, uint32_t budget) {
-  uint64_t *next = weir_ctx_user(ctx);
-  if (weir_ctx_stopping(ctx)) return WEIR_SOURCE_DONE;
-  if (C.rate && budget > 50) budget = 50;
-  for (uint32_t b = 0; b < budget && *next < N; b++, ++*next) {
-    uint64_t i = *next;
-    int rc = weir_emit_at(ctx, i % K, ts_of(i), &i, 8);
-    if (rc) return rc;
-  }
-  if (*next >= N) return WEIR_SOURCE_DONE;
-  if (C.rate) {
-    weir_ctx_wake_after(ctx, 50 * 1000000ull / C.rate);
-    return WEIR_SOURCE_IDLE;
-  }
-  return WEIR_SOURCE_MORE;
-}
-static int src_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
-  (void)id;
-  return weir_snapshot_position(w, 0, *(uint64_t *)weir_ctx_user(ctx));
-}
-static int src_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
-  uint64_t off = 0;
-  if (weir_snapshot_get_position(r, 0, &off)) *(uint64_t *)weir_ctx_user(ctx) = off;
-  return 0;
-}
-static void src_close(weir_ctx *ctx) {
-  free(weir_ctx_user(ctx));
-}
-static const weir_source_vt src_vt = {.size = sizeof(weir_source_vt),
-                                      .name = "records",
-                                      .open = src_open,
-                                      .run = src_run,
-                                      .close = src_close,
-                                      .snapshot = src_snapshot,
-                                      .restore = src_restore,
-                                      .rescalable = 1};
+static th_seq records = {.n = N, .emit = emit_record, .rate = &C.rate};
 
 /* ---- what comes out ------------------------------------------------------------ */
 
@@ -187,7 +152,7 @@ static weir_job *build(int p) {
   weir_job *job = NULL;
   cr_assert_eq(weir_job_create(&job, "windows"), 0);
   weir_watermark_strategy ws = {.size = sizeof ws, .out_of_orderness = C.bound, .interval_ms = 1};
-  weir_stream *src = weir_source(job, "records", &src_vt, NULL, 1);
+  weir_stream *src = weir_source(job, "records", &th_seq_vt, &records, 1);
   if (C.spec.time == WEIR_EVENT_TIME) src = weir_with_watermarks(src, &ws);
   weir_stream *w = weir_window_aggregate(weir_key_by(src), "w", &C.spec, C.agg, NULL, p);
   cr_assert_not_null(w, "%s", weir_job_error(job));
@@ -363,8 +328,9 @@ Test(windows, processing_time_counts_every_record) {
    * deterministic, but every record is counted once. */
   weir_job *job = NULL;
   cr_assert_eq(weir_job_create(&job, "pt"), 0);
-  weir_stream *w = weir_window_aggregate(weir_key_by(weir_source(job, "records", &src_vt, NULL, 1)),
-                                         "w", &C.spec, C.agg, NULL, 2);
+  weir_stream *w =
+      weir_window_aggregate(weir_key_by(weir_source(job, "records", &th_seq_vt, &records, 1)), "w",
+                            &C.spec, C.agg, NULL, 2);
   cr_assert_not_null(w, "%s", weir_job_error(job));
   cr_assert_eq(weir_sink(w, "sum", &pt_vt, NULL, 2), 0, "%s", weir_job_error(job));
   weir_run_opts o = {.workers = 2};
@@ -377,8 +343,9 @@ Test(windows, processing_time_counts_every_record) {
 static void refused(const weir_window_spec *spec, const char *want) {
   weir_job *job = NULL;
   cr_assert_eq(weir_job_create(&job, "bad"), 0);
-  cr_assert_null(weir_window_aggregate(weir_key_by(weir_source(job, "records", &src_vt, NULL, 1)),
-                                       "w", spec, &weir_agg_count, NULL, 1));
+  cr_assert_null(
+      weir_window_aggregate(weir_key_by(weir_source(job, "records", &th_seq_vt, &records, 1)), "w",
+                            spec, &weir_agg_count, NULL, 1));
   cr_assert_eq(weir_job_build_error(job), WEIR_EPLAN);
   cr_assert(strstr(weir_job_error(job), want), "%s", weir_job_error(job));
   weir_job_destroy(job);
@@ -399,8 +366,8 @@ Test(windows, bad_specs_are_build_errors) {
   weir_job *job = NULL;
   cr_assert_eq(weir_job_create(&job, "bad"), 0);
   s = tumbling(100);
-  cr_assert_null(weir_window_aggregate(weir_source(job, "records", &src_vt, NULL, 1), "w", &s,
-                                       &weir_agg_count, NULL, 1));
+  cr_assert_null(weir_window_aggregate(weir_source(job, "records", &th_seq_vt, &records, 1), "w",
+                                       &s, &weir_agg_count, NULL, 1));
   cr_assert(strstr(weir_job_error(job), "but its input is not keyed"), "%s", weir_job_error(job));
   weir_job_destroy(job);
 }

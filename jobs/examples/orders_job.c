@@ -57,16 +57,24 @@ static int64_t second_of(int64_t ts) {
   return ts >= 0 ? ts / 1000 : -((-ts + 999) / 1000);
 }
 
-static int count_process(weir_ctx *ctx, const weir_record *r) {
-  unsigned char k[16], v[8];
-  int64_t sec = second_of(r->ts);
-  put64(k, r->key);
+/* The count of (key, second) so far (0: none) and its state key in k. */
+static int count_of(weir_ctx *ctx, uint64_t key, int64_t sec, unsigned char k[16], uint64_t *n) {
+  put64(k, key);
   put64(k + 8, (uint64_t)sec);
   const void *cur = NULL;
   size_t len = 0;
-  int rc = weir_state_get_bytes(ctx, k, sizeof k, &cur, &len);
+  int rc = weir_state_get_bytes(ctx, k, 16, &cur, &len);
+  *n = rc == 1 && len == 8 ? get64(cur) : 0;
+  return rc < 0 ? rc : 0;
+}
+
+static int count_process(weir_ctx *ctx, const weir_record *r) {
+  unsigned char k[16], v[8];
+  int64_t sec = second_of(r->ts);
+  uint64_t n;
+  int rc = count_of(ctx, r->key, sec, k, &n);
   if (rc < 0) return rc;
-  put64(v, (rc == 1 && len == 8 ? get64(cur) : 0) + 1);
+  put64(v, n + 1);
   rc = weir_state_put_bytes(ctx, k, sizeof k, v, sizeof v);
   if (rc < 0) return rc;
   /* The second's last millisecond: registering it again is a no-op. */
@@ -74,16 +82,11 @@ static int count_process(weir_ctx *ctx, const weir_record *r) {
 }
 
 static int count_timer(weir_ctx *ctx, const weir_timer *t) {
-  unsigned char k[16];
+  unsigned char k[16], out[16];
   int64_t sec = second_of(t->ts);
-  put64(k, t->key);
-  put64(k + 8, (uint64_t)sec);
-  const void *cur = NULL;
-  size_t len = 0;
-  int rc = weir_state_get_bytes(ctx, k, sizeof k, &cur, &len);
-  if (rc != 1 || len != 8) return rc < 0 ? rc : 0;
-  unsigned char out[16];
-  uint64_t n = get64(cur);
+  uint64_t n;
+  int rc = count_of(ctx, t->key, sec, k, &n);
+  if (rc < 0 || n == 0) return rc;
   put64(out, (uint64_t)sec);
   put64(out + 8, n);
   rc = weir_state_del_bytes(ctx, k, sizeof k);
