@@ -666,3 +666,13 @@ const weir_source_vt th_seq_vt = {.size = sizeof(weir_source_vt),
                                   .snapshot = seq_snapshot,
                                   .restore = seq_restore,
                                   .rescalable = 1};
+
+weir_run_opts th_event_run_opts(const char *state, int restore) {
+  weir_run_opts o = {.workers = 2, .buffer_timeout_us = 200};
+  if (state) {
+    o.state_dir = state;
+    o.checkpoint_interval_ms = 10;
+    if (restore) o.restore = WEIR_RESTORE_LATEST;
+  }
+  return o;
+}

@@ -157,6 +157,7 @@ int th_latest_op_state(const char *weir, const char *state, const char *op, unsi
  * when rate points at a non-zero value (burst records per run, then a
  * wake-up; burst 0: 50); a stop ends it; its position is checkpointed. */
 struct weir_ctx;
+struct weir_run_opts;
 struct weir_source_vt;
 typedef struct th_seq {
   uint64_t n;
@@ -166,6 +167,11 @@ typedef struct th_seq {
   uint32_t burst;
 } th_seq;
 extern const struct weir_source_vt th_seq_vt;
+
+/* Run options of the event-time tests: 2 workers, batches sent after
+ * 200 us; with a state directory, checkpoints every 10 ms and, with
+ * restore, a restore of the latest. */
+struct weir_run_opts th_event_run_opts(const char *state, int restore);
 
 #ifdef __cplusplus
 }

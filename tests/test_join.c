@@ -155,12 +155,7 @@ static weir_job *build(int p) {
 
 static void run(int p, const char *state, int restore) {
   weir_job *job = build(p);
-  weir_run_opts o = {.workers = 2, .buffer_timeout_us = 200};
-  if (state) {
-    o.state_dir = state;
-    o.checkpoint_interval_ms = 10;
-    if (restore) o.restore = WEIR_RESTORE_LATEST;
-  }
+  weir_run_opts o = th_event_run_opts(state, restore);
   cr_assert_eq(weir_job_run(job, &o), 0, "%s", weir_job_error(job));
   weir_job_destroy(job);
 }
