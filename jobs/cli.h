@@ -159,6 +159,18 @@ extern const cli_builtin cli_wordcount_job;
 extern const cli_builtin cli_collatz_job;
 extern const cli_builtin cli_components_job;
 extern const cli_builtin cli_windows_job;
+extern const cli_builtin cli_sessions_job;
+
+/* Shared by the windows and sessions jobs (defined in windows.c). A
+ * --late-fraction style flag: a decimal 0 .. 1 without sign or exponent
+ * (cli_take_* conventions). */
+int cli_take_fraction(cli_args *a, const char *flag, double *out);
+/* flat_map functions: a window's count result becomes the payload text
+ * "<start> <end> <count>", a late record's "<ts>" (same key). */
+int cli_format_window_count(weir_ctx *ctx, void *user, const weir_record *in);
+int cli_format_late(weir_ctx *ctx, void *user, const weir_record *in);
+/* The sinks' formatter for those: "<key> <payload text>". */
+size_t cli_key_and_text(const weir_record *r, char *buf, size_t cap);
 
 /* A job shared object, opened with cli_job_load. */
 typedef struct cli_loaded {

@@ -110,8 +110,8 @@ static void windows_help(FILE *out) {
 }
 
 /* --late-fraction: a decimal number 0 .. 1 ("0", "0.05", "1", ".5"),
- * without sign or exponent. */
-static int take_fraction(cli_args *a, const char *flag, double *out) {
+ * without sign or exponent. Shared with the sessions job (cli.h). */
+int cli_take_fraction(cli_args *a, const char *flag, double *out) {
   const char *v = NULL;
   int r = cli_take_str(a, flag, &v);
   if (r <= 0) return r;
@@ -147,7 +147,7 @@ static int windows_parse(cli_args *a, cli_engine *eng, void **out) {
         (r = cli_take_u64(a, "--keys", UINT64_MAX, &c->keys)) != 0 ||
         (r = cli_take_u64(a, "--rate", UINT64_MAX, &c->rate)) != 0 ||
         (r = cli_take_u64(a, "--disorder", MAX_MS, &c->disorder)) != 0 ||
-        (r = take_fraction(a, "--late-fraction", &c->late_fraction)) != 0 ||
+        (r = cli_take_fraction(a, "--late-fraction", &c->late_fraction)) != 0 ||
         (r = cli_take_u64(a, "--size", MAX_MS, &c->size)) != 0 ||
         (r = cli_take_u64(a, "--lateness", MAX_MS, &c->lateness)) != 0 ||
         (r = cli_take_u64(a, "--seed", UINT64_MAX, &c->seed)) != 0 ||
@@ -224,8 +224,9 @@ static size_t put_i64(char *p, int64_t v) {
   return k;
 }
 
-/* A window result: its payload becomes "<start> <end> <count>". */
-static int format_result(weir_ctx *ctx, void *user, const weir_record *in) {
+/* A window result: its payload becomes "<start> <end> <count>" (a
+ * session's too: the sessions job shares it, cli.h). */
+int cli_format_window_count(weir_ctx *ctx, void *user, const weir_record *in) {
   (void)user;
   weir_window_result wr;
   int rc = weir_window_result_parse(in, &wr);
@@ -243,14 +244,14 @@ static int format_result(weir_ctx *ctx, void *user, const weir_record *in) {
 }
 
 /* A late record: its payload becomes "<ts>". */
-static int format_late(weir_ctx *ctx, void *user, const weir_record *in) {
+int cli_format_late(weir_ctx *ctx, void *user, const weir_record *in) {
   (void)user;
   char line[24];
   return weir_emit(ctx, in->key, line, put_i64(line, in->ts));
 }
 
 /* "<key> <payload>": the text the format operators made. */
-static size_t key_and_text(const weir_record *r, char *buf, size_t cap) {
+size_t cli_key_and_text(const weir_record *r, char *buf, size_t cap) {
   char d[24];
   size_t kn = 0;
   uint64_t k = r->key;
@@ -287,11 +288,11 @@ static int windows_build(weir_job *job, const cli_engine *eng, void *cfg) {
   weir_stream *counts =
       weir_window_aggregate(weir_key_by(s), "window", &w, &weir_agg_count, NULL, p);
   weir_stream *late = weir_side_output(counts, WEIR_TAG_LATE);
-  weir_sink_conf sc = {.fmt = key_and_text};
-  int rc = weir_sink_to_conf(weir_flat_map(counts, "format", format_result, NULL, p), "sink",
-                             c->sink, &sc, p);
+  weir_sink_conf sc = {.fmt = cli_key_and_text};
+  int rc = weir_sink_to_conf(weir_flat_map(counts, "format", cli_format_window_count, NULL, p),
+                             "sink", c->sink, &sc, p);
   if (rc) return rc;
-  return weir_sink_to_conf(weir_flat_map(late, "format-late", format_late, NULL, p), "late",
+  return weir_sink_to_conf(weir_flat_map(late, "format-late", cli_format_late, NULL, p), "late",
                            c->sink, &sc, p);
 }
 

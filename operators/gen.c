@@ -36,9 +36,19 @@
  * split the base times grow, so with bound D a record that is not chosen
  * late is never behind its split's watermark. The counter job's path
  * (ts = i, no split names) is unchanged.
+ *
+ * Bursts (session_gap_ms > 0) change the keys, never the timestamps: a
+ * per-key pause made in event time would have to exceed the gap, hence
+ * the disorder bound, and put the paused key's records behind the
+ * watermark; moving a resting key's records to a key that is on keeps
+ * every split's timestamps (and so its watermark) as they were, and
+ * emits every record, so --records still counts what comes out. The key
+ * is computed per record (a few splitmix64 per record: a test and demo
+ * generator, not the counter's hot loop, which keeps its running key).
  */
 #include "weir/operators.h"
 
+#include <stddef.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -56,6 +66,7 @@ typedef struct gen_arg {
   uint64_t late_lag;   /* L */
   uint64_t late_below; /* a record is late when mix(h) >> 11 < this (F * 2^53) */
   uint64_t seed_mix;   /* splitmix64(seed) */
+  uint64_t slot_ms;    /* bursts: 2 * session_gap_ms; 0 = no bursts */
 } gen_arg;
 
 typedef struct gen_split {
@@ -103,6 +114,21 @@ static int64_t timed_ts(const gen_arg *a, uint64_t i) {
   /* base fits in 63 bits for every i below 2^63 / 1000 (and E >= 1):
    * more records than any run emits. */
   return (int64_t)(uint64_t)base - (int64_t)back;
+}
+
+/* Record i's key in burst mode (weir/operators.h, weir_gen_timed): the
+ * first key from i mod K on that is on in i's slot, i mod K if none is. A
+ * long run of keys that are off is as unlikely as that many coin flips
+ * coming up alike, so the probe is short; it ends after K keys. */
+static uint64_t burst_key(const gen_arg *a, uint64_t i) {
+  uint64_t base = (uint64_t)((u128)i * 1000u / a->event_rate);
+  uint64_t slot_mix = splitmix64(base / a->slot_ms);
+  uint64_t k0 = i % a->keys, k = k0;
+  for (uint64_t n = 0; n < a->keys; n++) {
+    if (splitmix64(a->seed_mix ^ splitmix64(k ^ slot_mix)) & 1) return k;
+    if (++k == a->keys) k = 0;
+  }
+  return k0;
 }
 
 /* Drops exhausted splits from the rotation (order stays deterministic);
@@ -173,6 +199,7 @@ static int emit_n(weir_ctx *ctx, gen_state *g, const gen_arg *a, uint64_t n) {
     r.key = sp->key;
     if (timed) {
       r.ts = timed_ts(a, sp->next);
+      if (a->slot_ms) r.key = burst_key(a, sp->next);
       weir_source_split(ctx, sp->index);
     } else {
       r.ts = (int64_t)sp->next;
@@ -307,13 +334,19 @@ weir_stream *weir_gen(weir_job *job, const char *name, const weir_gen_opts *opts
 weir_stream *weir_gen_timed(weir_job *job, const char *name, const weir_gen_opts *opts,
                             const weir_gen_time *t, int parallelism) {
   if (!job) return NULL;
-  const char *why = !t                    ? "time options are NULL"
-                    : t->size < sizeof *t ? "weir_gen_time without its size"
-                    : !(t->late_fraction >= 0.0 && t->late_fraction <= 1.0)
+  /* A struct sized before session_gap_ms is taken without bursts. */
+  weir_gen_time tt;
+  memset(&tt, 0, sizeof tt);
+  const size_t old_size = offsetof(weir_gen_time, session_gap_ms);
+  if (t && t->size >= old_size) memcpy(&tt, t, t->size < sizeof tt ? t->size : sizeof tt);
+  const char *why = !t                   ? "time options are NULL"
+                    : t->size < old_size ? "weir_gen_time without its size"
+                    : !(tt.late_fraction >= 0.0 && tt.late_fraction <= 1.0)
                         ? "late_fraction must be within 0 .. 1"
-                    : t->disorder_ms > INT64_MAX / 4 ? "disorder_ms is too large"
-                    : t->late_lag_ms > INT64_MAX / 4 ? "late_lag_ms is too large"
-                                                     : NULL;
+                    : tt.disorder_ms > INT64_MAX / 4    ? "disorder_ms is too large"
+                    : tt.late_lag_ms > INT64_MAX / 4    ? "late_lag_ms is too large"
+                    : tt.session_gap_ms > INT64_MAX / 4 ? "session_gap_ms is too large"
+                                                        : NULL;
   if (why) {
     weir_job_fail(job, WEIR_EINVAL, "weir_gen_timed '%s': %s", name ? name : "?", why);
     return NULL;
@@ -321,16 +354,17 @@ weir_stream *weir_gen_timed(weir_job *job, const char *name, const weir_gen_opts
   gen_arg *a = gen_arg_new(job, name, opts);
   if (!a) return NULL;
   a->timed = 1;
-  a->event_rate = t->event_rate ? t->event_rate : 10 * a->keys;
+  a->event_rate = tt.event_rate ? tt.event_rate : 10 * a->keys;
   if (a->event_rate == 0) a->event_rate = 1; /* 10 * keys wrapped */
-  a->disorder = t->disorder_ms;
-  a->late_lag = t->late_lag_ms ? t->late_lag_ms : 1000;
+  a->disorder = tt.disorder_ms;
+  a->late_lag = tt.late_lag_ms ? tt.late_lag_ms : 1000;
   /* F * 2^53, exact for the fractions a double holds; F = 1 makes every
    * record late (the top 53 bits are always below 2^53). */
-  a->late_below = (uint64_t)(t->late_fraction * 9007199254740992.0);
-  a->seed_mix = splitmix64(t->seed);
+  a->late_below = (uint64_t)(tt.late_fraction * 9007199254740992.0);
+  a->seed_mix = splitmix64(tt.seed);
+  a->slot_ms = 2 * tt.session_gap_ms;
   weir_watermark_strategy ws = {.size = sizeof ws,
-                                .out_of_orderness = (int64_t)t->disorder_ms,
-                                .interval_ms = t->watermark_interval_ms};
+                                .out_of_orderness = (int64_t)tt.disorder_ms,
+                                .interval_ms = tt.watermark_interval_ms};
   return weir_with_watermarks(weir_source(job, name, &gen_vt, a, parallelism), &ws);
 }

@@ -53,9 +53,30 @@ weir_stream *weir_gen(weir_job *job, const char *name, const weir_gen_opts *opts
  * behind it once its split emitted records whose base is more than L + 1
  * ms later (event time downstream can lag the source, so whether an
  * operator finds it late depends on timing). Watermarks are sent at most
- * every watermark_interval_ms (0: 200); no split is ever idle. WEIR_EINVAL
- * (a build error) for a late_fraction outside 0 .. 1 or a struct without
- * its size. */
+ * every watermark_interval_ms (0: 200); no split is ever idle.
+ *
+ * Bursts (session_gap_ms G > 0): the same timestamps, but keys that come
+ * in per-key bursts, for session windows of gap G. Event time is cut into
+ * slots of 2G ms; record i falls in slot s_i = floor(base_i / 2G), and key
+ * k is on in slot s when
+ *
+ *   on(k, s) = splitmix64(splitmix64(seed) ^ splitmix64(k ^ splitmix64(s))) & 1
+ *
+ * (about half the keys in each slot, independently). Record i's key is the
+ * first of k_i, k_i + 1, ..., k_i + K - 1 (mod K), k_i = i mod K, that is
+ * on in s_i (k_i when none is): the records of a key that rests go to the
+ * next key that is on. So every record is still emitted (ids, splits and
+ * positions as without bursts), a key is on for runs of slots (2 on
+ * average) and off for runs of slots, and between its bursts it rests
+ * more than 2G - D ms of event time: its sessions separate while D < G.
+ * Within a burst its records are at most about K * 1000 / E + D ms apart
+ * (its own records, k_i = k), so a burst is one session when that is below
+ * G. With K = 1 there is no other key: one session. G = 0: key i mod K.
+ *
+ * WEIR_EINVAL (a build error) for a late_fraction outside 0 .. 1, a struct
+ * without its size or session_gap_ms above INT64_MAX / 4. A struct sized before
+ * session_gap_ms (size = offsetof(weir_gen_time, session_gap_ms)) is taken
+ * with G = 0. */
 typedef struct weir_gen_time {
   size_t size;                    /* sizeof(weir_gen_time) */
   uint64_t event_rate;            /* E: records per event-time second; 0 = 10 * keys */
@@ -64,6 +85,7 @@ typedef struct weir_gen_time {
   uint64_t late_lag_ms;           /* L: how much further than D a late record lags; 0 = 1000 */
   uint64_t seed;                  /* of the disorder and of the choice of late records */
   uint32_t watermark_interval_ms; /* 0 = 200 */
+  uint64_t session_gap_ms;        /* G > 0: per-key bursts (sessions); 0 = none */
 } weir_gen_time;
 weir_stream *weir_gen_timed(weir_job *job, const char *name, const weir_gen_opts *opts,
                             const weir_gen_time *t, int parallelism);
