@@ -66,11 +66,14 @@ static void windows_help(FILE *out) {
         "can be late. A keyed window counts each key's records per window and\n"
         "fires when the watermark passes the window's end.\n"
         "\n"
-        "Output, two sinks of the one job: each window firing as a line\n"
+        "Output, sinks of the one job: each window firing as a line\n"
         "\"<key> <window start ms> <window end ms> <count>\" (sink 'sink'), and\n"
         "each record that came too late for every window it belongs to as\n"
-        "\"<key> <ts ms>\" (sink 'late'). With --sink file:DIR both write their\n"
-        "parts into DIR: sink-<s>-<n>.txt and late-<s>-<n>.txt. Under allowed\n"
+        "\"<key> <ts ms>\" (sink 'late'); with --slide, a record late for some of\n"
+        "its windows only counts in the others and is written once per window it\n"
+        "missed as \"<key> <window start ms> <window end ms> <ts ms>\" (sink\n"
+        "'missed'). With --sink file:DIR they write their parts into DIR:\n"
+        "sink-<s>-<n>.txt, late-<s>-<n>.txt, missed-<s>-<n>.txt. Under allowed\n"
         "lateness a window that a late record joins fires again at once and\n"
         "writes a new line with the higher count: the later firing supersedes\n"
         "the earlier (the last line of a key and window is its final count).\n"
@@ -250,6 +253,22 @@ int cli_format_late(weir_ctx *ctx, void *user, const weir_record *in) {
   return weir_emit(ctx, in->key, line, put_i64(line, in->ts));
 }
 
+/* A record that missed a window: its payload becomes "<start> <end> <ts>". */
+static int format_missed(weir_ctx *ctx, void *user, const weir_record *in) {
+  (void)user;
+  weir_window_result m;
+  if (weir_window_missed_parse(in, &m) < 0)
+    return weir_ctx_fail(ctx, WEIR_EBADREC, "not a missed-window record (%u bytes)",
+                         (unsigned)in->len);
+  char line[72];
+  size_t k = put_i64(line, m.start);
+  line[k++] = ' ';
+  k += put_i64(line + k, m.end);
+  line[k++] = ' ';
+  k += put_i64(line + k, in->ts);
+  return weir_emit(ctx, in->key, line, k);
+}
+
 /* "<key> <payload>": the text the format operators made. */
 size_t cli_key_and_text(const weir_record *r, char *buf, size_t cap) {
   char d[24];
@@ -292,7 +311,11 @@ static int windows_build(weir_job *job, const cli_engine *eng, void *cfg) {
   int rc = weir_sink_to_conf(weir_flat_map(counts, "format", cli_format_window_count, NULL, p),
                              "sink", c->sink, &sc, p);
   if (rc) return rc;
-  return weir_sink_to_conf(weir_flat_map(late, "format-late", cli_format_late, NULL, p), "late",
+  rc = weir_sink_to_conf(weir_flat_map(late, "format-late", cli_format_late, NULL, p), "late",
+                         c->sink, &sc, p);
+  if (rc || !c->sliding) return rc;
+  weir_stream *missed = weir_side_output(counts, WEIR_TAG_MISSED);
+  return weir_sink_to_conf(weir_flat_map(missed, "format-missed", format_missed, NULL, p), "missed",
                            c->sink, &sc, p);
 }
 
