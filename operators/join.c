@@ -29,9 +29,8 @@
 
 #include "base/alloc.h"
 #include "weir/operators.h"
-#include "le.h"
+#include "reclist.h"
 
-#define ENTRY_HDR 20u /* ts i64, id u64, len u32 */
 
 typedef struct join {
   int64_t lo, hi, bucket;
@@ -70,14 +69,10 @@ static int append(weir_ctx *ctx, const uint8_t k[17], const weir_record *r, int 
   size_t vlen = 0;
   int rc = weir_state_get_bytes(ctx, k, 17, &v, &vlen);
   if (rc < 0) return rc;
-  size_t n = vlen + ENTRY_HDR + r->len;
+  size_t n = vlen + weir__reclist_size(r);
   uint8_t *buf = weir_malloc(n);
   if (vlen) memcpy(buf, v, vlen);
-  uint8_t *e = buf + vlen;
-  weir__le_put64(e, (uint64_t)r->ts);
-  weir__le_put64(e + 8, r->id);
-  weir__le_put32(e + 16, r->len);
-  if (r->len) memcpy(e + ENTRY_HDR, r->payload, r->len);
+  weir__reclist_put(buf + vlen, r);
   rc = weir_state_put_bytes(ctx, k, 17, buf, n);
   weir_free(buf);
   *made = vlen == 0;
@@ -109,17 +104,6 @@ static uint8_t *load_list(weir_ctx *ctx, const uint8_t k[17], size_t *len, int *
   return copy;
 }
 
-/* The list's record at *off (of key), and *off moved past it; 0 at the end. */
-static int next_record(const uint8_t *list, size_t len, size_t *off, uint64_t key, weir_record *o) {
-  if (*off + ENTRY_HDR > len) return 0;
-  const uint8_t *e = list + *off;
-  *o = (weir_record){key, (int64_t)weir__le_get64(e), weir__le_get64(e + 8), NULL,
-                     weir__le_get32(e + 16)};
-  o->payload = o->len ? e + ENTRY_HDR : NULL;
-  *off += ENTRY_HDR + o->len;
-  return 1;
-}
-
 /* fn for the pair (a, b), emitting at ts with the pair's own ids. */
 static int call_pair(weir_ctx *ctx, weir_join_fn fn, void *user, const weir_record *a,
                      const weir_record *b, int64_t ts) {
@@ -141,7 +125,7 @@ static int probe(weir_ctx *ctx, const join *j, int side, const weir_record *r, i
       continue;
     }
     weir_record o;
-    for (size_t off = 0; !rc && next_record(copy, vlen, &off, r->key, &o);) {
+    for (size_t off = 0; !rc && weir__reclist_next(copy, vlen, &off, r->key, &o);) {
       if (o.ts < from || o.ts > to) continue;
       const weir_record *a = side ? &o : r, *bb = side ? r : &o;
       rc = call_pair(ctx, j->fn, j->user, a, bb, a->ts > bb->ts ? a->ts : bb->ts);
@@ -282,8 +266,8 @@ static int wjoin_fire(weir_ctx *ctx, const wjoin *j, uint64_t key, int64_t t) {
   if (rc < 0) return rc;
   uint8_t *b = load_list(ctx, kb, &lb, &rc);
   weir_record ra, rb;
-  for (size_t oa = 0; a && b && !rc && next_record(a, la, &oa, key, &ra);)
-    for (size_t ob = 0; !rc && next_record(b, lb, &ob, key, &rb);)
+  for (size_t oa = 0; a && b && !rc && weir__reclist_next(a, la, &oa, key, &ra);)
+    for (size_t ob = 0; !rc && weir__reclist_next(b, lb, &ob, key, &rb);)
       rc = call_pair(ctx, j->fn, j->user, &ra, &rb, t);
   weir_free(a);
   weir_free(b);

@@ -38,7 +38,7 @@
 
 #include "base/alloc.h"
 #include "weir/operators.h"
-#include "le.h"
+#include "reclist.h"
 
 #define HEADER 24u    /* result header: start, end, firing, 0 */
 #define ACC_MAX 4096u /* accumulator bytes at most */
@@ -47,8 +47,19 @@
 typedef struct win {
   weir_window_spec w;
   weir_aggregate_vt agg;
+  weir_window_fn fn; /* weir_window_apply: the records, not an accumulator */
   void *user;
 } win;
+
+struct weir_window_records {
+  const uint8_t *list;
+  size_t len, off;
+  uint64_t key;
+};
+
+int weir_window_next(weir_window_records *it, weir_record *r) {
+  return weir__reclist_next(it->list, it->len, &it->off, it->key, r);
+}
 
 static void state_key(uint8_t k[16], uint64_t key, int64_t end) {
   weir__le_put64(k, key);
@@ -89,6 +100,36 @@ static int emit_result(weir_ctx *ctx, const win *w, uint64_t key, int64_t start,
   return rc;
 }
 
+/* Emits the result of weir_window_apply's fn for window [start, end) of
+ * key, whose records are list (len bytes). */
+static int emit_apply(weir_ctx *ctx, const win *w, uint64_t key, int64_t start, int64_t end,
+                      uint32_t firing, const uint8_t *list, size_t len, int from_timer) {
+  uint8_t buf[HEADER + 256];
+  uint8_t *out = buf;
+  size_t cap = sizeof buf - HEADER, n = 0;
+  weir_window win_ = {start, end, firing};
+  for (;;) {
+    weir_window_records it = {list, len, 0, key};
+    int rc = w->fn(w->user, key, &win_, &it, out + HEADER, cap, &n);
+    if (rc) {
+      if (out != buf) weir_free(out);
+      return rc;
+    }
+    if (n <= cap) break;
+    if (out != buf) weir_free(out);
+    cap = n; /* more room, the records from the start */
+    out = weir_malloc(HEADER + cap);
+  }
+  weir__le_put64(out, (uint64_t)start);
+  weir__le_put64(out + 8, (uint64_t)end);
+  weir__le_put32(out + 16, firing);
+  weir__le_put32(out + 20, 0);
+  int rc = from_timer ? weir_emit(ctx, key, out, HEADER + n)
+                      : weir_emit_at(ctx, key, end - 1, out, HEADER + n);
+  if (out != buf) weir_free(out);
+  return rc;
+}
+
 /* r missed window [start, end): to "missed", the header (firing 0) before
  * its payload. */
 static int emit_missed(weir_ctx *ctx, const weir_record *r, int64_t start, int64_t end) {
@@ -104,8 +145,45 @@ static int emit_missed(weir_ctx *ctx, const weir_record *r, int64_t start, int64
   return rc;
 }
 
+/* weir_window_apply: the record goes into the list of window
+ * [end - length, end) of its key (firing count, 4 spare bytes, records). */
+static int join_apply(weir_ctx *ctx, const win *w, const weir_record *r, int64_t end,
+                      int64_t clock) {
+  uint8_t k[16];
+  state_key(k, r->key, end);
+  const void *v = NULL;
+  size_t vlen = 0;
+  int rc = weir_state_get_bytes(ctx, k, sizeof k, &v, &vlen);
+  if (rc < 0) return rc;
+  int made = rc == 0;
+  if (!made && vlen < VALUE_AT)
+    return weir_ctx_fail(ctx, WEIR_ECORRUPT, "window state of %zu bytes", vlen);
+  size_t n = (made ? VALUE_AT : vlen) + weir__reclist_size(r);
+  uint8_t *val = weir_malloc(n);
+  if (made)
+    memset(val, 0, VALUE_AT);
+  else
+    memcpy(val, v, vlen);
+  weir__reclist_put(val + n - weir__reclist_size(r), r);
+  uint32_t firing = weir__le_get32(val);
+  int again = w->w.time == WEIR_EVENT_TIME && firing > 0 && end - 1 <= clock;
+  if (again) weir__le_put32(val, ++firing);
+  rc = weir_state_put_bytes(ctx, k, sizeof k, val, n);
+  if (!rc && made) {
+    rc = weir_timer_register(ctx, w->w.time, end - 1);
+    if (!rc && w->w.time == WEIR_EVENT_TIME && w->w.allowed_lateness > 0)
+      rc = weir_timer_register(ctx, WEIR_EVENT_TIME, end - 1 + w->w.allowed_lateness);
+  }
+  if (!rc && again)
+    rc =
+        emit_apply(ctx, w, r->key, end - w->w.length, end, firing, val + VALUE_AT, n - VALUE_AT, 0);
+  weir_free(val);
+  return rc;
+}
+
 /* The record joins window [end - length, end) of its key. */
 static int join(weir_ctx *ctx, const win *w, const weir_record *r, int64_t end, int64_t clock) {
+  if (w->fn) return join_apply(ctx, w, r, end, clock);
   uint8_t k[16], val[VALUE_AT + ACC_MAX];
   uint32_t acc_len = w->agg.acc_len;
   state_key(k, r->key, end);
@@ -327,7 +405,18 @@ static int win_timer_key(weir_ctx *ctx, const win *w, uint64_t key, int64_t t) {
   state_key(k, key, t + 1);
   int rc = weir_state_get_bytes(ctx, k, sizeof k, &v, &vlen);
   if (rc < 0) return rc;
-  if (rc == 1 && vlen == VALUE_AT + w->agg.acc_len && weir__le_get32(v) == 0) {
+  if (w->fn && rc == 1 && vlen >= VALUE_AT && weir__le_get32(v) == 0) {
+    uint8_t *list = weir_malloc(vlen);
+    memcpy(list, v, vlen);
+    weir__le_put32(list, 1);
+    rc =
+        emit_apply(ctx, w, key, t + 1 - w->w.length, t + 1, 1, list + VALUE_AT, vlen - VALUE_AT, 1);
+    if (!rc)
+      rc = lateness > 0 ? weir_state_put_bytes(ctx, k, sizeof k, list, vlen)
+                        : weir_state_del_bytes(ctx, k, sizeof k);
+    weir_free(list);
+    if (rc < 0) return rc;
+  } else if (!w->fn && rc == 1 && vlen == VALUE_AT + w->agg.acc_len && weir__le_get32(v) == 0) {
     memcpy(val, v, vlen);
     weir__le_put32(val, 1);
     rc = emit_result(ctx, w, key, t + 1 - w->w.length, t + 1, 1, val + VALUE_AT, 1);
@@ -361,8 +450,8 @@ static const weir_operator_vt win_vt = {.size = sizeof(weir_operator_vt),
                                         .on_timers = win_timers,
                                         .rescalable = 1};
 
-/* What is wrong with spec w and aggregate agg, or NULL. */
-static const char *bad_spec(const weir_window_spec *w, const weir_aggregate_vt *agg) {
+/* What is wrong with spec w, or NULL. */
+static const char *bad_window(const weir_window_spec *w) {
   if (w->kind != WEIR_WINDOW_TUMBLING && w->kind != WEIR_WINDOW_SLIDING &&
       w->kind != WEIR_WINDOW_SESSION)
     return "kind is not WEIR_WINDOW_TUMBLING, WEIR_WINDOW_SLIDING or WEIR_WINDOW_SESSION";
@@ -377,12 +466,36 @@ static const char *bad_spec(const weir_window_spec *w, const weir_aggregate_vt *
   if (w->time == WEIR_PROCESSING_TIME &&
       (w->kind != WEIR_WINDOW_TUMBLING || w->allowed_lateness != 0))
     return "processing-time windows are tumbling, without lateness";
+  return NULL;
+}
+
+/* What is wrong with spec w and aggregate agg, or NULL. */
+static const char *bad_spec(const weir_window_spec *w, const weir_aggregate_vt *agg) {
+  const char *why = bad_window(w);
+  if (why) return why;
   if (!agg->init || !agg->add || !agg->result) return "the aggregate lacks init, add or result";
   if (w->kind == WEIR_WINDOW_SESSION && !agg->merge)
     return "session windows need an aggregate with merge (sessions merge their accumulators)";
   if (agg->acc_len == 0 || agg->acc_len > ACC_MAX)
     return "the aggregate's acc_len must be 1 .. 4096";
   return NULL;
+}
+
+/* The window operator with a (ours: it goes with the job) on s. */
+static weir_stream *add_window(weir_job *job, weir_stream *s, const char *name, win *a,
+                               int parallelism) {
+  if (weir_job_adopt(job, a, weir_free)) {
+    weir_free(a);
+    return NULL;
+  }
+  static const char *const tags[] = {WEIR_TAG_LATE, WEIR_TAG_MISSED};
+  weir_op_opts oo = {
+      .size = sizeof oo,
+      .flags = WEIR_OP_KEYED_STATE |
+               (a->w.time == WEIR_EVENT_TIME ? WEIR_OP_EVENT_TIMERS : WEIR_OP_PROCESSING_TIMERS),
+      .ntags = a->w.kind == WEIR_WINDOW_SLIDING ? 2 : 1,
+      .tags = tags};
+  return weir_process_opts(s, name, &win_vt, a, parallelism, &oo);
 }
 
 weir_stream *weir_window_aggregate(weir_stream *s, const char *name, const weir_window_spec *w,
@@ -407,19 +520,27 @@ weir_stream *weir_window_aggregate(weir_stream *s, const char *name, const weir_
   a->w = *w;
   a->agg = ag;
   a->user = user;
-  int rc = weir_job_adopt(job, a, weir_free);
-  if (rc) {
-    weir_free(a);
+  return add_window(job, s, name, a, parallelism);
+}
+
+weir_stream *weir_window_apply(weir_stream *s, const char *name, const weir_window_spec *w,
+                               weir_window_fn fn, void *user, int parallelism) {
+  weir_job *job = weir_stream_job(s);
+  if (!job) return NULL;
+  const char *why = !w || w->size < sizeof *w ? "the spec is NULL or without its size"
+                    : !fn                     ? "the window function is NULL"
+                    : w->kind == WEIR_WINDOW_SESSION
+                        ? "session windows take an aggregate (weir_window_aggregate)"
+                        : bad_window(w);
+  if (why) {
+    weir_job_fail(job, WEIR_EPLAN, "weir_window_apply: window '%s': %s", name ? name : "?", why);
     return NULL;
   }
-  static const char *const tags[] = {WEIR_TAG_LATE, WEIR_TAG_MISSED};
-  weir_op_opts oo = {
-      .size = sizeof oo,
-      .flags = WEIR_OP_KEYED_STATE |
-               (w->time == WEIR_EVENT_TIME ? WEIR_OP_EVENT_TIMERS : WEIR_OP_PROCESSING_TIMERS),
-      .ntags = w->kind == WEIR_WINDOW_SLIDING ? 2 : 1,
-      .tags = tags};
-  return weir_process_opts(s, name, &win_vt, a, parallelism, &oo);
+  win *a = weir_calloc(1, sizeof *a);
+  a->w = *w;
+  a->fn = fn;
+  a->user = user;
+  return add_window(job, s, name, a, parallelism);
 }
 
 int weir_window_missed_parse(const weir_record *r, weir_window_result *out) {

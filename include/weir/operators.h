@@ -217,6 +217,28 @@ typedef struct weir_window_result {
 } weir_window_result;
 /* Reads a window result record. 0, or WEIR_EBADREC if r is not one. */
 int weir_window_result_parse(const weir_record *r, weir_window_result *out);
+/* Full-window functions (weir_window_apply). */
+typedef struct weir_window {
+  int64_t start, end;
+  uint32_t firing; /* 1, then + 1 at every firing under allowed lateness */
+} weir_window;
+/* The records of one key in one window, in arrival order. */
+typedef struct weir_window_records weir_window_records;
+/* The next record into *r (payload valid during the call): 1, or 0 at the
+ * end. */
+int weir_window_next(weir_window_records *it, weir_record *r);
+/* Writes the window's result into out (cap bytes) and its length into
+ * *len; a *len above cap asks for a call with that much room (the records
+ * start over). 0 or an error, as process. Must not emit. */
+typedef int (*weir_window_fn)(void *user, uint64_t key, const weir_window *w,
+                              weir_window_records *it, void *out, size_t cap, size_t *len);
+/* As weir_window_aggregate (tumbling or sliding, event or processing time,
+ * lateness, "late" and "missed"), but the window keeps its records and
+ * fn makes the result from all of them when it fires (a median, a top-N).
+ * Costs the records' bytes in state until the window is purged. */
+weir_stream *weir_window_apply(weir_stream *s, const char *name, const weir_window_spec *w,
+                               weir_window_fn fn, void *user, int parallelism);
+
 /* Reads a "missed" record: the window it missed, value/len the record's
  * own payload, firing 0. 0, or WEIR_EBADREC. */
 int weir_window_missed_parse(const weir_record *r, weir_window_result *out);
