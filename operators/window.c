@@ -40,9 +40,11 @@
 #include "weir/operators.h"
 #include "reclist.h"
 
-#define HEADER 24u    /* result header: start, end, firing, 0 */
-#define ACC_MAX 4096u /* accumulator bytes at most */
-#define VALUE_AT 8u   /* the accumulator's offset in a state value */
+#define HEADER 24u        /* result header: start, end, firing, 0 */
+#define PREFETCH_SLOT 16u /* records ahead whose state slots are fetched */
+#define PREFETCH_ENTRY 4u /* ... and whose entries */
+#define ACC_MAX 4096u     /* accumulator bytes at most */
+#define VALUE_AT 8u       /* the accumulator's offset in a state value */
 
 typedef struct win {
   weir_window_spec w;
@@ -444,9 +446,46 @@ static int win_timers(weir_ctx *ctx, const weir_timer_batch *tb) {
   return 0;
 }
 
+/* Hints for the state entries of record (key, ts): step 0 their slots,
+ * step 1 the entries themselves. */
+static void win_prefetch(weir_ctx *ctx, const win *w, uint64_t key, int64_t ts, int step) {
+  uint8_t k[16];
+  if (w->w.kind == WEIR_WINDOW_SESSION) {
+    state_key(k, key, INT64_MIN);
+    weir_state_prefetch_bytes(ctx, k, sizeof k, step);
+    return;
+  }
+  if (w->w.time != WEIR_EVENT_TIME) return;
+  for (int64_t s = last_start(w, ts); s > ts - w->w.length; s -= slide_of(w)) {
+    state_key(k, key, s + w->w.length);
+    weir_state_prefetch_bytes(ctx, k, sizeof k, step);
+  }
+}
+
+/* Record by record as process, with the state of the records ahead on its
+ * way into the cache: a table of many keys and windows misses the cache
+ * at nearly every lookup (measured: ~2/3 of the window operator's time
+ * went to the first load of a slot). */
+static int win_process_batch(weir_ctx *ctx, const weir_batch *b) {
+  const win *w = weir_ctx_arg(ctx);
+  for (uint32_t i = 0; i < b->len; i++) {
+    if (i + PREFETCH_SLOT < b->len)
+      win_prefetch(ctx, w, b->keys[i + PREFETCH_SLOT], b->ts[i + PREFETCH_SLOT], 0);
+    if (i + PREFETCH_ENTRY < b->len)
+      win_prefetch(ctx, w, b->keys[i + PREFETCH_ENTRY], b->ts[i + PREFETCH_ENTRY], 1);
+    weir_record r = weir_batch_record(b, i);
+    weir_state_select(ctx, r.key);
+    weir_ctx_select_parent(ctx, r.id, r.ts);
+    int rc = win_process(ctx, &r);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 static const weir_operator_vt win_vt = {.size = sizeof(weir_operator_vt),
                                         .name = "window",
                                         .process = win_process,
+                                        .process_batch = win_process_batch,
                                         .on_timers = win_timers,
                                         .rescalable = 1};
 

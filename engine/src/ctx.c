@@ -221,6 +221,9 @@ int weir_state_del_u64(weir_ctx *c, uint64_t key) {
 void weir_state_prefetch_u64(weir_ctx *c, uint64_t key) {
   weir__u64_prefetch(&c->state.u, key);
 }
+void weir_state_prefetch_bytes(weir_ctx *c, const void *k, size_t klen, int entry) {
+  weir__bytes_prefetch(&c->state.b, k, klen, entry);
+}
 
 void weir_state_select(weir_ctx *c, uint64_t record_key) {
   if (c->timer_batch) {

@@ -604,6 +604,17 @@ static uint64_t bytes_slot(weir__bmap *m, uint64_t h, const void *k, size_t klen
   }
 }
 
+void weir__bytes_prefetch(const weir__bmap *m, const void *k, size_t klen, int entry) {
+  if (!m->slots) return;
+  uint64_t j = weir_hash_bytes(k, klen) & (m->cap - 1);
+  if (!entry) {
+    __builtin_prefetch(&m->slots[j], 0, 3);
+    return;
+  }
+  const weir__bent *e = m->slots[j];
+  if (e) __builtin_prefetch(e, 1, 3);
+}
+
 weir__bent *weir__bytes_find(weir__bmap *m, const void *k, size_t klen) {
   if (!m->slots) return NULL;
   int found;

@@ -219,6 +219,10 @@ void weir__cow_read_abandon(weir__cow_reader *r);
 void weir__cow_release(weir__cow *c);
 
 weir__bent *weir__bytes_find(weir__bmap *m, const void *k, size_t klen);
+/* Two-step hint for an upcoming lookup of k: the slot (a cache miss in a
+ * large table), and with `entry` also the entry it points to, if the slot
+ * is in cache by then (call it again a few records later). */
+void weir__bytes_prefetch(const weir__bmap *m, const void *k, size_t klen, int entry);
 /* Inserts or overwrites; returns the entry (valid until the next insert). */
 weir__bent *weir__bytes_put(weir__bmap *m, uint64_t route_key, const void *k, size_t klen,
                             const void *v, size_t vlen);

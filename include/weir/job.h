@@ -373,7 +373,9 @@ void weir_ctx_wake_after(weir_ctx *ctx, uint64_t us);
  * its event time after a restore). Records that come after it with ts <=
  * it are late. It only moves forward, between input batches. */
 int64_t weir_ctx_watermark(const weir_ctx *ctx);
-/* In process (record by record) or on_timer: the emissions that follow,
+/* In process (record by record), on_timer, or process_batch after
+ * weir_state_select (there: the record's own id and timestamp, so that it
+ * emits as process would): the emissions that follow,
  * until the callback returns or the next call, derive their ids from
  * parent_id (each with its own emission index) and default to timestamp
  * ts, as if the record at hand had that id and timestamp. An operator that
@@ -508,6 +510,10 @@ int weir_state_add_u64(weir_ctx *ctx, uint64_t key, uint64_t delta, uint64_t *ou
 int weir_state_del_u64(weir_ctx *ctx, uint64_t key);
 /* Hints that `key` will be used soon (batch form: prefetch ahead). */
 void weir_state_prefetch_u64(weir_ctx *ctx, uint64_t key);
+/* The same for byte-string key k, in two steps: first its slot in the
+ * table (entry 0, some 16 records ahead), then its entry (entry 1, a few
+ * records ahead, once the slot is in cache). */
+void weir_state_prefetch_bytes(weir_ctx *ctx, const void *k, size_t klen, int entry);
 
 /* Byte-string entries remember the key of the record that wrote them (for
  * redistributing state by key group). The per-record `process` form sets it;
