@@ -165,9 +165,9 @@ extern const cli_builtin cli_sessions_job;
  * --late-fraction style flag: a decimal 0 .. 1 without sign or exponent
  * (cli_take_* conventions). */
 int cli_take_fraction(cli_args *a, const char *flag, double *out);
-/* flat_map functions: a window's count result becomes the payload text
- * "<start> <end> <count>", a late record's "<ts>" (same key). */
-int cli_format_window_count(weir_ctx *ctx, void *user, const weir_record *in);
+/* A flat_map function: a late record's payload becomes the text "<ts>"
+ * (same key). (Window results go to their sink as they are, written by
+ * weir_format_window with weir_opid_window's ids.) */
 int cli_format_late(weir_ctx *ctx, void *user, const weir_record *in);
 /* The sinks' formatter for those: "<key> <payload text>". */
 size_t cli_key_and_text(const weir_record *r, char *buf, size_t cap);

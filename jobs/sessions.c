@@ -2,7 +2,7 @@
  * and its report line.
  *
  * DESIGN. gen_timed (in burst mode) -> key_by -> session window (count) ->
- * format -> sink, and the window's "late" side output -> format-late ->
+ * sink, and the window's "late" side output -> format-late ->
  * late: the windows job's shape (jobs/windows.c, whose formatters and
  * sinks' line format it shares through cli.h) with session windows of gap
  * --gap. The generator is weir_gen_timed with session_gap_ms = --gap: the
@@ -198,10 +198,10 @@ static int sessions_build(weir_job *job, const cli_engine *eng, void *cfg) {
   weir_stream *counts =
       weir_window_aggregate(weir_key_by(s), "session", &w, &weir_agg_count, NULL, p);
   weir_stream *late = weir_side_output(counts, WEIR_TAG_LATE);
-  weir_sink_conf sc = {.fmt = cli_key_and_text};
-  int rc = weir_sink_to_conf(weir_flat_map(counts, "format", cli_format_window_count, NULL, p),
-                             "sink", c->sink, &sc, p);
+  weir_sink_conf results = {.fmt = weir_format_window, .opid = weir_opid_window};
+  int rc = weir_sink_to_conf(counts, "sink", c->sink, &results, p);
   if (rc) return rc;
+  weir_sink_conf sc = {.fmt = cli_key_and_text};
   return weir_sink_to_conf(weir_flat_map(late, "format-late", cli_format_late, NULL, p), "late",
                            c->sink, &sc, p);
 }
@@ -210,7 +210,7 @@ static void sessions_report(const weir_job *job, void *cfg, cli_outcome *o, FILE
   (void)cfg;
   uint64_t in = 0, records = 0, results = 0, late = 0;
   weir_job_operator_counts(job, "gen", &in, &records);
-  weir_job_operator_counts(job, "format", &in, &results);
+  weir_job_operator_counts(job, "sink", &results, &in);
   weir_job_operator_counts(job, "format-late", &in, &late);
   o->stopped = weir_job_stopped(job);
   const weir_run_info *ri = weir_job_run_info(job);

@@ -1,8 +1,9 @@
 /* jobs/windows.c: owns the built-in `windows` job: its flags, its graph and
  * its report line.
  *
- * DESIGN. gen_timed -> key_by -> window (count) -> format -> sink, and the
- * window's "late" side output -> format-late -> late: one job, two sinks.
+ * DESIGN. gen_timed -> key_by -> window (count) -> sink, the window's "late"
+ * side output -> format-late -> late, and with --slide its "missed" side
+ * output -> format-missed -> missed: one job, two or three sinks.
  * The generator is the counter job's (record i, key i mod K) with event
  * times from weir_gen_timed's documented formula (weir/operators.h): E
  * records per event-time second, each up to --disorder ms early, and a
@@ -15,12 +16,14 @@
  *
  * Lines: the window results as "<key> <start> <end> <count>" (sink "sink"),
  * the late records as "<key> <ts>" (sink "late"); with --sink file:DIR both
- * sinks' parts are in DIR (sink-<s>-<n>.txt, late-<s>-<n>.txt). The format
- * operators parse the window's records (weir_window_result_parse) and emit
- * the text after the key as the payload; the sinks' formatter writes
- * "<key> <payload>" (weir_format_default would read an 8-byte text as a
- * number). Both sinks use write-ahead operation ids at an idempotent
- * destination: a window fired again under lateness is a new effect.
+ * sinks' parts are in DIR (sink-<s>-<n>.txt, late-<s>-<n>.txt). The results
+ * sink writes the window's records with weir_format_window, and at an
+ * idempotent destination their operation ids are weir_opid_window's
+ * "<key>.<end>.<firing>": a window fired again under lateness is a new
+ * effect, a replayed firing the same one. The format operators of the side
+ * outputs emit the text after the key as the payload, which their sinks
+ * write as "<key> <payload>" (weir_format_default would read an 8-byte text
+ * as a number), with write-ahead ids.
  */
 #include "cli.h"
 
@@ -227,25 +230,6 @@ static size_t put_i64(char *p, int64_t v) {
   return k;
 }
 
-/* A window result: its payload becomes "<start> <end> <count>" (a
- * session's too: the sessions job shares it, cli.h). */
-int cli_format_window_count(weir_ctx *ctx, void *user, const weir_record *in) {
-  (void)user;
-  weir_window_result wr;
-  int rc = weir_window_result_parse(in, &wr);
-  if (rc < 0 || wr.len != 8)
-    return weir_ctx_fail(ctx, WEIR_EBADREC, "not a window count (%u bytes)", (unsigned)in->len);
-  uint64_t n = 0;
-  for (int b = 7; b >= 0; b--) n = n << 8 | ((const uint8_t *)wr.value)[b];
-  char line[72];
-  size_t k = put_i64(line, wr.start);
-  line[k++] = ' ';
-  k += put_i64(line + k, wr.end);
-  line[k++] = ' ';
-  k += put_i64(line + k, (int64_t)n);
-  return weir_emit(ctx, in->key, line, k);
-}
-
 /* A late record: its payload becomes "<ts>". */
 int cli_format_late(weir_ctx *ctx, void *user, const weir_record *in) {
   (void)user;
@@ -307,10 +291,10 @@ static int windows_build(weir_job *job, const cli_engine *eng, void *cfg) {
   weir_stream *counts =
       weir_window_aggregate(weir_key_by(s), "window", &w, &weir_agg_count, NULL, p);
   weir_stream *late = weir_side_output(counts, WEIR_TAG_LATE);
-  weir_sink_conf sc = {.fmt = cli_key_and_text};
-  int rc = weir_sink_to_conf(weir_flat_map(counts, "format", cli_format_window_count, NULL, p),
-                             "sink", c->sink, &sc, p);
+  weir_sink_conf results = {.fmt = weir_format_window, .opid = weir_opid_window};
+  int rc = weir_sink_to_conf(counts, "sink", c->sink, &results, p);
   if (rc) return rc;
+  weir_sink_conf sc = {.fmt = cli_key_and_text};
   rc = weir_sink_to_conf(weir_flat_map(late, "format-late", cli_format_late, NULL, p), "late",
                          c->sink, &sc, p);
   if (rc || !c->sliding) return rc;
@@ -323,7 +307,7 @@ static void windows_report(const weir_job *job, void *cfg, cli_outcome *o, FILE 
   (void)cfg;
   uint64_t in = 0, records = 0, results = 0, late = 0;
   weir_job_operator_counts(job, "gen", &in, &records);
-  weir_job_operator_counts(job, "format", &in, &results);
+  weir_job_operator_counts(job, "sink", &results, &in);
   weir_job_operator_counts(job, "format-late", &in, &late);
   o->stopped = weir_job_stopped(job);
   const weir_run_info *ri = weir_job_run_info(job);

@@ -34,6 +34,7 @@
  * into it meanwhile fires the merged session again at once.
  */
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/alloc.h"
@@ -604,6 +605,30 @@ int weir_window_result_parse(const weir_record *r, weir_window_result *out) {
   out->value = p + HEADER;
   out->len = r->len - HEADER;
   return 0;
+}
+
+size_t weir_format_window(const weir_record *r, char *buf, size_t cap) {
+  weir_window_result wr;
+  int n;
+  if (weir_window_result_parse(r, &wr) < 0)
+    n = snprintf(buf, cap, "%llu ?", (unsigned long long)r->key);
+  else if (wr.len == 8)
+    n = snprintf(buf, cap, "%llu %lld %lld %llu", (unsigned long long)r->key, (long long)wr.start,
+                 (long long)wr.end, (unsigned long long)weir__le_get64(wr.value));
+  else
+    n = snprintf(buf, cap, "%llu %lld %lld %.*s", (unsigned long long)r->key, (long long)wr.start,
+                 (long long)wr.end, (int)wr.len, (const char *)wr.value);
+  return n < 0 ? 0 : (size_t)n;
+}
+
+size_t weir_opid_window(const weir_record *r, char *buf, size_t cap) {
+  weir_window_result wr;
+  int n =
+      weir_window_result_parse(r, &wr) < 0
+          ? snprintf(buf, cap, "%llu.?.%llu", (unsigned long long)r->key, (unsigned long long)r->id)
+          : snprintf(buf, cap, "%llu.%lld.%u", (unsigned long long)r->key, (long long)wr.end,
+                     wr.firing);
+  return n < 0 ? 0 : (size_t)n;
 }
 
 /* ---- aggregates ------------------------------------------------------------ */

@@ -444,3 +444,26 @@ Test(windows, bad_specs_are_build_errors) {
   cr_assert(strstr(weir_job_error(job), "but its input is not keyed"), "%s", weir_job_error(job));
   weir_job_destroy(job);
 }
+
+/* A result's line and operation id: a window fired again is a new effect
+ * ("<key>.<end>.<firing>"), and a record that is no result is named as such. */
+Test(windows, result_format_and_operation_id) {
+  uint8_t p[32];
+  int64_t start = -500, end = 500;
+  uint32_t firing = 2;
+  uint64_t v = 42;
+  memcpy(p, &start, 8); /* little-endian machines: the header's layout */
+  memcpy(p + 8, &end, 8);
+  memcpy(p + 16, &firing, 4);
+  memset(p + 20, 0, 4);
+  memcpy(p + 24, &v, 8);
+  weir_record r = {.key = 7, .ts = 499, .id = 1, .payload = p, .len = sizeof p};
+  char buf[64];
+  cr_assert_eq(weir_format_window(&r, buf, sizeof buf), strlen("7 -500 500 42"));
+  cr_assert_str_eq(buf, "7 -500 500 42");
+  cr_assert_eq(weir_opid_window(&r, buf, sizeof buf), strlen("7.500.2"));
+  cr_assert_str_eq(buf, "7.500.2");
+  r.len = 8;
+  weir_format_window(&r, buf, sizeof buf);
+  cr_assert_str_eq(buf, "7 ?");
+}

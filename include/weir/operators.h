@@ -239,6 +239,15 @@ typedef int (*weir_window_fn)(void *user, uint64_t key, const weir_window *w,
 weir_stream *weir_window_apply(weir_stream *s, const char *name, const weir_window_spec *w,
                                weir_window_fn fn, void *user, int parallelism);
 
+/* A window result as a sink writes it (a weir_format_fn): "<key> <start>
+ * <end> <value>", the value a u64 when 8 bytes, else its bytes; a record
+ * that is no window result as "<key> ?". */
+size_t weir_format_window(const weir_record *r, char *buf, size_t cap);
+/* Its content operation id (a weir_opid_fn): "<key>.<end>.<firing>", so that
+ * a window fired again under allowed lateness is a new effect at an
+ * idempotent destination, and a replayed firing the same one. */
+size_t weir_opid_window(const weir_record *r, char *buf, size_t cap);
+
 /* Reads a "missed" record: the window it missed, value/len the record's
  * own payload, firing 0. 0, or WEIR_EBADREC. */
 int weir_window_missed_parse(const weir_record *r, weir_window_result *out);
