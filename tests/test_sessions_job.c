@@ -247,8 +247,9 @@ static void read_output(const params *p, const char *out, outcome *o) {
   while ((e = readdir(d)) != NULL)
     if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) read_part(p, o, out, e->d_name);
   closedir(d);
-  qsort(o->results, o->n_results, sizeof *o->results, line_cmp);
-  qsort(o->late, o->n_late, sizeof *o->late, line_cmp);
+  /* (qsort of no lines: its array may be NULL, which qsort may not get) */
+  if (o->n_results) qsort(o->results, o->n_results, sizeof *o->results, line_cmp);
+  if (o->n_late) qsort(o->late, o->n_late, sizeof *o->late, line_cmp);
 }
 
 static void outcome_free(outcome *o) {

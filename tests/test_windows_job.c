@@ -452,11 +452,13 @@ Test(windows_job, late_sliding_conservation) {
               .late_fraction = "0.05"};
   run_conservation(&p, "sliding");
   /* Event time at twice the wall clock's pace: the watermark lags more
-   * event time, and records miss some of their windows only. */
+   * event time, and records often miss some of their windows only (how
+   * many depends on timing: 480-607 in runs here, none in another build;
+   * test_windows sliding_late_and_missed_conserve_counts makes them by the
+   * disorder itself). The count is conserved either way. */
   p.event_rate = 2500;
   p.seed = 6;
-  cr_assert_gt(run_conservation(&p, "sliding, fast event time"), 0,
-               "no record missed only some of its windows: 'missed' is not tested");
+  run_conservation(&p, "sliding, fast event time");
 }
 
 /* ---- crashes ------------------------------------------------------------------- */
