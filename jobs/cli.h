@@ -171,6 +171,10 @@ int cli_take_fraction(cli_args *a, const char *flag, double *out);
 int cli_format_late(weir_ctx *ctx, void *user, const weir_record *in);
 /* The sinks' formatter for those: "<key> <payload text>". */
 size_t cli_key_and_text(const weir_record *r, char *buf, size_t cap);
+/* The windows and sessions jobs' report line: "<what>: <done> N records in
+ * T s: R <results_of> results, L late records" and where it resumed. */
+void cli_report_windowed(const weir_job *job, const char *what, const char *done,
+                         const char *results_of, cli_outcome *o, FILE *out);
 
 /* A job shared object, opened with cli_job_load. */
 typedef struct cli_loaded {

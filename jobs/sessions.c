@@ -208,20 +208,7 @@ static int sessions_build(weir_job *job, const cli_engine *eng, void *cfg) {
 
 static void sessions_report(const weir_job *job, void *cfg, cli_outcome *o, FILE *out) {
   (void)cfg;
-  uint64_t in = 0, records = 0, results = 0, late = 0;
-  weir_job_operator_counts(job, "gen", &in, &records);
-  weir_job_operator_counts(job, "sink", &results, &in);
-  weir_job_operator_counts(job, "format-late", &in, &late);
-  o->stopped = weir_job_stopped(job);
-  const weir_run_info *ri = weir_job_run_info(job);
-  char n[32];
-  fprintf(out, "sessions: %s %s records in %.2f s: %llu session results, %llu late records",
-          o->stopped ? "stopped after" : "sessionized", cli_human((double)records, n, sizeof n),
-          o->elapsed_s, (ull)results, (ull)late);
-  if (ri->restored_from)
-    fprintf(out, " (this run, resumed from checkpoint %llu)", (ull)ri->restored_from);
-  if (ri->last_checkpoint) fprintf(out, ", last checkpoint %llu", (ull)ri->last_checkpoint);
-  fputc('\n', out);
+  cli_report_windowed(job, "sessions", "sessionized", "session", o, out);
 }
 
 static void sessions_free(void *cfg) {

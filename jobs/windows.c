@@ -303,8 +303,9 @@ static int windows_build(weir_job *job, const cli_engine *eng, void *cfg) {
                            c->sink, &sc, p);
 }
 
-static void windows_report(const weir_job *job, void *cfg, cli_outcome *o, FILE *out) {
-  (void)cfg;
+/* The report line of the windows and sessions jobs (cli.h). */
+void cli_report_windowed(const weir_job *job, const char *what, const char *done,
+                         const char *results_of, cli_outcome *o, FILE *out) {
   uint64_t in = 0, records = 0, results = 0, late = 0;
   weir_job_operator_counts(job, "gen", &in, &records);
   weir_job_operator_counts(job, "sink", &results, &in);
@@ -312,13 +313,18 @@ static void windows_report(const weir_job *job, void *cfg, cli_outcome *o, FILE 
   o->stopped = weir_job_stopped(job);
   const weir_run_info *ri = weir_job_run_info(job);
   char n[32];
-  fprintf(out, "windows: %s %s records in %.2f s: %llu window results, %llu late records",
-          o->stopped ? "stopped after" : "windowed", cli_human((double)records, n, sizeof n),
-          o->elapsed_s, (ull)results, (ull)late);
+  fprintf(out, "%s: %s %s records in %.2f s: %llu %s results, %llu late records", what,
+          o->stopped ? "stopped after" : done, cli_human((double)records, n, sizeof n),
+          o->elapsed_s, (ull)results, results_of, (ull)late);
   if (ri->restored_from)
     fprintf(out, " (this run, resumed from checkpoint %llu)", (ull)ri->restored_from);
   if (ri->last_checkpoint) fprintf(out, ", last checkpoint %llu", (ull)ri->last_checkpoint);
   fputc('\n', out);
+}
+
+static void windows_report(const weir_job *job, void *cfg, cli_outcome *o, FILE *out) {
+  (void)cfg;
+  cli_report_windowed(job, "windows", "windowed", "window", o, out);
 }
 
 static void windows_free(void *cfg) {

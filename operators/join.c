@@ -31,7 +31,6 @@
 #include "weir/operators.h"
 #include "reclist.h"
 
-
 typedef struct join {
   int64_t lo, hi, bucket;
   weir_join_fn fn;
