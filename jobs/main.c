@@ -18,10 +18,16 @@
 #include "cli.h"
 #include "tools.h"
 
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "base/failpoint.h"
 
 #ifndef WEIR_VERSION
 #define WEIR_VERSION "0.1.0"
@@ -297,9 +303,51 @@ static void on_lease_lost(void *user, const char *msg) {
   _exit(CLI_EXIT_OWNED);
 }
 
+/* Around weir_job_run (which handles them itself while it runs),
+ * SIGINT/SIGTERM are stop requests too: before the run they stop the job as
+ * soon as it starts; after it they change nothing, so that a job that ended
+ * well exits 0 even if a stop arrives while it reports. */
+static _Atomic(weir_job *) signal_job;
+static atomic_int signal_inside; /* handlers between loading signal_job and done */
+
+static void on_stop_signal(int signum) {
+  (void)signum;
+  int saved_errno = errno;
+  atomic_fetch_add(&signal_inside, 1);
+  weir_job *job = atomic_load(&signal_job);
+  if (job != NULL) weir_job_stop(job);
+  atomic_fetch_sub(&signal_inside, 1);
+  errno = saved_errno;
+}
+
+/* Sends SIGINT/SIGTERM to weir_job_stop(job), or, with NULL, ignores them
+ * from now to the exit (before the job is destroyed). */
+static void stop_signals_to(weir_job *job) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = job != NULL ? on_stop_signal : SIG_IGN;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  if (job != NULL) atomic_store(&signal_job, job);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  if (job == NULL) {
+    atomic_store(&signal_job, NULL);
+    while (atomic_load(&signal_inside)) sched_yield();
+  }
+}
+
+static int execute_run(weir_job *job, const cli_engine *eng, const cli_builtin *kind, void *cfg);
+
 /* Runs a built job and reports; kind is NULL for a job .so. Returns the exit
  * code. */
 static int execute(weir_job *job, const cli_engine *eng, const cli_builtin *kind, void *cfg) {
+  int code = execute_run(job, eng, kind, cfg);
+  stop_signals_to(NULL);
+  return code;
+}
+
+static int execute_run(weir_job *job, const cli_engine *eng, const cli_builtin *kind, void *cfg) {
   weir_run_opts o = {0};
   o.workers = eng->workers;
   o.default_parallelism = eng->parallelism;
@@ -326,7 +374,9 @@ static int execute(weir_job *job, const cli_engine *eng, const cli_builtin *kind
     o.progress_user = &pl;
   }
   double t0 = now_s();
+  stop_signals_to(job);
   int rc = weir_job_run(job, &o);
+  weir_failpoint("cli.reporting");
   /* A first SIGINT/SIGTERM drains the job and weir_job_run returns 0; a
    * second one abandons the drain (WEIR_ECANCELED): not a clean end. */
   cli_outcome out = {.elapsed_s = now_s() - t0};

@@ -617,6 +617,64 @@ Test(cli, counter_sigint) {
   finish(dir);
 }
 
+/* A SIGTERM that arrives after the job ended (while the run tears down, or
+ * while the CLI reports) changes nothing: exit 0, every record counted once,
+ * no "stopped" note. The process pauses itself at the failpoint (SIGSTOP),
+ * gets SIGTERM while stopped, and goes on with SIGCONT. */
+Test(cli, sigterm_after_the_end_changes_nothing) {
+  static const char *points[] = {"job.teardown", "cli.reporting"};
+  for (size_t p = 0; p < sizeof points / sizeof points[0]; p++) {
+    char *dir = th_tmpdir();
+    cr_assert_not_null(dir);
+    char *o = path_join(dir, "out");
+    char *errpath = path_join(dir, "stderr.txt");
+    char fp[64], note[96];
+    snprintf(fp, sizeof fp, "%s=pause", points[p]);
+    snprintf(note, sizeof note, "failpoint %s: pause", points[p]);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+      int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      int nul = open("/dev/null", O_RDWR);
+      if (fd < 0 || nul < 0 || chdir(dir) != 0) _exit(127);
+      dup2(nul, 0);
+      dup2(nul, 1);
+      dup2(fd, 2);
+      setenv("WEIR_FAILPOINTS", fp, 1);
+      execl(WEIR_BINARY, WEIR_BINARY, "run", "counter", "--records", "20000", "--keys", "10",
+            "--workers", "2", "--parallelism", "2", "--sink", "file:out", (char *)NULL);
+      _exit(127);
+    }
+    char *err = NULL;
+    for (int waited = 0;; waited += 10) {
+      free(err);
+      err = th_read_file(errpath, NULL);
+      if (err != NULL && strstr(err, note) != NULL) break;
+      cr_assert_lt(waited, 60000, "no pause at %s within 60 s: %s", points[p], err);
+      nap_ms(10);
+    }
+    kill(pid, SIGTERM);
+    kill(pid, SIGCONT);
+    int status = wait_end(pid, "SIGTERM and SIGCONT");
+    free(err);
+    err = th_read_file(errpath, NULL);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: status %d, stderr: %s", points[p],
+              status, err);
+    cr_assert_null(strstr(err, "stopped"), "%s: a stop note after the end: %s", points[p], err);
+    char *text = read_sink_dir(o);
+    char **lines;
+    size_t nl = split_lines(text, &lines);
+    cr_assert_eq(nl, 20000, "%s: %zu lines, not one per record", points[p], nl);
+    free(lines);
+    free(text);
+    free(err);
+    free(errpath);
+    free(o);
+    finish(dir);
+  }
+}
+
 /* A fatal signal (here SIGABRT, as from an abort() in a library) is
  * reported with the call stack, and still ends the process with that
  * signal. */

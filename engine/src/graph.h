@@ -167,6 +167,9 @@ struct weir_job {
   atomic_int stopping;      /* sources end (graceful stop) */
   _Atomic uint64_t stop_ns; /* when stopping was set (monotonic) */
   atomic_int stop_requests; /* weir_job_stop() calls */
+  atomic_int signals;       /* SIGINT/SIGTERM while the run owns them */
+  atomic_int last_signal;   /* the latest of them */
+  int owns_signals;         /* this run installed the handler (job.c) */
   atomic_int failed;        /* first error code, 0 if none */
   atomic_uint tasks_done;
   atomic_int coord_alive;

@@ -60,6 +60,7 @@
  */
 #include "job.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -88,9 +89,7 @@ typedef struct runner {
   uv_loop_t loop;
   uv_async_t async;
   uv_timer_t progress, interval, timeout;
-  uv_signal_t sigint, sigterm;
   int handled_stops;
-  int signals;
   int ending;
   uv_timer_t retry; /* a failed final checkpoint is tried again */
   uv_timer_t drain; /* synchronous checkpoints: wakes every task while draining */
@@ -154,10 +153,6 @@ static void coord_end(runner *r) {
   uv_close((uv_handle_t *)&r->drain, close_cb);
   if (r->job->opts.progress_ms && r->job->opts.progress)
     uv_close((uv_handle_t *)&r->progress, close_cb);
-  if (r->job->opts.handle_signals) {
-    uv_close((uv_handle_t *)&r->sigint, close_cb);
-    uv_close((uv_handle_t *)&r->sigterm, close_cb);
-  }
 }
 
 /* ---- checkpoints: the coordinator's actions ------------------------------- */
@@ -398,6 +393,12 @@ static void on_async(uv_async_t *h) {
   runner *r = h->data;
   weir_job *job = r->job;
   if (r->ending) return;
+  if (atomic_load(&job->signals) > 1) {
+    weir__job_failed(job, WEIR_ECANCELED, "stopped by a second %s before the job could drain",
+                     atomic_load(&job->last_signal) == SIGINT ? "SIGINT" : "SIGTERM");
+    coord_end(r);
+    return;
+  }
   if (atomic_load(&job->failed)) {
     coord_end(r);
     return;
@@ -436,26 +437,66 @@ static void on_async(uv_async_t *h) {
   }
 }
 
-/* A first SIGINT/SIGTERM stops the job gracefully; a second abandons the
- * drain. */
-static void on_signal(uv_signal_t *h, int signum) {
-  runner *r = h->data;
-  if (r->ending) return;
-  if (++r->signals > 1) {
-    weir__job_failed(r->job, WEIR_ECANCELED, "stopped by a second %s before the job could drain",
-                     signum == SIGINT ? "SIGINT" : "SIGTERM");
-    coord_end(r);
-    return;
-  }
-  atomic_fetch_add(&r->job->stop_requests, 1);
-  on_async(&r->async);
-}
-
 static void on_progress(uv_timer_t *h) {
   runner *r = h->data;
   weir_progress p;
   collect(r->job, &p);
   r->job->opts.progress(r->job->opts.progress_user, &p);
+}
+
+/* ---- signals ---------------------------------------------------------------
+ * With opts.handle_signals a run owns SIGINT and SIGTERM from its first
+ * step to its return. By sigaction, not uv_signal_t: libuv puts a signal
+ * back to SIG_DFL when its last watcher closes, so one arriving while a
+ * finished job tore down killed the process. The handler only counts and
+ * calls weir_job_stop() (async-signal-safe); the coordinator reads the
+ * count: the first signal drains the job, a second abandons the drain. One
+ * that arrives before the loop runs (during the lease or a restore) is a
+ * stop request handled as the loop starts; one after the job ended changes
+ * nothing. On return the caller's dispositions are back, swapped in one
+ * sigaction each (no moment of SIG_DFL). One run per process at a time. */
+
+static _Atomic(weir_job *) sig_job;
+static atomic_int sig_inside; /* handlers between loading sig_job and done */
+static struct sigaction sig_saved_int, sig_saved_term;
+
+static void on_stop_signal(int signum) {
+  int saved_errno = errno;
+  atomic_fetch_add(&sig_inside, 1);
+  weir_job *job = atomic_load(&sig_job);
+  if (job) {
+    atomic_store(&job->last_signal, signum);
+    atomic_fetch_add(&job->signals, 1);
+    weir_job_stop(job);
+  }
+  atomic_fetch_sub(&sig_inside, 1);
+  errno = saved_errno;
+}
+
+static int signals_own(weir_job *job) {
+  if (!job->opts.handle_signals) return 0;
+  weir_job *none = NULL;
+  if (!atomic_compare_exchange_strong(&sig_job, &none, job))
+    return weir_job_fail(job, WEIR_ESTATE,
+                         "another run in this process handles SIGINT/SIGTERM (handle_signals)");
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, &sig_saved_int);
+  sigaction(SIGTERM, &sa, &sig_saved_term);
+  job->owns_signals = 1;
+  return 0;
+}
+
+static void signals_release(weir_job *job) {
+  if (!job->owns_signals) return;
+  sigaction(SIGINT, &sig_saved_int, NULL);
+  sigaction(SIGTERM, &sig_saved_term, NULL);
+  atomic_store(&sig_job, NULL);
+  while (atomic_load(&sig_inside)) uv_sleep(0); /* a handler on another thread */
+  job->owns_signals = 0;
 }
 
 /* ---- lifecycle ------------------------------------------------------------ */
@@ -788,13 +829,6 @@ static void loop_open(runner *r) {
     r->progress.data = r;
     uv_timer_start(&r->progress, on_progress, job->opts.progress_ms, job->opts.progress_ms);
   }
-  if (job->opts.handle_signals) {
-    uv_signal_init(&r->loop, &r->sigint);
-    uv_signal_init(&r->loop, &r->sigterm);
-    r->sigint.data = r->sigterm.data = r;
-    uv_signal_start(&r->sigint, on_signal, SIGINT);
-    uv_signal_start(&r->sigterm, on_signal, SIGTERM);
-  }
 }
 
 int weir_job_run(weir_job *job, const weir_run_opts *opts) {
@@ -812,25 +846,17 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
   if (rc) return rc;
   if (job->opts.trace_latency) job->trace = weir__trace_job_create(job->nnodes, job->plan.ntasks);
 
-  /* From the lease on, SIGINT and SIGTERM must stop the job in order
-   * (release the lease): held back until the loop's handlers are in place
-   * (a restore may take seconds before that). */
-  sigset_t stop_sigs, old_mask;
-  sigemptyset(&stop_sigs);
-  if (job->opts.handle_signals) {
-    sigaddset(&stop_sigs, SIGINT);
-    sigaddset(&stop_sigs, SIGTERM);
-  }
-  pthread_sigmask(SIG_BLOCK, &stop_sigs, &old_mask);
+  rc = signals_own(job);
+  if (rc) return rc;
   if (job->opts.state_dir) {
     rc = acquire_lease(job);
     if (rc == 0) rc = prepare_store(job);
     if (rc) {
-      pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
       weir_store_close(job->store);
       job->store = NULL;
       weir_lease_close(job->lease, 1);
       job->lease = NULL;
+      signals_release(job);
       return rc > 0 ? 0 : atomic_load(&job->failed) ? atomic_load(&job->failed) : rc;
     }
   }
@@ -840,7 +866,6 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
   memset(&r, 0, sizeof r);
   r.job = job;
   loop_open(&r);
-  pthread_sigmask(SIG_SETMASK, &old_mask, NULL); /* a signal held back arrives now */
   atomic_store(&job->coord_alive, 1);
   job->start_ns = weir_clock_mono_ns();
   rc = weir__workers_start(job);
@@ -848,6 +873,7 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
   on_async(&r.async); /* stop requests made before the run, empty jobs */
   uv_run(&r.loop, UV_RUN_DEFAULT);
   weir__workers_join(job);
+  weir_failpoint("job.teardown");
   job->end_ns = weir_clock_mono_ns();
   uv_loop_close(&r.loop);
   job->coord_async = NULL;
@@ -859,5 +885,6 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
    * already took over: then this does nothing). */
   weir_lease_close(job->lease, 1);
   job->lease = NULL;
+  signals_release(job);
   return atomic_load(&job->failed);
 }

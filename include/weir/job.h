@@ -678,7 +678,12 @@ typedef struct weir_run_opts {
    * 0 = 1000; WEIR_FLUSH_AT_ONCE: after every input batch or source call
    * (lowest latency, less throughput; docs/latency.md). */
   uint32_t buffer_timeout_us;
-  int handle_signals; /* SIGINT/SIGTERM stop the job cleanly */
+  /* SIGINT/SIGTERM stop the job cleanly (a second abandons the drain).
+   * The run installs its handlers (sigaction) when weir_job_run starts and
+   * puts the caller's back when it returns; a signal before the loop runs
+   * stops the job as it starts, one after the job ended changes nothing.
+   * One run per process at a time (else WEIR_ESTATE). */
+  int handle_signals;
   /* Called on the calling thread every progress_ms (0 = never). */
   uint32_t progress_ms;
   void (*progress)(void *user, const weir_progress *p);
