@@ -184,25 +184,24 @@ static int join_apply(weir_ctx *ctx, const win *w, const weir_record *r, int64_t
   return rc;
 }
 
-/* The record joins window [end - length, end) of its key. */
+/* The record joins window [end - length, end) of its key: its entry is
+ * updated in place (one lookup per record and window). */
 static int join(weir_ctx *ctx, const win *w, const weir_record *r, int64_t end, int64_t clock) {
   if (w->fn) return join_apply(ctx, w, r, end, clock);
-  uint8_t k[16], val[VALUE_AT + ACC_MAX];
-  uint32_t acc_len = w->agg.acc_len;
+  uint8_t k[16];
+  size_t vlen = VALUE_AT + w->agg.acc_len;
   state_key(k, r->key, end);
-  const void *v = NULL;
-  size_t vlen = 0;
-  int rc = weir_state_get_bytes(ctx, k, sizeof k, &v, &vlen);
+  void *v = NULL;
+  int64_t had = -1;
+  int rc = weir_state_update_bytes(ctx, k, sizeof k, vlen, &v, &had);
   if (rc < 0) return rc;
+  uint8_t *val = v;
   int made = rc == 0;
   if (made) {
-    memset(val, 0, VALUE_AT);
     w->agg.init(w->user, val + VALUE_AT);
-  } else {
-    if (vlen != VALUE_AT + acc_len)
-      return weir_ctx_fail(ctx, WEIR_ECORRUPT, "window state of %zu bytes, not %u", vlen,
-                           VALUE_AT + acc_len);
-    memcpy(val, v, vlen);
+  } else if (had != (int64_t)vlen) {
+    return weir_ctx_fail(ctx, WEIR_ECORRUPT, "window state of %lld bytes, not %zu", (long long)had,
+                         vlen);
   }
   rc = w->agg.add(w->user, val + VALUE_AT, r);
   if (rc) return rc;
@@ -210,14 +209,16 @@ static int join(weir_ctx *ctx, const win *w, const weir_record *r, int64_t end, 
   int event = w->w.time == WEIR_EVENT_TIME;
   int again = event && firing > 0 && end - 1 <= clock;
   if (again) weir__le_put32(val, ++firing);
-  rc = weir_state_put_bytes(ctx, k, sizeof k, val, VALUE_AT + acc_len);
-  if (!rc && made) {
+  /* The result is emitted before the timers are touched: val points into
+   * the state only until the next state call. */
+  if (again &&
+      (rc = emit_result(ctx, w, r->key, end - w->w.length, end, firing, val + VALUE_AT, 0)) != 0)
+    return rc;
+  if (made) {
     rc = weir_timer_register(ctx, w->w.time, end - 1);
     if (!rc && event && w->w.allowed_lateness > 0)
       rc = weir_timer_register(ctx, WEIR_EVENT_TIME, end - 1 + w->w.allowed_lateness);
   }
-  if (!rc && again)
-    rc = emit_result(ctx, w, r->key, end - w->w.length, end, firing, val + VALUE_AT, 0);
   return rc;
 }
 

@@ -249,6 +249,17 @@ int weir_state_put_bytes(weir_ctx *c, const void *k, size_t klen, const void *va
   return 0;
 }
 
+int weir_state_update_bytes(weir_ctx *c, const void *k, size_t klen, size_t vlen, void **val,
+                            int64_t *old_len) {
+  NEED_KEYED(c);
+  if (klen > UINT32_MAX || vlen > UINT32_MAX) return WEIR_EINVAL;
+  int64_t was;
+  weir__bent *e = weir__bytes_upsert(&c->state.b, c->cur_key, k, klen, vlen, &was);
+  *val = weir__bent_val(e);
+  if (old_len) *old_len = was;
+  return was >= 0;
+}
+
 int weir_state_del_bytes(weir_ctx *c, const void *k, size_t klen) {
   NEED_KEYED(c);
   weir__bytes_del(&c->state.b, k, klen);

@@ -574,6 +574,28 @@ int weir__u64_del(weir__u64map *m, uint64_t key) {
 
 /* ---- bytes -> bytes ------------------------------------------------------ */
 
+/* The table's own hash of a key: never stored nor sent anywhere (routing
+ * goes by the entry's route key), so it need not be weir_hash_bytes, whose
+ * values are fixed forever; one multiply per word and a final mix (a
+ * window's 16-byte key hashed at about a third of weir_hash_bytes' cost). */
+static inline uint64_t bytes_hash(const void *k, size_t klen) {
+  const uint8_t *p = k;
+  uint64_t h = (uint64_t)klen * 0x9e3779b97f4a7c15ULL, w;
+  for (; klen >= 8; p += 8, klen -= 8) {
+    memcpy(&w, p, 8);
+    h = (h ^ w) * 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 31;
+  }
+  if (klen) {
+    w = 0;
+    memcpy(&w, p, klen);
+    h = (h ^ w ^ 0xff) * 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 31;
+  }
+  h *= 0x94d049bb133111ebULL;
+  return h ^ (h >> 32);
+}
+
 static void bytes_grow(weir__bmap *m) {
   weir__bent **old = m->slots;
   uint64_t oldcap = m->cap;
@@ -606,7 +628,7 @@ static uint64_t bytes_slot(weir__bmap *m, uint64_t h, const void *k, size_t klen
 
 void weir__bytes_prefetch(const weir__bmap *m, const void *k, size_t klen, int entry) {
   if (!m->slots) return;
-  uint64_t j = weir_hash_bytes(k, klen) & (m->cap - 1);
+  uint64_t j = bytes_hash(k, klen) & (m->cap - 1);
   if (!entry) {
     __builtin_prefetch(&m->slots[j], 0, 3);
     return;
@@ -618,17 +640,21 @@ void weir__bytes_prefetch(const weir__bmap *m, const void *k, size_t klen, int e
 weir__bent *weir__bytes_find(weir__bmap *m, const void *k, size_t klen) {
   if (!m->slots) return NULL;
   int found;
-  uint64_t j = bytes_slot(m, weir_hash_bytes(k, klen), k, klen, &found);
+  uint64_t j = bytes_slot(m, bytes_hash(k, klen), k, klen, &found);
   return found ? m->slots[j] : NULL;
 }
 
-weir__bent *weir__bytes_put(weir__bmap *m, uint64_t route_key, const void *k, size_t klen,
-                            const void *v, size_t vlen) {
+/* The entry of k with room for vlen value bytes and vlen set (made if
+ * absent; *old_len: its value's length before, -1 if it was absent). The
+ * bytes past the old length are unspecified. */
+static weir__bent *bytes_entry(weir__bmap *m, uint64_t route_key, const void *k, size_t klen,
+                               size_t vlen, int64_t *old_len) {
   if (!m->slots || (m->n + 1) * 2 > m->cap) bytes_grow(m);
-  uint64_t h = weir_hash_bytes(k, klen);
+  uint64_t h = bytes_hash(k, klen);
   int found;
   uint64_t j = bytes_slot(m, h, k, klen, &found);
   weir__bent *e = found ? m->slots[j] : NULL;
+  *old_len = e ? (int64_t)e->vlen : -1;
   if (!e || e->vcap < vlen) {
     size_t vcap = vlen < 8 ? 8 : vlen;
     weir__bent *ne = weir_realloc(e, sizeof *ne + klen + vcap);
@@ -644,7 +670,22 @@ weir__bent *weir__bytes_put(weir__bmap *m, uint64_t route_key, const void *k, si
   }
   e->route_key = route_key;
   e->vlen = (uint32_t)vlen;
+  return e;
+}
+
+weir__bent *weir__bytes_put(weir__bmap *m, uint64_t route_key, const void *k, size_t klen,
+                            const void *v, size_t vlen) {
+  int64_t old_len;
+  weir__bent *e = bytes_entry(m, route_key, k, klen, vlen, &old_len);
   if (vlen) memcpy(weir__bent_val(e), v, vlen);
+  return e;
+}
+
+weir__bent *weir__bytes_upsert(weir__bmap *m, uint64_t route_key, const void *k, size_t klen,
+                               size_t vlen, int64_t *old_len) {
+  weir__bent *e = bytes_entry(m, route_key, k, klen, vlen, old_len);
+  size_t kept = *old_len < 0 ? 0 : (size_t)*old_len;
+  if (kept < vlen) memset(weir__bent_val(e) + kept, 0, vlen - kept);
   return e;
 }
 
@@ -652,7 +693,7 @@ int weir__bytes_del(weir__bmap *m, const void *k, size_t klen) {
   if (!m->slots) return 0;
   int found;
   uint64_t mask = m->cap - 1;
-  uint64_t j = bytes_slot(m, weir_hash_bytes(k, klen), k, klen, &found);
+  uint64_t j = bytes_slot(m, bytes_hash(k, klen), k, klen, &found);
   if (!found) return 0;
   weir_free(m->slots[j]);
   uint64_t hole = j;

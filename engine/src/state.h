@@ -226,6 +226,10 @@ void weir__bytes_prefetch(const weir__bmap *m, const void *k, size_t klen, int e
 /* Inserts or overwrites; returns the entry (valid until the next insert). */
 weir__bent *weir__bytes_put(weir__bmap *m, uint64_t route_key, const void *k, size_t klen,
                             const void *v, size_t vlen);
+/* The entry of k, made if absent, its value resized to vlen bytes (new
+ * bytes zero); *old_len: the value's length before, -1 if it was absent. */
+weir__bent *weir__bytes_upsert(weir__bmap *m, uint64_t route_key, const void *k, size_t klen,
+                               size_t vlen, int64_t *old_len);
 int weir__bytes_del(weir__bmap *m, const void *k, size_t klen);
 
 static inline const uint8_t *weir__bent_key(const weir__bent *e) {

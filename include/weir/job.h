@@ -527,6 +527,14 @@ void weir_state_select(weir_ctx *ctx, uint64_t record_key);
 int weir_state_get_bytes(weir_ctx *ctx, const void *k, size_t klen, const void **val, size_t *vlen);
 int weir_state_put_bytes(weir_ctx *ctx, const void *k, size_t klen, const void *val, size_t vlen);
 int weir_state_del_bytes(weir_ctx *ctx, const void *k, size_t klen);
+/* k's value for update in place, in one lookup where a get and a put take
+ * two: *val points at its vlen bytes, writable until the next state call
+ * on this ctx. Made if absent (vlen zero bytes, belonging to the current
+ * key as with put); a value of another length is resized (its first bytes
+ * kept, new ones zero). *old_len (if not NULL): the length it had, -1 if
+ * absent. Returns 1 if it was present, 0 if made, or a negative error. */
+int weir_state_update_bytes(weir_ctx *ctx, const void *k, size_t klen, size_t vlen, void **val,
+                            int64_t *old_len);
 /* Visit every entry of this subtask's state, in no particular order; a
  * nonzero return from fn stops the visit and is returned. The state must
  * not change during a visit. Byte-string entries come with the record key
