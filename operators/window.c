@@ -7,6 +7,7 @@
  * window's end (16 bytes, little-endian), its value the firing count so far
  * (u32, 0 until the window fired), 4 spare bytes and the accumulator. It
  * belongs to the record's key, so a rescale moves it with the key.
+ * Sliding windows that can keep panes instead do (see "panes" below).
  * Timers: when a window's entry is made, an event-time timer at end - 1
  * (fire) and, with allowed lateness, one at end - 1 + lateness (purge);
  * the two may share a timestamp with another window's, so a timer at t
@@ -52,6 +53,7 @@ typedef struct win {
   weir_aggregate_vt agg;
   weir_window_fn fn; /* weir_window_apply: the records, not an accumulator */
   void *user;
+  int panes; /* sliding, by panes (see "panes" below) */
 } win;
 
 struct weir_window_records {
@@ -222,6 +224,137 @@ static int join(weir_ctx *ctx, const win *w, const weir_record *r, int64_t end, 
   return rc;
 }
 
+/* ---- panes ------------------------------------------------------------------
+ * Sliding windows in event time whose length is a multiple of the slide,
+ * with an aggregate that merges, keep one accumulator per key and slide (a
+ * pane [end - slide, end)) instead of one per key and window: a record
+ * updates one entry, not length / slide of them, and a window merges its
+ * panes when it fires. A pane's entry (the key, its end, 'p': 17 bytes)
+ * holds the firing count of the window that ends where it ends, a flag
+ * "has records" and the accumulator; an entry made only to count a firing
+ * has no records and adds nothing to a window.
+ * Timers: a pane's first record registers the timers (end - 1) of those
+ * of its windows that are not gone and, with lateness, the pane's purge
+ * (the end of its last window - 1 + lateness); the timer of window E
+ * fires it (once: firing 0) if a pane of it has records. (Timers are one
+ * per key and time, so the panes of a window share its timer; a timer
+ * that a firing registered for the next window would not fire at the end
+ * of input, which fires the timers there are.) The timer at t purges the
+ * pane whose last window is gone at t. A record for a window that already
+ * fired and is not gone fires it again at once, as in the per-window
+ * path. */
+
+#define PANE_KEY 17u
+
+static void pane_key(uint8_t k[PANE_KEY], uint64_t key, int64_t end) {
+  state_key(k, key, end);
+  k[16] = 'p';
+}
+
+/* Merges the panes of window [end - length, end) of key into acc (made by
+ * init); *firing: the window's firing count; returns 1 if a pane had
+ * records, 0 if none, or a negative error. */
+static int pane_merge(weir_ctx *ctx, const win *w, uint64_t key, int64_t end, void *acc,
+                      uint32_t *firing) {
+  int64_t S = w->w.slide;
+  uint8_t k[PANE_KEY];
+  int any = 0;
+  w->agg.init(w->user, acc);
+  *firing = 0;
+  for (int64_t q = end - w->w.length + S; q <= end; q += S) {
+    const void *v = NULL;
+    size_t vlen = 0;
+    pane_key(k, key, q);
+    int rc = weir_state_get_bytes(ctx, k, sizeof k, &v, &vlen);
+    if (rc < 0) return rc;
+    if (rc == 0) continue;
+    if (vlen != VALUE_AT + w->agg.acc_len)
+      return weir_ctx_fail(ctx, WEIR_ECORRUPT, "window pane state of %zu bytes, not %u", vlen,
+                           VALUE_AT + w->agg.acc_len);
+    if (q == end) *firing = weir__le_get32(v);
+    if (!weir__le_get32((const uint8_t *)v + 4)) continue; /* a firing count only */
+    w->agg.merge(w->user, acc, (const uint8_t *)v + VALUE_AT);
+    any = 1;
+  }
+  return any;
+}
+
+/* Sets the firing count of the window ending at end (in its pane's entry,
+ * made without records if absent). */
+static int pane_set_firing(weir_ctx *ctx, const win *w, uint64_t key, int64_t end,
+                           uint32_t firing) {
+  uint8_t k[PANE_KEY];
+  pane_key(k, key, end);
+  void *v = NULL;
+  int rc = weir_state_update_bytes(ctx, k, sizeof k, VALUE_AT + w->agg.acc_len, &v, NULL);
+  if (rc < 0) return rc;
+  if (rc == 0) w->agg.init(w->user, (uint8_t *)v + VALUE_AT);
+  weir__le_put32(v, firing);
+  if (rc == 0 && w->w.allowed_lateness > 0) /* its purge, as for a pane with records */
+    return weir_timer_register(ctx, WEIR_EVENT_TIME,
+                               end + w->w.length - w->w.slide - 1 + w->w.allowed_lateness);
+  return 0;
+}
+
+/* A record (not late for all its windows: first, the end of the first one
+ * not gone, <= last, the end of the last one) into its pane. */
+static int pane_join(weir_ctx *ctx, const win *w, const weir_record *r, int64_t pane, int64_t first,
+                     int64_t last, int64_t clock) {
+  uint8_t k[PANE_KEY];
+  pane_key(k, r->key, pane);
+  void *v = NULL;
+  int64_t had = -1;
+  size_t vlen = VALUE_AT + w->agg.acc_len;
+  int rc = weir_state_update_bytes(ctx, k, sizeof k, vlen, &v, &had);
+  if (rc < 0) return rc;
+  uint8_t *val = v;
+  if (rc == 0)
+    w->agg.init(w->user, val + VALUE_AT);
+  else if (had != (int64_t)vlen)
+    return weir_ctx_fail(ctx, WEIR_ECORRUPT, "window pane state of %lld bytes, not %zu",
+                         (long long)had, vlen);
+  if ((rc = w->agg.add(w->user, val + VALUE_AT, r)) != 0) return rc;
+  int first_record = !weir__le_get32(val + 4);
+  weir__le_put32(val + 4, 1);
+  if (first_record) {
+    for (int64_t e = first; e <= last; e += w->w.slide)
+      if ((rc = weir_timer_register(ctx, WEIR_EVENT_TIME, e - 1)) < 0) return rc;
+    if (w->w.allowed_lateness > 0 &&
+        (rc = weir_timer_register(ctx, WEIR_EVENT_TIME, last - 1 + w->w.allowed_lateness)) < 0)
+      return rc;
+  }
+  if (clock == WEIR_WATERMARK_MIN || first - 1 > clock) return 0;
+  /* Windows past their end and not gone: those that fired fire again now;
+   * the others fire from their timers, due already. */
+  uint8_t acc[ACC_MAX];
+  for (int64_t e = first; e <= last && e - 1 <= clock; e += w->w.slide) {
+    uint32_t firing;
+    rc = pane_merge(ctx, w, r->key, e, acc, &firing);
+    if (rc < 0) return rc;
+    if (firing == 0) continue;
+    if ((rc = pane_set_firing(ctx, w, r->key, e, firing + 1)) < 0) return rc;
+    if ((rc = emit_result(ctx, w, r->key, e - w->w.length, e, firing + 1, acc, 0)) != 0) return rc;
+  }
+  return 0;
+}
+
+/* The timer at t of key: fires the window ending at t + 1, purges the
+ * pane whose last window is gone at t. */
+static int pane_timer(weir_ctx *ctx, const win *w, uint64_t key, int64_t t) {
+  int64_t end = t + 1, lateness = w->w.allowed_lateness;
+  uint8_t acc[ACC_MAX], k[PANE_KEY];
+  uint32_t firing;
+  int rc = pane_merge(ctx, w, key, end, acc, &firing);
+  if (rc < 0) return rc;
+  if (rc == 1 && firing == 0) {
+    if ((rc = emit_result(ctx, w, key, end - w->w.length, end, 1, acc, 1)) != 0) return rc;
+    if (lateness > 0 && (rc = pane_set_firing(ctx, w, key, end, 1)) < 0) return rc;
+  }
+  pane_key(k, key, end - w->w.length + w->w.slide - lateness);
+  rc = weir_state_del_bytes(ctx, k, sizeof k);
+  return rc < 0 ? rc : 0;
+}
+
 /* ---- sessions ---------------------------------------------------------------- */
 
 /* A session in the list: start i64, end i64, firings so far u32, fired at
@@ -374,15 +507,22 @@ static int win_process(weir_ctx *ctx, const weir_record *r) {
   int64_t ts = event ? r->ts : weir_ctx_processing_time(ctx);
   int64_t len = w->w.length, lateness = event ? w->w.allowed_lateness : 0;
   int joined = 0, missed = 0;
+  int64_t pane = last_start(w, ts) + slide_of(w), first = 0;
   for (int64_t s = last_start(w, ts); s > ts - len; s -= slide_of(w)) {
     int64_t end = s + len;
     if (event && clock != WEIR_WATERMARK_MIN && end - 1 + lateness <= clock) { /* gone */
       missed++;
       continue;
     }
+    first = end;
+    joined = 1;
+    if (w->panes) continue; /* one update below, for all of them */
     int rc = join(ctx, w, r, end, clock);
     if (rc) return rc;
-    joined = 1;
+  }
+  if (joined && w->panes) {
+    int rc = pane_join(ctx, w, r, pane, first, pane + len - slide_of(w), clock);
+    if (rc) return rc;
   }
   if (!joined)
     return weir_emit_side(ctx, WEIR_TAG_LATE, r->key, WEIR_TS_DEFAULT, r->payload, r->len);
@@ -437,11 +577,27 @@ static int win_timer_key(weir_ctx *ctx, const win *w, uint64_t key, int64_t t) {
   return 0;
 }
 
+/* Hints for the panes of key's window ending at end: step 0 their slots,
+ * step 1 their entries. */
+static void pane_prefetch(weir_ctx *ctx, const win *w, uint64_t key, int64_t end, int step) {
+  uint8_t k[PANE_KEY];
+  for (int64_t q = end - w->w.length + w->w.slide; q <= end; q += w->w.slide) {
+    pane_key(k, key, q);
+    weir_state_prefetch_bytes(ctx, k, sizeof k, step);
+  }
+}
+
 static int win_timers(weir_ctx *ctx, const weir_timer_batch *tb) {
   const win *w = weir_ctx_arg(ctx);
   for (uint32_t i = 0; i < tb->len; i++) {
+    if (w->panes) { /* a window's panes are length / slide lookups */
+      if (i + PREFETCH_ENTRY < tb->len)
+        pane_prefetch(ctx, w, tb->keys[i + PREFETCH_ENTRY], tb->ts + 1, 0);
+      if (i + 1 < tb->len) pane_prefetch(ctx, w, tb->keys[i + 1], tb->ts + 1, 1);
+    }
     weir_state_select(ctx, tb->keys[i]);
     int rc = w->w.kind == WEIR_WINDOW_SESSION ? session_timer(ctx, w, tb->keys[i], tb->ts)
+             : w->panes                       ? pane_timer(ctx, w, tb->keys[i], tb->ts)
                                               : win_timer_key(ctx, w, tb->keys[i], tb->ts);
     if (rc) return rc;
   }
@@ -458,6 +614,12 @@ static void win_prefetch(weir_ctx *ctx, const win *w, uint64_t key, int64_t ts, 
     return;
   }
   if (w->w.time != WEIR_EVENT_TIME) return;
+  if (w->panes) {
+    uint8_t pk[PANE_KEY];
+    pane_key(pk, key, last_start(w, ts) + slide_of(w));
+    weir_state_prefetch_bytes(ctx, pk, sizeof pk, step);
+    return;
+  }
   for (int64_t s = last_start(w, ts); s > ts - w->w.length; s -= slide_of(w)) {
     state_key(k, key, s + w->w.length);
     weir_state_prefetch_bytes(ctx, k, sizeof k, step);
@@ -561,6 +723,8 @@ weir_stream *weir_window_aggregate(weir_stream *s, const char *name, const weir_
   a->w = *w;
   a->agg = ag;
   a->user = user;
+  a->panes = w->kind == WEIR_WINDOW_SLIDING && w->time == WEIR_EVENT_TIME && ag.merge &&
+             w->length % w->slide == 0;
   return add_window(job, s, name, a, parallelism);
 }
 

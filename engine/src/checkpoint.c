@@ -200,7 +200,7 @@ static void copy_state(weir_ctx *c, weir_subtask_snapshot *s) {
   if (b->n) {
     uint64_t total = 0;
     for (uint64_t i = 0; i < b->cap; i++)
-      if (b->slots[i]) total += b->slots[i]->klen + b->slots[i]->vlen;
+      if (weir__bytes_at(b, i)) total += weir__bytes_at(b, i)->klen + weir__bytes_at(b, i)->vlen;
     s->b_route = weir_malloc(b->n * sizeof(uint64_t));
     s->b_klen = weir_malloc(b->n * sizeof(uint32_t));
     s->b_vlen = weir_malloc(b->n * sizeof(uint32_t));
@@ -208,7 +208,7 @@ static void copy_state(weir_ctx *c, weir_subtask_snapshot *s) {
     s->b_data_len = total;
     uint64_t j = 0, off = 0;
     for (uint64_t i = 0; i < b->cap; i++) {
-      weir__bent *e = b->slots[i];
+      weir__bent *e = weir__bytes_at(b, i);
       if (!e) continue;
       s->b_route[j] = e->route_key;
       s->b_klen[j] = e->klen;

@@ -273,7 +273,7 @@ int weir_state_each_bytes(weir_ctx *c,
   NEED_KEYED(c);
   weir__bmap *m = &c->state.b;
   for (uint64_t i = 0; i < m->cap; i++) {
-    weir__bent *e = m->slots[i];
+    weir__bent *e = weir__bytes_at(m, i);
     if (!e) continue;
     int rc = fn(user, e->route_key, weir__bent_key(e), e->klen, weir__bent_val(e), e->vlen);
     if (rc) return rc;

@@ -53,7 +53,7 @@ void weir__state_close(weir__state *s) {
     weir__table_free(s->u.slots, s->u.cap * 16);
   /* After the detach: dropping a finished view hands its arena to spare. */
   weir__table_free(s->u.spare, s->u.spare_cap * 16);
-  for (uint64_t i = 0; i < s->b.cap; i++) weir_free(s->b.slots[i]);
+  for (uint64_t i = 0; i < s->b.cap; i++) weir_free(s->b.slots[i].e);
   weir_free(s->b.slots);
   memset(s, 0, sizeof *s);
 }
@@ -597,29 +597,32 @@ static inline uint64_t bytes_hash(const void *k, size_t klen) {
 }
 
 static void bytes_grow(weir__bmap *m) {
-  weir__bent **old = m->slots;
+  weir__bslot *old = m->slots;
   uint64_t oldcap = m->cap;
   m->cap = oldcap ? oldcap * 2 : MIN_CAP;
   m->slots = weir_calloc(m->cap, sizeof *m->slots);
   uint64_t mask = m->cap - 1;
   for (uint64_t i = 0; i < oldcap; i++) {
-    if (!old[i]) continue;
-    uint64_t j = old[i]->hash & mask;
-    while (m->slots[j]) j = (j + 1) & mask;
+    if (!old[i].e) continue;
+    uint64_t j = old[i].hash & mask;
+    while (m->slots[j].e) j = (j + 1) & mask;
     m->slots[j] = old[i];
   }
   weir_free(old);
 }
 
+/* The slot of key k (hash h): found, or the free one where it would go.
+ * The hash beside each pointer lets a probe pass other keys' slots
+ * without reading their entries (each a cache miss in a large table). */
 static uint64_t bytes_slot(weir__bmap *m, uint64_t h, const void *k, size_t klen, int *found) {
   uint64_t mask = m->cap - 1;
   for (uint64_t j = h & mask;; j = (j + 1) & mask) {
-    weir__bent *e = m->slots[j];
-    if (!e) {
+    const weir__bslot *sl = &m->slots[j];
+    if (!sl->e) {
       *found = 0;
       return j;
     }
-    if (e->hash == h && e->klen == klen && (klen == 0 || memcmp(e->data, k, klen) == 0)) {
+    if (sl->hash == h && sl->e->klen == klen && (klen == 0 || memcmp(sl->e->data, k, klen) == 0)) {
       *found = 1;
       return j;
     }
@@ -633,7 +636,7 @@ void weir__bytes_prefetch(const weir__bmap *m, const void *k, size_t klen, int e
     __builtin_prefetch(&m->slots[j], 0, 3);
     return;
   }
-  const weir__bent *e = m->slots[j];
+  const weir__bent *e = m->slots[j].e;
   if (e) __builtin_prefetch(e, 1, 3);
 }
 
@@ -641,7 +644,7 @@ weir__bent *weir__bytes_find(weir__bmap *m, const void *k, size_t klen) {
   if (!m->slots) return NULL;
   int found;
   uint64_t j = bytes_slot(m, bytes_hash(k, klen), k, klen, &found);
-  return found ? m->slots[j] : NULL;
+  return found ? m->slots[j].e : NULL;
 }
 
 /* The entry of k with room for vlen value bytes and vlen set (made if
@@ -653,20 +656,20 @@ static weir__bent *bytes_entry(weir__bmap *m, uint64_t route_key, const void *k,
   uint64_t h = bytes_hash(k, klen);
   int found;
   uint64_t j = bytes_slot(m, h, k, klen, &found);
-  weir__bent *e = found ? m->slots[j] : NULL;
+  weir__bent *e = found ? m->slots[j].e : NULL;
   *old_len = e ? (int64_t)e->vlen : -1;
   if (!e || e->vcap < vlen) {
     size_t vcap = vlen < 8 ? 8 : vlen;
     weir__bent *ne = weir_realloc(e, sizeof *ne + klen + vcap);
     if (!e) {
-      ne->hash = h;
       ne->klen = (uint32_t)klen;
       if (klen) memcpy(ne->data, k, klen);
       m->n++;
     }
     ne->vcap = (uint32_t)vcap;
     e = ne;
-    m->slots[j] = e;
+    m->slots[j].hash = h;
+    m->slots[j].e = e;
   }
   e->route_key = route_key;
   e->vlen = (uint32_t)vlen;
@@ -695,16 +698,16 @@ int weir__bytes_del(weir__bmap *m, const void *k, size_t klen) {
   uint64_t mask = m->cap - 1;
   uint64_t j = bytes_slot(m, bytes_hash(k, klen), k, klen, &found);
   if (!found) return 0;
-  weir_free(m->slots[j]);
+  weir_free(m->slots[j].e);
   uint64_t hole = j;
-  for (uint64_t i = (j + 1) & mask; m->slots[i]; i = (i + 1) & mask) {
-    uint64_t home = m->slots[i]->hash & mask;
+  for (uint64_t i = (j + 1) & mask; m->slots[i].e; i = (i + 1) & mask) {
+    uint64_t home = m->slots[i].hash & mask;
     if (((i - home) & mask) >= ((i - hole) & mask)) {
       m->slots[hole] = m->slots[i];
       hole = i;
     }
   }
-  m->slots[hole] = NULL;
+  m->slots[hole].e = NULL;
   m->n--;
   return 1;
 }

@@ -55,18 +55,29 @@ typedef struct weir__u64map {
   const weir__key_guard *guard; /* NULL: any key (tests, restore) */
 } weir__u64map;
 
-/* A byte-string entry: hash, the routing key that created it, key, value. */
+/* A byte-string entry: the routing key that created it, key, value (its
+ * hash is in its slot). */
 typedef struct weir__bent {
-  uint64_t hash;
   uint64_t route_key;
   uint32_t klen, vlen, vcap;
   uint8_t data[]; /* klen key bytes, then vcap value bytes */
 } weir__bent;
 
+/* A slot: the entry (NULL: free) and its key's hash. */
+typedef struct weir__bslot {
+  uint64_t hash;
+  weir__bent *e;
+} weir__bslot;
+
 typedef struct weir__bmap {
-  weir__bent **slots;
+  weir__bslot *slots;
   uint64_t cap, n;
 } weir__bmap;
+
+/* Slot i's entry (NULL if free), for visits over i < cap. */
+static inline weir__bent *weir__bytes_at(const weir__bmap *m, uint64_t i) {
+  return m->slots[i].e;
+}
 
 typedef struct weir__state {
   weir__u64map u;
