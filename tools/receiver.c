@@ -35,8 +35,25 @@
  * three crash points); record first leaves a record without an effect, so the
  * retry is answered as a replay and the effect is lost (1,0,1). Atomic gives
  * 1,1,1. (A crash of this process loses nothing committed; in WAL mode with
- * synchronous=NORMAL a power loss may lose the last transactions, but always
- * effect and record together.)
+ * synchronous=NORMAL, the default, a power loss may lose the last
+ * transactions, but always effect and record together. --fsync sets
+ * synchronous=FULL: the WAL reaches the disk at every commit, before any of
+ * its answers, as at a destination that is durable when it says 201.)
+ *
+ * Group commit. One writer thread owns the database. A request's connection
+ * thread hands it a job (the request, or a log row alone) and waits; the
+ * writer takes every job waiting at that moment and carries them out in one
+ * transaction, in arrival order, each inside a savepoint: a job that fails
+ * is rolled back to its savepoint alone (answered 500, nothing of it
+ * written), the rest of the group commits; a lost transaction (BEGIN or
+ * COMMIT fails) fails them all. So each request's rows are all in a
+ * committed group or none of them are, and each is answered only after its
+ * group committed. With --fsync a commit costs a disk flush, and under
+ * concurrency one flush then serves many requests; requests.txn numbers the
+ * groups (`stats` counts them as commits). The order inside the group keeps
+ * fencing exact: a request sees the epochs its predecessors in the group
+ * wrote. Two requests with one key are never in a group together: the
+ * in-flight claim below lasts until the commit.
  *
  * The payload hash is SHA-256 of the body bytes (implemented below, checked
  * against the FIPS 180-2 vectors by the tests through the response body). The
@@ -64,16 +81,19 @@
  * of its headers until its transaction has committed, so no two
  * transactions for one key ever overlap: one key, at most one effect, under
  * any concurrency (a second request gets 409 meanwhile; a retry of a recorded
- * key claims it again for its replay). The claim is released before the
- * answer is sent, so a retry after a lost answer finds the record.
+ * key claims it again for its replay). The claim is released right after
+ * the commit, before the answer, so a retry after a lost answer finds the
+ * record.
  *
  * Threads: libmicrohttpd runs one thread per connection, and the request
- * handler runs on it. The database is one connection used under `db_mu` (one
- * transaction at a time); the set of keys in flight has its own mutex, so a
- * claim never waits for a transaction.
- * The main thread only waits for SIGINT/SIGTERM, then stops the daemon (which
- * joins the connection threads) and closes the database. stats and effects
- * open the database read-only; WAL lets them read while the receiver writes.
+ * handler runs on it; it hashes the body, queues its job, waits for the
+ * group commit, then answers. The writer thread alone uses the
+ * SQLite connection. The set of keys in flight has its own mutex, so a
+ * claim never waits for a transaction. The main thread only waits for
+ * SIGINT/SIGTERM, then stops the daemon (which joins the
+ * connection threads), lets the writer drain the queue (the aborted
+ * requests' rows) and end, and closes the database. stats and effects open
+ * the database read-only; WAL lets them read while the receiver writes.
  *
  * What libmicrohttpd answers itself (bytes that do not parse as HTTP,
  * oversized headers) never reaches the handler and is not a request here.
@@ -100,6 +120,7 @@
 
 #include "base/alloc.h"
 #include "base/clock.h"
+#include "base/failpoint.h"
 
 #define RECV_MAX_BODY (1024 * 1024)                     /* larger bodies get 413 */
 #define RECV_MAX_DISCARD (16 * 1024 * 1024)             /* beyond this, the connection is closed */
@@ -109,7 +130,7 @@
 #define RECV_DEFAULT_RETENTION_MS (24ull * 3600 * 1000) /* 24 h, as at Stripe */
 #define RECV_BUSY_TIMEOUT_MS 5000
 #define RECV_APP_ID 0x77656972 /* "weir" in PRAGMA application_id */
-#define RECV_DB_VERSION 2      /* PRAGMA user_version of the schema below (1: no fences) */
+#define RECV_DB_VERSION 3 /* PRAGMA user_version of the schema below (1: no fences, 2: no txn) */
 
 /* The statuses it answers (libmicrohttpd renamed some of its constants). */
 enum {
@@ -220,7 +241,8 @@ static const char schema_sql[] =
     "  status INTEGER NOT NULL,  -- the HTTP status answered (or decided, if the ack was dropped)\n"
     "  outcome TEXT NOT NULL,    -- effect|replayed|rejected|conflict|invalid|aborted|error\n"
     "  effect INTEGER,           -- the effect created, replayed or refused\n"
-    "  ack_dropped INTEGER NOT NULL DEFAULT 0);\n"
+    "  ack_dropped INTEGER NOT NULL DEFAULT 0,\n"
+    "  txn INTEGER);             -- the group commit that wrote the row (NULL: format 1 or 2)\n"
     "CREATE TABLE effects(\n"
     "  id INTEGER PRIMARY KEY,\n"
     "  key TEXT,\n"
@@ -239,17 +261,26 @@ static const char schema_sql[] =
     "  epoch INTEGER NOT NULL,\n"
     "  t_ms INTEGER NOT NULL);\n";
 
-/* What format 1 lacks; added when a format-1 database is opened to serve. */
+/* What formats 1 and 2 lack; added when such a database is opened to serve.
+ * Their request rows keep txn NULL: each was a transaction of its own. */
 static const char upgrade_v1_sql[] = "BEGIN IMMEDIATE;\n"
                                      "CREATE TABLE fences(job TEXT PRIMARY KEY, epoch INTEGER NOT "
                                      "NULL, t_ms INTEGER NOT NULL);\n"
-                                     "PRAGMA user_version = 2;\n"
+                                     "ALTER TABLE requests ADD COLUMN txn INTEGER;\n"
+                                     "PRAGMA user_version = 3;\n"
+                                     "COMMIT;";
+static const char upgrade_v2_sql[] = "BEGIN IMMEDIATE;\n"
+                                     "ALTER TABLE requests ADD COLUMN txn INTEGER;\n"
+                                     "PRAGMA user_version = 3;\n"
                                      "COMMIT;";
 
 enum {
   ST_BEGIN,
   ST_COMMIT,
   ST_ROLLBACK,
+  ST_SAVEPOINT,
+  ST_RELEASE,
+  ST_ROLLBACK_TO,
   ST_GET,
   ST_PUT,
   ST_EFFECT,
@@ -264,13 +295,16 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
+    [ST_SAVEPOINT] = "SAVEPOINT req",
+    [ST_RELEASE] = "RELEASE req",
+    [ST_ROLLBACK_TO] = "ROLLBACK TO req",
     [ST_GET] = "SELECT payload_sha256, body, t_ms, effect FROM completions WHERE key = ?1",
     [ST_PUT] = "INSERT OR REPLACE INTO completions(key, payload_sha256, status, body, t_ms, effect)"
                " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     [ST_EFFECT] = "INSERT INTO effects(key, payload, t_ms) VALUES (?1, ?2, ?3)",
     [ST_LOG] =
-        "INSERT INTO requests(t_ms, key, payload_sha256, status, outcome, effect, ack_dropped)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO requests(t_ms, key, payload_sha256, status, outcome, effect, ack_dropped, txn)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     [ST_PURGE] = "DELETE FROM completions WHERE t_ms <= ?1",
     [ST_FENCE_GET] = "SELECT epoch FROM fences WHERE job = ?1",
     [ST_FENCE_PUT] = "INSERT OR REPLACE INTO fences(job, epoch, t_ms) VALUES (?1, ?2, ?3)",
@@ -310,9 +344,10 @@ static int db_check(sqlite3 *db, const char *path, int create) {
     return WEIR_EIO;
   }
   if (app == RECV_APP_ID) {
-    if (ver == 1 && create) {
+    if ((ver == 1 || ver == 2) && create) {
       char *err = NULL;
-      if (sqlite3_exec(db, upgrade_v1_sql, NULL, NULL, &err) != SQLITE_OK) {
+      if (sqlite3_exec(db, ver == 1 ? upgrade_v1_sql : upgrade_v2_sql, NULL, NULL, &err) !=
+          SQLITE_OK) {
         fprintf(stderr, "weir receiver: cannot upgrade the database '%s' to format %d: %s\n", path,
                 RECV_DB_VERSION, err ? err : "unknown error");
         sqlite3_free(err);
@@ -321,7 +356,7 @@ static int db_check(sqlite3 *db, const char *path, int create) {
       }
       return 0;
     }
-    if (ver != RECV_DB_VERSION && ver != 1) { /* format 1 reads as 2 without fences */
+    if (ver < 1 || ver > RECV_DB_VERSION) { /* formats 1 and 2 read as 3 without what they lack */
       fprintf(stderr, "weir receiver: '%s' has format %lld; this weir reads format %d\n", path,
               (long long)ver, RECV_DB_VERSION);
       return WEIR_EFORMAT;
@@ -348,9 +383,10 @@ static int db_check(sqlite3 *db, const char *path, int create) {
 }
 
 /* Opens the database at path. Writable: creates it if missing, switches it to
- * WAL. Returns 0 (*out set), or WEIR_ENOENT (read-only and missing),
- * WEIR_EFORMAT or WEIR_EIO after a message. */
-static int db_open(const char *path, int writable, sqlite3 **out) {
+ * WAL and to synchronous=FULL (durable) or NORMAL. Returns 0 (*out set), or
+ * WEIR_ENOENT (read-only and missing), WEIR_EFORMAT or WEIR_EIO after a
+ * message. */
+static int db_open(const char *path, int writable, int durable, sqlite3 **out) {
   *out = NULL;
   sqlite3 *db = NULL;
   int flags = writable ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE : SQLITE_OPEN_READONLY;
@@ -380,8 +416,16 @@ static int db_open(const char *path, int writable, sqlite3 **out) {
       c = WEIR_EIO;
     }
     sqlite3_finalize(st);
-    if (c == 0 && sqlite3_exec(db, "PRAGMA synchronous = NORMAL", NULL, NULL, &err) != SQLITE_OK) {
-      fprintf(stderr, "weir receiver: %s\n", err ? err : "cannot set synchronous");
+    /* synchronous is a setting of the connection, not of the file: read it
+     * back, so that what the receiver prints at its start is what SQLite
+     * does (2 is FULL, 1 NORMAL). */
+    int64_t sync = -1;
+    if (c == 0 &&
+        (sqlite3_exec(db, durable ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL",
+                      NULL, NULL, &err) != SQLITE_OK ||
+         db_int(db, "PRAGMA synchronous", &sync) < 0 || sync != (durable ? 2 : 1))) {
+      fprintf(stderr, "weir receiver: cannot set synchronous = %s on '%s': %s\n",
+              durable ? "FULL" : "NORMAL", path, err ? err : sqlite3_errmsg(db));
       c = WEIR_EIO;
     }
     sqlite3_free(err);
@@ -397,22 +441,33 @@ static int db_open(const char *path, int writable, sqlite3 **out) {
 /* ------------------------------------------------------------------------ */
 /* The server                                                               */
 
+typedef struct recv_job recv_job;
+
 /* The receiver while it serves. Configuration is read-only once the daemon
- * runs; `db`, `st`, `last_purge_ms` and `rng` belong to whoever holds db_mu;
- * `flight` to whoever holds fl_mu. Never both locks at once. */
+ * runs; `db`, `st`, `last_purge_ms`, `rng` and `txn` belong to the writer
+ * thread (and to serve() before it starts and after it ends); the queue to
+ * whoever holds q_mu; `flight` to whoever holds fl_mu. Never two of these
+ * locks at once. */
 typedef struct recv_server {
   uint64_t retention_ms;
   int dedup;
   double drop_p;
 
-  pthread_mutex_t db_mu;
   sqlite3 *db;
   sqlite3_stmt *st[ST_COUNT];
   int64_t last_purge_ms;
   uint64_t rng; /* splitmix64 state: lost acknowledgements */
+  int64_t txn;  /* the number of the last group commit (requests.txn) */
+
+  pthread_mutex_t q_mu;
+  pthread_cond_t q_cv;       /* the writer waits here for jobs */
+  recv_job *q_head, *q_tail; /* jobs waiting for the next group */
+  int q_stop;                /* serve() is done with the daemon: drain, then end */
+  pthread_t writer;
+  int writer_running;
 
   pthread_mutex_t fl_mu;
-  char **flight; /* keys of requests in flight: claimed, not yet answered */
+  char **flight; /* keys of requests in flight: claimed, not yet committed */
   size_t nflight, capflight;
 } recv_server;
 
@@ -441,11 +496,35 @@ typedef struct recv_result {
   size_t len;
 } recv_result;
 
-static uint64_t splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+/* One request's writes, handed from its connection thread to the writer
+ * thread, which carries them out inside a group commit. The connection
+ * thread fills the inputs, queues the job and waits on cv until `done`; the
+ * writer owns rc and res from the moment it takes the job off the queue
+ * until it sets `done` (under q_mu), and never touches the job after. */
+struct recv_job {
+  const recv_req *r;   /* a request whose body arrived: its effect, or its
+                          refusal; NULL: only the log row below */
+  const uint8_t *hash; /* SHA-256 of the body, NULL if it was not read */
+  const char *key;     /* the log row alone (r == NULL): key, status, outcome */
+  unsigned status;
+  const char *outcome;
+  recv_result res; /* r's outcome */
+  int rc;          /* 0, or WEIR_EIO: nothing of the job was committed */
+  int done;
+  pthread_cond_t cv;
+  recv_job *next;
+};
+
+#define SPLITMIX_GAMMA 0x9e3779b97f4a7c15ull
+
+static uint64_t splitmix64_mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
+}
+
+static uint64_t splitmix64(uint64_t *s) {
+  return splitmix64_mix(*s += SPLITMIX_GAMMA);
 }
 
 /* Claims key for a request in flight. Returns 0, or WEIR_EAGAIN if another
@@ -541,8 +620,8 @@ static void bind_key(sqlite3_stmt *st, int i, const char *key) {
     sqlite3_bind_null(st, i);
 }
 
-/* Appends a row to `requests` (inside the caller's transaction, or alone).
- * effect < 0: none. Caller holds db_mu. Returns 0 or WEIR_EIO. */
+/* Appends a row to `requests`, as part of the current group commit. effect <
+ * 0: none. Writer thread. Returns 0 or WEIR_EIO. */
 static int log_request(recv_server *s, int64_t now, const char *key, const uint8_t *hash,
                        unsigned status, const char *outcome, int64_t effect, int dropped) {
   sqlite3_stmt *st = s->st[ST_LOG];
@@ -559,22 +638,12 @@ static int log_request(recv_server *s, int64_t now, const char *key, const uint8
   else
     sqlite3_bind_null(st, 6);
   sqlite3_bind_int(st, 7, dropped);
+  sqlite3_bind_int64(st, 8, s->txn);
   return st_done(st);
 }
 
-/* Logs a request that creates nothing (409, 4xx, aborted, error) in a
- * transaction of its own. Returns 0 or WEIR_EIO (after a message). */
-static int log_alone(recv_server *s, const char *key, const uint8_t *hash, unsigned status,
-                     const char *outcome) {
-  pthread_mutex_lock(&s->db_mu);
-  int rc = log_request(s, weir_clock_wall_ms(), key, hash, status, outcome, -1, 0);
-  if (rc < 0) db_complain(s->db, "cannot log a request");
-  pthread_mutex_unlock(&s->db_mu);
-  return rc;
-}
-
 /* Applies a new effect: the effect row, the completion record (if key and
- * dedup) and the request's row. Inside the caller's transaction. */
+ * dedup) and the request's row. Writer thread, inside a group. */
 static int apply_effect(recv_server *s, int64_t now, const recv_req *r, const uint8_t *hash,
                         recv_result *res) {
   sqlite3_stmt *st = s->st[ST_EFFECT];
@@ -600,7 +669,7 @@ static int apply_effect(recv_server *s, int64_t now, const recv_req *r, const ui
 }
 
 /* Decides a keyed request against its completion record: replay, reject, or
- * (no live record) a new effect. Inside the caller's transaction. */
+ * (no live record) a new effect. Writer thread, inside a group. */
 static int decide_keyed(recv_server *s, int64_t now, const recv_req *r, const uint8_t *hash,
                         recv_result *res) {
   int64_t horizon = now - (int64_t)s->retention_ms;
@@ -640,8 +709,9 @@ static int decide_keyed(recv_server *s, int64_t now, const recv_req *r, const ui
 
 /* Fencing: a request with Weir-Epoch e for job j is refused (409, outcome
  * "fenced", no effect) if a request with a higher epoch of j came before;
- * otherwise j's fence moves up to e. Inside the caller's transaction, so the
- * fence and the effect it admits commit together. Sets *refused. */
+ * otherwise j's fence moves up to e. Inside the request's part of the group,
+ * so the fence and the effect it admits commit together, and a later request
+ * of the same group sees the fence moved. Sets *refused. */
 static int check_fence(recv_server *s, int64_t now, const recv_req *r, const uint8_t *hash,
                        recv_result *res, int *refused) {
   *refused = 0;
@@ -671,31 +741,126 @@ static int check_fence(recv_server *s, int64_t now, const recv_req *r, const uin
   return st_done(st);
 }
 
+/* A job's writes: a request's transaction (fence, then key, then effect), or
+ * a log row alone. Writer thread, inside a group; the caller makes them all
+ * or nothing. Returns 0 with j->res filled, or WEIR_EIO. */
+static int run_job(recv_server *s, recv_job *j) {
+  int64_t now = weir_clock_wall_ms();
+  const recv_req *r = j->r;
+  if (r == NULL) return log_request(s, now, j->key, j->hash, j->status, j->outcome, -1, 0);
+  int rc = 0, refused = 0;
+  if (r->fenced) rc = check_fence(s, now, r, j->hash, &j->res, &refused);
+  if (rc == 0 && !refused)
+    rc = r->key && s->dedup ? decide_keyed(s, now, r, j->hash, &j->res)
+                            : apply_effect(s, now, r, j->hash, &j->res);
+  return rc;
+}
+
+static void job_fail(recv_job *j) {
+  weir_free(j->res.body);
+  memset(&j->res, 0, sizeof j->res);
+  j->rc = WEIR_EIO;
+}
+
+/* Group commit: the jobs of `group` (a list, in arrival order) in ONE SQLite
+ * transaction. Each job runs inside a savepoint, so one that fails leaves
+ * nothing behind and the others still commit; if the transaction itself is
+ * lost (BEGIN or COMMIT fails, or SQLite rolled it all back), every job
+ * fails. Writer thread; sets each job's rc. */
+static void commit_group(recv_server *s, recv_job *group) {
+  int rc = st_done(s->st[ST_BEGIN]);
+  if (rc < 0) {
+    db_complain(s->db, "cannot begin a transaction");
+    for (recv_job *j = group; j; j = j->next) job_fail(j);
+    return;
+  }
+  s->txn++;
+  int lost = 0;
+  for (recv_job *j = group; j && !lost; j = j->next) {
+    j->rc = st_done(s->st[ST_SAVEPOINT]);
+    if (j->rc == 0) j->rc = run_job(s, j);
+    if (j->rc == 0) j->rc = weir_failpoint("receiver.request");
+    if (j->rc == 0) j->rc = st_done(s->st[ST_RELEASE]);
+    if (j->rc == 0) continue;
+    db_complain(s->db, "a request's transaction failed");
+    job_fail(j);
+    /* After some errors (a full disk, an I/O error) SQLite has rolled back
+     * the whole transaction, the earlier jobs' writes with it. */
+    if (sqlite3_get_autocommit(s->db))
+      lost = 1;
+    else if (st_done(s->st[ST_ROLLBACK_TO]) < 0 || st_done(s->st[ST_RELEASE]) < 0)
+      lost = 1;
+  }
+  if (!lost) rc = weir_failpoint("receiver.group_commit");
+  if (!lost && rc == 0) rc = st_done(s->st[ST_COMMIT]);
+  if (lost || rc < 0) {
+    db_complain(s->db, "a group commit failed");
+    if (!sqlite3_get_autocommit(s->db)) st_done(s->st[ST_ROLLBACK]);
+    for (recv_job *j = group; j; j = j->next) job_fail(j);
+  }
+}
+
+/* The writer thread: takes every job waiting, commits them as one group,
+ * wakes their connection threads, again until serve() stops it with an empty
+ * queue. */
+static void *writer_main(void *arg) {
+  recv_server *s = arg;
+  pthread_mutex_lock(&s->q_mu);
+  for (;;) {
+    while (s->q_head == NULL && !s->q_stop) pthread_cond_wait(&s->q_cv, &s->q_mu);
+    recv_job *group = s->q_head;
+    if (group == NULL) break;
+    s->q_head = s->q_tail = NULL;
+    pthread_mutex_unlock(&s->q_mu);
+    commit_group(s, group);
+    pthread_mutex_lock(&s->q_mu);
+    /* The waiter may free its job as soon as it sees `done`, which it reads
+     * under q_mu: so next is read first, and the signal given under q_mu. */
+    for (recv_job *j = group, *next; j; j = next) {
+      next = j->next;
+      j->done = 1;
+      pthread_cond_signal(&j->cv);
+    }
+  }
+  pthread_mutex_unlock(&s->q_mu);
+  return NULL;
+}
+
+/* Queues j for the next group commit and waits until it is done. Connection
+ * threads; blocks for one commit or two. Returns j->rc. */
+static int submit(recv_server *s, recv_job *j) {
+  pthread_cond_init(&j->cv, NULL);
+  j->done = 0;
+  j->next = NULL;
+  pthread_mutex_lock(&s->q_mu);
+  if (s->q_tail)
+    s->q_tail->next = j;
+  else
+    s->q_head = j;
+  s->q_tail = j;
+  pthread_cond_signal(&s->q_cv);
+  while (!j->done) pthread_cond_wait(&j->cv, &s->q_mu);
+  pthread_mutex_unlock(&s->q_mu);
+  pthread_cond_destroy(&j->cv);
+  return j->rc;
+}
+
+/* Logs a request that creates nothing (409, 4xx, aborted, error). Returns 0
+ * or WEIR_EIO (after a message). */
+static int log_alone(recv_server *s, const char *key, const uint8_t *hash, unsigned status,
+                     const char *outcome) {
+  recv_job j = {.hash = hash, .key = key, .status = status, .outcome = outcome};
+  return submit(s, &j);
+}
+
 /* The transaction of a request whose body has arrived. Returns 0 with res
- * filled, or WEIR_EIO (rolled back, nothing applied). */
+ * filled (committed), or WEIR_EIO (nothing applied). */
 static int process(recv_server *s, const recv_req *r, recv_result *res) {
   uint8_t hash[32];
   sha256(r->body ? r->body : "", r->len, hash);
-  pthread_mutex_lock(&s->db_mu);
-  int64_t now = weir_clock_wall_ms();
-  int rc = st_done(s->st[ST_BEGIN]);
-  if (rc == 0) {
-    int refused = 0;
-    if (r->fenced) rc = check_fence(s, now, r, hash, res, &refused);
-    if (rc == 0 && !refused)
-      rc = r->key && s->dedup ? decide_keyed(s, now, r, hash, res)
-                              : apply_effect(s, now, r, hash, res);
-    if (rc == 0) rc = st_done(s->st[ST_COMMIT]);
-    if (rc < 0) {
-      db_complain(s->db, "a request's transaction failed");
-      st_done(s->st[ST_ROLLBACK]);
-      weir_free(res->body);
-      memset(res, 0, sizeof *res);
-    }
-  } else {
-    db_complain(s->db, "cannot begin a transaction");
-  }
-  pthread_mutex_unlock(&s->db_mu);
+  recv_job j = {.r = r, .hash = hash};
+  int rc = submit(s, &j);
+  *res = j.res;
   return rc;
 }
 
@@ -873,6 +1038,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 void cli_help_receiver(FILE *out) {
   fputs("usage: weir receiver --listen HOST:PORT --db FILE [--retention DURATION]\n"
         "                     [--no-dedup] [--drop-acks P] [--seed S]\n"
+        "                     [--fsync]\n"
         "       weir receiver stats --db FILE [--json]\n"
         "       weir receiver effects --db FILE\n"
         "\n"
@@ -891,7 +1057,9 @@ void cli_help_receiver(FILE *out) {
         "  not POST 405; body over 1 MiB 413; bad key (not 1..255 printable ASCII) 400\n"
         "Response bodies are JSON: {\"effect\": N, \"key\": K, \"sha256\": HEX} or\n"
         "{\"error\": MSG, \"key\": K}. Effect, completion record and the request's log\n"
-        "row are written in one SQLite transaction before the answer is sent.\n"
+        "row are committed together (all or none) before the answer is sent; one\n"
+        "writer thread commits the requests waiting at that moment in one SQLite\n"
+        "transaction (group commit).\n"
         "\n"
         "Options:\n"
         "  --listen HOST:PORT     address to listen on (PORT 0: any free port); prints\n"
@@ -906,12 +1074,17 @@ void cli_help_receiver(FILE *out) {
         "                         without answering with probability P (0..1): a lost\n"
         "                         acknowledgement. Replays and refusals are answered.\n"
         "  --seed S               seed for --drop-acks (default: from the clock, printed)\n"
+        "  --fsync                a durable destination: SQLite synchronous=FULL, each\n"
+        "                         group commit reaches the disk before its answers\n"
+        "                         (default NORMAL: a power loss may undo the last\n"
+        "                         commits; a crash of the receiver loses nothing)\n"
         "SIGINT or SIGTERM stops it cleanly (exit 0).\n"
         "\n"
         "stats prints the counts, read-only (also while the receiver runs):\n"
         "  {\"requests\": R, \"effects\": E, \"duplicates\": D, \"rejections\": X,\n"
         "   \"conflicts\": C, \"invalid\": I, \"aborted\": A, \"errors\": Z, \"acks_dropped\": L,\n"
-        "   \"fenced\": F, \"repeated_payloads\": P, \"repeated_effects\": Q}\n"
+        "   \"fenced\": F, \"repeated_payloads\": P, \"repeated_effects\": Q,\n"
+        "   \"commits\": T}\n"
         "requests counts every request answered or aborted; effects the accepted\n"
         "effects; duplicates the replays (200); rejections the 422s; conflicts the\n"
         "409s; invalid the 400/405/413s; aborted the requests cut off before their\n"
@@ -920,8 +1093,10 @@ void cli_help_receiver(FILE *out) {
         "acks_dropped counts the effects whose answer --drop-acks withheld;\n"
         "repeated_payloads the distinct bodies requested more than once,\n"
         "repeated_effects those applied more than once (with a key: only after\n"
-        "--no-dedup or an expired key). effects prints every effect's body in order, each\n"
-        "ending with a newline.\n"
+        "--no-dedup or an expired key); commits the SQLite transactions that wrote the\n"
+        "requests (below R when group commit joined requests; one per request in\n"
+        "databases of format 1 and 2). effects prints every effect's body in order,\n"
+        "each ending with a newline.\n"
         "\n"
         "Exit codes: 0 success, 1 runtime error (cannot listen, database error),\n"
         "2 usage error, 3 the file is not a receiver database (or a newer format).\n",
@@ -947,6 +1122,7 @@ typedef struct opts {
   double drop_p;
   int have_seed;
   uint64_t seed;
+  int fsync;
   int json;
 } opts;
 
@@ -1027,6 +1203,11 @@ static int parse(int argc, char **argv, int first, int mode, opts *o) {
       }
       if (strcmp(a, "--no-dedup") == 0) {
         o->no_dedup = 1;
+        i++;
+        continue;
+      }
+      if (strcmp(a, "--fsync") == 0) {
+        o->fsync = 1;
         i++;
         continue;
       }
@@ -1135,14 +1316,43 @@ static int prepare_all(recv_server *s) {
   return 0;
 }
 
+/* Starts the writer thread. Returns 0 or WEIR_EIO after a message. */
+static int writer_start(recv_server *s) {
+  int e = pthread_create(&s->writer, NULL, writer_main, s);
+  if (e != 0) {
+    cli_error("receiver: cannot start the writer thread: %s", strerror(e));
+    return WEIR_EIO;
+  }
+  s->writer_running = 1;
+  return 0;
+}
+
+/* Ends the writer once the queue is empty. Only after the daemon stopped:
+ * no connection thread may queue a job any more. */
+static void writer_stop(recv_server *s) {
+  if (!s->writer_running) return;
+  pthread_mutex_lock(&s->q_mu);
+  s->q_stop = 1;
+  pthread_cond_signal(&s->q_cv);
+  pthread_mutex_unlock(&s->q_mu);
+  pthread_join(s->writer, NULL);
+  s->writer_running = 0;
+}
+
 static void server_close(recv_server *s) {
+  writer_stop(s);
   for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(s->st[i]);
   if (s->db && sqlite3_close(s->db) != SQLITE_OK) db_complain(s->db, "cannot close the database");
   for (size_t i = 0; i < s->nflight; i++) weir_free(s->flight[i]);
   weir_free(s->flight);
-  pthread_mutex_destroy(&s->db_mu);
+  pthread_mutex_destroy(&s->q_mu);
+  pthread_cond_destroy(&s->q_cv);
   pthread_mutex_destroy(&s->fl_mu);
 }
+
+/* The number of the last group commit: rows are appended in commit order,
+ * so the last row has it (NULL, read as 0, in a database of format 1 or 2). */
+#define LAST_TXN_SQL "SELECT coalesce((SELECT txn FROM requests ORDER BY id DESC LIMIT 1), 0)"
 
 static int serve(const opts *o) {
   recv_server s = {0};
@@ -1151,7 +1361,8 @@ static int serve(const opts *o) {
   s.drop_p = o->drop_p;
   s.rng = o->have_seed ? o->seed : (uint64_t)weir_clock_wall_ms() ^ ((uint64_t)getpid() << 32);
   uint64_t seed = s.rng;
-  pthread_mutex_init(&s.db_mu, NULL);
+  pthread_mutex_init(&s.q_mu, NULL);
+  pthread_cond_init(&s.q_cv, NULL);
   pthread_mutex_init(&s.fl_mu, NULL);
 
   /* SIGINT and SIGTERM are taken by sigwait below: blocked here, before the
@@ -1172,8 +1383,13 @@ static int serve(const opts *o) {
     server_close(&s);
     return usage_err ? CLI_EXIT_USAGE : CLI_EXIT_RUNTIME;
   }
-  int rc = db_open(o->db, 1, &s.db);
+  int rc = db_open(o->db, 1, o->fsync, &s.db);
+  if (rc == 0 && db_int(s.db, LAST_TXN_SQL, &s.txn) < 0) {
+    db_complain(s.db, "cannot read the requests");
+    rc = WEIR_EIO;
+  }
   if (rc == 0) rc = prepare_all(&s);
+  if (rc == 0) rc = writer_start(&s);
   if (rc < 0) {
     close(fd);
     server_close(&s);
@@ -1193,6 +1409,8 @@ static int serve(const opts *o) {
   if (s.drop_p > 0)
     fprintf(stderr, "weir receiver: dropping acknowledgements with probability %g (seed %llu)\n",
             s.drop_p, (unsigned long long)seed);
+  fprintf(stderr, "weir receiver: SQLite synchronous=%s, group commit\n",
+          o->fsync ? "FULL" : "NORMAL");
   fprintf(stderr, "weir receiver: listening on %s\n", addr);
   fflush(stderr);
 
@@ -1200,7 +1418,7 @@ static int serve(const opts *o) {
   while (sigwait(&stop, &sig) != 0) {
   }
   MHD_stop_daemon(d); /* joins every connection thread; closes fd */
-  server_close(&s);
+  server_close(&s);   /* the writer drains what they queued, then ends */
   fprintf(stderr, "weir receiver: stopped (%s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
   return CLI_EXIT_OK;
 }
@@ -1210,16 +1428,23 @@ static int serve(const opts *o) {
 
 static int cmd_stats(const opts *o) {
   sqlite3 *db = NULL;
-  int rc = db_open(o->db, 0, &db);
+  int rc = db_open(o->db, 0, 0, &db);
   if (rc < 0) return rc == WEIR_EFORMAT ? CLI_EXIT_STORE : CLI_EXIT_RUNTIME;
   static const char *const names[] = {"effect",  "replayed", "rejected", "conflict",
                                       "invalid", "aborted",  "error",    "fenced"};
   int64_t by[8] = {0};
-  int64_t requests = 0, effects = 0, dropped = 0, rep_payloads = 0, rep_effects = 0;
+  int64_t requests = 0, effects = 0, dropped = 0, rep_payloads = 0, rep_effects = 0, ver = 0;
+  int64_t commits = 0;
   sqlite3_stmt *st = NULL;
   /* One read transaction: all the counts come from the same snapshot. */
   int ok = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK &&
            db_int(db, "SELECT count(*) FROM requests", &requests) == 0 &&
+           db_int(db, "PRAGMA user_version", &ver) == 0 &&
+           /* Rows of formats 1 and 2 (txn NULL) each had a transaction. */
+           db_int(db,
+                  ver >= 3 ? "SELECT count(DISTINCT txn) + count(*) - count(txn) FROM requests"
+                           : "SELECT count(*) FROM requests",
+                  &commits) == 0 &&
            db_int(db, "SELECT count(*) FROM effects", &effects) == 0 &&
            db_int(db, "SELECT count(*) FROM requests WHERE ack_dropped != 0", &dropped) == 0 &&
            db_int(db,
@@ -1251,10 +1476,11 @@ static int cmd_stats(const opts *o) {
     printf("{\"requests\": %lld, \"effects\": %lld, \"duplicates\": %lld, \"rejections\": %lld, "
            "\"conflicts\": %lld, \"invalid\": %lld, \"aborted\": %lld, \"errors\": %lld, "
            "\"acks_dropped\": %lld, \"fenced\": %lld, \"repeated_payloads\": %lld, "
-           "\"repeated_effects\": %lld}\n",
+           "\"repeated_effects\": %lld, \"commits\": %lld}\n",
            (long long)requests, (long long)effects, (long long)by[1], (long long)by[2],
            (long long)by[3], (long long)by[4], (long long)by[5], (long long)by[6],
-           (long long)dropped, (long long)by[7], (long long)rep_payloads, (long long)rep_effects);
+           (long long)dropped, (long long)by[7], (long long)rep_payloads, (long long)rep_effects,
+           (long long)commits);
   } else {
     printf("requests      %lld\n"
            "effects       %lld\n"
@@ -1267,17 +1493,19 @@ static int cmd_stats(const opts *o) {
            "acks dropped  %lld   (effects applied, answer withheld)\n"
            "fenced        %lld   (a stale epoch of the job, 409)\n"
            "repeated payloads  %lld   (bodies requested more than once)\n"
-           "repeated effects   %lld   (bodies applied more than once)\n",
+           "repeated effects   %lld   (bodies applied more than once)\n"
+           "commits       %lld   (SQLite transactions that wrote them: group commits)\n",
            (long long)requests, (long long)effects, (long long)by[1], (long long)by[2],
            (long long)by[3], (long long)by[4], (long long)by[5], (long long)by[6],
-           (long long)dropped, (long long)by[7], (long long)rep_payloads, (long long)rep_effects);
+           (long long)dropped, (long long)by[7], (long long)rep_payloads, (long long)rep_effects,
+           (long long)commits);
   }
   return CLI_EXIT_OK;
 }
 
 static int cmd_effects(const opts *o) {
   sqlite3 *db = NULL;
-  int rc = db_open(o->db, 0, &db);
+  int rc = db_open(o->db, 0, 0, &db);
   if (rc < 0) return rc == WEIR_EFORMAT ? CLI_EXIT_STORE : CLI_EXIT_RUNTIME;
   sqlite3_stmt *st = NULL;
   int step = SQLITE_ERROR;
