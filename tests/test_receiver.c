@@ -691,7 +691,7 @@ Test(receiver, dropped_ack_applies_the_effect_and_the_retry_replays) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* --fsync and group commit                                                 */
+/* --latency and --fsync                                                    */
 
 enum { SHOTS = 32 };
 
@@ -761,6 +761,97 @@ static long fire(volley *v, int port, const char *prefix) {
   pthread_mutex_destroy(&v->mu);
   pthread_cond_destroy(&v->cv);
   return wall;
+}
+
+/* Requests wait out their delay side by side: 32 requests with 100 ms each
+ * take far less than 32 x 100 ms (a receiver that slept holding its database
+ * would take 3.2 s), and each one at least the 100 ms. */
+Test(receiver, latency_delays_each_answer_and_requests_wait_concurrently) {
+  char *db = db_path("r.db");
+  receiver r;
+  start(&r, db, (const char *const[]){"--latency", "100", NULL});
+  cr_assert(strstr(r.err, "synchronous=NORMAL") != NULL, "%s", r.err);
+  static volley v;
+  long wall = fire(&v, r.port, "lat");
+  for (int i = 0; i < SHOTS; i++) {
+    cr_assert_eq(v.status[i], 201, "request %d: %d", i, v.status[i]);
+    cr_assert_geq(v.ms[i], 100, "request %d answered after %ld ms", i, v.ms[i]);
+  }
+  cr_assert_lt(wall, SHOTS * 100 / 4, "%d requests with 100 ms each took %ld ms", SHOTS, wall);
+  EXPECT(db, SHOTS, SHOTS, 0, 0);
+  /* Replays wait too, and are still replays. */
+  resp a;
+  long t0 = mono_ms();
+  POST_OK(r.port, "lat-3", "lat 3\n", &a);
+  cr_assert_eq(a.status, 200, "%s", a.head);
+  cr_assert(a.replayed);
+  cr_assert_geq(mono_ms() - t0, 100);
+  stop(&r);
+  free(db);
+}
+
+/* --latency 100:300: every delay in [100, 400] ms, and they differ. The upper
+ * bound gets a slack for a loaded machine; the spread shows the jitter (32
+ * uniform draws all within 100 ms of each other: p < 1e-13). */
+Test(receiver, latency_jitter_stays_within_its_bounds) {
+  char *db = db_path("r.db");
+  receiver r;
+  start(&r, db, (const char *const[]){"--latency", "100:300", NULL});
+  static volley v;
+  fire(&v, r.port, "jit");
+  long lo = 1L << 30, hi = 0;
+  for (int i = 0; i < SHOTS; i++) {
+    cr_assert_eq(v.status[i], 201, "request %d: %d", i, v.status[i]);
+    if (v.ms[i] < lo) lo = v.ms[i];
+    if (v.ms[i] > hi) hi = v.ms[i];
+  }
+  cr_assert_geq(lo, 100, "fastest answer after %ld ms", lo);
+  cr_assert_lt(hi, 400 + 600, "slowest answer after %ld ms", hi);
+  cr_assert_geq(hi - lo, 100, "answers between %ld and %ld ms: no jitter?", lo, hi);
+  EXPECT(db, SHOTS, SHOTS, 0, 0);
+  stop(&r);
+  free(db);
+}
+
+/* The delay comes after the commit: a receiver killed during it has applied
+ * the effect and never answered; the client's retry after a restart is a
+ * replay, not a second effect. */
+Test(receiver, kill_during_the_delay_leaves_an_applied_unanswered_request) {
+  char *db = db_path("r.db");
+  receiver r;
+  start(&r, db, (const char *const[]){"--latency", "30000", NULL});
+  char head[1024];
+  size_t hl = format_post(head, sizeof head, "slow", 4, NULL);
+  int fd = connect_to(r.port);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(send_all(fd, head, hl), 0);
+  cr_assert_eq(send_all(fd, "6 1\n", 4), 0);
+  /* The commit is what the test waits for (30 s of delay leave it time). */
+  stats s = {0};
+  for (int i = 0; i < TIMEOUT_S * 20 && s.effects == 0; i++) {
+    s = get_stats(db);
+    if (s.effects == 0) nanosleep(&(struct timespec){.tv_nsec = 50 * 1000 * 1000}, NULL);
+  }
+  cr_assert_eq(s.effects, 1, "the effect was never committed");
+  cr_assert_eq(kill(r.pid, SIGKILL), 0);
+  int st = 0;
+  cr_assert_eq(waitpid(r.pid, &st, 0), r.pid);
+  cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "0x%x", st);
+  g_pid = 0;
+  close(r.err_fd);
+  resp a;
+  cr_assert_eq(read_response(fd, &a), 0);
+  close(fd);
+  cr_assert_eq(a.status, 0, "answered before the kill: %s", a.head);
+  EXPECT(db, 1, 1, 0, 0);
+
+  start(&r, db, NULL);
+  POST_OK(r.port, "slow", "6 1\n", &a); /* the client's retry */
+  cr_assert_eq(a.status, 200, "%s", a.head);
+  cr_assert(a.replayed);
+  EXPECT(db, 2, 1, 1, 0);
+  stop(&r);
+  free(db);
 }
 
 /* --fsync: synchronous=FULL, read back from SQLite by the receiver, and group
@@ -919,6 +1010,12 @@ Test(receiver, usage_and_database_errors) {
       {"receiver", "--listen", "127.0.0.1:0", "--db", "x.db", "--drop-acks", "1.5", NULL},
       {"receiver", "--listen", "127.0.0.1:0", "--db", "x.db", "--seed", "-1", NULL},
       {"receiver", "--listen", "127.0.0.1:0", "--db", "x.db", "--bogus", NULL},
+      {"receiver", "--listen", "127.0.0.1:0", "--db", "x.db", "--latency", "x", NULL},
+      {"receiver", "--listen", "127.0.0.1:0", "--db", "x.db", "--latency", "-1", NULL},
+      {"receiver", "--listen", "127.0.0.1:0", "--db", "x.db", "--latency", "10:", NULL},
+      {"receiver", "--listen", "127.0.0.1:0", "--db", "x.db", "--latency", "10:5x", NULL},
+      {"receiver", "--listen", "127.0.0.1:0", "--db", "x.db", "--latency", "60001", NULL},
+      {"receiver", "--listen", "127.0.0.1:0", "--db", "x.db", "--latency", "1:60001", NULL},
       {"receiver", "--listen", "127.0.0.1:0", "--db", "x.db", "--fsync=1", NULL},
       {"receiver", "stats", NULL},
       {"receiver", "stats", "--db", "x.db", "--no-dedup", NULL},
@@ -937,7 +1034,7 @@ Test(receiver, usage_and_database_errors) {
   char *out = run_weir(&rc, &err, (const char *const[]){"help", "receiver", NULL});
   cr_assert_eq(rc, 0);
   cr_assert(strstr(out, "Idempotent-Replayed") != NULL);
-  cr_assert(strstr(out, "--fsync") != NULL, "%s", out);
+  cr_assert(strstr(out, "--latency MS[:JITTER]") && strstr(out, "--fsync"), "%s", out);
   free(out);
   free(err);
 

@@ -82,15 +82,24 @@
  * transactions for one key ever overlap: one key, at most one effect, under
  * any concurrency (a second request gets 409 meanwhile; a retry of a recorded
  * key claims it again for its replay). The claim is released right after
- * the commit, before the answer, so a retry after a lost answer finds the
- * record.
+ * the commit, before the delay and the answer, so a retry after a lost or
+ * slow answer finds the record.
+ *
+ * --latency MS[:JITTER] makes a slow destination: each answer (refusals and
+ * replays too) waits MS plus a uniform 0..JITTER milliseconds after the
+ * request's commit. The wait is on the connection's own thread, holding no
+ * lock and no key, so 64 requests with 20 ms each take about 20 ms, not 64
+ * x 20. Since it comes after the commit, a receiver killed during it has
+ * applied the effect and not answered: the client's retry is a replay. A
+ * stop (SIGINT/SIGTERM) ends the waits the same way, unanswered, rather
+ * than waiting up to two minutes.
  *
  * Threads: libmicrohttpd runs one thread per connection, and the request
  * handler runs on it; it hashes the body, queues its job, waits for the
- * group commit, then answers. The writer thread alone uses the
+ * group commit, then delays and answers. The writer thread alone uses the
  * SQLite connection. The set of keys in flight has its own mutex, so a
  * claim never waits for a transaction. The main thread only waits for
- * SIGINT/SIGTERM, then stops the daemon (which joins the
+ * SIGINT/SIGTERM, then ends the delays, stops the daemon (which joins the
  * connection threads), lets the writer drain the queue (the aborted
  * requests' rows) and end, and closes the database. stats and effects open
  * the database read-only; WAL lets them read while the receiver writes.
@@ -108,11 +117,13 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <microhttpd.h>
@@ -131,6 +142,7 @@
 #define RECV_BUSY_TIMEOUT_MS 5000
 #define RECV_APP_ID 0x77656972 /* "weir" in PRAGMA application_id */
 #define RECV_DB_VERSION 3 /* PRAGMA user_version of the schema below (1: no fences, 2: no txn) */
+#define RECV_MAX_LATENCY_MS 60000 /* --latency MS:JITTER, each at most this */
 
 /* The statuses it answers (libmicrohttpd renamed some of its constants). */
 enum {
@@ -446,12 +458,13 @@ typedef struct recv_job recv_job;
 /* The receiver while it serves. Configuration is read-only once the daemon
  * runs; `db`, `st`, `last_purge_ms`, `rng` and `txn` belong to the writer
  * thread (and to serve() before it starts and after it ends); the queue to
- * whoever holds q_mu; `flight` to whoever holds fl_mu. Never two of these
- * locks at once. */
+ * whoever holds q_mu; `flight` to whoever holds fl_mu; `stopping` to whoever
+ * holds lat_mu. Never two of these locks at once. */
 typedef struct recv_server {
   uint64_t retention_ms;
   int dedup;
   double drop_p;
+  uint64_t latency_ms, jitter_ms;
 
   sqlite3 *db;
   sqlite3_stmt *st[ST_COUNT];
@@ -469,6 +482,14 @@ typedef struct recv_server {
   pthread_mutex_t fl_mu;
   char **flight; /* keys of requests in flight: claimed, not yet committed */
   size_t nflight, capflight;
+
+  pthread_mutex_t lat_mu;
+  pthread_cond_t lat_cv; /* requests in their --latency delay wait here */
+  int stopping;          /* SIGINT/SIGTERM came: delays end, unanswered */
+  /* splitmix64 state of the jitter. Relaxed: each fetch_add returns a
+   * distinct state whichever thread makes it, and nothing else is published
+   * through it. */
+  _Atomic uint64_t jit_rng;
 } recv_server;
 
 /* One HTTP request, from its headers to its end (MHD's con_cls). Owned by
@@ -864,6 +885,40 @@ static int process(recv_server *s, const recv_req *r, recv_result *res) {
   return rc;
 }
 
+/* The --latency delay before an answer: latency plus a uniform draw in
+ * [0, jitter] milliseconds. Waits on a condition variable, holding nothing
+ * else, so that any number of requests wait at once. Returns 0 once it has
+ * passed, or -1 if the receiver is stopping (the answer is then not sent:
+ * what a kill during the delay does too). */
+static int delay(recv_server *s) {
+  uint64_t ms = s->latency_ms;
+  if (s->jitter_ms) {
+    uint64_t z = atomic_fetch_add_explicit(&s->jit_rng, SPLITMIX_GAMMA, memory_order_relaxed);
+    ms += splitmix64_mix(z + SPLITMIX_GAMMA) % (s->jitter_ms + 1);
+  }
+  if (ms == 0) return 0;
+  uint64_t end = weir_clock_mono_ns() + ms * 1000000;
+  int stopping = 0;
+  pthread_mutex_lock(&s->lat_mu);
+  for (;;) {
+    stopping = s->stopping;
+    uint64_t now = weir_clock_mono_ns();
+    if (stopping || now >= end) break;
+    /* timedwait takes a CLOCK_REALTIME deadline (the portable one); waiting
+     * in steps of at most 100 ms measured on the monotonic clock keeps a
+     * jump of the wall clock from stretching the delay. */
+    uint64_t step = end - now < 100000000 ? end - now : 100000000;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + step;
+    ts.tv_sec += (time_t)(ns / 1000000000);
+    ts.tv_nsec = (long)(ns % 1000000000);
+    pthread_cond_timedwait(&s->lat_cv, &s->lat_mu, &ts);
+  }
+  pthread_mutex_unlock(&s->lat_mu);
+  return stopping ? -1 : 0;
+}
+
 /* Queues a response. Returns MHD's verdict. */
 static enum MHD_Result respond(struct MHD_Connection *c, unsigned status, const char *body,
                                size_t len, int replayed, const char *extra_name,
@@ -879,7 +934,8 @@ static enum MHD_Result respond(struct MHD_Connection *c, unsigned status, const 
   return ret;
 }
 
-/* Answers a request that creates nothing (409, 4xx, 5xx) and logs it. */
+/* Logs a request that creates nothing (409, 4xx, 5xx), then answers it after
+ * the --latency delay. */
 static enum MHD_Result refuse(recv_server *s, struct MHD_Connection *c, recv_req *r,
                               unsigned status, const char *outcome, const char *msg,
                               const char *extra_name, const char *extra_value) {
@@ -889,6 +945,7 @@ static enum MHD_Result refuse(recv_server *s, struct MHD_Connection *c, recv_req
   log_alone(s, r->key, have_hash ? hash : NULL, status, outcome);
   r->logged = 1;
   r->answered = 1;
+  if (delay(s) < 0) return MHD_NO;
   recv_result res = {0};
   make_body(&res, 0, r->key, NULL, msg);
   enum MHD_Result ret = respond(c, status, res.body, res.len, 0, extra_name, extra_value);
@@ -989,6 +1046,12 @@ static enum MHD_Result on_complete(recv_server *s, struct MHD_Connection *c, rec
   if (rc < 0) return refuse(s, c, r, HTTP_SERVER_ERROR, "error", "database error", NULL, NULL);
   r->logged = 1;
   r->answered = 1;
+  /* Committed, not yet answered: a kill during the delay leaves an accepted,
+   * unanswered request, as a slow network does. */
+  if (delay(s) < 0) {
+    weir_free(res.body);
+    return MHD_NO;
+  }
   char fenced_by[24];
   snprintf(fenced_by, sizeof fenced_by, "%llu", (unsigned long long)res.fenced_by);
   enum MHD_Result ret = res.drop ? MHD_NO
@@ -1038,7 +1101,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 void cli_help_receiver(FILE *out) {
   fputs("usage: weir receiver --listen HOST:PORT --db FILE [--retention DURATION]\n"
         "                     [--no-dedup] [--drop-acks P] [--seed S]\n"
-        "                     [--fsync]\n"
+        "                     [--latency MS[:JITTER]] [--fsync]\n"
         "       weir receiver stats --db FILE [--json]\n"
         "       weir receiver effects --db FILE\n"
         "\n"
@@ -1073,7 +1136,13 @@ void cli_help_receiver(FILE *out) {
         "  --drop-acks P          after applying a new effect, close the connection\n"
         "                         without answering with probability P (0..1): a lost\n"
         "                         acknowledgement. Replays and refusals are answered.\n"
-        "  --seed S               seed for --drop-acks (default: from the clock, printed)\n"
+        "  --seed S               seed for --drop-acks and the jitter (default: from\n"
+        "                         the clock, printed)\n"
+        "  --latency MS[:JITTER]  a slow destination: answer each request MS ms, plus\n"
+        "                         a uniform 0..JITTER ms, after its commit (whole ms,\n"
+        "                         each at most 60000). Requests wait concurrently and\n"
+        "                         hold nothing; one killed or stopped meanwhile is\n"
+        "                         applied and unanswered\n"
         "  --fsync                a durable destination: SQLite synchronous=FULL, each\n"
         "                         group commit reaches the disk before its answers\n"
         "                         (default NORMAL: a power loss may undo the last\n"
@@ -1122,6 +1191,7 @@ typedef struct opts {
   double drop_p;
   int have_seed;
   uint64_t seed;
+  uint64_t latency_ms, jitter_ms;
   int fsync;
   int json;
 } opts;
@@ -1174,6 +1244,31 @@ static int parse_duration(const char *s, uint64_t *ms) {
   return 0;
 }
 
+/* Whole milliseconds, 0..RECV_MAX_LATENCY_MS, ending at *end. Returns 0 or
+ * -1 (no message). */
+static int parse_ms(const char *s, const char **end, uint64_t *ms) {
+  if (*s < '0' || *s > '9') return -1;
+  char *e = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(s, &e, 10);
+  if (errno || v > RECV_MAX_LATENCY_MS) return -1;
+  *end = e;
+  *ms = v;
+  return 0;
+}
+
+/* --latency MS[:JITTER]. Returns 0 or -1 after a message. */
+static int parse_latency(const char *s, uint64_t *ms, uint64_t *jitter) {
+  const char *end = NULL;
+  *jitter = 0;
+  if (parse_ms(s, &end, ms) < 0 || (*end != '\0' && *end != ':') ||
+      (*end == ':' && (parse_ms(end + 1, &end, jitter) < 0 || *end != '\0')))
+    return usage("--latency: '%s' is not MS or MS:JITTER (whole milliseconds, each at most %d; "
+                 "e.g. 20 or 20:5)",
+                 s, RECV_MAX_LATENCY_MS);
+  return 0;
+}
+
 enum { MODE_SERVE, MODE_STATS, MODE_EFFECTS };
 
 /* Parses argv[first..argc) for mode. Returns 0, 1 after printing the help, or
@@ -1181,7 +1276,7 @@ enum { MODE_SERVE, MODE_STATS, MODE_EFFECTS };
 static int parse(int argc, char **argv, int first, int mode, opts *o) {
   memset(o, 0, sizeof *o);
   o->retention_ms = RECV_DEFAULT_RETENTION_MS;
-  const char *retention = NULL, *drop = NULL, *seed = NULL;
+  const char *retention = NULL, *drop = NULL, *seed = NULL, *latency = NULL;
   for (int i = first; i < argc;) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -1197,7 +1292,8 @@ static int parse(int argc, char **argv, int first, int mode, opts *o) {
       if ((k = take(argc, argv, &i, "--listen", &o->listen)) != 0 ||
           (k = take(argc, argv, &i, "--retention", &retention)) != 0 ||
           (k = take(argc, argv, &i, "--drop-acks", &drop)) != 0 ||
-          (k = take(argc, argv, &i, "--seed", &seed)) != 0) {
+          (k = take(argc, argv, &i, "--seed", &seed)) != 0 ||
+          (k = take(argc, argv, &i, "--latency", &latency)) != 0) {
         if (k < 0) return -1;
         continue;
       }
@@ -1237,6 +1333,7 @@ static int parse(int argc, char **argv, int first, int mode, opts *o) {
     if (errno || *end != '\0') return usage("--seed: '%s' is not a whole number", seed);
     o->have_seed = 1;
   }
+  if (latency && parse_latency(latency, &o->latency_ms, &o->jitter_ms) < 0) return -1;
   return 0;
 }
 
@@ -1348,6 +1445,8 @@ static void server_close(recv_server *s) {
   pthread_mutex_destroy(&s->q_mu);
   pthread_cond_destroy(&s->q_cv);
   pthread_mutex_destroy(&s->fl_mu);
+  pthread_mutex_destroy(&s->lat_mu);
+  pthread_cond_destroy(&s->lat_cv);
 }
 
 /* The number of the last group commit: rows are appended in commit order,
@@ -1359,11 +1458,18 @@ static int serve(const opts *o) {
   s.retention_ms = o->retention_ms;
   s.dedup = !o->no_dedup;
   s.drop_p = o->drop_p;
+  s.latency_ms = o->latency_ms;
+  s.jitter_ms = o->jitter_ms;
   s.rng = o->have_seed ? o->seed : (uint64_t)weir_clock_wall_ms() ^ ((uint64_t)getpid() << 32);
   uint64_t seed = s.rng;
+  /* The jitter draws from a sequence of its own, so that --seed gives the
+   * same lost acknowledgements with and without --latency. */
+  atomic_init(&s.jit_rng, splitmix64_mix(seed ^ 0x6c6174656e6379ull)); /* "latency" */
   pthread_mutex_init(&s.q_mu, NULL);
   pthread_cond_init(&s.q_cv, NULL);
   pthread_mutex_init(&s.fl_mu, NULL);
+  pthread_mutex_init(&s.lat_mu, NULL);
+  pthread_cond_init(&s.lat_cv, NULL);
 
   /* SIGINT and SIGTERM are taken by sigwait below: blocked here, before the
    * daemon's threads start, so that they inherit the mask. */
@@ -1409,6 +1515,11 @@ static int serve(const opts *o) {
   if (s.drop_p > 0)
     fprintf(stderr, "weir receiver: dropping acknowledgements with probability %g (seed %llu)\n",
             s.drop_p, (unsigned long long)seed);
+  if (s.latency_ms || s.jitter_ms)
+    fprintf(stderr,
+            "weir receiver: answering %llu ms (+ 0..%llu ms, seed %llu) after each commit\n",
+            (unsigned long long)s.latency_ms, (unsigned long long)s.jitter_ms,
+            (unsigned long long)seed);
   fprintf(stderr, "weir receiver: SQLite synchronous=%s, group commit\n",
           o->fsync ? "FULL" : "NORMAL");
   fprintf(stderr, "weir receiver: listening on %s\n", addr);
@@ -1417,6 +1528,12 @@ static int serve(const opts *o) {
   int sig = 0;
   while (sigwait(&stop, &sig) != 0) {
   }
+  /* Requests in their delay end unanswered rather than keep the stop
+   * waiting up to a minute. */
+  pthread_mutex_lock(&s.lat_mu);
+  s.stopping = 1;
+  pthread_cond_broadcast(&s.lat_cv);
+  pthread_mutex_unlock(&s.lat_mu);
   MHD_stop_daemon(d); /* joins every connection thread; closes fd */
   server_close(&s);   /* the writer drains what they queued, then ends */
   fprintf(stderr, "weir receiver: stopped (%s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
