@@ -88,11 +88,12 @@
  * --latency MS[:JITTER] makes a slow destination: each answer (refusals and
  * replays too) waits MS plus a uniform 0..JITTER milliseconds after the
  * request's commit. The wait is on the connection's own thread, holding no
- * lock and no key, so 64 requests with 20 ms each take about 20 ms, not 64
- * x 20. Since it comes after the commit, a receiver killed during it has
- * applied the effect and not answered: the client's retry is a replay. A
- * stop (SIGINT/SIGTERM) ends the waits the same way, unanswered, rather
- * than waiting up to two minutes.
+ * lock and no key, so N requests with 20 ms each wait them together, not N
+ * x 20 ms one after the other (figures in bench/README.md, "weir receiver").
+ * Since it comes after the commit, a receiver killed during it has applied
+ * the effect and not answered: the client's retry is a replay. A stop
+ * (SIGINT/SIGTERM) ends the waits the same way, unanswered, rather than
+ * waiting up to two minutes.
  *
  * Threads: libmicrohttpd runs one thread per connection, and the request
  * handler runs on it; it hashes the body, queues its job, waits for the
