@@ -107,9 +107,11 @@ static int read_err_until(receiver *r, const char *needle, int ms) {
   }
 }
 
-/* Starts `weir receiver --listen 127.0.0.1:0 --db DB [extra...]` and waits
- * until it listens. */
-static void start(receiver *r, const char *db, const char *const extra[]) {
+/* Starts `weir receiver --listen 127.0.0.1:0 --db DB [extra...]`, with
+ * WEIR_FAILPOINTS set to failpoints if not NULL, and waits until it
+ * listens. */
+static void start_fp(receiver *r, const char *db, const char *const extra[],
+                     const char *failpoints) {
   memset(r, 0, sizeof *r);
   const char *argv[32] = {WEIR_BINARY, "receiver", "--listen", "127.0.0.1:0", "--db", db};
   int n = 6;
@@ -121,6 +123,7 @@ static void start(receiver *r, const char *db, const char *const extra[]) {
   pid_t pid = fork();
   cr_assert_geq(pid, 0);
   if (pid == 0) {
+    if (failpoints) setenv("WEIR_FAILPOINTS", failpoints, 1);
     dup2(fds[1], STDERR_FILENO);
     close(fds[0]);
     close(fds[1]);
@@ -135,6 +138,10 @@ static void start(receiver *r, const char *db, const char *const extra[]) {
   cr_assert(read_err_until(r, ready, TIMEOUT_S * 1000), "receiver did not start: %s", r->err);
   r->port = atoi(strstr(r->err, ready) + strlen(ready));
   cr_assert_gt(r->port, 0, "no port in: %s", r->err);
+}
+
+static void start(receiver *r, const char *db, const char *const extra[]) {
+  start_fp(r, db, extra, NULL);
 }
 
 /* Stops it with SIGTERM; expects a clean exit 0. */
@@ -289,6 +296,7 @@ static void raw(int port, const char *bytes, size_t n, resp *out) {
 
 typedef struct stats {
   long long requests, effects, duplicates, rejections, conflicts, invalid, aborted, errors, dropped;
+  long long commits;
 } stats;
 
 static long long field(const char *json, const char *name) {
@@ -306,7 +314,8 @@ static stats get_stats(const char *db) {
   cr_assert_eq(rc, 0, "stats: exit %d: %s", rc, err);
   stats s = {field(out, "requests"),   field(out, "effects"),   field(out, "duplicates"),
              field(out, "rejections"), field(out, "conflicts"), field(out, "invalid"),
-             field(out, "aborted"),    field(out, "errors"),    field(out, "acks_dropped")};
+             field(out, "aborted"),    field(out, "errors"),    field(out, "acks_dropped"),
+             field(out, "commits")};
   cr_assert(strncmp(out, "{\"requests\": ", 13) == 0, "stats --json starts with requests: %s", out);
   /* Every request is accounted for. */
   cr_assert_eq(s.requests,
@@ -682,6 +691,237 @@ Test(receiver, dropped_ack_applies_the_effect_and_the_retry_replays) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* --latency and --fsync                                                    */
+
+enum { SHOTS = 32 };
+
+/* SHOTS requests sent at once, each on its own thread and connection. */
+typedef struct volley {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int go;
+  int port;
+  const char *prefix;
+  int status[SHOTS];
+  int replayed[SHOTS];
+  long ms[SHOTS]; /* from connect to the end of the answer */
+} volley;
+
+typedef struct shooter {
+  volley *v;
+  int i;
+} shooter;
+
+static long mono_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+static void *shoot(void *arg) {
+  shooter *me = arg;
+  volley *v = me->v;
+  pthread_mutex_lock(&v->mu);
+  while (!v->go) pthread_cond_wait(&v->cv, &v->mu);
+  pthread_mutex_unlock(&v->mu);
+  char key[64], body[64];
+  snprintf(key, sizeof key, "%s-%d", v->prefix, me->i);
+  snprintf(body, sizeof body, "%s %d\n", v->prefix, me->i);
+  resp a;
+  long t0 = mono_ms();
+  int rc = post(v->port, key, body, &a);
+  v->ms[me->i] = mono_ms() - t0;
+  v->status[me->i] = rc == 0 ? a.status : -1;
+  v->replayed[me->i] = rc == 0 && a.replayed;
+  return NULL;
+}
+
+/* POSTs "PREFIX i\n" with key "PREFIX-i" for i < SHOTS, all at once (the
+ * threads are started first, then released together). Returns the wall time
+ * in ms from their release to the last answer. */
+static long fire(volley *v, int port, const char *prefix) {
+  memset(v, 0, sizeof *v);
+  pthread_mutex_init(&v->mu, NULL);
+  pthread_cond_init(&v->cv, NULL);
+  v->port = port;
+  v->prefix = prefix;
+  pthread_t t[SHOTS];
+  shooter who[SHOTS];
+  for (int i = 0; i < SHOTS; i++) {
+    who[i] = (shooter){v, i};
+    cr_assert_eq(pthread_create(&t[i], NULL, shoot, &who[i]), 0);
+  }
+  long t0 = mono_ms();
+  pthread_mutex_lock(&v->mu);
+  v->go = 1;
+  pthread_cond_broadcast(&v->cv);
+  pthread_mutex_unlock(&v->mu);
+  for (int i = 0; i < SHOTS; i++) pthread_join(t[i], NULL);
+  long wall = mono_ms() - t0;
+  pthread_mutex_destroy(&v->mu);
+  pthread_cond_destroy(&v->cv);
+  return wall;
+}
+
+/* Requests wait out their delay side by side: 32 requests with 100 ms each
+ * take far less than 32 x 100 ms (a receiver that slept holding its database
+ * would take 3.2 s), and each one at least the 100 ms. */
+Test(receiver, latency_delays_each_answer_and_requests_wait_concurrently) {
+  char *db = db_path("r.db");
+  receiver r;
+  start(&r, db, (const char *const[]){"--latency", "100", NULL});
+  cr_assert(strstr(r.err, "synchronous=NORMAL") != NULL, "%s", r.err);
+  static volley v;
+  long wall = fire(&v, r.port, "lat");
+  for (int i = 0; i < SHOTS; i++) {
+    cr_assert_eq(v.status[i], 201, "request %d: %d", i, v.status[i]);
+    cr_assert_geq(v.ms[i], 100, "request %d answered after %ld ms", i, v.ms[i]);
+  }
+  cr_assert_lt(wall, SHOTS * 100 / 4, "%d requests with 100 ms each took %ld ms", SHOTS, wall);
+  EXPECT(db, SHOTS, SHOTS, 0, 0);
+  /* Replays wait too, and are still replays. */
+  resp a;
+  long t0 = mono_ms();
+  POST_OK(r.port, "lat-3", "lat 3\n", &a);
+  cr_assert_eq(a.status, 200, "%s", a.head);
+  cr_assert(a.replayed);
+  cr_assert_geq(mono_ms() - t0, 100);
+  stop(&r);
+  free(db);
+}
+
+/* --latency 100:300: every delay in [100, 400] ms, and they differ. The upper
+ * bound gets a slack for a loaded machine; the spread shows the jitter (32
+ * uniform draws all within 100 ms of each other: p < 1e-13). */
+Test(receiver, latency_jitter_stays_within_its_bounds) {
+  char *db = db_path("r.db");
+  receiver r;
+  start(&r, db, (const char *const[]){"--latency", "100:300", NULL});
+  static volley v;
+  fire(&v, r.port, "jit");
+  long lo = 1L << 30, hi = 0;
+  for (int i = 0; i < SHOTS; i++) {
+    cr_assert_eq(v.status[i], 201, "request %d: %d", i, v.status[i]);
+    if (v.ms[i] < lo) lo = v.ms[i];
+    if (v.ms[i] > hi) hi = v.ms[i];
+  }
+  cr_assert_geq(lo, 100, "fastest answer after %ld ms", lo);
+  cr_assert_lt(hi, 400 + 600, "slowest answer after %ld ms", hi);
+  cr_assert_geq(hi - lo, 100, "answers between %ld and %ld ms: no jitter?", lo, hi);
+  EXPECT(db, SHOTS, SHOTS, 0, 0);
+  stop(&r);
+  free(db);
+}
+
+/* The delay comes after the commit: a receiver killed during it has applied
+ * the effect and never answered; the client's retry after a restart is a
+ * replay, not a second effect. */
+Test(receiver, kill_during_the_delay_leaves_an_applied_unanswered_request) {
+  char *db = db_path("r.db");
+  receiver r;
+  start(&r, db, (const char *const[]){"--latency", "30000", NULL});
+  char head[1024];
+  size_t hl = format_post(head, sizeof head, "slow", 4, NULL);
+  int fd = connect_to(r.port);
+  cr_assert_geq(fd, 0);
+  cr_assert_eq(send_all(fd, head, hl), 0);
+  cr_assert_eq(send_all(fd, "6 1\n", 4), 0);
+  /* The commit is what the test waits for (30 s of delay leave it time). */
+  stats s = {0};
+  for (int i = 0; i < TIMEOUT_S * 20 && s.effects == 0; i++) {
+    s = get_stats(db);
+    if (s.effects == 0) nanosleep(&(struct timespec){.tv_nsec = 50 * 1000 * 1000}, NULL);
+  }
+  cr_assert_eq(s.effects, 1, "the effect was never committed");
+  cr_assert_eq(kill(r.pid, SIGKILL), 0);
+  int st = 0;
+  cr_assert_eq(waitpid(r.pid, &st, 0), r.pid);
+  cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "0x%x", st);
+  g_pid = 0;
+  close(r.err_fd);
+  resp a;
+  cr_assert_eq(read_response(fd, &a), 0);
+  close(fd);
+  cr_assert_eq(a.status, 0, "answered before the kill: %s", a.head);
+  EXPECT(db, 1, 1, 0, 0);
+
+  start(&r, db, NULL);
+  POST_OK(r.port, "slow", "6 1\n", &a); /* the client's retry */
+  cr_assert_eq(a.status, 200, "%s", a.head);
+  cr_assert(a.replayed);
+  EXPECT(db, 2, 1, 1, 0);
+  stop(&r);
+  free(db);
+}
+
+/* --fsync: synchronous=FULL, read back from SQLite by the receiver, and group
+ * commit: while the first group is held 200 ms before its commit (failpoint),
+ * the others queue and commit together, so there are fewer commits than
+ * requests (a transaction per request would make them equal). Every request
+ * is applied once; the retries are replays. */
+Test(receiver, fsync_group_commit_applies_each_request_once) {
+  char *db = db_path("r.db");
+  receiver r;
+  start_fp(&r, db, (const char *const[]){"--fsync", NULL}, "receiver.group_commit=delay:200");
+  cr_assert(strstr(r.err, "synchronous=FULL") != NULL, "%s", r.err);
+  static volley v;
+  fire(&v, r.port, "fs");
+  for (int i = 0; i < SHOTS; i++) cr_assert_eq(v.status[i], 201, "request %d: %d", i, v.status[i]);
+  stats s = get_stats(db);
+  cr_assert_eq(s.requests, SHOTS);
+  cr_assert_eq(s.effects, SHOTS);
+  cr_assert_lt(s.commits, SHOTS, "%lld commits for %d requests", s.commits, SHOTS);
+  cr_assert_geq(s.commits, 1);
+  fire(&v, r.port, "fs");
+  for (int i = 0; i < SHOTS; i++)
+    cr_assert(v.status[i] == 200 && v.replayed[i], "retry %d: %d", i, v.status[i]);
+  EXPECT(db, 2 * SHOTS, SHOTS, SHOTS, 0);
+  const char *argv[] = {WEIR_BINARY, "receiver", "stats", "--db", db, "--json", NULL};
+  char *out = NULL;
+  cr_assert_eq(th_run(argv, NULL, &out, NULL, TIMEOUT_S), 0);
+  cr_assert_eq(field(out, "repeated_effects"), 0, "%s", out);
+  free(out);
+  stop(&r);
+  free(db);
+}
+
+/* One request of a group fails (failpoint after its writes): it alone is
+ * rolled back and answered 500; the rest of its group commits. Its retry is
+ * then a new effect: nothing of it was left behind. */
+Test(receiver, a_failed_request_leaves_the_rest_of_its_group_committed) {
+  char *db = db_path("r.db");
+  receiver r;
+  start_fp(&r, db, NULL, "receiver.group_commit=delay:200,receiver.request=error@3");
+  static volley v;
+  fire(&v, r.port, "g");
+  int failed = -1;
+  for (int i = 0; i < SHOTS; i++) {
+    if (v.status[i] == 500) {
+      cr_assert_eq(failed, -1, "requests %d and %d failed", failed, i);
+      failed = i;
+      continue;
+    }
+    cr_assert_eq(v.status[i], 201, "request %d: %d", i, v.status[i]);
+  }
+  cr_assert_geq(failed, 0, "the failpoint did not fire");
+  stats s = get_stats(db);
+  cr_assert_eq(s.effects, SHOTS - 1);
+  cr_assert_eq(s.errors, 1);
+  cr_assert_lt(s.commits, s.requests, "%lld commits for %lld requests", s.commits, s.requests);
+  char key[32], body[32];
+  snprintf(key, sizeof key, "g-%d", failed);
+  snprintf(body, sizeof body, "g %d\n", failed);
+  resp a;
+  POST_OK(r.port, key, body, &a);
+  cr_assert_eq(a.status, 201, "%s", a.head);
+  s = get_stats(db);
+  cr_assert_eq(s.effects, SHOTS);
+  cr_assert_eq(s.duplicates, 0);
+  stop(&r);
+  free(db);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Bad input                                                                */
 
 static stats wait_aborted(const char *db, long long n) {
@@ -770,6 +1010,13 @@ Test(receiver, usage_and_database_errors) {
       {"receiver", "--listen", "127.0.0.1:0", "--db", "x.db", "--drop-acks", "1.5", NULL},
       {"receiver", "--listen", "127.0.0.1:0", "--db", "x.db", "--seed", "-1", NULL},
       {"receiver", "--listen", "127.0.0.1:0", "--db", "x.db", "--bogus", NULL},
+      {"receiver", "--listen", "127.0.0.1:0", "--db", "x.db", "--latency", "x", NULL},
+      {"receiver", "--listen", "127.0.0.1:0", "--db", "x.db", "--latency", "-1", NULL},
+      {"receiver", "--listen", "127.0.0.1:0", "--db", "x.db", "--latency", "10:", NULL},
+      {"receiver", "--listen", "127.0.0.1:0", "--db", "x.db", "--latency", "10:5x", NULL},
+      {"receiver", "--listen", "127.0.0.1:0", "--db", "x.db", "--latency", "60001", NULL},
+      {"receiver", "--listen", "127.0.0.1:0", "--db", "x.db", "--latency", "1:60001", NULL},
+      {"receiver", "--listen", "127.0.0.1:0", "--db", "x.db", "--fsync=1", NULL},
       {"receiver", "stats", NULL},
       {"receiver", "stats", "--db", "x.db", "--no-dedup", NULL},
   };
@@ -787,6 +1034,7 @@ Test(receiver, usage_and_database_errors) {
   char *out = run_weir(&rc, &err, (const char *const[]){"help", "receiver", NULL});
   cr_assert_eq(rc, 0);
   cr_assert(strstr(out, "Idempotent-Replayed") != NULL);
+  cr_assert(strstr(out, "--latency MS[:JITTER]") && strstr(out, "--fsync"), "%s", out);
   free(out);
   free(err);
 

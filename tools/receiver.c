@@ -35,8 +35,25 @@
  * three crash points); record first leaves a record without an effect, so the
  * retry is answered as a replay and the effect is lost (1,0,1). Atomic gives
  * 1,1,1. (A crash of this process loses nothing committed; in WAL mode with
- * synchronous=NORMAL a power loss may lose the last transactions, but always
- * effect and record together.)
+ * synchronous=NORMAL, the default, a power loss may lose the last
+ * transactions, but always effect and record together. --fsync sets
+ * synchronous=FULL: the WAL reaches the disk at every commit, before any of
+ * its answers, as at a destination that is durable when it says 201.)
+ *
+ * Group commit. One writer thread owns the database. A request's connection
+ * thread hands it a job (the request, or a log row alone) and waits; the
+ * writer takes every job waiting at that moment and carries them out in one
+ * transaction, in arrival order, each inside a savepoint: a job that fails
+ * is rolled back to its savepoint alone (answered 500, nothing of it
+ * written), the rest of the group commits; a lost transaction (BEGIN or
+ * COMMIT fails) fails them all. So each request's rows are all in a
+ * committed group or none of them are, and each is answered only after its
+ * group committed. With --fsync a commit costs a disk flush, and under
+ * concurrency one flush then serves many requests; requests.txn numbers the
+ * groups (`stats` counts them as commits). The order inside the group keeps
+ * fencing exact: a request sees the epochs its predecessors in the group
+ * wrote. Two requests with one key are never in a group together: the
+ * in-flight claim below lasts until the commit.
  *
  * The payload hash is SHA-256 of the body bytes (implemented below, checked
  * against the FIPS 180-2 vectors by the tests through the response body). The
@@ -64,16 +81,29 @@
  * of its headers until its transaction has committed, so no two
  * transactions for one key ever overlap: one key, at most one effect, under
  * any concurrency (a second request gets 409 meanwhile; a retry of a recorded
- * key claims it again for its replay). The claim is released before the
- * answer is sent, so a retry after a lost answer finds the record.
+ * key claims it again for its replay). The claim is released right after
+ * the commit, before the delay and the answer, so a retry after a lost or
+ * slow answer finds the record.
+ *
+ * --latency MS[:JITTER] makes a slow destination: each answer (refusals and
+ * replays too) waits MS plus a uniform 0..JITTER milliseconds after the
+ * request's commit. The wait is on the connection's own thread, holding no
+ * lock and no key, so N requests with 20 ms each wait them together, not N
+ * x 20 ms one after the other (figures in bench/README.md, "weir receiver").
+ * Since it comes after the commit, a receiver killed during it has applied
+ * the effect and not answered: the client's retry is a replay. A stop
+ * (SIGINT/SIGTERM) ends the waits the same way, unanswered, rather than
+ * waiting up to two minutes.
  *
  * Threads: libmicrohttpd runs one thread per connection, and the request
- * handler runs on it. The database is one connection used under `db_mu` (one
- * transaction at a time); the set of keys in flight has its own mutex, so a
- * claim never waits for a transaction.
- * The main thread only waits for SIGINT/SIGTERM, then stops the daemon (which
- * joins the connection threads) and closes the database. stats and effects
- * open the database read-only; WAL lets them read while the receiver writes.
+ * handler runs on it; it hashes the body, queues its job, waits for the
+ * group commit, then delays and answers. The writer thread alone uses the
+ * SQLite connection. The set of keys in flight has its own mutex, so a
+ * claim never waits for a transaction. The main thread only waits for
+ * SIGINT/SIGTERM, then ends the delays, stops the daemon (which joins the
+ * connection threads), lets the writer drain the queue (the aborted
+ * requests' rows) and end, and closes the database. stats and effects open
+ * the database read-only; WAL lets them read while the receiver writes.
  *
  * What libmicrohttpd answers itself (bytes that do not parse as HTTP,
  * oversized headers) never reaches the handler and is not a request here.
@@ -88,11 +118,13 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <microhttpd.h>
@@ -100,6 +132,7 @@
 
 #include "base/alloc.h"
 #include "base/clock.h"
+#include "base/failpoint.h"
 
 #define RECV_MAX_BODY (1024 * 1024)                     /* larger bodies get 413 */
 #define RECV_MAX_DISCARD (16 * 1024 * 1024)             /* beyond this, the connection is closed */
@@ -109,7 +142,8 @@
 #define RECV_DEFAULT_RETENTION_MS (24ull * 3600 * 1000) /* 24 h, as at Stripe */
 #define RECV_BUSY_TIMEOUT_MS 5000
 #define RECV_APP_ID 0x77656972 /* "weir" in PRAGMA application_id */
-#define RECV_DB_VERSION 2      /* PRAGMA user_version of the schema below (1: no fences) */
+#define RECV_DB_VERSION 3 /* PRAGMA user_version of the schema below (1: no fences, 2: no txn) */
+#define RECV_MAX_LATENCY_MS 60000 /* --latency MS:JITTER, each at most this */
 
 /* The statuses it answers (libmicrohttpd renamed some of its constants). */
 enum {
@@ -220,7 +254,8 @@ static const char schema_sql[] =
     "  status INTEGER NOT NULL,  -- the HTTP status answered (or decided, if the ack was dropped)\n"
     "  outcome TEXT NOT NULL,    -- effect|replayed|rejected|conflict|invalid|aborted|error\n"
     "  effect INTEGER,           -- the effect created, replayed or refused\n"
-    "  ack_dropped INTEGER NOT NULL DEFAULT 0);\n"
+    "  ack_dropped INTEGER NOT NULL DEFAULT 0,\n"
+    "  txn INTEGER);             -- the group commit that wrote the row (NULL: format 1 or 2)\n"
     "CREATE TABLE effects(\n"
     "  id INTEGER PRIMARY KEY,\n"
     "  key TEXT,\n"
@@ -239,17 +274,26 @@ static const char schema_sql[] =
     "  epoch INTEGER NOT NULL,\n"
     "  t_ms INTEGER NOT NULL);\n";
 
-/* What format 1 lacks; added when a format-1 database is opened to serve. */
+/* What formats 1 and 2 lack; added when such a database is opened to serve.
+ * Their request rows keep txn NULL: each was a transaction of its own. */
 static const char upgrade_v1_sql[] = "BEGIN IMMEDIATE;\n"
                                      "CREATE TABLE fences(job TEXT PRIMARY KEY, epoch INTEGER NOT "
                                      "NULL, t_ms INTEGER NOT NULL);\n"
-                                     "PRAGMA user_version = 2;\n"
+                                     "ALTER TABLE requests ADD COLUMN txn INTEGER;\n"
+                                     "PRAGMA user_version = 3;\n"
+                                     "COMMIT;";
+static const char upgrade_v2_sql[] = "BEGIN IMMEDIATE;\n"
+                                     "ALTER TABLE requests ADD COLUMN txn INTEGER;\n"
+                                     "PRAGMA user_version = 3;\n"
                                      "COMMIT;";
 
 enum {
   ST_BEGIN,
   ST_COMMIT,
   ST_ROLLBACK,
+  ST_SAVEPOINT,
+  ST_RELEASE,
+  ST_ROLLBACK_TO,
   ST_GET,
   ST_PUT,
   ST_EFFECT,
@@ -264,13 +308,16 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
+    [ST_SAVEPOINT] = "SAVEPOINT req",
+    [ST_RELEASE] = "RELEASE req",
+    [ST_ROLLBACK_TO] = "ROLLBACK TO req",
     [ST_GET] = "SELECT payload_sha256, body, t_ms, effect FROM completions WHERE key = ?1",
     [ST_PUT] = "INSERT OR REPLACE INTO completions(key, payload_sha256, status, body, t_ms, effect)"
                " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     [ST_EFFECT] = "INSERT INTO effects(key, payload, t_ms) VALUES (?1, ?2, ?3)",
     [ST_LOG] =
-        "INSERT INTO requests(t_ms, key, payload_sha256, status, outcome, effect, ack_dropped)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        "INSERT INTO requests(t_ms, key, payload_sha256, status, outcome, effect, ack_dropped, txn)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     [ST_PURGE] = "DELETE FROM completions WHERE t_ms <= ?1",
     [ST_FENCE_GET] = "SELECT epoch FROM fences WHERE job = ?1",
     [ST_FENCE_PUT] = "INSERT OR REPLACE INTO fences(job, epoch, t_ms) VALUES (?1, ?2, ?3)",
@@ -310,9 +357,10 @@ static int db_check(sqlite3 *db, const char *path, int create) {
     return WEIR_EIO;
   }
   if (app == RECV_APP_ID) {
-    if (ver == 1 && create) {
+    if ((ver == 1 || ver == 2) && create) {
       char *err = NULL;
-      if (sqlite3_exec(db, upgrade_v1_sql, NULL, NULL, &err) != SQLITE_OK) {
+      if (sqlite3_exec(db, ver == 1 ? upgrade_v1_sql : upgrade_v2_sql, NULL, NULL, &err) !=
+          SQLITE_OK) {
         fprintf(stderr, "weir receiver: cannot upgrade the database '%s' to format %d: %s\n", path,
                 RECV_DB_VERSION, err ? err : "unknown error");
         sqlite3_free(err);
@@ -321,7 +369,7 @@ static int db_check(sqlite3 *db, const char *path, int create) {
       }
       return 0;
     }
-    if (ver != RECV_DB_VERSION && ver != 1) { /* format 1 reads as 2 without fences */
+    if (ver < 1 || ver > RECV_DB_VERSION) { /* formats 1 and 2 read as 3 without what they lack */
       fprintf(stderr, "weir receiver: '%s' has format %lld; this weir reads format %d\n", path,
               (long long)ver, RECV_DB_VERSION);
       return WEIR_EFORMAT;
@@ -348,9 +396,10 @@ static int db_check(sqlite3 *db, const char *path, int create) {
 }
 
 /* Opens the database at path. Writable: creates it if missing, switches it to
- * WAL. Returns 0 (*out set), or WEIR_ENOENT (read-only and missing),
- * WEIR_EFORMAT or WEIR_EIO after a message. */
-static int db_open(const char *path, int writable, sqlite3 **out) {
+ * WAL and to synchronous=FULL (durable) or NORMAL. Returns 0 (*out set), or
+ * WEIR_ENOENT (read-only and missing), WEIR_EFORMAT or WEIR_EIO after a
+ * message. */
+static int db_open(const char *path, int writable, int durable, sqlite3 **out) {
   *out = NULL;
   sqlite3 *db = NULL;
   int flags = writable ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE : SQLITE_OPEN_READONLY;
@@ -380,8 +429,16 @@ static int db_open(const char *path, int writable, sqlite3 **out) {
       c = WEIR_EIO;
     }
     sqlite3_finalize(st);
-    if (c == 0 && sqlite3_exec(db, "PRAGMA synchronous = NORMAL", NULL, NULL, &err) != SQLITE_OK) {
-      fprintf(stderr, "weir receiver: %s\n", err ? err : "cannot set synchronous");
+    /* synchronous is a setting of the connection, not of the file: read it
+     * back, so that what the receiver prints at its start is what SQLite
+     * does (2 is FULL, 1 NORMAL). */
+    int64_t sync = -1;
+    if (c == 0 &&
+        (sqlite3_exec(db, durable ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL",
+                      NULL, NULL, &err) != SQLITE_OK ||
+         db_int(db, "PRAGMA synchronous", &sync) < 0 || sync != (durable ? 2 : 1))) {
+      fprintf(stderr, "weir receiver: cannot set synchronous = %s on '%s': %s\n",
+              durable ? "FULL" : "NORMAL", path, err ? err : sqlite3_errmsg(db));
       c = WEIR_EIO;
     }
     sqlite3_free(err);
@@ -397,23 +454,43 @@ static int db_open(const char *path, int writable, sqlite3 **out) {
 /* ------------------------------------------------------------------------ */
 /* The server                                                               */
 
+typedef struct recv_job recv_job;
+
 /* The receiver while it serves. Configuration is read-only once the daemon
- * runs; `db`, `st`, `last_purge_ms` and `rng` belong to whoever holds db_mu;
- * `flight` to whoever holds fl_mu. Never both locks at once. */
+ * runs; `db`, `st`, `last_purge_ms`, `rng` and `txn` belong to the writer
+ * thread (and to serve() before it starts and after it ends); the queue to
+ * whoever holds q_mu; `flight` to whoever holds fl_mu; `stopping` to whoever
+ * holds lat_mu. Never two of these locks at once. */
 typedef struct recv_server {
   uint64_t retention_ms;
   int dedup;
   double drop_p;
+  uint64_t latency_ms, jitter_ms;
 
-  pthread_mutex_t db_mu;
   sqlite3 *db;
   sqlite3_stmt *st[ST_COUNT];
   int64_t last_purge_ms;
   uint64_t rng; /* splitmix64 state: lost acknowledgements */
+  int64_t txn;  /* the number of the last group commit (requests.txn) */
+
+  pthread_mutex_t q_mu;
+  pthread_cond_t q_cv;       /* the writer waits here for jobs */
+  recv_job *q_head, *q_tail; /* jobs waiting for the next group */
+  int q_stop;                /* serve() is done with the daemon: drain, then end */
+  pthread_t writer;
+  int writer_running;
 
   pthread_mutex_t fl_mu;
-  char **flight; /* keys of requests in flight: claimed, not yet answered */
+  char **flight; /* keys of requests in flight: claimed, not yet committed */
   size_t nflight, capflight;
+
+  pthread_mutex_t lat_mu;
+  pthread_cond_t lat_cv; /* requests in their --latency delay wait here */
+  int stopping;          /* SIGINT/SIGTERM came: delays end, unanswered */
+  /* splitmix64 state of the jitter. Relaxed: each fetch_add returns a
+   * distinct state whichever thread makes it, and nothing else is published
+   * through it. */
+  _Atomic uint64_t jit_rng;
 } recv_server;
 
 /* One HTTP request, from its headers to its end (MHD's con_cls). Owned by
@@ -441,11 +518,35 @@ typedef struct recv_result {
   size_t len;
 } recv_result;
 
-static uint64_t splitmix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+/* One request's writes, handed from its connection thread to the writer
+ * thread, which carries them out inside a group commit. The connection
+ * thread fills the inputs, queues the job and waits on cv until `done`; the
+ * writer owns rc and res from the moment it takes the job off the queue
+ * until it sets `done` (under q_mu), and never touches the job after. */
+struct recv_job {
+  const recv_req *r;   /* a request whose body arrived: its effect, or its
+                          refusal; NULL: only the log row below */
+  const uint8_t *hash; /* SHA-256 of the body, NULL if it was not read */
+  const char *key;     /* the log row alone (r == NULL): key, status, outcome */
+  unsigned status;
+  const char *outcome;
+  recv_result res; /* r's outcome */
+  int rc;          /* 0, or WEIR_EIO: nothing of the job was committed */
+  int done;
+  pthread_cond_t cv;
+  recv_job *next;
+};
+
+#define SPLITMIX_GAMMA 0x9e3779b97f4a7c15ull
+
+static uint64_t splitmix64_mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
+}
+
+static uint64_t splitmix64(uint64_t *s) {
+  return splitmix64_mix(*s += SPLITMIX_GAMMA);
 }
 
 /* Claims key for a request in flight. Returns 0, or WEIR_EAGAIN if another
@@ -541,8 +642,8 @@ static void bind_key(sqlite3_stmt *st, int i, const char *key) {
     sqlite3_bind_null(st, i);
 }
 
-/* Appends a row to `requests` (inside the caller's transaction, or alone).
- * effect < 0: none. Caller holds db_mu. Returns 0 or WEIR_EIO. */
+/* Appends a row to `requests`, as part of the current group commit. effect <
+ * 0: none. Writer thread. Returns 0 or WEIR_EIO. */
 static int log_request(recv_server *s, int64_t now, const char *key, const uint8_t *hash,
                        unsigned status, const char *outcome, int64_t effect, int dropped) {
   sqlite3_stmt *st = s->st[ST_LOG];
@@ -559,22 +660,12 @@ static int log_request(recv_server *s, int64_t now, const char *key, const uint8
   else
     sqlite3_bind_null(st, 6);
   sqlite3_bind_int(st, 7, dropped);
+  sqlite3_bind_int64(st, 8, s->txn);
   return st_done(st);
 }
 
-/* Logs a request that creates nothing (409, 4xx, aborted, error) in a
- * transaction of its own. Returns 0 or WEIR_EIO (after a message). */
-static int log_alone(recv_server *s, const char *key, const uint8_t *hash, unsigned status,
-                     const char *outcome) {
-  pthread_mutex_lock(&s->db_mu);
-  int rc = log_request(s, weir_clock_wall_ms(), key, hash, status, outcome, -1, 0);
-  if (rc < 0) db_complain(s->db, "cannot log a request");
-  pthread_mutex_unlock(&s->db_mu);
-  return rc;
-}
-
 /* Applies a new effect: the effect row, the completion record (if key and
- * dedup) and the request's row. Inside the caller's transaction. */
+ * dedup) and the request's row. Writer thread, inside a group. */
 static int apply_effect(recv_server *s, int64_t now, const recv_req *r, const uint8_t *hash,
                         recv_result *res) {
   sqlite3_stmt *st = s->st[ST_EFFECT];
@@ -600,7 +691,7 @@ static int apply_effect(recv_server *s, int64_t now, const recv_req *r, const ui
 }
 
 /* Decides a keyed request against its completion record: replay, reject, or
- * (no live record) a new effect. Inside the caller's transaction. */
+ * (no live record) a new effect. Writer thread, inside a group. */
 static int decide_keyed(recv_server *s, int64_t now, const recv_req *r, const uint8_t *hash,
                         recv_result *res) {
   int64_t horizon = now - (int64_t)s->retention_ms;
@@ -640,8 +731,9 @@ static int decide_keyed(recv_server *s, int64_t now, const recv_req *r, const ui
 
 /* Fencing: a request with Weir-Epoch e for job j is refused (409, outcome
  * "fenced", no effect) if a request with a higher epoch of j came before;
- * otherwise j's fence moves up to e. Inside the caller's transaction, so the
- * fence and the effect it admits commit together. Sets *refused. */
+ * otherwise j's fence moves up to e. Inside the request's part of the group,
+ * so the fence and the effect it admits commit together, and a later request
+ * of the same group sees the fence moved. Sets *refused. */
 static int check_fence(recv_server *s, int64_t now, const recv_req *r, const uint8_t *hash,
                        recv_result *res, int *refused) {
   *refused = 0;
@@ -671,32 +763,161 @@ static int check_fence(recv_server *s, int64_t now, const recv_req *r, const uin
   return st_done(st);
 }
 
+/* A job's writes: a request's transaction (fence, then key, then effect), or
+ * a log row alone. Writer thread, inside a group; the caller makes them all
+ * or nothing. Returns 0 with j->res filled, or WEIR_EIO. */
+static int run_job(recv_server *s, recv_job *j) {
+  int64_t now = weir_clock_wall_ms();
+  const recv_req *r = j->r;
+  if (r == NULL) return log_request(s, now, j->key, j->hash, j->status, j->outcome, -1, 0);
+  int rc = 0, refused = 0;
+  if (r->fenced) rc = check_fence(s, now, r, j->hash, &j->res, &refused);
+  if (rc == 0 && !refused)
+    rc = r->key && s->dedup ? decide_keyed(s, now, r, j->hash, &j->res)
+                            : apply_effect(s, now, r, j->hash, &j->res);
+  return rc;
+}
+
+static void job_fail(recv_job *j) {
+  weir_free(j->res.body);
+  memset(&j->res, 0, sizeof j->res);
+  j->rc = WEIR_EIO;
+}
+
+/* Group commit: the jobs of `group` (a list, in arrival order) in ONE SQLite
+ * transaction. Each job runs inside a savepoint, so one that fails leaves
+ * nothing behind and the others still commit; if the transaction itself is
+ * lost (BEGIN or COMMIT fails, or SQLite rolled it all back), every job
+ * fails. Writer thread; sets each job's rc. */
+static void commit_group(recv_server *s, recv_job *group) {
+  int rc = st_done(s->st[ST_BEGIN]);
+  if (rc < 0) {
+    db_complain(s->db, "cannot begin a transaction");
+    for (recv_job *j = group; j; j = j->next) job_fail(j);
+    return;
+  }
+  s->txn++;
+  int lost = 0;
+  for (recv_job *j = group; j && !lost; j = j->next) {
+    j->rc = st_done(s->st[ST_SAVEPOINT]);
+    if (j->rc == 0) j->rc = run_job(s, j);
+    if (j->rc == 0) j->rc = weir_failpoint("receiver.request");
+    if (j->rc == 0) j->rc = st_done(s->st[ST_RELEASE]);
+    if (j->rc == 0) continue;
+    db_complain(s->db, "a request's transaction failed");
+    job_fail(j);
+    /* After some errors (a full disk, an I/O error) SQLite has rolled back
+     * the whole transaction, the earlier jobs' writes with it. */
+    if (sqlite3_get_autocommit(s->db))
+      lost = 1;
+    else if (st_done(s->st[ST_ROLLBACK_TO]) < 0 || st_done(s->st[ST_RELEASE]) < 0)
+      lost = 1;
+  }
+  if (!lost) rc = weir_failpoint("receiver.group_commit");
+  if (!lost && rc == 0) rc = st_done(s->st[ST_COMMIT]);
+  if (lost || rc < 0) {
+    db_complain(s->db, "a group commit failed");
+    if (!sqlite3_get_autocommit(s->db)) st_done(s->st[ST_ROLLBACK]);
+    for (recv_job *j = group; j; j = j->next) job_fail(j);
+  }
+}
+
+/* The writer thread: takes every job waiting, commits them as one group,
+ * wakes their connection threads, again until serve() stops it with an empty
+ * queue. */
+static void *writer_main(void *arg) {
+  recv_server *s = arg;
+  pthread_mutex_lock(&s->q_mu);
+  for (;;) {
+    while (s->q_head == NULL && !s->q_stop) pthread_cond_wait(&s->q_cv, &s->q_mu);
+    recv_job *group = s->q_head;
+    if (group == NULL) break;
+    s->q_head = s->q_tail = NULL;
+    pthread_mutex_unlock(&s->q_mu);
+    commit_group(s, group);
+    pthread_mutex_lock(&s->q_mu);
+    /* The waiter may free its job as soon as it sees `done`, which it reads
+     * under q_mu: so next is read first, and the signal given under q_mu. */
+    for (recv_job *j = group, *next; j; j = next) {
+      next = j->next;
+      j->done = 1;
+      pthread_cond_signal(&j->cv);
+    }
+  }
+  pthread_mutex_unlock(&s->q_mu);
+  return NULL;
+}
+
+/* Queues j for the next group commit and waits until it is done. Connection
+ * threads; blocks for one commit or two. Returns j->rc. */
+static int submit(recv_server *s, recv_job *j) {
+  pthread_cond_init(&j->cv, NULL);
+  j->done = 0;
+  j->next = NULL;
+  pthread_mutex_lock(&s->q_mu);
+  if (s->q_tail)
+    s->q_tail->next = j;
+  else
+    s->q_head = j;
+  s->q_tail = j;
+  pthread_cond_signal(&s->q_cv);
+  while (!j->done) pthread_cond_wait(&j->cv, &s->q_mu);
+  pthread_mutex_unlock(&s->q_mu);
+  pthread_cond_destroy(&j->cv);
+  return j->rc;
+}
+
+/* Logs a request that creates nothing (409, 4xx, aborted, error). Returns 0
+ * or WEIR_EIO (after a message). */
+static int log_alone(recv_server *s, const char *key, const uint8_t *hash, unsigned status,
+                     const char *outcome) {
+  recv_job j = {.hash = hash, .key = key, .status = status, .outcome = outcome};
+  return submit(s, &j);
+}
+
 /* The transaction of a request whose body has arrived. Returns 0 with res
- * filled, or WEIR_EIO (rolled back, nothing applied). */
+ * filled (committed), or WEIR_EIO (nothing applied). */
 static int process(recv_server *s, const recv_req *r, recv_result *res) {
   uint8_t hash[32];
   sha256(r->body ? r->body : "", r->len, hash);
-  pthread_mutex_lock(&s->db_mu);
-  int64_t now = weir_clock_wall_ms();
-  int rc = st_done(s->st[ST_BEGIN]);
-  if (rc == 0) {
-    int refused = 0;
-    if (r->fenced) rc = check_fence(s, now, r, hash, res, &refused);
-    if (rc == 0 && !refused)
-      rc = r->key && s->dedup ? decide_keyed(s, now, r, hash, res)
-                              : apply_effect(s, now, r, hash, res);
-    if (rc == 0) rc = st_done(s->st[ST_COMMIT]);
-    if (rc < 0) {
-      db_complain(s->db, "a request's transaction failed");
-      st_done(s->st[ST_ROLLBACK]);
-      weir_free(res->body);
-      memset(res, 0, sizeof *res);
-    }
-  } else {
-    db_complain(s->db, "cannot begin a transaction");
-  }
-  pthread_mutex_unlock(&s->db_mu);
+  recv_job j = {.r = r, .hash = hash};
+  int rc = submit(s, &j);
+  *res = j.res;
   return rc;
+}
+
+/* The --latency delay before an answer: latency plus a uniform draw in
+ * [0, jitter] milliseconds. Waits on a condition variable, holding nothing
+ * else, so that any number of requests wait at once. Returns 0 once it has
+ * passed, or -1 if the receiver is stopping (the answer is then not sent:
+ * what a kill during the delay does too). */
+static int delay(recv_server *s) {
+  uint64_t ms = s->latency_ms;
+  if (s->jitter_ms) {
+    uint64_t z = atomic_fetch_add_explicit(&s->jit_rng, SPLITMIX_GAMMA, memory_order_relaxed);
+    ms += splitmix64_mix(z + SPLITMIX_GAMMA) % (s->jitter_ms + 1);
+  }
+  if (ms == 0) return 0;
+  uint64_t end = weir_clock_mono_ns() + ms * 1000000;
+  int stopping = 0;
+  pthread_mutex_lock(&s->lat_mu);
+  for (;;) {
+    stopping = s->stopping;
+    uint64_t now = weir_clock_mono_ns();
+    if (stopping || now >= end) break;
+    /* timedwait takes a CLOCK_REALTIME deadline (the portable one); waiting
+     * in steps of at most 100 ms measured on the monotonic clock keeps a
+     * jump of the wall clock from stretching the delay. */
+    uint64_t step = end - now < 100000000 ? end - now : 100000000;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + step;
+    ts.tv_sec += (time_t)(ns / 1000000000);
+    ts.tv_nsec = (long)(ns % 1000000000);
+    pthread_cond_timedwait(&s->lat_cv, &s->lat_mu, &ts);
+  }
+  pthread_mutex_unlock(&s->lat_mu);
+  return stopping ? -1 : 0;
 }
 
 /* Queues a response. Returns MHD's verdict. */
@@ -714,7 +935,8 @@ static enum MHD_Result respond(struct MHD_Connection *c, unsigned status, const 
   return ret;
 }
 
-/* Answers a request that creates nothing (409, 4xx, 5xx) and logs it. */
+/* Logs a request that creates nothing (409, 4xx, 5xx), then answers it after
+ * the --latency delay. */
 static enum MHD_Result refuse(recv_server *s, struct MHD_Connection *c, recv_req *r,
                               unsigned status, const char *outcome, const char *msg,
                               const char *extra_name, const char *extra_value) {
@@ -724,6 +946,7 @@ static enum MHD_Result refuse(recv_server *s, struct MHD_Connection *c, recv_req
   log_alone(s, r->key, have_hash ? hash : NULL, status, outcome);
   r->logged = 1;
   r->answered = 1;
+  if (delay(s) < 0) return MHD_NO;
   recv_result res = {0};
   make_body(&res, 0, r->key, NULL, msg);
   enum MHD_Result ret = respond(c, status, res.body, res.len, 0, extra_name, extra_value);
@@ -824,6 +1047,12 @@ static enum MHD_Result on_complete(recv_server *s, struct MHD_Connection *c, rec
   if (rc < 0) return refuse(s, c, r, HTTP_SERVER_ERROR, "error", "database error", NULL, NULL);
   r->logged = 1;
   r->answered = 1;
+  /* Committed, not yet answered: a kill during the delay leaves an accepted,
+   * unanswered request, as a slow network does. */
+  if (delay(s) < 0) {
+    weir_free(res.body);
+    return MHD_NO;
+  }
   char fenced_by[24];
   snprintf(fenced_by, sizeof fenced_by, "%llu", (unsigned long long)res.fenced_by);
   enum MHD_Result ret = res.drop ? MHD_NO
@@ -873,6 +1102,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 void cli_help_receiver(FILE *out) {
   fputs("usage: weir receiver --listen HOST:PORT --db FILE [--retention DURATION]\n"
         "                     [--no-dedup] [--drop-acks P] [--seed S]\n"
+        "                     [--latency MS[:JITTER]] [--fsync]\n"
         "       weir receiver stats --db FILE [--json]\n"
         "       weir receiver effects --db FILE\n"
         "\n"
@@ -891,7 +1121,9 @@ void cli_help_receiver(FILE *out) {
         "  not POST 405; body over 1 MiB 413; bad key (not 1..255 printable ASCII) 400\n"
         "Response bodies are JSON: {\"effect\": N, \"key\": K, \"sha256\": HEX} or\n"
         "{\"error\": MSG, \"key\": K}. Effect, completion record and the request's log\n"
-        "row are written in one SQLite transaction before the answer is sent.\n"
+        "row are committed together (all or none) before the answer is sent; one\n"
+        "writer thread commits the requests waiting at that moment in one SQLite\n"
+        "transaction (group commit).\n"
         "\n"
         "Options:\n"
         "  --listen HOST:PORT     address to listen on (PORT 0: any free port); prints\n"
@@ -905,13 +1137,24 @@ void cli_help_receiver(FILE *out) {
         "  --drop-acks P          after applying a new effect, close the connection\n"
         "                         without answering with probability P (0..1): a lost\n"
         "                         acknowledgement. Replays and refusals are answered.\n"
-        "  --seed S               seed for --drop-acks (default: from the clock, printed)\n"
+        "  --seed S               seed for --drop-acks and the jitter (default: from\n"
+        "                         the clock, printed)\n"
+        "  --latency MS[:JITTER]  a slow destination: answer each request MS ms, plus\n"
+        "                         a uniform 0..JITTER ms, after its commit (whole ms,\n"
+        "                         each at most 60000). Requests wait concurrently and\n"
+        "                         hold nothing; one killed or stopped meanwhile is\n"
+        "                         applied and unanswered\n"
+        "  --fsync                a durable destination: SQLite synchronous=FULL, each\n"
+        "                         group commit reaches the disk before its answers\n"
+        "                         (default NORMAL: a power loss may undo the last\n"
+        "                         commits; a crash of the receiver loses nothing)\n"
         "SIGINT or SIGTERM stops it cleanly (exit 0).\n"
         "\n"
         "stats prints the counts, read-only (also while the receiver runs):\n"
         "  {\"requests\": R, \"effects\": E, \"duplicates\": D, \"rejections\": X,\n"
         "   \"conflicts\": C, \"invalid\": I, \"aborted\": A, \"errors\": Z, \"acks_dropped\": L,\n"
-        "   \"fenced\": F, \"repeated_payloads\": P, \"repeated_effects\": Q}\n"
+        "   \"fenced\": F, \"repeated_payloads\": P, \"repeated_effects\": Q,\n"
+        "   \"commits\": T}\n"
         "requests counts every request answered or aborted; effects the accepted\n"
         "effects; duplicates the replays (200); rejections the 422s; conflicts the\n"
         "409s; invalid the 400/405/413s; aborted the requests cut off before their\n"
@@ -920,8 +1163,10 @@ void cli_help_receiver(FILE *out) {
         "acks_dropped counts the effects whose answer --drop-acks withheld;\n"
         "repeated_payloads the distinct bodies requested more than once,\n"
         "repeated_effects those applied more than once (with a key: only after\n"
-        "--no-dedup or an expired key). effects prints every effect's body in order, each\n"
-        "ending with a newline.\n"
+        "--no-dedup or an expired key); commits the SQLite transactions that wrote the\n"
+        "requests (below R when group commit joined requests; one per request in\n"
+        "databases of format 1 and 2). effects prints every effect's body in order,\n"
+        "each ending with a newline.\n"
         "\n"
         "Exit codes: 0 success, 1 runtime error (cannot listen, database error),\n"
         "2 usage error, 3 the file is not a receiver database (or a newer format).\n",
@@ -947,6 +1192,8 @@ typedef struct opts {
   double drop_p;
   int have_seed;
   uint64_t seed;
+  uint64_t latency_ms, jitter_ms;
+  int fsync;
   int json;
 } opts;
 
@@ -998,6 +1245,31 @@ static int parse_duration(const char *s, uint64_t *ms) {
   return 0;
 }
 
+/* Whole milliseconds, 0..RECV_MAX_LATENCY_MS, ending at *end. Returns 0 or
+ * -1 (no message). */
+static int parse_ms(const char *s, const char **end, uint64_t *ms) {
+  if (*s < '0' || *s > '9') return -1;
+  char *e = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(s, &e, 10);
+  if (errno || v > RECV_MAX_LATENCY_MS) return -1;
+  *end = e;
+  *ms = v;
+  return 0;
+}
+
+/* --latency MS[:JITTER]. Returns 0 or -1 after a message. */
+static int parse_latency(const char *s, uint64_t *ms, uint64_t *jitter) {
+  const char *end = NULL;
+  *jitter = 0;
+  if (parse_ms(s, &end, ms) < 0 || (*end != '\0' && *end != ':') ||
+      (*end == ':' && (parse_ms(end + 1, &end, jitter) < 0 || *end != '\0')))
+    return usage("--latency: '%s' is not MS or MS:JITTER (whole milliseconds, each at most %d; "
+                 "e.g. 20 or 20:5)",
+                 s, RECV_MAX_LATENCY_MS);
+  return 0;
+}
+
 enum { MODE_SERVE, MODE_STATS, MODE_EFFECTS };
 
 /* Parses argv[first..argc) for mode. Returns 0, 1 after printing the help, or
@@ -1005,7 +1277,7 @@ enum { MODE_SERVE, MODE_STATS, MODE_EFFECTS };
 static int parse(int argc, char **argv, int first, int mode, opts *o) {
   memset(o, 0, sizeof *o);
   o->retention_ms = RECV_DEFAULT_RETENTION_MS;
-  const char *retention = NULL, *drop = NULL, *seed = NULL;
+  const char *retention = NULL, *drop = NULL, *seed = NULL, *latency = NULL;
   for (int i = first; i < argc;) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -1021,12 +1293,18 @@ static int parse(int argc, char **argv, int first, int mode, opts *o) {
       if ((k = take(argc, argv, &i, "--listen", &o->listen)) != 0 ||
           (k = take(argc, argv, &i, "--retention", &retention)) != 0 ||
           (k = take(argc, argv, &i, "--drop-acks", &drop)) != 0 ||
-          (k = take(argc, argv, &i, "--seed", &seed)) != 0) {
+          (k = take(argc, argv, &i, "--seed", &seed)) != 0 ||
+          (k = take(argc, argv, &i, "--latency", &latency)) != 0) {
         if (k < 0) return -1;
         continue;
       }
       if (strcmp(a, "--no-dedup") == 0) {
         o->no_dedup = 1;
+        i++;
+        continue;
+      }
+      if (strcmp(a, "--fsync") == 0) {
+        o->fsync = 1;
         i++;
         continue;
       }
@@ -1056,6 +1334,7 @@ static int parse(int argc, char **argv, int first, int mode, opts *o) {
     if (errno || *end != '\0') return usage("--seed: '%s' is not a whole number", seed);
     o->have_seed = 1;
   }
+  if (latency && parse_latency(latency, &o->latency_ms, &o->jitter_ms) < 0) return -1;
   return 0;
 }
 
@@ -1135,24 +1414,63 @@ static int prepare_all(recv_server *s) {
   return 0;
 }
 
+/* Starts the writer thread. Returns 0 or WEIR_EIO after a message. */
+static int writer_start(recv_server *s) {
+  int e = pthread_create(&s->writer, NULL, writer_main, s);
+  if (e != 0) {
+    cli_error("receiver: cannot start the writer thread: %s", strerror(e));
+    return WEIR_EIO;
+  }
+  s->writer_running = 1;
+  return 0;
+}
+
+/* Ends the writer once the queue is empty. Only after the daemon stopped:
+ * no connection thread may queue a job any more. */
+static void writer_stop(recv_server *s) {
+  if (!s->writer_running) return;
+  pthread_mutex_lock(&s->q_mu);
+  s->q_stop = 1;
+  pthread_cond_signal(&s->q_cv);
+  pthread_mutex_unlock(&s->q_mu);
+  pthread_join(s->writer, NULL);
+  s->writer_running = 0;
+}
+
 static void server_close(recv_server *s) {
+  writer_stop(s);
   for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(s->st[i]);
   if (s->db && sqlite3_close(s->db) != SQLITE_OK) db_complain(s->db, "cannot close the database");
   for (size_t i = 0; i < s->nflight; i++) weir_free(s->flight[i]);
   weir_free(s->flight);
-  pthread_mutex_destroy(&s->db_mu);
+  pthread_mutex_destroy(&s->q_mu);
+  pthread_cond_destroy(&s->q_cv);
   pthread_mutex_destroy(&s->fl_mu);
+  pthread_mutex_destroy(&s->lat_mu);
+  pthread_cond_destroy(&s->lat_cv);
 }
+
+/* The number of the last group commit: rows are appended in commit order,
+ * so the last row has it (NULL, read as 0, in a database of format 1 or 2). */
+#define LAST_TXN_SQL "SELECT coalesce((SELECT txn FROM requests ORDER BY id DESC LIMIT 1), 0)"
 
 static int serve(const opts *o) {
   recv_server s = {0};
   s.retention_ms = o->retention_ms;
   s.dedup = !o->no_dedup;
   s.drop_p = o->drop_p;
+  s.latency_ms = o->latency_ms;
+  s.jitter_ms = o->jitter_ms;
   s.rng = o->have_seed ? o->seed : (uint64_t)weir_clock_wall_ms() ^ ((uint64_t)getpid() << 32);
   uint64_t seed = s.rng;
-  pthread_mutex_init(&s.db_mu, NULL);
+  /* The jitter draws from a sequence of its own, so that --seed gives the
+   * same lost acknowledgements with and without --latency. */
+  atomic_init(&s.jit_rng, splitmix64_mix(seed ^ 0x6c6174656e6379ull)); /* "latency" */
+  pthread_mutex_init(&s.q_mu, NULL);
+  pthread_cond_init(&s.q_cv, NULL);
   pthread_mutex_init(&s.fl_mu, NULL);
+  pthread_mutex_init(&s.lat_mu, NULL);
+  pthread_cond_init(&s.lat_cv, NULL);
 
   /* SIGINT and SIGTERM are taken by sigwait below: blocked here, before the
    * daemon's threads start, so that they inherit the mask. */
@@ -1172,8 +1490,13 @@ static int serve(const opts *o) {
     server_close(&s);
     return usage_err ? CLI_EXIT_USAGE : CLI_EXIT_RUNTIME;
   }
-  int rc = db_open(o->db, 1, &s.db);
+  int rc = db_open(o->db, 1, o->fsync, &s.db);
+  if (rc == 0 && db_int(s.db, LAST_TXN_SQL, &s.txn) < 0) {
+    db_complain(s.db, "cannot read the requests");
+    rc = WEIR_EIO;
+  }
   if (rc == 0) rc = prepare_all(&s);
+  if (rc == 0) rc = writer_start(&s);
   if (rc < 0) {
     close(fd);
     server_close(&s);
@@ -1193,14 +1516,27 @@ static int serve(const opts *o) {
   if (s.drop_p > 0)
     fprintf(stderr, "weir receiver: dropping acknowledgements with probability %g (seed %llu)\n",
             s.drop_p, (unsigned long long)seed);
+  if (s.latency_ms || s.jitter_ms)
+    fprintf(stderr,
+            "weir receiver: answering %llu ms (+ 0..%llu ms, seed %llu) after each commit\n",
+            (unsigned long long)s.latency_ms, (unsigned long long)s.jitter_ms,
+            (unsigned long long)seed);
+  fprintf(stderr, "weir receiver: SQLite synchronous=%s, group commit\n",
+          o->fsync ? "FULL" : "NORMAL");
   fprintf(stderr, "weir receiver: listening on %s\n", addr);
   fflush(stderr);
 
   int sig = 0;
   while (sigwait(&stop, &sig) != 0) {
   }
+  /* Requests in their delay end unanswered rather than keep the stop
+   * waiting up to a minute. */
+  pthread_mutex_lock(&s.lat_mu);
+  s.stopping = 1;
+  pthread_cond_broadcast(&s.lat_cv);
+  pthread_mutex_unlock(&s.lat_mu);
   MHD_stop_daemon(d); /* joins every connection thread; closes fd */
-  server_close(&s);
+  server_close(&s);   /* the writer drains what they queued, then ends */
   fprintf(stderr, "weir receiver: stopped (%s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
   return CLI_EXIT_OK;
 }
@@ -1210,16 +1546,23 @@ static int serve(const opts *o) {
 
 static int cmd_stats(const opts *o) {
   sqlite3 *db = NULL;
-  int rc = db_open(o->db, 0, &db);
+  int rc = db_open(o->db, 0, 0, &db);
   if (rc < 0) return rc == WEIR_EFORMAT ? CLI_EXIT_STORE : CLI_EXIT_RUNTIME;
   static const char *const names[] = {"effect",  "replayed", "rejected", "conflict",
                                       "invalid", "aborted",  "error",    "fenced"};
   int64_t by[8] = {0};
-  int64_t requests = 0, effects = 0, dropped = 0, rep_payloads = 0, rep_effects = 0;
+  int64_t requests = 0, effects = 0, dropped = 0, rep_payloads = 0, rep_effects = 0, ver = 0;
+  int64_t commits = 0;
   sqlite3_stmt *st = NULL;
   /* One read transaction: all the counts come from the same snapshot. */
   int ok = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK &&
            db_int(db, "SELECT count(*) FROM requests", &requests) == 0 &&
+           db_int(db, "PRAGMA user_version", &ver) == 0 &&
+           /* Rows of formats 1 and 2 (txn NULL) each had a transaction. */
+           db_int(db,
+                  ver >= 3 ? "SELECT count(DISTINCT txn) + count(*) - count(txn) FROM requests"
+                           : "SELECT count(*) FROM requests",
+                  &commits) == 0 &&
            db_int(db, "SELECT count(*) FROM effects", &effects) == 0 &&
            db_int(db, "SELECT count(*) FROM requests WHERE ack_dropped != 0", &dropped) == 0 &&
            db_int(db,
@@ -1251,10 +1594,11 @@ static int cmd_stats(const opts *o) {
     printf("{\"requests\": %lld, \"effects\": %lld, \"duplicates\": %lld, \"rejections\": %lld, "
            "\"conflicts\": %lld, \"invalid\": %lld, \"aborted\": %lld, \"errors\": %lld, "
            "\"acks_dropped\": %lld, \"fenced\": %lld, \"repeated_payloads\": %lld, "
-           "\"repeated_effects\": %lld}\n",
+           "\"repeated_effects\": %lld, \"commits\": %lld}\n",
            (long long)requests, (long long)effects, (long long)by[1], (long long)by[2],
            (long long)by[3], (long long)by[4], (long long)by[5], (long long)by[6],
-           (long long)dropped, (long long)by[7], (long long)rep_payloads, (long long)rep_effects);
+           (long long)dropped, (long long)by[7], (long long)rep_payloads, (long long)rep_effects,
+           (long long)commits);
   } else {
     printf("requests      %lld\n"
            "effects       %lld\n"
@@ -1267,17 +1611,19 @@ static int cmd_stats(const opts *o) {
            "acks dropped  %lld   (effects applied, answer withheld)\n"
            "fenced        %lld   (a stale epoch of the job, 409)\n"
            "repeated payloads  %lld   (bodies requested more than once)\n"
-           "repeated effects   %lld   (bodies applied more than once)\n",
+           "repeated effects   %lld   (bodies applied more than once)\n"
+           "commits       %lld   (SQLite transactions that wrote them: group commits)\n",
            (long long)requests, (long long)effects, (long long)by[1], (long long)by[2],
            (long long)by[3], (long long)by[4], (long long)by[5], (long long)by[6],
-           (long long)dropped, (long long)by[7], (long long)rep_payloads, (long long)rep_effects);
+           (long long)dropped, (long long)by[7], (long long)rep_payloads, (long long)rep_effects,
+           (long long)commits);
   }
   return CLI_EXIT_OK;
 }
 
 static int cmd_effects(const opts *o) {
   sqlite3 *db = NULL;
-  int rc = db_open(o->db, 0, &db);
+  int rc = db_open(o->db, 0, 0, &db);
   if (rc < 0) return rc == WEIR_EFORMAT ? CLI_EXIT_STORE : CLI_EXIT_RUNTIME;
   sqlite3_stmt *st = NULL;
   int step = SQLITE_ERROR;
