@@ -26,6 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "receiver.h"
+
 #ifndef WEIR_BINARY
 #define WEIR_BINARY "weir"
 #endif
@@ -88,71 +90,6 @@ static void *client_main(void *arg) {
   return NULL;
 }
 
-static pid_t recv_pid;
-
-/* Starts the receiver on port 0 with the extra flags; its port, or -1. */
-static int start_receiver(const char *weir, const char *db, const char *latency, int fsync_) {
-  int fds[2];
-  if (pipe(fds) != 0) return -1;
-  fflush(NULL);
-  recv_pid = fork();
-  if (recv_pid < 0) return -1;
-  if (recv_pid == 0) {
-    dup2(fds[1], 2);
-    close(fds[0]);
-    close(fds[1]);
-    const char *argv[12];
-    int a = 0;
-    argv[a++] = weir;
-    argv[a++] = "receiver";
-    argv[a++] = "--listen";
-    argv[a++] = "127.0.0.1:0";
-    argv[a++] = "--db";
-    argv[a++] = db;
-    if (latency) {
-      argv[a++] = "--latency";
-      argv[a++] = latency;
-    }
-    if (fsync_) argv[a++] = "--fsync";
-    argv[a] = NULL;
-    execv(weir, (char *const *)argv);
-    _exit(127);
-  }
-  close(fds[1]);
-  char buf[1024];
-  size_t len = 0;
-  const char *ready = "listening on 127.0.0.1:";
-  while (len < sizeof buf - 1) {
-    ssize_t n = read(fds[0], buf + len, sizeof buf - 1 - len);
-    if (n <= 0) break;
-    len += (size_t)n;
-    buf[len] = '\0';
-    char *p = strstr(buf, ready);
-    if (p && strchr(p, '\n')) {
-      close(fds[0]);
-      return atoi(p + strlen(ready));
-    }
-  }
-  close(fds[0]);
-  return -1;
-}
-
-/* A number field of `weir receiver stats --json`, or -1. */
-static long long stat_of(const char *weir, const char *db, const char *field) {
-  char cmd[1200], line[2048] = "", key[64];
-  snprintf(cmd, sizeof cmd, "'%s' receiver stats --db '%s' --json", weir, db);
-  FILE *f = popen(cmd, "r");
-  if (!f) return -1;
-  long long v = -1;
-  snprintf(key, sizeof key, "\"%s\": ", field);
-  if (fgets(line, sizeof line, f)) {
-    char *p = strstr(line, key);
-    if (p) v = atoll(p + strlen(key));
-  }
-  pclose(f);
-  return v;
-}
-
 static int cmp_f(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;
   return x < y ? -1 : x > y;
@@ -211,7 +148,10 @@ int main(int argc, char **argv) {
     if (fd < 0) return 1;
     close(fd);
     unlink(db);
-    port = start_receiver(weir, db, latency, fsync_);
+    const char *extra[] = {latency ? "--latency" : NULL, latency, NULL, NULL};
+    if (fsync_) extra[latency ? 2 : 0] = "--fsync";
+    pid_t recv_pid;
+    port = bench_receiver_start(weir, db, extra, &recv_pid);
     if (port <= 0) {
       fprintf(stderr, "bench_receiver: cannot start '%s receiver'\n", weir);
       return 1;
@@ -232,10 +172,10 @@ int main(int argc, char **argv) {
     rate[r] = (double)atomic_load(&answered) / took;
     p50[r] = n ? samples[n / 2] : 0;
     p99[r] = n ? samples[(long)(n * 0.99)] : 0;
-    long long requests = stat_of(weir, db, "requests"), commits = stat_of(weir, db, "commits");
+    long long requests = bench_receiver_stat(weir, db, "requests");
+    long long commits = bench_receiver_stat(weir, db, "commits");
     per_commit[r] = commits > 0 ? (double)requests / (double)commits : 0;
-    kill(recv_pid, SIGTERM);
-    waitpid(recv_pid, NULL, 0);
+    bench_receiver_stop(recv_pid);
     char side[300];
     unlink(db);
     snprintf(side, sizeof side, "%s-wal", db);

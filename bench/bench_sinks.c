@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "receiver.h"
 #include "weir/nats.h"
 #include "weir/weir.h"
 
@@ -158,52 +159,8 @@ static void nats_cleanup(const char *server, int reps) {
 
 static pid_t recv_pid;
 
-/* Starts `weir receiver` on port 0; returns its port, or -1. */
-static int start_receiver(const char *weir, const char *db) {
-  int fds[2];
-  if (pipe(fds) != 0) return -1;
-  fflush(NULL);
-  recv_pid = fork();
-  if (recv_pid < 0) return -1;
-  if (recv_pid == 0) {
-    dup2(fds[1], 2);
-    close(fds[0]);
-    close(fds[1]);
-    execl(weir, weir, "receiver", "--listen", "127.0.0.1:0", "--db", db, (char *)NULL);
-    _exit(127);
-  }
-  close(fds[1]);
-  char buf[512];
-  size_t len = 0;
-  const char *ready = "listening on 127.0.0.1:";
-  while (len < sizeof buf - 1) {
-    ssize_t n = read(fds[0], buf + len, sizeof buf - 1 - len);
-    if (n <= 0) break;
-    len += (size_t)n;
-    buf[len] = '\0';
-    char *p = strstr(buf, ready);
-    if (p && strchr(p, '\n')) {
-      close(fds[0]);
-      return atoi(p + strlen(ready));
-    }
-  }
-  close(fds[0]);
-  return -1;
-}
-
 static long long receiver_effects(const char *weir, const char *db) {
-  char cmd[800];
-  snprintf(cmd, sizeof cmd, "'%s' receiver stats --db '%s' --json", weir, db);
-  FILE *f = popen(cmd, "r");
-  if (!f) return -1;
-  char line[1024] = "";
-  long long e = -1;
-  if (fgets(line, sizeof line, f)) {
-    char *p = strstr(line, "\"effects\": ");
-    if (p) e = atoll(p + 11);
-  }
-  pclose(f);
-  return e;
+  return bench_receiver_stat(weir, db, "effects");
 }
 
 static int cmp(const void *a, const void *b) {
@@ -251,7 +208,7 @@ int main(int argc, char **argv) {
   if (!base) return 1;
   char db[600], out[600], file_spec[700], http_spec[700];
   snprintf(db, sizeof db, "%s/recv.db", base);
-  int port = start_receiver(weir, db);
+  int port = bench_receiver_start(weir, db, NULL, &recv_pid);
   if (port <= 0) {
     fprintf(stderr, "bench_sinks: cannot start '%s receiver'\n", weir);
     rmrf(base);
@@ -323,8 +280,7 @@ int main(int argc, char **argv) {
           v[6][r] < 0;
   }
   long long effects = receiver_effects(weir, db);
-  kill(recv_pid, SIGTERM);
-  waitpid(recv_pid, NULL, 0);
+  bench_receiver_stop(recv_pid);
   rmrf(base);
   if (nats) nats_cleanup(nats, reps);
   if (bad) return 1;

@@ -528,10 +528,12 @@ static void nap_ms(long ms) {
   nanosleep(&ts, NULL);
 }
 
-/* Starts an endless paced counter job in dir (stderr into errpath, its file
- * sink in dir/out) and waits until its sink has opened: the job runs. */
-static pid_t start_endless_counter(const char *dir, const char *errpath) {
-  char *o = path_join(dir, "out");
+/* Starts `weir run counter ARGS... --workers 2 --parallelism 2 --sink
+ * file:out` in dir, stdin and stdout on /dev/null, stderr into errpath,
+ * WEIR_FAILPOINTS = failpoints (NULL: unset); its pid. args ends with
+ * NULL (at most 8). */
+static pid_t spawn_counter(const char *dir, const char *errpath, const char *failpoints,
+                           const char *const *args) {
   fflush(NULL);
   pid_t pid = fork();
   cr_assert_geq(pid, 0);
@@ -542,10 +544,25 @@ static pid_t start_endless_counter(const char *dir, const char *errpath) {
     dup2(nul, 0);
     dup2(nul, 1);
     dup2(fd, 2);
-    execl(WEIR_BINARY, WEIR_BINARY, "run", "counter", "--records", "0", "--keys", "10", "--rate",
-          "20000", "--workers", "2", "--parallelism", "2", "--sink", "file:out", (char *)NULL);
+    if (failpoints != NULL) setenv("WEIR_FAILPOINTS", failpoints, 1);
+    const char *argv[20] = {WEIR_BINARY, "run", "counter"};
+    int a = 3;
+    for (; *args != NULL && a < 12; args++) argv[a++] = *args;
+    const char *tail[] = {"--workers", "2", "--parallelism", "2", "--sink", "file:out", NULL};
+    for (int i = 0; tail[i] != NULL; i++) argv[a++] = tail[i];
+    argv[a] = NULL;
+    execv(WEIR_BINARY, (char *const *)argv);
     _exit(127);
   }
+  return pid;
+}
+
+/* Starts an endless paced counter job in dir (stderr into errpath, its file
+ * sink in dir/out) and waits until its sink has opened: the job runs. */
+static pid_t start_endless_counter(const char *dir, const char *errpath) {
+  char *o = path_join(dir, "out");
+  static const char *const args[] = {"--records", "0", "--keys", "10", "--rate", "20000", NULL};
+  pid_t pid = spawn_counter(dir, errpath, NULL, args);
   int waited = 0;
   while (!has_file(o) && waited < 60000) {
     nap_ms(10);
@@ -571,20 +588,9 @@ static int wait_end(pid_t pid, const char *what) {
   return status;
 }
 
-/* SIGINT stops an unbounded counter cleanly: exit 0, a "stopped" note, and
- * the drained output is, for every key, the counts 1..m_k once each. */
-Test(cli, counter_sigint) {
-  char *dir = th_tmpdir();
-  cr_assert_not_null(dir);
-  char *o = path_join(dir, "out");
-  char *errpath = path_join(dir, "stderr.txt");
-  pid_t pid = start_endless_counter(dir, errpath);
-  kill(pid, SIGINT);
-  int status = wait_end(pid, "SIGINT");
-  char *err = th_read_file(errpath, NULL);
-  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d, stderr: %s", status, err);
-  cr_assert(strstr(err, "stopped") != NULL, "no stop note in: %s", err);
-
+/* A stopped counter job's file output in dir o, 10 keys: for every key the
+ * counts 1..m_k once each, for some m_k (nothing lost, nothing twice). */
+static void check_stopped_counts(const char *o) {
   char *text = read_sink_dir(o);
   char **lines;
   size_t nl = split_lines(text, &lines);
@@ -611,6 +617,23 @@ Test(cli, counter_sigint) {
   free(seen);
   free(lines);
   free(text);
+}
+
+/* SIGINT stops an unbounded counter cleanly: exit 0, a "stopped" note, and
+ * the drained output is, for every key, the counts 1..m_k once each. */
+Test(cli, counter_sigint) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char *o = path_join(dir, "out");
+  char *errpath = path_join(dir, "stderr.txt");
+  pid_t pid = start_endless_counter(dir, errpath);
+  kill(pid, SIGINT);
+  int status = wait_end(pid, "SIGINT");
+  char *err = th_read_file(errpath, NULL);
+  cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d, stderr: %s", status, err);
+  cr_assert(strstr(err, "stopped") != NULL, "no stop note in: %s", err);
+
+  check_stopped_counts(o);
   free(err);
   free(errpath);
   free(o);
@@ -631,21 +654,8 @@ Test(cli, sigterm_after_the_end_changes_nothing) {
     char fp[64], note[96];
     snprintf(fp, sizeof fp, "%s=pause", points[p]);
     snprintf(note, sizeof note, "failpoint %s: pause", points[p]);
-    fflush(NULL);
-    pid_t pid = fork();
-    cr_assert_geq(pid, 0);
-    if (pid == 0) {
-      int fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      int nul = open("/dev/null", O_RDWR);
-      if (fd < 0 || nul < 0 || chdir(dir) != 0) _exit(127);
-      dup2(nul, 0);
-      dup2(nul, 1);
-      dup2(fd, 2);
-      setenv("WEIR_FAILPOINTS", fp, 1);
-      execl(WEIR_BINARY, WEIR_BINARY, "run", "counter", "--records", "20000", "--keys", "10",
-            "--workers", "2", "--parallelism", "2", "--sink", "file:out", (char *)NULL);
-      _exit(127);
-    }
+    static const char *const args[] = {"--records", "20000", "--keys", "10", NULL};
+    pid_t pid = spawn_counter(dir, errpath, fp, args);
     char *err = NULL;
     for (int waited = 0;; waited += 10) {
       free(err);
@@ -663,10 +673,7 @@ Test(cli, sigterm_after_the_end_changes_nothing) {
               status, err);
     cr_assert_null(strstr(err, "stopped"), "%s: a stop note after the end: %s", points[p], err);
     char *text = read_sink_dir(o);
-    char **lines;
-    size_t nl = split_lines(text, &lines);
-    cr_assert_eq(nl, 20000, "%s: %zu lines, not one per record", points[p], nl);
-    free(lines);
+    check_counts(text, 20000, 10);
     free(text);
     free(err);
     free(errpath);

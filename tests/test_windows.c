@@ -259,6 +259,42 @@ Test(windows, apply_sliding_sum_exact) {
   assert_exact(1);
 }
 
+/* Runs C (its lateness covering its disorder) at parallelism 2: nothing
+ * is late, every window ends exact, and some fired again (else the
+ * lateness part tests nothing). */
+static void assert_fires_again_exact(void) {
+  reference();
+  run(2, NULL, 0);
+  assert_exact(0);
+  cr_assert_eq(atomic_load(&G.late_total), 0);
+  uint32_t again = 0;
+  for (uint32_t k = 0; k < K; k++)
+    for (uint32_t w = 0; w < MAXW; w++) again += atomic_load(&G.firing[k][w]) > 1;
+  cr_assert_gt(again, 0, "no window fired twice: the lateness part tests nothing");
+}
+
+/* Runs C at parallelism 2, stopped after K * 100 results, then restored
+ * at 3 to the end: every window fires once, exact (state and timers came
+ * back and moved). */
+static void assert_stop_restore_exact(void) {
+  char *state = th_tmpdir();
+  cr_assert_not_null(state);
+  memset(&G, 0, sizeof G);
+  C.stop_after = K * 100;
+  reference();
+  run(2, state, 0);
+  uint64_t windows = 0;
+  for (uint32_t k = 0; k < K; k++)
+    for (uint32_t w = 0; w < MAXW; w++) windows += has[k][w];
+  cr_assert_lt(atomic_load(&G.results), windows, "run 1 was not stopped part-way");
+  C.stop_after = 0;
+  C.rate = 0;
+  run(3, state, 1);
+  assert_exact(1);
+  th_rmrf(state);
+  free(state);
+}
+
 /* weir_window_apply under allowed lateness: a window fired early fires
  * again with all its records; stopped and restored at another
  * parallelism, the kept records come back. */
@@ -270,33 +306,14 @@ Test(windows, apply_lateness_and_restore_exact) {
             .rate = 100000,
             .apply = 1};
   C.spec.allowed_lateness = 500;
-  reference();
-  run(2, NULL, 0);
-  assert_exact(0);
-  cr_assert_eq(atomic_load(&G.late_total), 0);
-  uint32_t again = 0;
-  for (uint32_t k = 0; k < K; k++)
-    for (uint32_t w = 0; w < MAXW; w++) again += atomic_load(&G.firing[k][w]) > 1;
-  cr_assert_gt(again, 0, "no window fired twice: the lateness part tests nothing");
-  char *state = th_tmpdir();
-  cr_assert_not_null(state);
-  memset(&G, 0, sizeof G);
+  assert_fires_again_exact();
   C = (cfg){.disorder = 30,
             .bound = 30,
             .spec = tumbling(100),
             .agg = &weir_agg_sum_u64,
             .rate = 200000,
-            .stop_after = K * 100,
             .apply = 1};
-  reference();
-  run(2, state, 0);
-  cr_assert_lt(atomic_load(&G.results), K * (N / 100), "run 1 was not stopped part-way");
-  C.stop_after = 0;
-  C.rate = 0;
-  run(3, state, 1);
-  assert_exact(1);
-  th_rmrf(state);
-  free(state);
+  assert_stop_restore_exact();
 }
 
 /* Records further behind than the bound: some are late. Every window's
@@ -345,14 +362,7 @@ Test(windows, allowed_lateness_fires_again_and_ends_exact) {
   C = (cfg){
       .disorder = 400, .bound = 10, .spec = tumbling(100), .agg = &weir_agg_count, .rate = 100000};
   C.spec.allowed_lateness = 500;
-  reference();
-  run(2, NULL, 0);
-  assert_exact(0);
-  cr_assert_eq(atomic_load(&G.late_total), 0);
-  uint32_t again = 0;
-  for (uint32_t k = 0; k < K; k++)
-    for (uint32_t w = 0; w < MAXW; w++) again += atomic_load(&G.firing[k][w]) > 1;
-  cr_assert_gt(again, 0, "no window fired twice: the test tests nothing");
+  assert_fires_again_exact();
 }
 
 /* Sliding windows by panes (an aggregate that merges, the length a
@@ -375,56 +385,21 @@ Test(windows, sliding_panes_lateness_and_restore_exact) {
             .spec = sliding(400, 100, 500),
             .agg = &weir_agg_sum_u64,
             .rate = 100000};
-  reference();
-  run(2, NULL, 0);
-  assert_exact(0);
-  cr_assert_eq(atomic_load(&G.late_total), 0);
-  uint32_t again = 0;
-  for (uint32_t k = 0; k < K; k++)
-    for (uint32_t w = 0; w < MAXW; w++) again += atomic_load(&G.firing[k][w]) > 1;
-  cr_assert_gt(again, 0, "no window fired twice: the lateness part tests nothing");
-
-  char *state = th_tmpdir();
-  cr_assert_not_null(state);
-  memset(&G, 0, sizeof G);
+  assert_fires_again_exact();
   C = (cfg){.disorder = 30,
             .bound = 30,
             .spec = sliding(400, 100, 0),
             .agg = &weir_agg_sum_u64,
-            .rate = 200000,
-            .stop_after = K * 100};
-  reference();
-  run(2, state, 0);
-  cr_assert_lt(atomic_load(&G.results), K * (N / 100) * 4, "run 1 was not stopped part-way");
-  C.stop_after = 0;
-  C.rate = 0;
-  run(3, state, 1);
-  assert_exact(1);
-  th_rmrf(state);
-  free(state);
+            .rate = 200000};
+  assert_stop_restore_exact();
 }
 
 /* Stopped part-way and restored at another parallelism: window state and
  * timers come back, each window fires once. */
 Test(windows, stop_and_restore_at_another_parallelism_exact) {
-  char *state = th_tmpdir();
-  cr_assert_not_null(state);
-  C = (cfg){.disorder = 30,
-            .bound = 30,
-            .spec = tumbling(100),
-            .agg = &weir_agg_count,
-            .rate = 200000,
-            .stop_after = K * 100};
-  reference();
-  run(2, state, 0);
-  uint64_t first = atomic_load(&G.results);
-  cr_assert_lt(first, K * (N / 100), "run 1 was not stopped part-way");
-  C.stop_after = 0;
-  C.rate = 0;
-  run(3, state, 1);
-  assert_exact(1);
-  th_rmrf(state);
-  free(state);
+  C = (cfg){
+      .disorder = 30, .bound = 30, .spec = tumbling(100), .agg = &weir_agg_count, .rate = 200000};
+  assert_stop_restore_exact();
 }
 
 static _Atomic uint64_t pt_total, pt_results;
