@@ -115,6 +115,42 @@ void weir__memo_committed(weir_store *s, uint64_t id) {
 
 /* ---- packing a subtask into chunks ---------------------------------------- */
 
+/* Broadcast state is stored as a byte-string stream whose routes are all 0
+ * (it belongs to no key): the routes of a chunk's entries, never written. */
+static const uint64_t zero_routes[WEIR__MAX_BYTES_PER_CHUNK];
+
+/* The next chunk of a byte-string stream of n entries (route may be NULL:
+ * all 0), continuing from c->i, c->d and c->dend into buf. Headers go into
+ * the chunk where their entry's data starts; data fills every chunk's
+ * remaining room. */
+static size_t bytes_stream_next(weir__chunker *c, uint64_t n, const uint64_t *route,
+                                const uint32_t *klen, const uint32_t *vlen, const uint8_t *data,
+                                uint8_t *buf) {
+  const uint64_t budget = WEIR__CHUNK_BUDGET;
+  uint64_t e0 = c->i, d0 = c->d, used = 0;
+  for (;;) {
+    if (c->d < c->dend) {
+      uint64_t take = c->dend - c->d;
+      if (take > budget - used) take = budget - used;
+      c->d += take;
+      used += take;
+      if (used == budget) break;
+    } else if (c->i < n) {
+      uint64_t h = 8 + weir__varint_len(klen[c->i]) + weir__varint_len(vlen[c->i]);
+      if (used + h > budget) break;
+      used += h;
+      c->dend += (uint64_t)klen[c->i] + vlen[c->i];
+      c->i++;
+    } else {
+      break;
+    }
+  }
+  size_t k = (size_t)(c->i - e0);
+  return weir__bytes_chunk_encode(c->id, k ? (route ? route + e0 : zero_routes) : NULL,
+                                  k ? klen + e0 : NULL, k ? vlen + e0 : NULL, k, data + d0,
+                                  (size_t)(c->d - d0), buf);
+}
+
 /* The next chunk: returns 1 with *len, or 0 when there is none left. A u64
  * chunk with keys or a blob chunk is planned (c->planned; weir__chunker_write
  * encodes it into its destination), any other encoded into buf. */
@@ -154,28 +190,8 @@ int weir__chunker_next(weir__chunker *c, uint8_t *buf, size_t *len) {
         c->d = 0;
         continue;
       }
-      uint64_t e0 = c->i, d0 = c->d, used = 0;
-      for (;;) {
-        if (c->d < c->dend) {
-          uint64_t take = c->dend - c->d;
-          if (take > budget - used) take = budget - used;
-          c->d += take;
-          used += take;
-          if (used == budget) break;
-        } else if (c->i < sn->n_bytes) {
-          uint64_t h = 8 + weir__varint_len(sn->b_klen[c->i]) + weir__varint_len(sn->b_vlen[c->i]);
-          if (used + h > budget) break;
-          used += h;
-          c->dend += (uint64_t)sn->b_klen[c->i] + sn->b_vlen[c->i];
-          c->i++;
-        } else {
-          break;
-        }
-      }
-      size_t n = (size_t)(c->i - e0);
-      *len = weir__bytes_chunk_encode(c->id, n ? sn->b_route + e0 : NULL,
-                                      n ? sn->b_klen + e0 : NULL, n ? sn->b_vlen + e0 : NULL, n,
-                                      sn->b_data + d0, (size_t)(c->d - d0), buf);
+      *len =
+          bytes_stream_next(c, sn->n_bytes, sn->b_route, sn->b_klen, sn->b_vlen, sn->b_data, buf);
       c->chunks[1]++;
       c->id.seq++;
       return 1;
@@ -201,6 +217,7 @@ int weir__chunker_next(weir__chunker *c, uint8_t *buf, size_t *len) {
     case 3: {
       if (c->i >= sn->n_timers) {
         c->phase = 4;
+        c->i = c->d = c->dend = 0;
         continue;
       }
       size_t n = (size_t)(sn->n_timers - c->i);
@@ -209,6 +226,16 @@ int weir__chunker_next(weir__chunker *c, uint8_t *buf, size_t *len) {
       *len = weir__timer_chunk_encode(c->id, sn->tm_keys + c->i, sn->tm_ts + c->i, c->dom, n, buf);
       c->i += n;
       c->chunks[3]++;
+      c->id.seq++;
+      return 1;
+    }
+    case 4: {
+      if (c->i >= sn->n_bcast && c->d >= sn->bc_data_len) {
+        c->phase = 5;
+        continue;
+      }
+      *len = bytes_stream_next(c, sn->n_bcast, NULL, sn->bc_klen, sn->bc_vlen, sn->bc_data, buf);
+      c->chunks[4]++;
       c->id.seq++;
       return 1;
     }

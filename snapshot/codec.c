@@ -254,6 +254,8 @@ void weir__meta_encode(const weir__ckpt_meta *mm, uint8_t **out, size_t *len) {
     s->keys_record = e->keys_record;
     s->timer_chunks = e->timer_chunks;
     s->timer_entries = e->timer_entries;
+    s->bcast_chunks = e->bcast_chunks;
+    s->bcast_entries = e->bcast_entries;
     s->has_clock = e->has_clock != 0;
     s->clock = e->clock;
     s->n_pos_split = s->n_pos_offset = e->npos;
@@ -325,7 +327,15 @@ static int check_entry(const Weirpb__Subtask *s, uint64_t id, char *err, size_t 
       s->timer_entries > (uint64_t)s->timer_chunks * WEIR__MAX_TIMERS_PER_CHUNK)
     return BAD("%llu timers cannot fill %u chunks", CTX, (unsigned long long)s->timer_entries,
                s->timer_chunks);
-  uint64_t chunks = (uint64_t)s->u64_chunks + s->bytes_chunks + s->blob_chunks + s->timer_chunks;
+  /* Broadcast state is a byte-string stream without a recorded data
+   * length: a chunk may hold only data, so it can have more chunks than
+   * entries, but none without an entry. */
+  if ((s->bcast_entries == 0) != (s->bcast_chunks == 0) ||
+      s->bcast_entries > (uint64_t)s->bcast_chunks * WEIR__MAX_BYTES_PER_CHUNK)
+    return BAD("%llu broadcast entries cannot fill %u chunks", CTX,
+               (unsigned long long)s->bcast_entries, s->bcast_chunks);
+  uint64_t chunks = (uint64_t)s->u64_chunks + s->bytes_chunks + s->blob_chunks + s->timer_chunks +
+                    s->bcast_chunks;
   if (chunks > UINT32_MAX)
     return BAD("%llu chunks is more than a record can hold", CTX, (unsigned long long)chunks);
   if (s->bytes < chunks * WEIR__ENV_HDR || s->bytes > chunks * WEIR__CHUNK_MAX)
@@ -341,7 +351,8 @@ static int check_entry(const Weirpb__Subtask *s, uint64_t id, char *err, size_t 
    * lengths), data 1 per byte: so no count can claim more than the stored
    * bytes allow (which load bounds by the file's size before allocating). */
   uint64_t least = (s->keys_ckpt ? 1 : 9) * s->u64_entries + 10 * s->bytes_entries +
-                   s->bytes_data_len + s->blob_len + WEIR__TIMER_BYTES * s->timer_entries;
+                   s->bytes_data_len + s->blob_len + WEIR__TIMER_BYTES * s->timer_entries +
+                   10 * s->bcast_entries;
   if (least > s->bytes)
     return BAD("its entries need at least %llu bytes, only %llu are stored", CTX,
                (unsigned long long)least, (unsigned long long)s->bytes);
@@ -451,7 +462,8 @@ int weir__meta_decode(const void *value, size_t len, uint64_t key_id, const char
     }
     records[i] = s->record;
     bytes += s->bytes;
-    chunks += (uint64_t)s->u64_chunks + s->bytes_chunks + s->blob_chunks + s->timer_chunks;
+    chunks += (uint64_t)s->u64_chunks + s->bytes_chunks + s->blob_chunks + s->timer_chunks +
+              s->bcast_chunks;
   }
   qsort(records, m->n_subtasks, sizeof *records, cmp_u32);
   for (size_t i = 1; i < m->n_subtasks; i++) {
@@ -537,6 +549,8 @@ int weir__meta_decode(const void *value, size_t len, uint64_t key_id, const char
     e->keys_record = s->keys_record;
     e->timer_chunks = s->timer_chunks;
     e->timer_entries = s->timer_entries;
+    e->bcast_chunks = s->bcast_chunks;
+    e->bcast_entries = s->bcast_entries;
     e->has_clock = s->has_clock;
     e->clock = s->clock;
     e->npos = (uint32_t)s->n_pos_split;

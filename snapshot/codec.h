@@ -99,10 +99,14 @@ typedef struct weir__sub_entry {
   uint64_t timer_entries;
   int has_clock;
   int64_t clock;
+  /* Broadcast state (format 4): a byte-string stream, every route 0. */
+  uint32_t bcast_chunks;
+  uint64_t bcast_entries;
 } weir__sub_entry;
 
 static inline uint64_t weir__sub_chunks(const weir__sub_entry *e) {
-  return (uint64_t)e->u64_chunks + e->bytes_chunks + e->blob_chunks + e->timer_chunks;
+  return (uint64_t)e->u64_chunks + e->bytes_chunks + e->blob_chunks + e->timer_chunks +
+         e->bcast_chunks;
 }
 
 typedef struct weir__ckpt_meta {

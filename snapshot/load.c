@@ -153,6 +153,7 @@ typedef struct entry_read {
   chunk_src src, ksrc; /* ksrc: the holder's keys (shared keys), a cursor of its own */
   weir__chunk c, kc;
   uint64_t nu, nb, nd, nblob, nt, bytes, dsum, lastkey;
+  uint64_t nbc, nbcd, bcsum, bccap; /* broadcast: entries, data bytes, their sum, room */
   uint16_t lastformat;
   char why[512];
 } entry_read;
@@ -191,6 +192,10 @@ static void entry_alloc(const weir__sub_entry *e, const weir_store_u64_sink *sin
     out->tm_keys = weir_malloc_big(e->timer_entries * sizeof(uint64_t));
     out->tm_ts = weir_malloc_big(e->timer_entries * sizeof(int64_t));
     out->tm_domain = weir_malloc_big(e->timer_entries);
+  }
+  if (e->bcast_entries) {
+    out->bc_klen = weir_malloc(e->bcast_entries * sizeof(uint32_t));
+    out->bc_vlen = weir_malloc(e->bcast_entries * sizeof(uint32_t));
   }
   out->has_clock = e->has_clock;
   out->clock = e->clock;
@@ -307,6 +312,40 @@ static int read_timers(entry_read *r, uint32_t seq) {
   return 0;
 }
 
+/* Broadcast chunk seq (a byte-string chunk in r->c, every route 0), into
+ * out. The metadata records no data length for broadcast state, so its
+ * data grows as chunks come (each chunk's data is bounded by its stored
+ * size, and the chunks' sizes by the file's). */
+static int read_bcast(entry_read *r, uint32_t seq) {
+  const weir__chunk *c = &r->c;
+  weir_subtask_snapshot *out = r->out;
+  if (c->n > r->e->bcast_entries - r->nbc)
+    return bad(r, WEIR_ECORRUPT, "chunk %u: more broadcast entries than the %llu recorded", seq,
+               (ull)r->e->bcast_entries);
+  for (size_t i = 0; i < c->n; i++) {
+    if (c->route[i] != 0)
+      return bad(r, WEIR_ECORRUPT, "chunk %u: broadcast entry with route %llu, not 0", seq,
+                 (ull)c->route[i]);
+    r->bcsum += (uint64_t)c->klen[i] + c->vlen[i];
+  }
+  if (out && c->n) {
+    memcpy(out->bc_klen + r->nbc, c->klen, c->n * sizeof(uint32_t));
+    memcpy(out->bc_vlen + r->nbc, c->vlen, c->n * sizeof(uint32_t));
+  }
+  if (out && c->data_len) {
+    if (r->nbcd + c->data_len > r->bccap) {
+      uint64_t cap = r->bccap ? 2 * r->bccap : 4096;
+      while (cap < r->nbcd + c->data_len) cap *= 2;
+      out->bc_data = weir_realloc(out->bc_data, cap);
+      r->bccap = cap;
+    }
+    memcpy(out->bc_data + r->nbcd, c->data, c->data_len);
+  }
+  r->nbc += c->n;
+  r->nbcd += c->data_len;
+  return 0;
+}
+
 /* Chunk seq of the entry's nchunks: looked up, decoded, of the kind its
  * place calls for, and read by the step of that kind. */
 static int read_chunk(entry_read *r, uint32_t seq, uint64_t nchunks) {
@@ -319,16 +358,22 @@ static int read_chunk(entry_read *r, uint32_t seq, uint64_t nchunks) {
   weir__chunk_id want = {r->id, e->record, seq};
   rc = weir__chunk_decode(val.mv_data, val.mv_size, want, &r->c, cerr, sizeof cerr);
   if (rc < 0) return bad(r, rc, "chunk %u: %s", seq, cerr);
+  /* Sections in their order: u64, bytes, blob, timers, broadcast. */
+  uint64_t end_bytes = (uint64_t)e->u64_chunks + e->bytes_chunks,
+           end_blob = end_bytes + e->blob_chunks, end_timers = end_blob + e->timer_chunks;
   uint16_t kind = seq < e->u64_chunks ? (e->keys_ckpt ? WEIR__KIND_U64_VALUES : WEIR__KIND_U64)
-                  : seq < e->u64_chunks + e->bytes_chunks                  ? WEIR__KIND_BYTES
-                  : seq < e->u64_chunks + e->bytes_chunks + e->blob_chunks ? WEIR__KIND_BLOB
-                                                                           : WEIR__KIND_TIMERS;
+                  : seq < end_bytes   ? WEIR__KIND_BYTES
+                  : seq < end_blob    ? WEIR__KIND_BLOB
+                  : seq < end_timers  ? WEIR__KIND_TIMERS
+                                      : WEIR__KIND_BYTES;
   if (r->c.kind != kind)
     return bad(r, WEIR_ECORRUPT, "chunk %u: a value of kind %u where kind %u belongs", seq,
                r->c.kind, kind);
   r->bytes += val.mv_size;
   if (seq < e->u64_chunks)
     rc = read_u64(r, seq);
+  else if (seq >= end_timers)
+    rc = read_bcast(r, seq);
   else if (kind == WEIR__KIND_BYTES)
     rc = read_bytes(r, seq);
   else if (kind == WEIR__KIND_BLOB)
@@ -365,6 +410,12 @@ static int check_whole(entry_read *r, uint64_t nchunks) {
     return bad(r, WEIR_ECORRUPT,
                "byte-string entries add up to %llu bytes, their data is %llu bytes", (ull)r->dsum,
                (ull)e->bytes_data_len);
+  if (r->nbc != e->bcast_entries)
+    return bad(r, WEIR_ECORRUPT, "chunks hold %llu broadcast entries; the metadata records %llu",
+               (ull)r->nbc, (ull)e->bcast_entries);
+  if (r->bcsum != r->nbcd)
+    return bad(r, WEIR_ECORRUPT, "broadcast entries add up to %llu bytes, their data is %llu bytes",
+               (ull)r->bcsum, (ull)r->nbcd);
   if (r->bytes != e->bytes)
     return bad(r, WEIR_ECORRUPT, "chunks take %llu bytes, the metadata records %llu", (ull)r->bytes,
                (ull)e->bytes);
@@ -427,6 +478,8 @@ int weir__read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_ent
       out->b_data_len = r.nd;
       out->blob_len = r.nblob;
       out->n_timers = r.nt;
+      out->n_bcast = r.nbc;
+      out->bc_data_len = r.nbcd;
     }
     return 0;
   }

@@ -505,7 +505,8 @@ static int check_snapshot(weir_store *s, uint64_t id, weir_subtask_snapshot *sn)
   if ((sn->n_u64 && (!sn->u64_keys || !sn->u64_values)) ||
       (sn->n_bytes && (!sn->b_route || !sn->b_klen || !sn->b_vlen)) ||
       (sn->b_data_len && !sn->b_data) || (sn->npos && !sn->pos) || (sn->blob_len && !sn->blob) ||
-      (sn->n_timers && (!sn->tm_keys || !sn->tm_ts || !sn->tm_domain)))
+      (sn->n_timers && (!sn->tm_keys || !sn->tm_ts || !sn->tm_domain)) ||
+      (sn->n_bcast && (!sn->bc_klen || !sn->bc_vlen)) || (sn->bc_data_len && !sn->bc_data))
     BAD("store %s: checkpoint %llu: operator \"%s\" subtask %u: a count without its array", s->path,
         (ull)id, op, sn->subtask);
   uint64_t sum = 0;
@@ -514,6 +515,12 @@ static int check_snapshot(weir_store *s, uint64_t id, weir_subtask_snapshot *sn)
     BAD("store %s: checkpoint %llu: operator \"%s\" subtask %u: byte-string entries of %llu "
         "bytes in %llu bytes of data",
         s->path, (ull)id, op, sn->subtask, (ull)sum, (ull)sn->b_data_len);
+  sum = 0;
+  for (uint64_t i = 0; i < sn->n_bcast; i++) sum += (uint64_t)sn->bc_klen[i] + sn->bc_vlen[i];
+  if (sum != sn->bc_data_len)
+    BAD("store %s: checkpoint %llu: operator \"%s\" subtask %u: broadcast entries of %llu "
+        "bytes in %llu bytes of data",
+        s->path, (ull)id, op, sn->subtask, (ull)sum, (ull)sn->bc_data_len);
   if (sn->npos > 1) {
     qsort(sn->pos, sn->npos, sizeof *sn->pos, cmp_pos);
     for (uint32_t i = 1; i < sn->npos; i++)
@@ -717,6 +724,7 @@ int weir_store_info(weir_store *s, uint64_t id, weir_store_ckpt_info **out) {
     t->blob_len = e->blob_len;
     t->keys_ckpt = e->keys_ckpt;
     t->timers = e->timer_entries;
+    t->bcast = e->bcast_entries;
     t->has_clock = e->has_clock;
     t->clock = e->clock;
     t->npos = e->npos;
@@ -809,6 +817,9 @@ void weir_subtask_snapshot_free(weir_subtask_snapshot *snap) {
   weir_free(snap->tm_keys);
   weir_free(snap->tm_ts);
   weir_free(snap->tm_domain);
+  weir_free(snap->bc_klen);
+  weir_free(snap->bc_vlen);
+  weir_free(snap->bc_data);
   weir_free(snap->pos);
   weir_blob_free(snap->blob, snap->blob_len, snap->blob_release);
   memset(snap, 0, sizeof *snap);

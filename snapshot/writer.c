@@ -410,6 +410,8 @@ static void member_written(weir_store *s, gmember *m, weir__chunker *c) {
   e.blob_chunks = c->chunks[2];
   e.timer_chunks = c->chunks[3];
   e.timer_entries = sn->n_timers;
+  e.bcast_chunks = c->chunks[4];
+  e.bcast_entries = sn->n_bcast;
   e.has_clock = sn->has_clock;
   e.clock = sn->clock;
   e.bytes = m->w.bytes + m->txn_bytes;

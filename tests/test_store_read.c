@@ -3,8 +3,9 @@
  *
  * Covers: damage on disk (a flipped byte in a chunk or in metadata, heavy
  * truncation, scribbled LMDB pages, a file truncated under an open store
- * making the verifying child crash), which must give WEIR_ECORRUPT naming
- * the checkpoint and never crash the test; read-only opens beside a writer
+ * making the verifying child crash, a broadcast count its chunks do not
+ * hold), which must give WEIR_ECORRUPT naming the checkpoint and never
+ * crash the test; read-only opens beside a writer
  * (in a forked child: LMDB forbids opening one environment twice in a
  * process).
  */
@@ -129,6 +130,102 @@ static uint64_t three_checkpoints(void) {
   }
   weir_store_close(s);
   return id;
+}
+
+/* Broadcast state: 5 entries, one of them larger than a chunk (the stream
+ * goes on over several chunks), an empty key and value among them. */
+#define NBC 5
+static void snap_bcast(weir_subtask_snapshot *sn) {
+  memset(sn, 0, sizeof *sn);
+  sn->op = weir_strdup("rules");
+  sn->parallelism = 1;
+  static const uint32_t klen[NBC] = {1, 0, 3, 2, 2}, vlen[NBC] = {1, 0, 70000, 2, 1};
+  sn->n_bcast = NBC;
+  sn->bc_klen = weir_malloc(sizeof klen);
+  sn->bc_vlen = weir_malloc(sizeof vlen);
+  memcpy(sn->bc_klen, klen, sizeof klen);
+  memcpy(sn->bc_vlen, vlen, sizeof vlen);
+  for (int i = 0; i < NBC; i++) sn->bc_data_len += klen[i] + vlen[i];
+  sn->bc_data = weir_malloc(sn->bc_data_len);
+  for (uint64_t i = 0; i < sn->bc_data_len; i++) sn->bc_data[i] = (uint8_t)(rnd() >> 13);
+}
+
+static uint32_t g_min_reader;
+/* For edit_values: notes a checkpoint's min_reader_version, edits nothing. */
+static int note_min_reader(uint8_t *v, size_t room) {
+  uint32_t len =
+      (uint32_t)v[8] | (uint32_t)v[9] << 8 | (uint32_t)v[10] << 16 | (uint32_t)v[11] << 24;
+  if (WEIR__ENV_HDR + (size_t)len > room) return 0;
+  weir__ckpt_meta m;
+  char err[256];
+  if (weir__meta_decode(v, WEIR__ENV_HDR + len, 1, NULL, &m, err, sizeof err) == 0) {
+    g_min_reader = m.min_reader_version;
+    weir__meta_free(&m);
+  }
+  return 0;
+}
+/* For edit_values: bcast_entries (field 24: tag bytes 0xc0 0x01) NBC ->
+ * NBC + 1 in a checkpoint's metadata, resealed: the metadata still reads,
+ * and claims an entry more than its chunks hold. */
+static int bcast_count_up(uint8_t *v, size_t room) {
+  uint32_t len =
+      (uint32_t)v[8] | (uint32_t)v[9] << 8 | (uint32_t)v[10] << 16 | (uint32_t)v[11] << 24;
+  if (WEIR__ENV_HDR + (size_t)len > room) return 0;
+  uint8_t *p = v + WEIR__ENV_HDR;
+  for (uint32_t i = 0; i + 2 < len; i++)
+    if (p[i] == 0xc0 && p[i + 1] == 0x01 && p[i + 2] == NBC) {
+      p[i + 2] = NBC + 1;
+      weir__env_seal(v, WEIR_STORE_FORMAT, WEIR__KIND_META, len);
+      return 1;
+    }
+  return 0;
+}
+
+Test(store, broadcast_state_round_trips_and_a_wrong_count_is_refused) {
+  weir_store *s = open_with_job(NULL);
+  uint64_t id = next_id(s);
+  cr_assert_eq(id, 1);
+  weir_subtask_snapshot sn;
+  snap_bcast(&sn);
+  weir_subtask_snapshot want = sn;
+  want.bc_klen = weir_malloc(NBC * sizeof *want.bc_klen);
+  want.bc_vlen = weir_malloc(NBC * sizeof *want.bc_vlen);
+  want.bc_data = weir_malloc(sn.bc_data_len);
+  memcpy(want.bc_klen, sn.bc_klen, NBC * sizeof *want.bc_klen);
+  memcpy(want.bc_vlen, sn.bc_vlen, NBC * sizeof *want.bc_vlen);
+  memcpy(want.bc_data, sn.bc_data, sn.bc_data_len);
+  want.op = NULL;
+  write_commit(s, id, &sn, 0);
+  cr_assert_eq(weir_store_verify(s, id), 0, "%s", err_of(s));
+  weir_store_ckpt_info *info;
+  cr_assert_eq(weir_store_info(s, id, &info), 0, "%s", err_of(s));
+  cr_assert_eq(info->nsubtasks, 1);
+  cr_assert_eq(info->subtasks[0].bcast, NBC);
+  cr_assert_geq(info->subtasks[0].chunks, 2, "a stream over several chunks");
+  weir_store_ckpt_info_free(info);
+  weir_subtask_snapshot got;
+  cr_assert_eq(weir_store_load(s, id, "rules", 0, &got), 0, "%s", err_of(s));
+  cr_assert_eq(got.n_bcast, NBC);
+  cr_assert_eq(got.bc_data_len, want.bc_data_len);
+  cr_assert_arr_eq(got.bc_klen, want.bc_klen, NBC * sizeof *got.bc_klen);
+  cr_assert_arr_eq(got.bc_vlen, want.bc_vlen, NBC * sizeof *got.bc_vlen);
+  cr_assert_eq(memcmp(got.bc_data, want.bc_data, want.bc_data_len), 0);
+  weir_subtask_snapshot_free(&got);
+  weir_subtask_snapshot_free(&want);
+  weir_store_close(s);
+  /* An older weir must refuse it rather than drop the broadcast state. */
+  g_min_reader = 0;
+  edit_values(WEIR__KIND_META, 1, note_min_reader);
+  cr_assert_eq(g_min_reader, WEIR_STORE_BROADCAST);
+
+  cr_assert_eq(edit_values(WEIR__KIND_META, 0, bcast_count_up), 1);
+  s = open_store(NULL);
+  cr_assert_eq(weir_store_load(s, id, "rules", 0, &got), WEIR_ECORRUPT);
+  cr_assert(strstr(err_of(s), "broadcast entries"), "%s", err_of(s));
+  cr_assert(strstr(err_of(s), "operator \"rules\""), "%s", err_of(s));
+  cr_assert_eq(weir_store_verify(s, id), WEIR_ECORRUPT);
+  weir_store_close(s);
+  cr_assert_eq(th_leak_check(), 0);
 }
 
 Test(store, truncated_file_is_refused) {

@@ -221,6 +221,53 @@ static void copy_state(weir_ctx *c, weir_subtask_snapshot *s) {
   }
 }
 
+/* The subtask's copy of broadcast state, copied at the cut (it is small:
+ * rules, lookup tables), in table order. */
+static void copy_bcast(weir_ctx *c, weir_subtask_snapshot *s) {
+  weir__bmap *b = &c->bcast;
+  if (!b->n) return;
+  uint64_t total = 0;
+  for (uint64_t i = 0; i < b->cap; i++)
+    if (weir__bytes_at(b, i))
+      total += (uint64_t)weir__bytes_at(b, i)->klen + weir__bytes_at(b, i)->vlen;
+  s->n_bcast = b->n;
+  s->bc_klen = weir_malloc(b->n * sizeof(uint32_t));
+  s->bc_vlen = weir_malloc(b->n * sizeof(uint32_t));
+  s->bc_data = weir_malloc(total ? total : 1);
+  s->bc_data_len = total;
+  uint64_t j = 0, off = 0;
+  for (uint64_t i = 0; i < b->cap; i++) {
+    weir__bent *e = weir__bytes_at(b, i);
+    if (!e) continue;
+    s->bc_klen[j] = e->klen;
+    s->bc_vlen[j] = e->vlen;
+    memcpy(s->bc_data + off, e->data, e->klen);
+    memcpy(s->bc_data + off + e->klen, weir__bent_val(e), e->vlen);
+    off += (uint64_t)e->klen + e->vlen;
+    j++;
+  }
+}
+
+/* Installs restored broadcast state; a key stored twice is a damaged
+ * checkpoint (the writer stores a map). */
+static int restore_bcast(weir_ctx *c, const weir_subtask_snapshot *s) {
+  if (!s->n_bcast) return 0;
+  if (!c->node->bcast_in2)
+    return weir_ctx_fail(c, WEIR_ECORRUPT,
+                         "checkpoint holds broadcast state for an operator without a broadcast "
+                         "input");
+  uint64_t off = 0;
+  for (uint64_t i = 0; i < s->n_bcast; i++) {
+    const uint8_t *k = s->bc_data + off;
+    if (weir__bytes_find(&c->bcast, k, s->bc_klen[i]))
+      return weir_ctx_fail(c, WEIR_ECORRUPT, "checkpoint holds broadcast key %llu twice",
+                           (unsigned long long)i);
+    weir__bytes_put(&c->bcast, 0, k, s->bc_klen[i], k + s->bc_klen[i], s->bc_vlen[i]);
+    off += (uint64_t)s->bc_klen[i] + s->bc_vlen[i];
+  }
+  return 0;
+}
+
 int weir__ctx_snapshot(weir_ctx *c, uint64_t id, weir_subtask_snapshot *s) {
   memset(s, 0, sizeof *s);
   s->op = weir_strdup(c->node->name);
@@ -228,6 +275,7 @@ int weir__ctx_snapshot(weir_ctx *c, uint64_t id, weir_subtask_snapshot *s) {
   s->parallelism = c->parallelism;
   copy_state(c, s);
   weir__timers_snapshot(c, s);
+  copy_bcast(c, s);
   weir_snapshot_writer w = {0};
   int (*cb)(weir_ctx *, uint64_t, weir_snapshot_writer *) =
       c->node->svt ? c->node->svt->snapshot : c->node->ovt->snapshot;
@@ -446,6 +494,7 @@ int weir__ctx_restore(weir_ctx *c) {
     rc = weir_ctx_fail(c, WEIR_ECORRUPT, "checkpoint holds keyed state for a non-keyed operator");
   }
   if (!rc) rc = weir__timers_restore(c, s);
+  if (!rc) rc = restore_bcast(c, s);
   uint64_t t0 = uv_hrtime();
   /* Keyed u64 state read with the operator's own parallelism was built
    * while loading (job.c); rescaled state comes here in arrays. Entries in

@@ -1,5 +1,6 @@
 /* ctx.c: owns operator contexts: their creation, the accessors of the API,
- * failure messages, named counters, and the weir_state_* calls. */
+ * failure messages, named counters, and the weir_state_* and
+ * weir_broadcast_* calls. */
 #include "task_ctx.h"
 
 #include <stdarg.h>
@@ -42,6 +43,7 @@ void weir__ctx_destroy(weir_ctx *c) {
     weir_free(c->restore);
   }
   weir__state_close(&c->state);
+  weir__bytes_close(&c->bcast);
   weir__timers_ctx_free(c);
   weir__batch_destroy(c->link);
   weir_free(c);
@@ -164,7 +166,25 @@ uint64_t weir_source_record_id(const weir_ctx *c, uint32_t split, uint64_t offse
 
 /* ---- keyed state ---------------------------------------------------------- */
 
+/* Why a keyed call is refused: the operator is not keyed, or it runs a
+ * broadcast input's record, which belongs to no key (docs/event-time.md
+ * §7.2): state written there would sit under whatever key came last, on
+ * every subtask at once. */
+static int no_key(weir_ctx *c) {
+  if (!c->keyed) return WEIR_ENOTKEYED;
+  return weir_ctx_fail(c, WEIR_ESTATE,
+                       "keyed state in process2/process_batch2 of a broadcast input: its records "
+                       "belong to no key (use weir_broadcast_*, or visit keyed state with "
+                       "weir_state_each_*)");
+}
+
+/* One test on the fast path for both conditions of no_key. */
 #define NEED_KEYED(c)                                                                              \
+  do {                                                                                             \
+    if (__builtin_expect(!(c)->keyed || (c)->in_bcast, 0)) return no_key(c);                       \
+  } while (0)
+/* Read-only visits: allowed on a broadcast input too. */
+#define NEED_KEYED_VISIT(c)                                                                        \
   do {                                                                                             \
     if (!(c)->keyed) return WEIR_ENOTKEYED;                                                        \
   } while (0)
@@ -270,7 +290,7 @@ int weir_state_each_bytes(weir_ctx *c,
                           int (*fn)(void *user, uint64_t record_key, const void *k, size_t klen,
                                     const void *v, size_t vlen),
                           void *user) {
-  NEED_KEYED(c);
+  NEED_KEYED_VISIT(c);
   weir__bmap *m = &c->state.b;
   for (uint64_t i = 0; i < m->cap; i++) {
     weir__bent *e = weir__bytes_at(m, i);
@@ -283,7 +303,7 @@ int weir_state_each_bytes(weir_ctx *c,
 
 int weir_state_each_u64(weir_ctx *c, int (*fn)(void *user, uint64_t key, uint64_t value),
                         void *user) {
-  NEED_KEYED(c);
+  NEED_KEYED_VISIT(c);
   weir__u64map *m = &c->state.u;
   if (m->has_empty_key) {
     int rc = fn(user, WEIR__U64_EMPTY, m->empty_key_value);
@@ -292,6 +312,66 @@ int weir_state_each_u64(weir_ctx *c, int (*fn)(void *user, uint64_t key, uint64_
   for (uint64_t i = 0; i < m->cap; i++) {
     if (m->slots[2 * i] == WEIR__U64_EMPTY) continue;
     int rc = fn(user, m->slots[2 * i], m->slots[2 * i + 1]);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* ---- broadcast state ----------------------------------------------------------- */
+
+/* Broadcast state exists in an operator whose second input broadcasts, and
+ * is written only by that input's records: every subtask sees the same
+ * broadcast records, so every copy sees the same updates. */
+static int bcast_check(weir_ctx *c, const char *call, int write) {
+  if (!c->node->bcast_in2)
+    return weir_ctx_fail(c, WEIR_ESTATE,
+                         "%s: operator '%s' has no broadcast input (broadcast state belongs to "
+                         "weir_connect with weir_broadcast(...) as its second input)",
+                         call, c->node->name);
+  if (write && !c->in_bcast)
+    return weir_ctx_fail(c, WEIR_ESTATE,
+                         "%s: operator '%s' writes broadcast state outside process2/"
+                         "process_batch2: only the broadcast input's records, which every "
+                         "subtask sees, keep the subtasks' copies equal",
+                         call, c->node->name);
+  return 0;
+}
+
+int weir_broadcast_get(weir_ctx *c, const void *k, size_t klen, const void **val, size_t *vlen) {
+  int rc = bcast_check(c, "weir_broadcast_get", 0);
+  if (rc) return rc;
+  weir__bent *e = weir__bytes_find(&c->bcast, k, klen);
+  *val = e ? weir__bent_val(e) : NULL;
+  *vlen = e ? e->vlen : 0;
+  return e != NULL;
+}
+
+int weir_broadcast_put(weir_ctx *c, const void *k, size_t klen, const void *val, size_t vlen) {
+  int rc = bcast_check(c, "weir_broadcast_put", 1);
+  if (rc) return rc;
+  if (klen > UINT32_MAX || vlen > UINT32_MAX) return WEIR_EINVAL;
+  weir__bytes_put(&c->bcast, 0, k, klen, val, vlen);
+  return 0;
+}
+
+int weir_broadcast_del(weir_ctx *c, const void *k, size_t klen) {
+  int rc = bcast_check(c, "weir_broadcast_del", 1);
+  if (rc) return rc;
+  weir__bytes_del(&c->bcast, k, klen);
+  return 0;
+}
+
+int weir_broadcast_each(weir_ctx *c,
+                        int (*fn)(void *user, const void *k, size_t klen, const void *v,
+                                  size_t vlen),
+                        void *user) {
+  int rc = bcast_check(c, "weir_broadcast_each", 0);
+  if (rc) return rc;
+  weir__bmap *m = &c->bcast;
+  for (uint64_t i = 0; i < m->cap; i++) {
+    weir__bent *e = weir__bytes_at(m, i);
+    if (!e) continue;
+    rc = fn(user, weir__bent_key(e), e->klen, weir__bent_val(e), e->vlen);
     if (rc) return rc;
   }
   return 0;

@@ -350,12 +350,20 @@ static weir__node *consume_n(const char *call, weir_stream *const *in, uint32_t 
   n->arg = arg;
   n->keyed = 1;
   n->two_inputs = ns > 1;
+  /* A broadcast second input (every side-1 edge broadcasts) carries
+   * broadcast state and leaves the operator keyed if its first input is:
+   * its records reach every subtask and touch no key's state. A side that
+   * mixes broadcast with other edges is neither. */
+  int hashed[2] = {1, 1}, bcast[2] = {1, 1};
   for (uint32_t k = 0; k < ns; k++)
     for (uint32_t i = 0; i < in[k]->n; i++) {
       edge_new(job, &in[k]->out[i], n);
       n->in[n->nin - 1]->side = (uint8_t)k;
-      if (in[k]->out[i].part != WEIR__PART_HASH) n->keyed = 0;
+      if (in[k]->out[i].part != WEIR__PART_HASH) hashed[k] = 0;
+      if (in[k]->out[i].part != WEIR__PART_BROADCAST) bcast[k] = 0;
     }
+  n->bcast_in2 = ns > 1 && bcast[1];
+  n->keyed = hashed[0] && (ns == 1 || hashed[1] || n->bcast_in2);
   return n;
 }
 

@@ -75,8 +75,9 @@ struct weir__node {
    * that was logged (task.c, once per source: any subtask's thread). */
   atomic_int idle_warned;
   int parallelism;   /* 0 until frozen when the user said "default" */
-  int keyed;         /* all inputs hash-partitioned */
+  int keyed;         /* side 0 hash-partitioned, side 1 hashed or broadcast */
   int two_inputs;    /* weir_connect: in edges of side 1 too */
+  int bcast_in2;     /* weir_connect: every side-1 edge broadcasts (broadcast state) */
   uint32_t op_flags; /* WEIR_OP_* declared by weir_process_opts */
   /* Side outputs it declared (port k + 1 is tags[k]), and the names of
    * their drop counters ("dropped:<tag>"); owned by the node. */

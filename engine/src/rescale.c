@@ -9,6 +9,9 @@
  *    a u64 entry's key is its record key, a byte-string entry carries the
  *    record key that wrote it;
  *  - timers are keyed state too: each goes with its key;
+ *  - broadcast state: every new subtask gets old subtask 0's copy (a
+ *    two-input operator checkpoints aligned, so every copy saw the same
+ *    broadcast records at the cut);
  *  - an event-time operator's clock: each new subtask resumes from the
  *    minimum of the old ones (a later clock could make records late that
  *    were not);
@@ -64,7 +67,13 @@ int weir__rescale(const char *op, const weir__rescale_kind *kind, uint32_t key_g
       snprintf(msg, msglen, "operator '%s' has keyed state but is not keyed", op);
       return WEIR_ECORRUPT;
     }
+    if (o->n_bcast && !kind->broadcast) {
+      snprintf(msg, msglen, "operator '%s' has broadcast state but no broadcast input", op);
+      return WEIR_ECORRUPT;
+    }
   }
+  const weir_subtask_snapshot *bc = p0 ? old[0] : NULL; /* the copy every subtask gets */
+  if (bc && !bc->n_bcast) bc = NULL;
   /* Two passes over the old states: count what each new subtask gets,
    * then fill arrays of exactly that size. */
   weir_subtask_snapshot **n = out;
@@ -94,7 +103,18 @@ int weir__rescale(const char *op, const weir__rescale_kind *kind, uint32_t key_g
     t->npos = npos;
     t->has_clock = has_clock;
     t->clock = clock;
-    if (!t->n_u64 && !t->n_bytes && !t->npos && !t->blob_len && !t->n_timers && !has_clock) {
+    if (bc) {
+      t->n_bcast = bc->n_bcast;
+      t->bc_data_len = bc->bc_data_len;
+      t->bc_klen = weir_malloc(bc->n_bcast * sizeof *t->bc_klen);
+      t->bc_vlen = weir_malloc(bc->n_bcast * sizeof *t->bc_vlen);
+      t->bc_data = weir_malloc(bc->bc_data_len ? bc->bc_data_len : 1);
+      memcpy(t->bc_klen, bc->bc_klen, bc->n_bcast * sizeof *t->bc_klen);
+      memcpy(t->bc_vlen, bc->bc_vlen, bc->n_bcast * sizeof *t->bc_vlen);
+      if (bc->bc_data_len) memcpy(t->bc_data, bc->bc_data, (size_t)bc->bc_data_len);
+    }
+    if (!t->n_u64 && !t->n_bytes && !t->npos && !t->blob_len && !t->n_timers && !has_clock &&
+        !t->n_bcast) {
       weir_free(t); /* nothing for this subtask */
       n[s] = NULL;
       continue;

@@ -13,6 +13,7 @@ typedef struct weir__rescale_kind {
   int rescalable_source; /* a source with parallelism-independent splits */
   int loop_head;         /* its blob is a back-edge log */
   int rescalable_blob;   /* its blob is appendable (weir_operator_vt.rescalable) */
+  int broadcast;         /* its second input broadcasts: it keeps broadcast state */
 } weir__rescale_kind;
 
 /* Builds the restore states out[0..p-1] of operator `op` from the states

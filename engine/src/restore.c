@@ -198,7 +198,8 @@ static int load_rescaled(weir_job *job, uint64_t id, weir__node *n, uint32_t p0,
     weir__rescale_kind kind = {.keyed = n->keyed,
                                .rescalable_source = n->svt && n->svt->rescalable,
                                .loop_head = n->head_of != NULL,
-                               .rescalable_blob = n->ovt && n->ovt->rescalable};
+                               .rescalable_blob = n->ovt && n->ovt->rescalable,
+                               .broadcast = n->bcast_in2};
     char msg[400];
     rc = weir__rescale(n->name, &kind, key_groups, old, p0, (uint32_t)n->parallelism, out, msg,
                        sizeof msg);

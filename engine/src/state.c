@@ -53,8 +53,7 @@ void weir__state_close(weir__state *s) {
     weir__table_free(s->u.slots, s->u.cap * 16);
   /* After the detach: dropping a finished view hands its arena to spare. */
   weir__table_free(s->u.spare, s->u.spare_cap * 16);
-  for (uint64_t i = 0; i < s->b.cap; i++) weir_free(s->b.slots[i].e);
-  weir_free(s->b.slots);
+  weir__bytes_close(&s->b);
   memset(s, 0, sizeof *s);
 }
 
@@ -594,6 +593,12 @@ static inline uint64_t bytes_hash(const void *k, size_t klen) {
   }
   h *= 0x94d049bb133111ebULL;
   return h ^ (h >> 32);
+}
+
+void weir__bytes_close(weir__bmap *m) {
+  for (uint64_t i = 0; i < m->cap; i++) weir_free(m->slots[i].e);
+  weir_free(m->slots);
+  memset(m, 0, sizeof *m);
 }
 
 static void bytes_grow(weir__bmap *m) {

@@ -242,6 +242,9 @@ weir__bent *weir__bytes_put(weir__bmap *m, uint64_t route_key, const void *k, si
 weir__bent *weir__bytes_upsert(weir__bmap *m, uint64_t route_key, const void *k, size_t klen,
                                size_t vlen, int64_t *old_len);
 int weir__bytes_del(weir__bmap *m, const void *k, size_t klen);
+/* Frees every entry and the table; m is empty and usable again (a map of
+ * its own, as broadcast state is, zero-initialised, needs no init). */
+void weir__bytes_close(weir__bmap *m);
 
 static inline const uint8_t *weir__bent_key(const weir__bent *e) {
   return e->data;

@@ -327,10 +327,13 @@ static int op_process(weir_ctx *ctx, const weir__batch *b, uint32_t from, uint32
   if (UNLIKELY(ctx->in_side)) {
     process = vt->process2;
     process_batch = vt->process_batch2;
+    /* Broadcast records belong to no key: broadcast state only. */
+    ctx->in_bcast = (uint8_t)ctx->node->bcast_in2;
   }
   int rc = 0;
   ctx->n_in += n;
-  ctx->key_known = !process_batch; /* a batch has no current record until a select */
+  /* A batch has no current record until a select. */
+  ctx->key_known = !process_batch && !ctx->in_bcast;
   if (process_batch) {
     weir_batch v = weir__batch_view(b);
     if (from || n != b->len) {
@@ -353,6 +356,7 @@ static int op_process(weir_ctx *ctx, const weir__batch *b, uint32_t from, uint32
       if (UNLIKELY(rc)) break;
     }
   }
+  ctx->in_bcast = 0;
   if (LIKELY(!rc)) return 0;
   static const char *const names[2][2] = {{"process", "process_batch"},
                                           {"process2", "process_batch2"}};

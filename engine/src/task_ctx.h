@@ -65,6 +65,13 @@ struct weir_ctx {
   /* The input the records in process come from (weir_connect: 0 or 1;
    * set by the task for its head operator). */
   uint8_t in_side;
+  /* Broadcast state (docs/event-time.md §7.2): this subtask's copy, used
+   * only by an operator whose second input broadcasts (node->bcast_in2).
+   * in_bcast is set while process2/process_batch2 runs on such an input:
+   * broadcast state may be written then, and there is no current key, so
+   * keyed state and timers are refused (but for read-only visits). */
+  weir__bmap bcast;
+  uint8_t in_bcast;
   /* Keyed operators: what a new u64 state key may be (state.h), armed
    * once state is restored; key_known: cur_key is the record's whose
    * state the operator works on (process, or after weir_state_select). */

@@ -70,6 +70,12 @@ static weir__timers *timers_of(weir_ctx *c, weir_time_domain d, int64_t ts, int 
         d == WEIR_EVENT_TIME ? "WEIR_OP_EVENT_TIMERS" : "WEIR_OP_PROCESSING_TIMERS");
     return NULL;
   }
+  if (c->in_bcast) {
+    *rc = weir_ctx_fail(c, WEIR_ESTATE,
+                        "timer in process2/process_batch2 of a broadcast input: its records "
+                        "belong to no key");
+    return NULL;
+  }
   if (!c->key_known) {
     *rc = weir_ctx_fail(c, WEIR_ESTATE,
                         "timer without a current key: a timer belongs to a key (call "

@@ -253,7 +253,9 @@ typedef struct weir_operator_vt {
   /* Two-input operators (weir_connect): the records of the second input,
    * as process / process_batch take the first's (one of the two is
    * required). Same thread, same key rules: with both inputs keyed, the
-   * record's key is current and its state is shared with the first's. */
+   * record's key is current and its state is shared with the first's.
+   * With a broadcast second input, no key is current: these write
+   * broadcast state (weir_broadcast_*), not keyed state or timers. */
   int (*process2)(weir_ctx *ctx, const weir_record *r);
   int (*process_batch2)(weir_ctx *ctx, const weir_batch *b);
 } weir_operator_vt;
@@ -547,6 +549,47 @@ int weir_state_each_bytes(weir_ctx *ctx,
                           void *user);
 
 /* ------------------------------------------------------------------------ */
+/* Broadcast state                                                          */
+/*
+ * An operator made by weir_connect whose second input is
+ * weir_broadcast(...) keeps broadcast state: a small byte-string map of
+ * which every subtask holds its own copy (rules, a lookup table), beside
+ * keyed state if its first input is keyed. Every subtask receives every
+ * broadcast record, so copies that are written only from those records
+ * stay equal: weir_broadcast_put and _del may be called only in process2
+ * or process_batch2 (else WEIR_ESTATE, with a message); _get and _each
+ * anywhere in the operator (open, process, on_timer, finish, ...). An
+ * operator without a broadcast input gets WEIR_ESTATE from all four.
+ *
+ * The copy is the calling subtask's, on its own thread: the calls may be
+ * made only from the operator's callbacks and do not block. It is
+ * snapshotted at every checkpoint and restored; restored with another
+ * parallelism, every new subtask gets old subtask 0's copy (the checkpoints
+ * of a two-input operator are aligned: all copies saw the same records).
+ *
+ * Several broadcast producers (a broadcast input of parallelism above 1,
+ * or a union) interleave differently on each subtask: their updates must
+ * not depend on that order (a put per distinct key, commutative merges),
+ * or the broadcast side runs with parallelism 1. weir does not check it.
+ *
+ * While process2/process_batch2 runs on a broadcast input there is no
+ * current key: keyed state and timer calls return WEIR_ESTATE, except the
+ * read-only visits weir_state_each_u64 and weir_state_each_bytes.
+ *
+ * Returns as the byte-string state calls: get returns 1 (found, *val into
+ * the copy, valid until the next broadcast call on this ctx) or 0; put
+ * WEIR_EINVAL for a key or value of 4 GiB or more. each visits every entry
+ * in no particular order (fn must not change broadcast state); a nonzero
+ * return from fn stops the visit and is returned. */
+int weir_broadcast_get(weir_ctx *ctx, const void *k, size_t klen, const void **val, size_t *vlen);
+int weir_broadcast_put(weir_ctx *ctx, const void *k, size_t klen, const void *val, size_t vlen);
+int weir_broadcast_del(weir_ctx *ctx, const void *k, size_t klen);
+int weir_broadcast_each(weir_ctx *ctx,
+                        int (*fn)(void *user, const void *k, size_t klen, const void *v,
+                                  size_t vlen),
+                        void *user);
+
+/* ------------------------------------------------------------------------ */
 /* Building a job                                                           */
 
 int weir_job_create(weir_job **out, const char *name);
@@ -626,7 +669,9 @@ weir_stream *weir_process_opts(weir_stream *s, const char *name, const weir_oper
 /* An operator of two inputs: in1's records go to process/process_batch,
  * in2's to process2/process_batch2 (one of each required). Keyed if both
  * inputs are keyed (weir_key_by): one key's records of both inputs meet
- * in one subtask, with shared keyed state and timers (a join). Declarations
+ * in one subtask, with shared keyed state and timers (a join); or if in1
+ * is keyed and in2 is weir_broadcast(...). A broadcast in2 gives the
+ * operator broadcast state (weir_broadcast_*, above). Declarations
  * as weir_process_opts (opts may be NULL). Its checkpoints are aligned
  * (unaligned ones and the alignment timeout apply to jobs without
  * two-input operators). WEIR_EPLAN if in1 and in2 come from one operator. */

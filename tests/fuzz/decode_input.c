@@ -194,7 +194,9 @@ static void check_meta(const weir__ckpt_meta *m, uint64_t key, const char *job) 
               e->bytes_entries <= (uint64_t)e->bytes_chunks * WEIR__MAX_BYTES_PER_CHUNK &&
               e->blob_len <= (uint64_t)e->blob_chunks * WEIR__CHUNK_MAX &&
               e->timer_entries <= (uint64_t)e->timer_chunks * WEIR__MAX_TIMERS_PER_CHUNK &&
-              (e->timer_entries == 0) == (e->timer_chunks == 0),
+              (e->timer_entries == 0) == (e->timer_chunks == 0) &&
+              e->bcast_entries <= (uint64_t)e->bcast_chunks * WEIR__MAX_BYTES_PER_CHUNK &&
+              (e->bcast_entries == 0) == (e->bcast_chunks == 0),
           "meta decode: entry %u: counts its chunks cannot hold", i);
     CHECK(e->npos == 0 || e->pos != NULL, "meta decode: entry %u: %u positions, no array", i,
           e->npos);
@@ -229,7 +231,10 @@ static int same_meta(const weir__ckpt_meta *a, const weir__ckpt_meta *b) {
         x->bytes != y->bytes || x->u64_entries != y->u64_entries ||
         x->bytes_entries != y->bytes_entries || x->bytes_data_len != y->bytes_data_len ||
         x->blob_len != y->blob_len || x->npos != y->npos || x->keys_ckpt != y->keys_ckpt ||
-        x->keys_record != y->keys_record)
+        x->keys_record != y->keys_record || x->timer_chunks != y->timer_chunks ||
+        x->timer_entries != y->timer_entries || x->has_clock != y->has_clock ||
+        x->clock != y->clock || x->bcast_chunks != y->bcast_chunks ||
+        x->bcast_entries != y->bcast_entries)
       return 0;
     for (uint32_t k = 0; k < x->npos; k++) /* (a position has padding: no memcmp) */
       if (x->pos[k].split != y->pos[k].split || x->pos[k].offset != y->pos[k].offset) return 0;

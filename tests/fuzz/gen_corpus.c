@@ -167,6 +167,17 @@ static void metas(void) {
   weir__meta_encode(&m, &v, &n);
   put2("meta-timers", FZ_META | FZ_WITH_JOB, 8, 0, 0, v, n);
   weir_free(v);
+
+  /* "words" keeps broadcast state too, after its timers (format 4). */
+  sorted[3].bcast_chunks = 2;
+  sorted[3].bcast_entries = 3;
+  sorted[3].bytes += 120;
+  m.total_bytes += 120;
+  m.total_chunks += 2;
+  m.min_reader_version = WEIR_STORE_BROADCAST;
+  weir__meta_encode(&m, &v, &n);
+  put2("meta-bcast", FZ_META | FZ_WITH_JOB, 8, 0, 0, v, n);
+  weir_free(v);
 }
 
 static void chunks(void) {
@@ -194,6 +205,11 @@ static void chunks(void) {
   n = weir__bytes_chunk_encode((weir__chunk_id){8, 3, 1}, NULL, NULL, NULL, 0,
                                (const uint8_t *)data + 30, 10, buf);
   put2("bytes-data-only", FZ_CHUNK, 8, 3, 1, buf, n);
+  /* Broadcast state: a byte-string stream whose routes are all 0. */
+  const uint64_t zero[3] = {0, 0, 0};
+  n = weir__bytes_chunk_encode((weir__chunk_id){8, 3, 2}, zero, klen, vlen, 3,
+                               (const uint8_t *)data, 40, buf);
+  put2("bcast-3", FZ_CHUNK, 8, 3, 2, buf, n);
 
   uint8_t blob[60];
   for (int i = 0; i < 60; i++) blob[i] = (uint8_t)(i * 7 + 1);

@@ -34,12 +34,13 @@ extern "C" {
 /* The format this weir writes, and the oldest it reads. Format 2 stores u64
  * state in hash order (below); format 1 stored it in key order. Format 3
  * lets a checkpoint share the u64 keys of an earlier one (a checkpoint that
- * does sets min_reader_version 3). Format 4 adds timers and an operator's
- * event-time clock (a checkpoint that holds either sets
- * min_reader_version 4: an older weir would drop them). */
+ * does sets min_reader_version 3). Format 4 adds timers, an operator's
+ * event-time clock and broadcast state (a checkpoint that holds any of
+ * them sets min_reader_version 4: an older weir would drop them). */
 #define WEIR_STORE_FORMAT 4u
 #define WEIR_STORE_SHARED_KEYS 3u
 #define WEIR_STORE_TIMERS 4u
+#define WEIR_STORE_BROADCAST 4u
 #define WEIR_STORE_MIN_READER 1u
 
 /* A task's channel state (unaligned checkpoints) is stored as the operator
@@ -210,6 +211,13 @@ typedef struct weir_subtask_snapshot {
    * at the cut. */
   int has_clock;
   int64_t clock;
+  /* Broadcast state (docs/event-time.md §7.2): entry i is a key of
+   * bc_klen[i] bytes then a value of bc_vlen[i] bytes, entries back to
+   * back in bc_data; each key once, in any order. */
+  uint64_t n_bcast;
+  uint32_t *bc_klen, *bc_vlen;
+  uint8_t *bc_data;
+  uint64_t bc_data_len;
   /* Source positions per split. */
   uint32_t npos;
   weir_snap_position *pos;
@@ -338,6 +346,7 @@ typedef struct weir_store_subtask_info {
   uint64_t keys_ckpt; /* its u64 keys are stored with this earlier checkpoint
                          (not in bytes, chunks); 0: with its own chunks */
   uint64_t timers;    /* timers (format 4) */
+  uint64_t bcast;     /* broadcast state entries (format 4) */
   int has_clock;      /* an event-time operator: its clock at the cut */
   int64_t clock;
   uint32_t npos;
