@@ -444,7 +444,8 @@ Test(broadcast, misuse_is_refused) {
 
 /* A keyed first input and a broadcast second one make a keyed operator
  * (keyed state is declared without a build error); a broadcast side that
- * is mixed with another partitioning (a union) is not broadcast. */
+ * is mixed with another partitioning (a union) is not broadcast, and with
+ * a keyed first input that is a build error. */
 Test(broadcast, keyed_with_a_broadcast_input) {
   weir_job *job = NULL;
   cr_assert_eq(weir_job_create(&job, "kb"), 0);
@@ -462,6 +463,7 @@ Test(broadcast, keyed_with_a_broadcast_input) {
                    &rules_vt, NULL, 2, &o);
   cr_assert_null(j);
   cr_assert_eq(weir_job_build_error(job), WEIR_EPLAN);
-  cr_assert(strstr(weir_job_error(job), "not keyed"), "%s", weir_job_error(job));
+  cr_assert(strstr(weir_job_error(job), "neither keyed (weir_key_by) nor broadcast"), "%s",
+            weir_job_error(job));
   weir_job_destroy(job);
 }

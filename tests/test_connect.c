@@ -169,10 +169,15 @@ static weir_stream *same_input_twice(weir_job *job) {
   weir_stream *a = weir_source(job, "a", &th_seq_vt, &seq_a, 1);
   return weir_connect(a, a, "twice", &both_vt, NULL, 1, NULL);
 }
-static weir_stream *keyed_state_one_side_keyed(weir_job *job) {
-  weir_op_opts o = {.size = sizeof o, .flags = WEIR_OP_KEYED_STATE};
+static weir_stream *one_side_keyed(weir_job *job) {
   return weir_connect(weir_key_by(weir_source(job, "a", &th_seq_vt, &seq_a, 1)),
                       weir_rebalance(weir_source(job, "b", &th_seq_vt, &seq_b, 1)), "half",
+                      &both_vt, NULL, 1, NULL);
+}
+static weir_stream *keyed_state_no_side_keyed(weir_job *job) {
+  weir_op_opts o = {.size = sizeof o, .flags = WEIR_OP_KEYED_STATE};
+  return weir_connect(weir_rebalance(weir_source(job, "a", &th_seq_vt, &seq_a, 1)),
+                      weir_rebalance(weir_source(job, "b", &th_seq_vt, &seq_b, 1)), "none",
                       &both_vt, NULL, 1, &o);
 }
 static weir_stream *null_input(weir_job *job) {
@@ -183,6 +188,7 @@ static weir_stream *null_input(weir_job *job) {
 Test(connect, misuse_is_a_build_error) {
   refused(no_process2, "has neither process2 nor process_batch2");
   refused(same_input_twice, "reads operator 'a' twice");
-  refused(keyed_state_one_side_keyed, "keeps keyed state, but its input is not keyed");
+  refused(one_side_keyed, "its second is neither keyed (weir_key_by) nor broadcast");
+  refused(keyed_state_no_side_keyed, "keeps keyed state, but its input is not keyed");
   refused(null_input, "input 2 is NULL");
 }

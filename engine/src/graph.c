@@ -344,12 +344,6 @@ static weir__node *consume_n(const char *call, weir_stream *const *in, uint32_t 
                           name, in[a]->out[i].node->name);
             return NULL;
           }
-  weir__node *n = node_new(job, name, kind, parallelism);
-  n->vt.op = own;
-  n->ovt = &n->vt.op;
-  n->arg = arg;
-  n->keyed = 1;
-  n->two_inputs = ns > 1;
   /* A broadcast second input (every side-1 edge broadcasts) carries
    * broadcast state and leaves the operator keyed if its first input is:
    * its records reach every subtask and touch no key's state. A side that
@@ -357,10 +351,27 @@ static weir__node *consume_n(const char *call, weir_stream *const *in, uint32_t 
   int hashed[2] = {1, 1}, bcast[2] = {1, 1};
   for (uint32_t k = 0; k < ns; k++)
     for (uint32_t i = 0; i < in[k]->n; i++) {
-      edge_new(job, &in[k]->out[i], n);
-      n->in[n->nin - 1]->side = (uint8_t)k;
       if (in[k]->out[i].part != WEIR__PART_HASH) hashed[k] = 0;
       if (in[k]->out[i].part != WEIR__PART_BROADCAST) bcast[k] = 0;
+    }
+  /* A keyed first input with a second that is neither would share keyed
+   * state with records that reach an arbitrary subtask. */
+  if (ns > 1 && hashed[0] && !hashed[1] && !bcast[1]) {
+    weir_job_fail(job, WEIR_EPLAN,
+                  "%s: operator '%s': its first input is keyed but its second is neither keyed "
+                  "(weir_key_by) nor broadcast (weir_broadcast)",
+                  call, name);
+    return NULL;
+  }
+  weir__node *n = node_new(job, name, kind, parallelism);
+  n->vt.op = own;
+  n->ovt = &n->vt.op;
+  n->arg = arg;
+  n->two_inputs = ns > 1;
+  for (uint32_t k = 0; k < ns; k++)
+    for (uint32_t i = 0; i < in[k]->n; i++) {
+      edge_new(job, &in[k]->out[i], n);
+      n->in[n->nin - 1]->side = (uint8_t)k;
     }
   n->bcast_in2 = ns > 1 && bcast[1];
   n->keyed = hashed[0] && (ns == 1 || hashed[1] || n->bcast_in2);
