@@ -118,6 +118,36 @@ static void run(const weir_operator_vt *vt, int p, const char *state, int restor
   weir_job_destroy(job);
 }
 
+/* ---- one operator's main and side output, connected ---------------------------- */
+
+static int split_process(weir_ctx *ctx, const weir_record *r) {
+  uint64_t v = weir_payload_u64(r);
+  if (v < NA) return weir_emit_u64(ctx, r->key, v);
+  return weir_emit_side(ctx, "b", r->key, WEIR_TS_DEFAULT, r->payload, r->len);
+}
+static const weir_operator_vt split_vt = {
+    .size = sizeof split_vt, .name = "split", .process = split_process};
+
+/* a and b through one operator that sends b's records to its side output
+ * "b": its two outputs are the two inputs of the connected operator. */
+static weir_job *build_split(int p) {
+  weir_job *job = NULL;
+  cr_assert_eq(weir_job_create(&job, "split"), 0);
+  static const char *const tags[] = {"b"};
+  weir_op_opts so = {.size = sizeof so, .ntags = 1, .tags = tags};
+  weir_stream *ab = weir_union(weir_source(job, "a", &th_seq_vt, &seq_a, 1),
+                               weir_source(job, "b", &th_seq_vt, &seq_b, 1));
+  weir_stream *main = weir_process_opts(ab, "split", &split_vt, NULL, 1, &so);
+  weir_op_opts o = {.size = sizeof o, .flags = WEIR_OP_KEYED_STATE};
+  weir_stream *j = weir_connect(weir_key_by(main), weir_key_by(weir_side_output(main, "b")), "both",
+                                &both_vt, NULL, p, &o);
+  cr_assert_not_null(j, "%s", weir_job_error(job));
+  cr_assert_eq(weir_sink(weir_rebalance(j), "last", &sink_vt, NULL, 1), 0, "%s",
+               weir_job_error(job));
+  cur_job = job;
+  return job;
+}
+
 TestSuite(connect, .timeout = 120);
 
 Test(connect, each_input_reaches_its_callbacks_with_shared_keyed_state) {
@@ -187,8 +217,42 @@ static weir_stream *null_input(weir_job *job) {
 
 Test(connect, misuse_is_a_build_error) {
   refused(no_process2, "has neither process2 nor process_batch2");
-  refused(same_input_twice, "reads operator 'a' twice");
+  refused(same_input_twice, "reads an output of operator 'a' twice");
   refused(one_side_keyed, "its second is neither keyed (weir_key_by) nor broadcast");
   refused(keyed_state_no_side_keyed, "keeps keyed state, but its input is not keyed");
   refused(null_input, "input 2 is NULL");
+}
+
+/* An operator's main output and its side output into one two-input
+ * operator: each reaches its own callbacks, also across a stop and a
+ * restore at another parallelism. */
+Test(connect, main_and_side_output_of_one_operator) {
+  reset();
+  weir_job *job = build_split(2);
+  weir_run_opts o = {.workers = 2};
+  cr_assert_eq(weir_job_run(job, &o), 0, "%s", weir_job_error(job));
+  weir_job_destroy(job);
+  check_totals();
+
+  char *state = th_tmpdir();
+  cr_assert_not_null(state);
+  reset();
+  rate = 200000;
+  stop_after = 5000;
+  job = build_split(2);
+  weir_run_opts s1 = {.workers = 2, .state_dir = state, .checkpoint_interval_ms = 10};
+  cr_assert_eq(weir_job_run(job, &s1), 0, "%s", weir_job_error(job));
+  weir_job_destroy(job);
+  rate = 0;
+  stop_after = 0;
+  job = build_split(3);
+  weir_run_opts s2 = {.workers = 2,
+                      .state_dir = state,
+                      .checkpoint_interval_ms = 10,
+                      .restore = WEIR_RESTORE_LATEST};
+  cr_assert_eq(weir_job_run(job, &s2), 0, "%s", weir_job_error(job));
+  weir_job_destroy(job);
+  check_totals();
+  th_rmrf(state);
+  free(state);
 }

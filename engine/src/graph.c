@@ -339,9 +339,11 @@ static weir__node *consume_n(const char *call, weir_stream *const *in, uint32_t 
     for (uint32_t i = 0; i < in[a]->n; i++)
       for (uint32_t b = 0; b <= a; b++)
         for (uint32_t k = 0; k < (b == a ? i : in[b]->n); k++)
-          if (in[a]->out[i].node == in[b]->out[k].node) {
-            weir_job_fail(job, WEIR_EPLAN, "%s: operator '%s' reads operator '%s' twice", call,
-                          name, in[a]->out[i].node->name);
+          if (in[a]->out[i].node == in[b]->out[k].node &&
+              in[a]->out[i].port == in[b]->out[k].port) {
+            weir_job_fail(job, WEIR_EPLAN,
+                          "%s: operator '%s' reads an output of operator '%s' twice", call, name,
+                          in[a]->out[i].node->name);
             return NULL;
           }
   /* A broadcast second input (every side-1 edge broadcasts) carries
