@@ -168,6 +168,8 @@ struct weir_job {
   atomic_int stopping;      /* sources end (graceful stop) */
   _Atomic uint64_t stop_ns; /* when stopping was set (monotonic) */
   atomic_int stop_requests; /* weir_job_stop() calls */
+  atomic_int drain;         /* weir_job_drain(): a stop ends the input for good */
+  atomic_int draining;      /* the stop under way is a drain (set with stopping) */
   atomic_int signals;       /* SIGINT/SIGTERM while the run owns them */
   atomic_int last_signal;   /* the latest of them */
   int owns_signals;         /* this run installed the handler (job.c) */

@@ -107,6 +107,12 @@ void weir_job_stop(weir_job *job) {
   weir__job_poke(job);
 }
 
+void weir_job_drain(weir_job *job) {
+  if (!job) return;
+  atomic_store(&job->drain, 1);
+  weir_job_stop(job);
+}
+
 const weir_run_info *weir_job_run_info(const weir_job *job) {
   weir_job *j = (weir_job *)job; /* the build time is gathered from the subtasks */
   j->info.restore_build_ms = (double)atomic_load(&j->restore.build_ns) / 1e6;
@@ -266,7 +272,7 @@ static void do_commit(runner *r, const weir__ck_pending *ck) {
       .trigger_ns = ck->trigger_ns,
       .alignment_ms = ck->align_ns / 1000000u,
       .key_groups = (uint32_t)job->opts.max_parallelism,
-      .final = ck->final && !atomic_load(&job->stopping),
+      .final = ck->final && (!atomic_load(&job->stopping) || atomic_load(&job->draining)),
       .subtasks = ck->expected,
   };
   WEIR_LOG_D("checkpoint %llu: every write queued, %u of %u durable: commit queued",
@@ -429,8 +435,14 @@ static void on_async(uv_async_t *h) {
     /* Graceful: sources end, everything downstream drains and finishes. */
     r->handled_stops = 1;
     weir__history_stop(&job->history);
-    WEIR_LOG_I("stopping: sources end, the job drains");
+    int drain = atomic_load(&job->drain);
+    if (drain)
+      WEIR_LOG_I("draining: sources end as at the end of their input; timers fire, operators "
+                 "finish and the job ends for good");
+    else
+      WEIR_LOG_I("stopping: sources end, the job drains");
     atomic_store(&job->stop_ns, weir_clock_mono_ns());
+    atomic_store(&job->draining, drain);
     atomic_store(&job->stopping, 1);
     for (uint32_t i = 0; i < job->plan.ntasks; i++)
       if (job->plan.tasks[i]->is_source) weir__task_wake(job->plan.tasks[i]);

@@ -103,5 +103,6 @@ int weir_job_counter(const weir_job *job, const char *op, const char *counter, u
 }
 
 int weir_job_stopped(const weir_job *job) {
-  return atomic_load(&job->stopping);
+  if (!atomic_load(&job->stopping)) return 0;
+  return atomic_load(&job->draining) ? 2 : 1;
 }

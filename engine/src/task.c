@@ -533,7 +533,10 @@ int weir__task_poll(weir__task *t) {
  * visible (docs/sinks.md). */
 static int held_back(weir__task *t) {
   if (!t->held) return 0;
-  if (!atomic_load_explicit(&t->job->stopping, memory_order_relaxed)) return 1;
+  /* A drain ends the job for good: nothing may stay pending. */
+  if (!atomic_load_explicit(&t->job->stopping, memory_order_relaxed) ||
+      atomic_load(&t->job->draining))
+    return 1;
   uint64_t waited = weir_clock_mono_ns() - atomic_load(&t->job->stop_ns);
   if (waited < WEIR__STOP_GRACE_NS) {
     weir__task_wake_after(t, (WEIR__STOP_GRACE_NS - waited) / 1000 + 1);
@@ -660,7 +663,9 @@ void weir__task_finish(weir__task *t) {
   /* A source that ends while the job stops (asked to, or returning DONE
    * then) has not reached the end of its input: the restored job goes on
    * from there. A task with inputs knows from them (input_ended). */
-  if (t->is_source && atomic_load_explicit(&t->job->stopping, memory_order_relaxed)) t->stopped = 1;
+  if (t->is_source && atomic_load_explicit(&t->job->stopping, memory_order_relaxed) &&
+      !atomic_load(&t->job->draining))
+    t->stopped = 1;
   if (!t->stopped) weir__time_end(t);
   for (uint32_t i = 0; i < t->nops; i++) {
     /* The true end: the operator's timers fire, then finish. A stop

@@ -921,6 +921,17 @@ int weir_job_write_latency(const weir_job *job, FILE *out);
  * handle_signals, a second SIGINT/SIGTERM abandons the drain instead.) */
 void weir_job_stop(weir_job *job);
 
+/* Asks a running job to end now as if its sources had reached the end of
+ * their input: sources end, the final watermark (+inf) fires every
+ * event-time timer, processing-time timers fire, operators finish, sinks
+ * land every effect (no grace limit, unlike a stop), and the final
+ * checkpoint marks the job finished, so that a later --restore has nothing
+ * to resume (Flink's stop --drain: for ending a job for good). A stop
+ * instead leaves timers and open windows in its last checkpoint for the
+ * next run. Thread-safe and async-signal-safe; with a stop already under
+ * way it is too late to drain. */
+void weir_job_drain(weir_job *job);
+
 /* The first error's message ("operator 'count' subtask 1: ..."), or "" if
  * none. Valid until weir_job_destroy(). */
 const char *weir_job_error(const weir_job *job);
@@ -941,7 +952,7 @@ int weir_job_operator_counts(const weir_job *job, const char *name, uint64_t *re
 int weir_job_counter(const weir_job *job, const char *op, const char *counter, uint64_t *value);
 
 /* Nonzero if the run ended because weir_job_stop() (or a signal) asked it
- * to, rather than at the end of its input. */
+ * to, rather than at the end of its input; 2 if weir_job_drain() did. */
 int weir_job_stopped(const weir_job *job);
 
 /* What a job shared object exports: the build function and the ABI version. */
