@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 
-SECTIONS = ["ceiling", "throughput", "abs", "scaling", "skew", "latency", "curve", "state", "cycles", "sinks"]
+SECTIONS = ["ceiling", "throughput", "abs", "scaling", "skew", "latency", "curve", "state", "cycles", "windows", "sinks"]
 
 
 def sh(cmd):
@@ -262,6 +262,16 @@ def collect(d):
                 F.add("cycles", "collatz.%s.ratio" % c, "collatz loop, %s: ratio vs off" % c, "ratio", r["ratio_vs_off"], config=c)
                 F.add("cycles", "collatz.%s.log" % c, "collatz loop, %s: back-edge log per checkpoint" % c, "bytes",
                       r["log_bytes_median"], config=c)
+    # windows (bench_windows appends one line per invocation)
+    wpath = os.path.join(raw, "windows.jsonl")
+    for r in (jl(wpath) if os.path.exists(wpath) else []):
+        k = kname(r["keys"])
+        for job in ("tumbling", "sliding"):
+            F.add("windows", "windows.%s.ratio.keys=%s" % (job, k),
+                  "%s window count vs the counter job, %s keys" % (job, k), "ratio",
+                  r["%s_ratio" % job], keys=r["keys"])
+            F.add("windows", "windows.%s.rate.keys=%s" % (job, k), "%s window count, %s keys" % (job, k),
+                  "rec/s", r["%s_mrps" % job] * 1e6, keys=r["keys"])
     # sinks
     for name, j in jfiles(os.path.join(raw, "sinks-*.json")):
         for key, v in j.items():
@@ -382,6 +392,10 @@ def goals(figs, cores):
             if s99 is not None:
                 add("  the same once every key exists (no state growth), us", s99, "<= 2000", s99 <= 2000)
             break
+    for job, lim in (("tumbling", 0.5), ("sliding", 0.25)):
+        v = get(figs, "windows.%s.ratio.keys=1M" % job)
+        if v is not None:
+            add("%s window count (1M keys) / counter job" % job, v, ">= %.2f" % lim, v >= lim)
     for k in ("10M", "1M"):
         s = get(figs, "restore_s_per_gb.keys=%s" % k)
         if s is not None:
@@ -534,6 +548,7 @@ def final(d, md_extra):
               "latency": "End-to-end record latency",
               "curve": "Latency against load and buffer timeout (100k keys)",
               "state": "State", "cycles": "Cycles (collatz loop)",
+              "windows": "Event-time windows (10 records per key and window, 100 ms disorder)",
               "sinks": "Sinks"}
     for sec in SECTIONS:
         if not any(f["section"] == sec for f in figs):
