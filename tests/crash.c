@@ -71,12 +71,15 @@ crash_job *crash_twin(const crash_job *j, size_t size) {
     memcpy(t->sink, fresh.sink, sizeof t->sink);
     /* The copy's checkpoints name j's output directory: the twin moves
      * its sink to its own copy, which holds the pending parts. */
-    crash_arg(t, "--allow-sink-change", NULL);
+    t->allow_sink_change = 1;
   }
-  /* The arguments that point into j's own buffers point into t's. */
+  /* The arguments that point into j's own buffers point into t's; one
+   * that is j's sink (a job .so takes it as an argument) is t's. */
   for (int i = 0; i < t->nargs; i++)
     if (t->args[i] >= j->argbuf && t->args[i] < j->argbuf + sizeof j->argbuf)
       t->args[i] = t->argbuf + (t->args[i] - j->argbuf);
+  for (int i = 0; i < t->nargs; i++)
+    if (t->allow_sink_change && !strcmp(t->args[i], j->sink)) t->args[i] = t->sink;
   if (j->par == j->parbuf) t->par = t->parbuf;
   return t;
 }
@@ -144,26 +147,44 @@ void crash_hist(crash_job *j, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* Whether j runs a job shared object: `weir run [OPTIONS] PATH.so ARGS`
+ * takes the engine's options before the path, and the job's own
+ * arguments (its sink among them) after it. */
+static int job_is_so(const crash_job *j) {
+  size_t n = strlen(j->job);
+  return n > 3 && strcmp(j->job + n - 3, ".so") == 0;
+}
+
 /* argv of `weir run` for j: its own arguments, the common options, then
- * extra. Returns the index of the first extra. */
+ * extra (a job .so: the common options and extra, then the job and its
+ * arguments). Returns the index of the first extra. */
 static int job_argv(const crash_job *j, const char *argv[], size_t cap, const char *const extra[]) {
   size_t n = 0;
+  int so = job_is_so(j);
   argv[n++] = WEIR_BINARY;
   argv[n++] = "run";
-  argv[n++] = j->job;
-  for (int i = 0; i < j->nargs; i++) argv[n++] = j->args[i];
+  if (!so) {
+    argv[n++] = j->job;
+    for (int i = 0; i < j->nargs; i++) argv[n++] = j->args[i];
+  }
   const char *opts[][2] = {{"--workers", j->workers},      {"--parallelism", j->par},
                            {"--state-dir", j->state},      {"--checkpoint-interval", j->interval},
-                           {"--checkpoint-mode", j->mode}, {"--sink", j->sink}};
+                           {"--checkpoint-mode", j->mode}, {"--sink", so ? NULL : j->sink}};
   for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
     if (!opts[i][1]) continue;
     argv[n++] = opts[i][0];
     argv[n++] = opts[i][1];
   }
+  if (j->allow_sink_change) argv[n++] = "--allow-sink-change";
   int first = (int)n;
   for (size_t i = 0; extra && extra[i]; i++) {
     cr_assert_lt(n + 1, cap, "too many arguments");
     argv[n++] = extra[i];
+  }
+  if (so) {
+    cr_assert_lt(n + (size_t)j->nargs + 1, cap, "too many arguments");
+    argv[n++] = j->job;
+    for (int i = 0; i < j->nargs; i++) argv[n++] = j->args[i];
   }
   argv[n] = NULL;
   return first;

@@ -35,11 +35,12 @@
 typedef struct crash_job crash_job;
 
 struct crash_job {
-  char dir[512];   /* th_tmpdir of the job (or crash_at's) */
-  char state[600]; /* --state-dir: <dir>/state */
-  char out[600];   /* the file sink's directory: <dir>/out */
-  char sink[700];  /* --sink: file:<out> unless a test says */
-  const char *job; /* `weir run JOB` */
+  char dir[512];         /* th_tmpdir of the job (or crash_at's) */
+  char state[600];       /* --state-dir: <dir>/state */
+  char out[600];         /* the file sink's directory: <dir>/out */
+  char sink[700];        /* --sink: file:<out> unless a test says */
+  int allow_sink_change; /* --allow-sink-change (a twin's sink, moved) */
+  const char *job;       /* `weir run JOB` */
   /* The common options; NULL leaves one out. */
   const char *workers, *par, *interval, *mode;
   char parbuf[12]; /* crash_par's */
