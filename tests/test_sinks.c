@@ -105,7 +105,7 @@ Test(spec, invalid_specs_name_the_problem) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
-/* http://: weir's own parameters (retention=, idempotency=) are checked;
+/* http://: weir's own parameters (retention=, idempotency=, inflight=) are checked;
  * others stay in the URL. */
 Test(spec, http_specs) {
   char err[256] = "";
@@ -120,6 +120,16 @@ Test(spec, http_specs) {
   cr_assert_eq(weir_sink_spec_check("http://h:1/p?retention=0s", err, sizeof err), WEIR_ESINK);
   cr_assert_eq(weir_sink_spec_check("http://h:1/p?idempotency=maybe", err, sizeof err), WEIR_ESINK);
   cr_assert(strstr(err, "idempotency"), "%s", err);
+  cr_assert_eq(weir_sink_spec_check("http://h:1/p?inflight=1", err, sizeof err), 0, "%s", err);
+  cr_assert_eq(weir_sink_spec_check("http://h:1/p?a=b&inflight=1024&retention=1h", err, sizeof err),
+               0, "%s", err);
+  const char *bad_inflight[] = {"0", "1025", "x", "", "4k", "-2", "18446744073709551617"};
+  for (size_t i = 0; i < sizeof bad_inflight / sizeof bad_inflight[0]; i++) {
+    char spec[96];
+    snprintf(spec, sizeof spec, "http://h:1/p?inflight=%s", bad_inflight[i]);
+    cr_assert_eq(weir_sink_spec_check(spec, err, sizeof err), WEIR_ESINK, "%s", spec);
+    cr_assert(strstr(err, "inflight must be a whole number from 1 to 1024"), "%s", err);
+  }
   cr_assert_eq(weir_sink_spec_check("http://", err, sizeof err), WEIR_ESINK);
   cr_assert(strstr(err, "host"), "%s", err);
   cr_assert_eq(weir_sink_spec_check("https://h/p", err, sizeof err), WEIR_ESINK);

@@ -12,6 +12,13 @@
  * (refused, no new effect), and acknowledgements dropped with p = 0.2
  * (with keys no extra effect; with idempotency=off about p/(1-p) = 0.25
  * extra effects per operation). See test_sinks_tx.c and sinks_tx.h.
+ *
+ * Many requests in flight (inflight=N; the tests above run with the
+ * default, 64, against an immediate receiver): against `weir receiver
+ * --latency`, where 64 requests really wait side by side, kills at random
+ * moments and right after the destination accepted request k, lost
+ * acknowledgements, the concurrency itself (a bound a serial sink cannot
+ * meet), inflight=1, and a bad inflight value.
  */
 #include "sinks_tx.h"
 
@@ -308,6 +315,157 @@ Test(http_tx, dropped_acks) {
   cr_assert(extra_per_op > 0.17 && extra_per_op < 0.33, "extra per op %.3f", extra_per_op);
   recv_stop(&r);
   crash_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* ---- many requests in flight ---------------------------------------------- */
+
+TestSuite(http_inflight, .timeout = 170, .fini = fini);
+
+static const char *const lat20[] = {"--latency", "20", NULL};
+
+/* SIGKILLed at random moments with 64 requests in flight against a
+ * destination that takes 20 ms per request, restored until done: each
+ * effect once; what was in flight at a kill is sent again (requests >
+ * records over the jobs). */
+Test(http_inflight, random_kills_latency) {
+  uint64_t seed = rng = crash_seed("http_inflight::random_kills_latency");
+  int kills = 0;
+  long long requests = 0, records = 0;
+  for (int n = 0; n < 6; n++) {
+    crash_job *j = tx_job(H_RECORDS, H_KEYS, H_RATE, H_INTERVAL);
+    crash_hist(j, "seed %llu, job %d: ", (ull)seed, n);
+    receiver r;
+    recv_start(&r, j, lat20);
+    http_sink(j, &r, "?inflight=64");
+    kills += kill_at_random(j, 1 + (int)(rnd() % 2), 20, 320, NULL);
+    restore_until_done(j);
+    stats s = check_receiver(j, &r);
+    requests += s.requests;
+    records += (long long)j->records;
+    recv_stop(&r);
+    crash_free(j);
+  }
+  fprintf(stderr,
+          "http_inflight::random_kills_latency: 6 jobs, %d kills, %lld requests for %lld "
+          "records\n",
+          kills, requests, records);
+  cr_assert_geq(kills, 3, "too few kills landed: %d", kills);
+  cr_assert_gt(requests, records, "no kill landed while requests were in flight?");
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* SIGKILLed right after the destination accepted request k (its answer
+ * read, the checkpoint not knowing), with up to 63 others in flight and
+ * applied but unanswered; restored until done: each effect once, the
+ * resent ones recognised as duplicates. */
+static void inflight_kill_after_accept(unsigned k) {
+  crash_job *j = tx_job(H_RECORDS, H_KEYS, H_RATE, H_INTERVAL);
+  receiver r;
+  recv_start(&r, j, lat20);
+  http_sink(j, &r, "?inflight=64");
+  crash_kill_at(j, "http.after_accept", k, 0, NULL, NULL);
+  restore_until_done(j);
+  stats s = check_receiver(j, &r);
+  cr_assert_gt(s.requests, (long long)j->records, "request %u was not sent again", k);
+  cr_assert_gt(s.duplicates, 0, "the resent effects must be duplicates");
+  recv_stop(&r);
+  crash_free(j);
+}
+
+Test(http_inflight, kill_after_accept) {
+  inflight_kill_after_accept(5);
+  inflight_kill_after_accept(300);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* Acknowledgements dropped with p = 0.2 while 64 requests wait 20 ms each:
+ * no extra effect. */
+Test(http_inflight, dropped_acks_latency) {
+  const char *const extra[] = {"--drop-acks", "0.2", "--seed", "7", "--latency", "20", NULL};
+  crash_job *j = tx_job(1500, 30, "0", "100");
+  receiver r;
+  recv_start(&r, j, extra);
+  http_sink(j, &r, "?inflight=64");
+  char *err = NULL;
+  int rc = crash_run(j, NULL, -1, &err, NULL);
+  cr_assert_eq(rc, 0, "%s", err);
+  free(err);
+  stats s = check_receiver(j, &r);
+  cr_assert_gt(s.duplicates, 0, "no acknowledgement was dropped?");
+  recv_stop(&r);
+  crash_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* The requests really overlap: N = 2000 records against a destination
+ * that answers after 50 ms, 2 sink subtasks with 64 in flight each, take
+ * far less than a quarter of the N x 50 ms / 2 = 50 s that one request at
+ * a time per subtask needs (ideally N / (2 x 64 / 50 ms) = 0.8 s). */
+Test(http_inflight, concurrent) {
+  const char *const lat50[] = {"--latency", "50", NULL};
+  crash_job *j = tx_job(2000, 100, "0", "100");
+  receiver r;
+  recv_start(&r, j, lat50);
+  http_sink(j, &r, "?inflight=64");
+  char *err = NULL;
+  int64_t ms = 0;
+  int rc = crash_runv(j, NULL, -1, &err, &ms, NULL);
+  cr_assert_eq(rc, 0, "%s", err);
+  free(err);
+  stats s = check_receiver(j, &r);
+  cr_assert_eq(s.requests, (long long)j->records);
+  int64_t serial_ms = (int64_t)j->records * 50 / 2;
+  fprintf(stderr, "http_inflight::concurrent: %llu records in %lld ms (serial: %lld ms)\n",
+          (ull)j->records, (long long)ms, (long long)serial_ms);
+  cr_assert_lt(ms, serial_ms / 4, "%lld ms: not concurrent", (long long)ms);
+  recv_stop(&r);
+  crash_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* inflight=1 (one request at a time, in order): exact without a failure,
+ * and after a kill between a request's acceptance and its answer. */
+Test(http_inflight, one_in_flight) {
+  crash_job *j = tx_job(H_RECORDS, H_KEYS, H_RATE, H_INTERVAL);
+  receiver r;
+  recv_start(&r, j, NULL);
+  http_sink(j, &r, "?inflight=1");
+  char *err = NULL;
+  int rc = crash_run(j, NULL, -1, &err, NULL);
+  cr_assert_eq(rc, 0, "%s", err);
+  free(err);
+  stats s = check_receiver(j, &r);
+  cr_assert_eq(s.requests, (long long)j->records);
+  recv_stop(&r);
+  crash_free(j);
+
+  j = tx_job(H_RECORDS, H_KEYS, H_RATE, H_INTERVAL);
+  recv_start(&r, j, NULL);
+  http_sink(j, &r, "?inflight=1");
+  crash_kill_at(j, "sink.after_send", 100, 0, NULL, NULL);
+  restore_until_done(j);
+  s = check_receiver(j, &r);
+  cr_assert_gt(s.duplicates, 0);
+  recv_stop(&r);
+  crash_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* A bad inflight value stops `weir run` before anything runs (exit 2),
+ * naming the parameter and its range. */
+Test(http_inflight, bad_value_is_spec_error) {
+  const char *bad[] = {"0", "1025", "x", "", "8x", "-1", "99999999999999999999"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char sink[128];
+    snprintf(sink, sizeof sink, "http://127.0.0.1:1/effects?inflight=%s", bad[i]);
+    const char *argv[] = {WEIR_BINARY, "run", "counter", "--records", "10", "--sink", sink, NULL};
+    char *err = NULL;
+    int rc = th_run(argv, NULL, NULL, &err, RUN_TIMEOUT_S);
+    cr_assert_eq(rc, 2, "inflight=%s: exit %d: %s", bad[i], rc, err);
+    cr_assert(strstr(err, "inflight must be a whole number from 1 to 1024") != NULL, "%s", err);
+    free(err);
+  }
   cr_assert_eq(th_leak_check(), 0);
 }
 

@@ -14,10 +14,12 @@
  *              a state directory, one file <name>-<s>.txt at end of input
  *              (<...>.txt.pending meanwhile, left behind by a failed run).
  *              DIR and its parents are created.
- *   http://HOST:PORT/PATH[?retention=DURATION][&idempotency=off]
+ *   http://HOST:PORT/PATH[?retention=DURATION][&idempotency=off][&inflight=N]
  *              exactly-once at a destination that honours Idempotency-Key:
  *              each epoch's records are kept in the checkpoint and POSTed
- *              after it completed, one request per record (body
+ *              after it completed, one request per record, up to N at once
+ *              per sink subtask (default 64; 1 sends them in order, else an
+ *              epoch's effects may be applied in any order) (body
  *              "<key> <value>", text/plain) with Idempotency-Key = the
  *              record's operation id; timeouts, 5xx and connection errors
  *              are retried with the same key, 409 later; 422 (the key was
@@ -25,7 +27,7 @@
  *              retention=DURATION (ms, s, m, h, d) is the destination's key
  *              retention: weir refuses to replay an effect that may be
  *              older (WEIR_ERETENTION, exit code 5). idempotency=off sends no
- *              key: at-least-once, for comparisons. Both parameters are
+ *              key: at-least-once, for comparisons. These parameters are
  *              taken out of the URL before sending.
  *   postgresql://USER@HOST:PORT/DB[?table=T&...]   (or postgres://)
  *              exactly-once: two-phase commit into PostgreSQL. Rows (key,
