@@ -23,4 +23,8 @@ void weir__url_identity(const char *url, char *buf, size_t cap);
 /* Parses a duration "10s" (ms, s, m, h, d). Returns 0 or -1. */
 int weir__parse_duration_ms(const char *s, size_t n, uint64_t *ms);
 
+/* Parses a size "65536", "64k", "64M", "1G" (binary: k = 1024). Returns 0
+ * or -1. */
+int weir__parse_bytes(const char *s, size_t n, uint64_t *bytes);
+
 #endif

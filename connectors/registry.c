@@ -90,6 +90,28 @@ int weir__parse_duration_ms(const char *s, size_t n, uint64_t *ms) {
   return 0;
 }
 
+int weir__parse_bytes(const char *s, size_t n, uint64_t *bytes) {
+  size_t i = 0;
+  uint64_t v = 0;
+  while (i < n && s[i] >= '0' && s[i] <= '9') {
+    if (v > UINT64_MAX / 10 - 9) return -1;
+    v = v * 10 + (uint64_t)(s[i++] - '0');
+  }
+  if (i == 0) return -1;
+  unsigned shift = 0;
+  if (i + 1 == n) {
+    const char *units = "kKmMgG";
+    const char *u = strchr(units, s[i]);
+    if (!u || !s[i]) return -1;
+    shift = 10u * (unsigned)((u - units) / 2 + 1);
+  } else if (i != n) {
+    return -1;
+  }
+  if (v > (UINT64_MAX >> shift)) return -1;
+  *bytes = v << shift;
+  return 0;
+}
+
 void weir__url_identity(const char *url, char *buf, size_t cap) {
   const char *host = strstr(url, "://");
   host = host ? host + 3 : url;

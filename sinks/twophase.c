@@ -114,8 +114,10 @@ typedef struct tp {
   uint32_t subtask;
   char *name;
   char *job_id;
-  txn *head, *tail;  /* pending, epoch order (task thread) */
-  uint32_t inflight; /* queued, not yet taken back (task thread) */
+  txn *head, *tail;       /* pending, epoch order (task thread) */
+  uint64_t pending_bytes; /* their handles' bytes (task thread) */
+  uint64_t buffer_bytes;  /* the bound on pending_bytes (weir_sink_dest_vt) */
+  uint32_t inflight;      /* queued, not yet taken back (task thread) */
   /* The mailbox between the task and the commit thread. */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -247,6 +249,7 @@ static void txn_free(txn *x) {
 }
 
 static void pending_append(tp *t, txn *x) {
+  t->pending_bytes += x->handle.len;
   x->next = NULL;
   if (t->tail)
     t->tail->next = x;
@@ -259,6 +262,7 @@ static void pending_remove(tp *t, txn *x) {
   txn *prev = NULL;
   for (txn *p = t->head; p; prev = p, p = p->next) {
     if (p != x) continue;
+    t->pending_bytes -= p->handle.len;
     if (prev)
       prev->next = p->next;
     else
@@ -334,6 +338,8 @@ static int tp_poll(weir_ctx *ctx) {
   }
   publish(t);
   if (rc < 0) return rc;
+  /* Past the bound, no more input until commits land (weir_sink.h). */
+  if (t->pending_bytes >= t->buffer_bytes) return WEIR_POLL_FULL;
   return t->inflight ? WEIR_POLL_BUSY : WEIR_POLL_IDLE;
 }
 
@@ -377,6 +383,8 @@ static int tp_open(weir_ctx *ctx) {
   t->name = weir_strdup(weir_ctx_name(ctx));
   t->job_id = weir_strdup(weir_ctx_job_id(ctx));
   t->io.tp = t;
+  t->buffer_bytes = a->vt.buffer_bytes ? a->vt.buffer_bytes(a->arg) : 0;
+  if (!t->buffer_bytes) t->buffer_bytes = WEIR_SINK_BUFFER_DEFAULT;
   pthread_mutex_init(&t->mu, NULL);
   pthread_cond_init(&t->cv, NULL);
   /* Every counter by name from the start, so a summary shows zeros too
@@ -593,6 +601,7 @@ static void restore_one(void *user, const rd_txn *r) {
   x->origin = r->origin;
   x->recovered = 1;
   weir_sink_buf_put(&x->handle, r->handle, r->len);
+  t->pending_bytes += x->handle.len;
   txn *prev = NULL;
   for (txn *q = t->head; q && q->epoch <= x->epoch; q = q->next) prev = q;
   if (!prev) {

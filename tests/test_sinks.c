@@ -105,8 +105,8 @@ Test(spec, invalid_specs_name_the_problem) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
-/* http://: weir's own parameters (retention=, idempotency=, inflight=) are checked;
- * others stay in the URL. */
+/* http://: weir's own parameters (retention=, idempotency=, inflight=,
+ * buffer=) are checked; others stay in the URL. */
 Test(spec, http_specs) {
   char err[256] = "";
   cr_assert_eq(weir_sink_spec_check("http://127.0.0.1:8080/effects", err, sizeof err), 0, "%s",
@@ -129,6 +129,19 @@ Test(spec, http_specs) {
     snprintf(spec, sizeof spec, "http://h:1/p?inflight=%s", bad_inflight[i]);
     cr_assert_eq(weir_sink_spec_check(spec, err, sizeof err), WEIR_ESINK, "%s", spec);
     cr_assert(strstr(err, "inflight must be a whole number from 1 to 1024"), "%s", err);
+  }
+  const char *good_buffer[] = {"4096", "64k", "64M", "1G", "1g"};
+  for (size_t i = 0; i < sizeof good_buffer / sizeof good_buffer[0]; i++) {
+    char spec[96];
+    snprintf(spec, sizeof spec, "http://h:1/p?buffer=%s&inflight=8", good_buffer[i]);
+    cr_assert_eq(weir_sink_spec_check(spec, err, sizeof err), 0, "%s: %s", spec, err);
+  }
+  const char *bad_buffer[] = {"", "4095", "x", "64KB", "-1", "1T", "99999999999999999999"};
+  for (size_t i = 0; i < sizeof bad_buffer / sizeof bad_buffer[0]; i++) {
+    char spec[96];
+    snprintf(spec, sizeof spec, "http://h:1/p?buffer=%s", bad_buffer[i]);
+    cr_assert_eq(weir_sink_spec_check(spec, err, sizeof err), WEIR_ESINK, "%s", spec);
+    cr_assert(strstr(err, "buffer must be a size of at least 4096 bytes"), "%s", err);
   }
   cr_assert_eq(weir_sink_spec_check("http://", err, sizeof err), WEIR_ESINK);
   cr_assert(strstr(err, "host"), "%s", err);

@@ -101,14 +101,15 @@
 #define INFLIGHT_MAX 1024u /* a connection each: file descriptors, the destination's threads */
 #define POLL_MAX_MS 50L    /* how late the commit thread may notice a stop */
 
-/* The sink's arg:
- * http://HOST:PORT/PATH[?retention=D][&idempotency=on|off][&inflight=N]. */
+/* The sink's arg: http://HOST:PORT/PATH[?retention=D][&idempotency=on|off]
+ * [&inflight=N][&buffer=BYTES]. */
 typedef struct http_arg {
   weir__sink_arg common;
   char *url;             /* the URL without weir's parameters */
   uint64_t retention_ms; /* the destination's key retention, 0 = unknown */
   int idempotent;        /* send Idempotency-Key (idempotency=off: 0) */
   uint32_t inflight;     /* requests in flight per sink subtask */
+  uint64_t buffer;       /* bound on unacknowledged epochs' bytes; 0: default */
 } http_arg;
 
 #ifndef WEIR_HAVE_CURL
@@ -496,6 +497,10 @@ static int http_identity(const void *arg, char *buf, size_t cap) {
   return 0;
 }
 
+static uint64_t http_buffer_bytes(const void *arg) {
+  return ((const http_arg *)arg)->buffer;
+}
+
 static const weir_sink_dest_vt http_dest_vt = {
     .size = sizeof(weir_sink_dest_vt),
     .name = "http",
@@ -505,6 +510,7 @@ static const weir_sink_dest_vt http_dest_vt = {
     .commit = http_commit,
     .close = http_close,
     .identity = http_identity,
+    .buffer_bytes = http_buffer_bytes,
     .move_note = "the http sink sends a checkpoint's pending epochs after it completed, so they "
                  "may have reached the old destination already: sending them to the new one "
                  "would apply them twice across the two, and weir keeps no credentials to send "
@@ -564,6 +570,14 @@ static int http_parse(const char *spec, weir__sink_arg *common, char *err, size_
                                 spec, INFLIGHT_MAX);
       }
       a->inflight = (uint32_t)v;
+    } else if (n >= 7 && !strncmp(p, "buffer=", 7)) {
+      if (weir__parse_bytes(p + 7, n - 7, &a->buffer) < 0 || a->buffer < 4096) {
+        weir_free(url);
+        return weir__spec_error(err, errlen,
+                                "sink '%s': buffer must be a size of at least 4096 bytes, as in "
+                                "buffer=64M (k, M, G: binary)",
+                                spec);
+      }
     } else if (n) {
       url[ulen++] = kept++ ? '&' : '?';
       memcpy(url + ulen, p, n);

@@ -508,7 +508,7 @@ static void task_done(weir__task *t) {
 }
 
 int weir__task_poll(weir__task *t) {
-  int held = 0;
+  int held = 0, full = 0;
   for (uint32_t i = 0; i < t->nops; i++) {
     weir_ctx *c = t->ops[i];
     if (!c->opened || !c->node->ovt || !c->node->ovt->poll) continue;
@@ -517,12 +517,14 @@ int weir__task_poll(weir__task *t) {
     c->key_known = 0;
     c->cur_ts = weir__time_after_clock(t);
     int rc = c->node->ovt->poll(c);
-    if (rc < 0 || rc > WEIR_POLL_BUSY)
-      return weir__ctx_result(c, rc, WEIR_POLL_BUSY, "poll",
-                              "WEIR_POLL_IDLE (0), WEIR_POLL_BUSY (1)");
-    if (rc == WEIR_POLL_BUSY) held = 1;
+    if (rc < 0 || rc > WEIR_POLL_FULL)
+      return weir__ctx_result(c, rc, WEIR_POLL_FULL, "poll",
+                              "WEIR_POLL_IDLE (0), WEIR_POLL_BUSY (1), WEIR_POLL_FULL (2)");
+    if (rc != WEIR_POLL_IDLE) held = 1;
+    if (rc == WEIR_POLL_FULL) full = 1;
   }
   t->held = held;
+  t->full = full;
   return 0;
 }
 
@@ -1106,6 +1108,9 @@ static int task_step(weir__task *t) {
     }
   }
   if (!outputs_writable(t)) return 0; /* a consumer will wake us */
+  /* An operator that takes no more input for now (WEIR_POLL_FULL) holds
+   * its task's input as a full output does; its weir_ctx_wake wakes us. */
+  if (t->full && t->state == WEIR__TASK_RUNNING && !t->is_source) return 0;
   if (t->state == WEIR__TASK_FINISHING) {
     if (!held_back(t)) task_done(t);
     return 0;

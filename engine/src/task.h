@@ -134,6 +134,7 @@ struct weir__task {
    * WEIR_POLL_BUSY): the task neither finishes nor counts as told of the
    * final checkpoint until they land. */
   int held;
+  int full;          /* an operator's last poll said WEIR_POLL_FULL: no input read */
   int abandoned;     /* a stop stopped waiting for them (task.c, held_back) */
   int final_pending; /* told of the final checkpoint, not yet counted */
   /* Synchronous checkpoints: the latest drain marker this task forwarded

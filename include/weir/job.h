@@ -142,7 +142,9 @@ static inline uint64_t weir_payload_u64(const weir_record *r) {
  *             after weir_ctx_wake(). Returns WEIR_POLL_IDLE when nothing is
  *             in flight, WEIR_POLL_BUSY while effects are (the task then does
  *             not finish, and the final checkpoint does not count as heard
- *             of, until a later poll says idle), or a negative error.
+ *             of, until a later poll says idle), WEIR_POLL_FULL while they
+ *             are and the operator takes no more input (below), or a
+ *             negative error.
  *             Records it emits get the subtask's clock + 1 as timestamp
  *             (0 without event time) and ids unique within the run but
  *             not stable across a replay: a sink downstream needs
@@ -260,8 +262,14 @@ typedef struct weir_operator_vt {
   int (*process_batch2)(weir_ctx *ctx, const weir_batch *b);
 } weir_operator_vt;
 
-/* What poll returns (or a negative error). */
-enum { WEIR_POLL_IDLE = 0, WEIR_POLL_BUSY = 1 };
+/* What poll returns (or a negative error). WEIR_POLL_FULL: effects are in
+ * flight and the operator takes no more input for now (its bound on what
+ * it holds unacknowledged is reached): the task reads no input, as when
+ * its outputs are full, so that backpressure reaches the sources; it
+ * calls poll again at every wake-up (weir_ctx_wake) and reads on once a
+ * poll says otherwise. Under aligned checkpoints a barrier then waits in
+ * the channel behind the records; unaligned ones overtake them. */
+enum { WEIR_POLL_IDLE = 0, WEIR_POLL_BUSY = 1, WEIR_POLL_FULL = 2 };
 
 /* What a source's run() returns (or a negative error; any other value
  * fails the job, as for an operator's callbacks above). */

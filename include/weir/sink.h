@@ -173,7 +173,16 @@ typedef struct weir_sink_dest_vt {
    * epochs of the old destination; without, why it cannot move. NULL: a
    * generic one. */
   const char *move_note;
+  /* Optional: the bound, in bytes, on the handles of the epochs a sink
+   * subtask holds pre-committed and not yet known committed (for a
+   * write-ahead destination, its records), for arg. Past it the sink
+   * takes no more input (WEIR_POLL_FULL) until commits bring it below:
+   * a slow destination slows the sources instead of growing memory. 0 or
+   * NULL: WEIR_SINK_BUFFER_DEFAULT. */
+  uint64_t (*buffer_bytes)(const void *arg);
 } weir_sink_dest_vt;
+
+#define WEIR_SINK_BUFFER_DEFAULT (64ull << 20)
 
 /* Adds a two-phase-commit sink for destination vt to stream s; `arg` is the
  * destination's (weir_sink_dest_arg), borrowed: it must outlive the job.

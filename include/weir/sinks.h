@@ -14,12 +14,14 @@
  *              a state directory, one file <name>-<s>.txt at end of input
  *              (<...>.txt.pending meanwhile, left behind by a failed run).
  *              DIR and its parents are created.
- *   http://HOST:PORT/PATH[?retention=DURATION][&idempotency=off][&inflight=N]
+ *   http://HOST:PORT/PATH[?retention=DURATION][&idempotency=off][&inflight=N][&buffer=B]
  *              exactly-once at a destination that honours Idempotency-Key:
  *              each epoch's records are kept in the checkpoint and POSTed
  *              after it completed, one request per record, up to N at once
  *              per sink subtask (default 64; 1 sends them in order, else an
- *              epoch's effects may be applied in any order) (body
+ *              epoch's effects may be applied in any order), holding at most
+ *              B bytes of unanswered epochs per subtask (default 64M; then
+ *              no input until they land) (body
  *              "<key> <value>", text/plain) with Idempotency-Key = the
  *              record's operation id; timeouts, 5xx and connection errors
  *              are retried with the same key, 409 later; 422 (the key was
