@@ -1,8 +1,10 @@
-/* log.c: owns the log level and the format of log lines on stderr. */
+/* log.c: owns the log level, the format of log lines on stderr and the
+ * status line beneath them (weir_log_status). */
 #include "base/log.h"
 #include "base/assert.h"
 #include "base/clock.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -14,13 +16,20 @@ static atomic_int log_level = -1;
  * checkpoint across threads. */
 static _Atomic uint64_t log_t0;
 
+/* The status line (empty: none) and what writes to stderr around it. */
+static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
+static char status[512];
+
+int weir_log_level_parse(const char *name) {
+  static const char *names[] = {"error", "warn", "info", "debug"};
+  for (int i = 0; name && i < 4; i++)
+    if (!strcmp(name, names[i])) return i;
+  return -1;
+}
+
 static int level_from_env(void) {
-  const char *s = getenv("WEIR_LOG");
-  if (!s) return WEIR_LOG_INFO;
-  if (!strcmp(s, "error")) return WEIR_LOG_ERROR;
-  if (!strcmp(s, "warn")) return WEIR_LOG_WARN;
-  if (!strcmp(s, "debug")) return WEIR_LOG_DEBUG;
-  return WEIR_LOG_INFO;
+  int l = weir_log_level_parse(getenv("WEIR_LOG"));
+  return l < 0 ? WEIR_LOG_INFO : l;
 }
 
 int weir_log_level(void) {
@@ -54,13 +63,32 @@ void weir__log(int level, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
   va_end(ap);
-  /* One fputs per line, so lines of concurrent threads do not interleave. */
+  /* One fputs per line under out_mu, so lines of concurrent threads do
+   * not interleave and the status line goes below them. */
   size_t len = strlen(line);
   if (len + 1 < sizeof line) {
     line[len] = '\n';
     line[len + 1] = 0;
   }
+  pthread_mutex_lock(&out_mu);
+  if (status[0]) fputs("\r\033[K", stderr);
   fputs(line, stderr);
+  if (status[0]) fprintf(stderr, "%s\033[K", status);
+  fflush(stderr);
+  pthread_mutex_unlock(&out_mu);
+}
+
+void weir_log_status(const char *line) {
+  pthread_mutex_lock(&out_mu);
+  if (line && line[0]) {
+    snprintf(status, sizeof status, "%s", line);
+    fprintf(stderr, "\r%s\033[K", status);
+  } else if (status[0]) {
+    status[0] = 0;
+    fputs("\r\033[K", stderr);
+  }
+  fflush(stderr);
+  pthread_mutex_unlock(&out_mu);
 }
 
 void weir__assert_fail(const char *expr, const char *file, int line) {

@@ -9,6 +9,8 @@
  */
 #include "cli.h"
 
+#include "base/log.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -143,6 +145,13 @@ int cli_take_engine(cli_args *a, cli_engine *eng) {
     return r;
   }
   if ((r = cli_take_bool(a, "--quiet", &eng->quiet)) != 0) return r;
+  const char *level = NULL;
+  if ((r = cli_take_str(a, "--log-level", &level)) != 0) {
+    if (r < 0) return r;
+    if ((eng->log_level = weir_log_level_parse(level)) < 0)
+      return cli_usage("%s: --log-level '%s': use error, warn, info or debug", a->what, level);
+    return r;
+  }
   if ((r = cli_take_u64(a, "--loop-memory", UINT64_MAX, &eng->loop_memory)) != 0) return r;
   if ((r = cli_take_str(a, "--spill-dir", &eng->spill_dir)) != 0) return r;
   if ((r = cli_take_str(a, "--state-dir", &eng->state_dir)) != 0) return r;
@@ -184,6 +193,7 @@ void cli_engine_init(cli_engine *eng) {
   eng->state_dir = "./state";
   eng->checkpoint_interval = 1000;
   eng->checkpoint_mode = "aligned";
+  eng->log_level = -1;
 }
 
 int cli_checkpoint_opts(const cli_engine *eng, weir_run_opts *o) {

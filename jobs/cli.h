@@ -45,9 +45,13 @@ typedef struct cli_engine {
   int workers;              /* 0 = number of cores */
   int parallelism;          /* 0 = number of workers */
   const char *summary_json; /* NULL = none */
-  int quiet;                /* no progress, no summary line */
-  uint64_t loop_memory;     /* bytes per feedback queue / back-edge log; 0 = default */
-  const char *spill_dir;    /* NULL = the state directory */
+  int quiet;                /* no progress, no summary line, warnings and errors only */
+  int log_level;            /* --log-level (WEIR_LOG_*), -1: WEIR_LOG or the default */
+  /* Set by a built-in job that knows how many records its sources emit
+   * (0: unbounded or unknown): the progress line shows a share and an ETA. */
+  uint64_t total_records;
+  uint64_t loop_memory;  /* bytes per feedback queue / back-edge log; 0 = default */
+  const char *spill_dir; /* NULL = the state directory */
   /* Set by a built-in job whose sink prints records on stdout: no live
    * progress line then, when stdout is a terminal too. */
   int prints_records;

@@ -147,6 +147,7 @@ static int counter_parse(cli_args *a, cli_engine *eng, void **out) {
       goto fail;
     }
   }
+  eng->total_records = c->source ? 0 : c->records; /* the progress line's total */
   *out = c;
   return 0;
 fail:

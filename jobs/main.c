@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "base/failpoint.h"
+#include "base/log.h"
 
 #ifndef WEIR_VERSION
 #define WEIR_VERSION "0.1.0"
@@ -90,7 +91,10 @@ static void help_run(FILE *out) {
         "  --parallelism P      subtasks per operator (default 0: one per worker)\n"
         "  --summary-json FILE  write the run's summary (per operator records in/out,\n"
         "                       counters, elapsed time) as JSON to FILE\n"
-        "  --quiet              no progress line and no summary line on stderr\n"
+        "  --quiet              no progress line and no summary line on stderr, and\n"
+        "                       only warnings and errors in the log\n"
+        "  --log-level LEVEL    error, warn, info (default) or debug; the environment\n"
+        "                       variable WEIR_LOG sets it too (the option wins)\n"
         "  --loop-memory BYTES  memory of each loop feedback queue and back-edge log\n"
         "                       before it continues in a scratch file (default 64M)\n"
         "  --spill-dir DIR      where scratch files go (default: the state directory,\n"
@@ -265,11 +269,14 @@ static int cmd_help(int argc, char **argv) {
 typedef struct progress_line {
   double last_s;
   uint64_t last_n;
+  uint64_t total; /* records the sources emit in all, 0: unknown */
   int shown;
 } progress_line;
 
-/* The live line on a terminal: "records 12.3M  9.87M rec/s  elapsed 1.2s",
- * the rate over the last interval. Runs on the thread of weir_job_run. */
+/* The live line on a terminal, kept below the log lines (weir_log_status):
+ * "records 12.3M of 20M (61%)  9.87M rec/s  elapsed 1.2s  ETA 0.8s", the
+ * rate over the last interval; the share and the ETA when the job knows
+ * its total. Runs on the thread of weir_job_run. */
 static void on_progress(void *user, const weir_progress *p) {
   progress_line *pl = user;
   double dt = p->elapsed_s - pl->last_s;
@@ -278,14 +285,30 @@ static void on_progress(void *user, const weir_progress *p) {
                     : 0.0;
   pl->last_s = p->elapsed_s;
   pl->last_n = p->source_records;
-  char n[32], r[32], ck[48] = "";
+  char n[32], r[32], t[32], of[64] = "", eta[32] = "", ck[48] = "", line[256];
+  if (pl->total) {
+    double share = (double)p->source_records / (double)pl->total;
+    snprintf(of, sizeof of, " of %s (%.0f%%)", cli_human((double)pl->total, t, sizeof t),
+             100.0 * (share < 1 ? share : 1));
+    if (rate > 0 && p->source_records < pl->total)
+      snprintf(eta, sizeof eta, "  ETA %.1fs", (double)(pl->total - p->source_records) / rate);
+  }
   if (p->last_checkpoint)
     snprintf(ck, sizeof ck, "  checkpoint %llu", (unsigned long long)p->last_checkpoint);
-  fprintf(stderr, "\rrecords %s  %s rec/s  elapsed %.1fs%s\033[K",
-          cli_human((double)p->source_records, n, sizeof n), cli_human(rate, r, sizeof r),
-          p->elapsed_s, ck);
-  fflush(stderr);
+  snprintf(line, sizeof line, "records %s%s  %s rec/s  elapsed %.1fs%s%s",
+           cli_human((double)p->source_records, n, sizeof n), of, cli_human(rate, r, sizeof r),
+           p->elapsed_s, eta, ck);
+  weir_log_status(line);
   pl->shown = 1;
+}
+
+/* --log-level, else with --quiet warnings and errors only (unless WEIR_LOG
+ * says otherwise). */
+static void apply_log_level(const cli_engine *eng) {
+  if (eng->log_level >= 0)
+    weir_log_set_level(eng->log_level);
+  else if (eng->quiet && getenv("WEIR_LOG") == NULL)
+    weir_log_set_level(WEIR_LOG_WARN);
 }
 
 static double now_s(void) {
@@ -352,6 +375,7 @@ static int execute(weir_job *job, const cli_engine *eng, const cli_builtin *kind
 }
 
 static int execute_run(weir_job *job, const cli_engine *eng, const cli_builtin *kind, void *cfg) {
+  apply_log_level(eng);
   weir_run_opts o = {0};
   o.workers = eng->workers;
   o.default_parallelism = eng->parallelism;
@@ -371,7 +395,7 @@ static int execute_run(weir_job *job, const cli_engine *eng, const cli_builtin *
       return CLI_EXIT_RUNTIME;
     }
   }
-  progress_line pl = {0};
+  progress_line pl = {.total = eng->total_records};
   if (!eng->quiet && isatty(STDERR_FILENO) && !(eng->prints_records && isatty(STDOUT_FILENO))) {
     o.progress_ms = 500;
     o.progress = on_progress;
@@ -384,7 +408,7 @@ static int execute_run(weir_job *job, const cli_engine *eng, const cli_builtin *
   /* A first SIGINT/SIGTERM drains the job and weir_job_run returns 0; a
    * second one abandons the drain (WEIR_ECANCELED): not a clean end. */
   cli_outcome out = {.elapsed_s = now_s() - t0};
-  if (pl.shown) fputs("\r\033[K", stderr);
+  if (pl.shown) weir_log_status(NULL);
   fflush(stdout);
 
   int code = CLI_EXIT_OK;

@@ -208,6 +208,7 @@ static int windows_parse(cli_args *a, cli_engine *eng, void **out) {
     }
   }
   if (cli_check_sink(c->sink, eng) < 0) goto fail;
+  eng->total_records = c->records; /* the progress line's total */
   *out = c;
   return 0;
 fail:

@@ -157,6 +157,8 @@ Test(cli, usage_errors) {
   expect_usage((const char *const[]){"run", "--workers", "abc", "counter", NULL}, "abc");
   expect_usage((const char *const[]){"run", "counter", "--parallelism=-1", NULL}, "-1");
   expect_usage((const char *const[]){"run", "counter", "--quiet=yes", NULL}, "--quiet");
+  expect_usage((const char *const[]){"run", "--log-level", "loud", "counter", NULL},
+               "--log-level 'loud': use error, warn, info or debug");
   expect_usage((const char *const[]){"run", "counter", "--buffer-timeout", "soon", NULL}, "soon");
   expect_usage((const char *const[]){"run", "counter", "--sink", "nowhere:x", NULL}, "--sink");
   expect_usage((const char *const[]){"run", "wordcount", NULL}, "--input");
@@ -363,6 +365,7 @@ Test(cli, counter_engine_options_first) {
                 "--records", "1k", "--keys", "7", "--sink", "file:out");
   cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
   cr_assert(strstr(err, "counter:") == NULL, "--quiet printed a summary: %s", err);
+  cr_assert(strstr(err, "info:") == NULL, "--quiet printed info lines: %s", err);
   char *o = path_join(dir, "out");
   char *text = read_sink_dir(o);
   check_counts(text, 1000, 7);
@@ -617,6 +620,27 @@ static void check_stopped_counts(const char *o) {
   free(seen);
   free(lines);
   free(text);
+}
+
+/* --log-level picks what the log shows, over --quiet: info lines (the
+ * checkpoints) with info, none with warn. */
+Test(cli, log_level) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char *out = NULL, *err = NULL;
+  int rc = WEIR(dir, &out, &err, "run", "--quiet", "--log-level", "info", "counter", "--records",
+                "1k", "--sink", "null");
+  cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
+  cr_assert(strstr(err, "info: checkpoint") != NULL, "no info lines with info: %s", err);
+  free(out);
+  free(err);
+  rc = WEIR(dir, &out, &err, "run", "--log-level", "warn", "counter", "--records", "1k", "--sink",
+            "null", "--fresh");
+  cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
+  cr_assert(strstr(err, "info:") == NULL, "info lines with warn: %s", err);
+  free(out);
+  free(err);
+  finish(dir);
 }
 
 /* SIGINT stops an unbounded counter cleanly: exit 0, a "stopped" note, and

@@ -28,6 +28,7 @@
  * their text; a source that returns IDLE without a wake-up run again.
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -1831,4 +1832,39 @@ Test(engine, per_call_cost_with_batches_of_all_sizes_is_not_sliced, .timeout = 6
                 sl.calls, (unsigned long long)sz.batches);
   weir_job_destroy(job);
   cr_assert_eq(th_leak_check(), 0);
+}
+
+/* The status line (the CLI's progress line) stays below the log lines: a
+ * log line clears it, is written, and the status is drawn again; cleared,
+ * it is gone. */
+Test(log, status_line_stays_below_log_lines) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char path[600];
+  snprintf(path, sizeof path, "%s/stderr.txt", dir);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  cr_assert_geq(fd, 0);
+  fflush(stderr);
+  int saved = dup(2);
+  cr_assert_geq(dup2(fd, 2), 0);
+  weir_log_status("records 1");
+  WEIR_LOG_W("hello");
+  weir_log_status("records 2");
+  weir_log_status(NULL);
+  WEIR_LOG_W("bye");
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  close(fd);
+  char *got = th_read_file(path, NULL);
+  cr_assert_not_null(got);
+  const char *want = "\rrecords 1\033[K"
+                     "\r\033[Kweir: warn: hello\nrecords 1\033[K"
+                     "\rrecords 2\033[K"
+                     "\r\033[K"
+                     "weir: warn: bye\n";
+  cr_assert_str_eq(got, want);
+  free(got);
+  th_rmrf(dir);
+  free(dir);
 }

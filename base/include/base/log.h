@@ -12,6 +12,13 @@ enum { WEIR_LOG_ERROR = 0, WEIR_LOG_WARN = 1, WEIR_LOG_INFO = 2, WEIR_LOG_DEBUG 
 
 int weir_log_level(void);
 void weir_log_set_level(int level);
+/* Parses "error", "warn", "info" or "debug"; -1 for anything else. */
+int weir_log_level_parse(const char *name);
+/* A status line kept at the bottom of a terminal (a progress line): drawn
+ * now over the previous one, cleared before each log line and drawn again
+ * after it, so that log lines never overwrite it; NULL or "" clears it.
+ * Thread-safe. */
+void weir_log_status(const char *line);
 void weir__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define WEIR_LOG(level, ...)                                                                       \
