@@ -19,6 +19,19 @@ static _Atomic uint64_t log_t0;
 /* The status line (empty: none) and what writes to stderr around it. */
 static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
 static char status[512];
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+/* A fork while another thread writes must not leave out_mu locked in the
+ * child (which may log before it execs). */
+static void out_lock(void) {
+  pthread_mutex_lock(&out_mu);
+}
+static void out_unlock(void) {
+  pthread_mutex_unlock(&out_mu);
+}
+static void atfork_register(void) {
+  pthread_atfork(out_lock, out_unlock, out_unlock);
+}
 
 int weir_log_level_parse(const char *name) {
   static const char *names[] = {"error", "warn", "info", "debug"};
@@ -70,6 +83,7 @@ void weir__log(int level, const char *fmt, ...) {
     line[len] = '\n';
     line[len + 1] = 0;
   }
+  pthread_once(&atfork_once, atfork_register);
   pthread_mutex_lock(&out_mu);
   if (status[0]) fputs("\r\033[K", stderr);
   fputs(line, stderr);
@@ -79,6 +93,7 @@ void weir__log(int level, const char *fmt, ...) {
 }
 
 void weir_log_status(const char *line) {
+  pthread_once(&atfork_once, atfork_register);
   pthread_mutex_lock(&out_mu);
   if (line && line[0]) {
     snprintf(status, sizeof status, "%s", line);

@@ -834,15 +834,15 @@ Test(engine, undocumented_returns_fail_the_job) {
       {{.batch = 3}, 1, 0, "operator 'b3' subtask 0 (process_batch): returned 3, not 0"},
       {{.open = 1}, 0, 0, "operator 'o1' subtask 0 (open): returned 1, not 0"},
       {{.finish = 2}, 0, 0, "operator 'f2' subtask 0 (finish): returned 2, not 0"},
-      {{.poll = 2},
+      {{.poll = 3},
        0,
        0,
-       "operator 'q2' subtask 0 (poll): returned 2, not WEIR_POLL_IDLE (0), "
-       "WEIR_POLL_BUSY (1) or a negative WEIR_E* error code"},
+       "operator 'q3' subtask 0 (poll): returned 3, not WEIR_POLL_IDLE (0), "
+       "WEIR_POLL_BUSY (1), WEIR_POLL_FULL (2) or a negative WEIR_E* error code"},
       {{.snapshot = 1}, 0, 1, "operator 's1' subtask 0 (snapshot): returned 1, not 0"},
       {{.complete = 4}, 0, 1, "operator 'c4' subtask 0 (checkpoint_complete): returned 4, not 0"},
   };
-  const char *names[] = {"p1", "b3", "o1", "f2", "q2", "s1", "c4"};
+  const char *names[] = {"p1", "b3", "o1", "f2", "q3", "s1", "c4"};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char *dir = cases[i].checkpoint ? th_tmpdir() : NULL;
     char err[1024];
