@@ -73,7 +73,7 @@ uint64_t *weir__wtab_find(weir__wtab *t, uint64_t key, uint64_t ns) {
   return found ? s + 2 : NULL;
 }
 
-uint64_t *weir__wtab_upsert(weir__wtab *t, uint64_t key, uint64_t ns, int *created) {
+uint64_t *weir__wtab_upsert_slow(weir__wtab *t, uint64_t key, uint64_t ns, int *created) {
   if (key == WEIR__WTAB_FREE && ns == WEIR__WTAB_FREE) {
     *created = !t->has_free_pair;
     if (*created) {
