@@ -346,7 +346,8 @@ int cli_cmd_inspect(int argc, char **argv) {
       for (uint32_t k = 0; k < st->npos; k++)
         printf("%s{\"split\": %u, \"offset\": %llu}", k ? ", " : "", st->pos[k].split,
                (unsigned long long)st->pos[k].offset);
-      printf("], \"timers\": %llu, \"broadcast_entries\": %llu", (unsigned long long)st->timers,
+      printf("], \"ns_entries\": %llu, \"timers\": %llu, \"broadcast_entries\": %llu",
+             (unsigned long long)st->ns, (unsigned long long)st->timers,
              (unsigned long long)st->bcast);
       if (st->has_clock) printf(", \"clock\": %lld", (long long)st->clock);
       if (is_channel_state(st)) printf(", \"channel_state\": true");
@@ -381,6 +382,7 @@ int cli_cmd_inspect(int argc, char **argv) {
         printf(" %u:%llu", st->pos[k].split, (unsigned long long)st->pos[k].offset);
       if (st->npos > 8) printf(" ... (%u splits)", st->npos);
       if (st->keys_ckpt) printf("  keys of checkpoint %llu", (unsigned long long)st->keys_ckpt);
+      if (st->ns) printf("  %llu namespaced entries", (unsigned long long)st->ns);
       if (st->timers) printf("  %llu timers", (unsigned long long)st->timers);
       if (st->bcast) printf("  %llu broadcast entries", (unsigned long long)st->bcast);
       if (st->has_clock) {

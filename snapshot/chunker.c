@@ -215,8 +215,29 @@ int weir__chunker_next(weir__chunker *c, uint8_t *buf, size_t *len) {
       return 1;
     }
     case 3: {
-      if (c->i >= sn->n_timers) {
+      if (c->i >= sn->n_ns) {
         c->phase = 4;
+        c->i = 0;
+        continue;
+      }
+      /* As many entries as fit the budget: 16 bytes of key and ns, the
+       * value's varint. */
+      size_t n = 0;
+      for (uint64_t used = 0; c->i + n < sn->n_ns; n++) {
+        uint64_t h = 16 + weir__varint_len(sn->ns_values[c->i + n]);
+        if (used + h > budget) break;
+        used += h;
+      }
+      *len = weir__ns_chunk_encode(c->id, sn->ns_keys + c->i, sn->ns_ns + c->i,
+                                   sn->ns_values + c->i, n, buf);
+      c->i += n;
+      c->chunks[3]++;
+      c->id.seq++;
+      return 1;
+    }
+    case 4: {
+      if (c->i >= sn->n_timers) {
+        c->phase = 5;
         c->i = c->d = c->dend = 0;
         continue;
       }
@@ -225,17 +246,17 @@ int weir__chunker_next(weir__chunker *c, uint8_t *buf, size_t *len) {
       for (size_t k = 0; k < n; k++) c->dom[k] = sn->tm_domain[c->i + k];
       *len = weir__timer_chunk_encode(c->id, sn->tm_keys + c->i, sn->tm_ts + c->i, c->dom, n, buf);
       c->i += n;
-      c->chunks[3]++;
+      c->chunks[4]++;
       c->id.seq++;
       return 1;
     }
-    case 4: {
+    case 5: {
       if (c->i >= sn->n_bcast && c->d >= sn->bc_data_len) {
-        c->phase = 5;
+        c->phase = 6;
         continue;
       }
       *len = bytes_stream_next(c, sn->n_bcast, NULL, sn->bc_klen, sn->bc_vlen, sn->bc_data, buf);
-      c->chunks[4]++;
+      c->chunks[5]++;
       c->id.seq++;
       return 1;
     }

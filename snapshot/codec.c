@@ -252,6 +252,8 @@ void weir__meta_encode(const weir__ckpt_meta *mm, uint8_t **out, size_t *len) {
     s->blob_len = e->blob_len;
     s->keys_ckpt = e->keys_ckpt;
     s->keys_record = e->keys_record;
+    s->ns_chunks = e->ns_chunks;
+    s->ns_entries = e->ns_entries;
     s->timer_chunks = e->timer_chunks;
     s->timer_entries = e->timer_entries;
     s->bcast_chunks = e->bcast_chunks;
@@ -323,6 +325,10 @@ static int check_entry(const Weirpb__Subtask *s, uint64_t id, char *err, size_t 
       s->blob_len > (uint64_t)s->blob_chunks * WEIR__CHUNK_MAX)
     return BAD("a blob of %llu bytes cannot fill %u chunks", CTX, (unsigned long long)s->blob_len,
                s->blob_chunks);
+  if ((s->ns_entries == 0) != (s->ns_chunks == 0) || s->ns_chunks > s->ns_entries ||
+      s->ns_entries > (uint64_t)s->ns_chunks * WEIR__MAX_NS_PER_CHUNK)
+    return BAD("%llu namespaced entries cannot fill %u chunks", CTX,
+               (unsigned long long)s->ns_entries, s->ns_chunks);
   if ((s->timer_entries == 0) != (s->timer_chunks == 0) || s->timer_chunks > s->timer_entries ||
       s->timer_entries > (uint64_t)s->timer_chunks * WEIR__MAX_TIMERS_PER_CHUNK)
     return BAD("%llu timers cannot fill %u chunks", CTX, (unsigned long long)s->timer_entries,
@@ -334,8 +340,8 @@ static int check_entry(const Weirpb__Subtask *s, uint64_t id, char *err, size_t 
       s->bcast_entries > (uint64_t)s->bcast_chunks * WEIR__MAX_BYTES_PER_CHUNK)
     return BAD("%llu broadcast entries cannot fill %u chunks", CTX,
                (unsigned long long)s->bcast_entries, s->bcast_chunks);
-  uint64_t chunks = (uint64_t)s->u64_chunks + s->bytes_chunks + s->blob_chunks + s->timer_chunks +
-                    s->bcast_chunks;
+  uint64_t chunks = (uint64_t)s->u64_chunks + s->bytes_chunks + s->blob_chunks + s->ns_chunks +
+                    s->timer_chunks + s->bcast_chunks;
   if (chunks > UINT32_MAX)
     return BAD("%llu chunks is more than a record can hold", CTX, (unsigned long long)chunks);
   if (s->bytes < chunks * WEIR__ENV_HDR || s->bytes > chunks * WEIR__CHUNK_MAX)
@@ -352,7 +358,7 @@ static int check_entry(const Weirpb__Subtask *s, uint64_t id, char *err, size_t 
    * bytes allow (which load bounds by the file's size before allocating). */
   uint64_t least = (s->keys_ckpt ? 1 : 9) * s->u64_entries + 10 * s->bytes_entries +
                    s->bytes_data_len + s->blob_len + WEIR__TIMER_BYTES * s->timer_entries +
-                   10 * s->bcast_entries;
+                   10 * s->bcast_entries + WEIR__NS_BYTES * s->ns_entries;
   if (least > s->bytes)
     return BAD("its entries need at least %llu bytes, only %llu are stored", CTX,
                (unsigned long long)least, (unsigned long long)s->bytes);
@@ -462,8 +468,8 @@ int weir__meta_decode(const void *value, size_t len, uint64_t key_id, const char
     }
     records[i] = s->record;
     bytes += s->bytes;
-    chunks += (uint64_t)s->u64_chunks + s->bytes_chunks + s->blob_chunks + s->timer_chunks +
-              s->bcast_chunks;
+    chunks += (uint64_t)s->u64_chunks + s->bytes_chunks + s->blob_chunks + s->ns_chunks +
+              s->timer_chunks + s->bcast_chunks;
   }
   qsort(records, m->n_subtasks, sizeof *records, cmp_u32);
   for (size_t i = 1; i < m->n_subtasks; i++) {
@@ -547,6 +553,8 @@ int weir__meta_decode(const void *value, size_t len, uint64_t key_id, const char
     e->blob_len = s->blob_len;
     e->keys_ckpt = s->keys_ckpt;
     e->keys_record = s->keys_record;
+    e->ns_chunks = s->ns_chunks;
+    e->ns_entries = s->ns_entries;
     e->timer_chunks = s->timer_chunks;
     e->timer_entries = s->timer_entries;
     e->bcast_chunks = s->bcast_chunks;
@@ -734,6 +742,19 @@ size_t weir__blob_chunk_encode(weir__chunk_id id, const uint8_t *data, size_t da
   return seal_chunk(&m.base, WEIR__KIND_BLOB, buf);
 }
 
+size_t weir__ns_chunk_encode(weir__chunk_id id, const uint64_t *keys, const uint64_t *ns,
+                             const uint64_t *values, size_t n, uint8_t *buf) {
+  Weirpb__NsChunk m = WEIRPB__NS_CHUNK__INIT;
+  m.checkpoint = id.ckpt;
+  m.record = id.record;
+  m.seq = id.seq;
+  m.n_keys = m.n_ns = m.n_values = n;
+  m.keys = (uint64_t *)keys;
+  m.ns = (uint64_t *)ns;
+  m.values = (uint64_t *)values;
+  return seal_chunk(&m.base, WEIR__KIND_NS, buf);
+}
+
 size_t weir__timer_chunk_encode(weir__chunk_id id, const uint64_t *keys, const int64_t *ts,
                                 const uint32_t *domain, size_t n, uint8_t *buf) {
   Weirpb__TimerChunk m = WEIRPB__TIMER_CHUNK__INIT;
@@ -881,6 +902,30 @@ int weir__chunk_decode(const void *value, size_t len, weir__chunk_id expect, wei
     out->msg_ = m;
     break;
   }
+  case WEIR__KIND_NS: {
+    /* A repeated (key, ns) is found where the entries are inserted (load
+     * checks the section as a whole, across chunks). */
+    Weirpb__NsChunk *m = weirpb__ns_chunk__unpack(&pbc_alloc, n, p);
+    if (m == NULL) return undecodable(inj, "chunk", n, err, errlen);
+    weir__chunk_id got = {m->checkpoint, m->record, m->seq};
+    if ((rc = check_chunk_id(got, expect, err, errlen)) < 0) {
+    } else if (m->n_keys != m->n_ns || m->n_keys != m->n_values || m->n_keys == 0) {
+      rc = fail(WEIR_ECORRUPT, err, errlen,
+                "namespaced chunk with %zu keys, %zu namespaces and %zu values", m->n_keys, m->n_ns,
+                m->n_values);
+    }
+    if (rc < 0) {
+      weirpb__ns_chunk__free_unpacked(m, &pbc_alloc);
+      return rc;
+    }
+    out->n = m->n_keys;
+    out->keys = m->keys;
+    out->ns = m->ns;
+    out->values = m->values;
+    out->id = got;
+    out->msg_ = m;
+    break;
+  }
   case WEIR__KIND_TIMERS: {
     Weirpb__TimerChunk *m = weirpb__timer_chunk__unpack(&pbc_alloc, n, p);
     if (m == NULL) return undecodable(inj, "chunk", n, err, errlen);
@@ -929,6 +974,9 @@ void weir__chunk_free(weir__chunk *c) {
     break;
   case WEIR__KIND_BLOB:
     weirpb__blob_chunk__free_unpacked(c->msg_, &pbc_alloc);
+    break;
+  case WEIR__KIND_NS:
+    weirpb__ns_chunk__free_unpacked(c->msg_, &pbc_alloc);
     break;
   case WEIR__KIND_TIMERS:
     weirpb__timer_chunk__free_unpacked(c->msg_, &pbc_alloc);

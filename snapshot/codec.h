@@ -37,6 +37,10 @@
 /* A timer takes 17 bytes: key and timestamp fixed, a one-byte domain. */
 #define WEIR__TIMER_BYTES 17u
 #define WEIR__MAX_TIMERS_PER_CHUNK (WEIR__CHUNK_BUDGET / WEIR__TIMER_BYTES)
+/* A namespaced entry takes at least 17 bytes: key and ns fixed, a varint
+ * value of one byte or more. */
+#define WEIR__NS_BYTES 17u
+#define WEIR__MAX_NS_PER_CHUNK (WEIR__CHUNK_BUDGET / WEIR__NS_BYTES)
 #define WEIR__MAX_OP_NAME 1024u
 
 /* Bytes of the protobuf varint encoding of v (1..10). */
@@ -94,6 +98,9 @@ typedef struct weir__sub_entry {
    * checkpoint keys_ckpt (0: none), and the u64 chunks hold values only. */
   uint64_t keys_ckpt;
   uint32_t keys_record;
+  /* Namespaced u64 state (format 4). */
+  uint32_t ns_chunks;
+  uint64_t ns_entries;
   /* Timers and the event-time clock (format 4). */
   uint32_t timer_chunks;
   uint64_t timer_entries;
@@ -105,8 +112,8 @@ typedef struct weir__sub_entry {
 } weir__sub_entry;
 
 static inline uint64_t weir__sub_chunks(const weir__sub_entry *e) {
-  return (uint64_t)e->u64_chunks + e->bytes_chunks + e->blob_chunks + e->timer_chunks +
-         e->bcast_chunks;
+  return (uint64_t)e->u64_chunks + e->bytes_chunks + e->blob_chunks + e->ns_chunks +
+         e->timer_chunks + e->bcast_chunks;
 }
 
 typedef struct weir__ckpt_meta {
@@ -190,6 +197,10 @@ size_t weir__bytes_chunk_encode(weir__chunk_id id, const uint64_t *route, const 
                                 size_t data_len, uint8_t *buf);
 size_t weir__blob_chunk_encode(weir__chunk_id id, const uint8_t *data, size_t data_len,
                                uint8_t *buf);
+/* n namespaced entries (n >= 1; planned as 16 + varint_len(value) bytes
+ * each within WEIR__CHUNK_BUDGET). */
+size_t weir__ns_chunk_encode(weir__chunk_id id, const uint64_t *keys, const uint64_t *ns,
+                             const uint64_t *values, size_t n, uint8_t *buf);
 /* n timers (1 .. WEIR__MAX_TIMERS_PER_CHUNK). */
 size_t weir__timer_chunk_encode(weir__chunk_id id, const uint64_t *keys, const int64_t *ts,
                                 const uint32_t *domain, size_t n, uint8_t *buf);
@@ -202,11 +213,12 @@ void weir__blob_chunk_write(weir__chunk_id id, const uint8_t *data, size_t data_
 /* A decoded chunk: views into the decoded message, valid until
  * weir__chunk_free. */
 typedef struct weir__chunk {
-  uint16_t kind;   /* WEIR__KIND_U64, _U64_VALUES, _BYTES, _BLOB or _TIMERS */
+  uint16_t kind;   /* WEIR__KIND_U64, _U64_VALUES, _BYTES, _BLOB, _NS or _TIMERS */
   uint16_t format; /* the store format it was written in */
   weir__chunk_id id;
   size_t n;                      /* entries (u64, bytes) */
-  const uint64_t *keys, *values; /* u64 (keys NULL in U64_VALUES); timers: keys */
+  const uint64_t *keys, *values; /* u64 (keys NULL in U64_VALUES), ns; timers: keys */
+  const uint64_t *ns;            /* ns */
   const int64_t *ts;             /* timers */
   const uint32_t *domain;        /* timers */
   const uint64_t *route;         /* bytes */

@@ -132,6 +132,7 @@ int weir__commit_put(weir_store *s, weir__ckcommit *c, MDB_txn *txn) {
       if (c->subs[i].timer_entries || c->subs[i].has_clock)
         m->min_reader_version = WEIR_STORE_TIMERS;
       if (c->subs[i].bcast_entries) m->min_reader_version = WEIR_STORE_BROADCAST;
+      if (c->subs[i].ns_entries) m->min_reader_version = WEIR_STORE_NS;
     }
   }
   weir__meta_encode(m, &c->mval, &c->mlen);

@@ -30,8 +30,8 @@ enum {
   WEIR__KIND_BYTES = 4,      /* weirpb.BytesChunk */
   WEIR__KIND_BLOB = 5,       /* weirpb.BlobChunk */
   WEIR__KIND_U64_VALUES = 6, /* weirpb.U64Values (format 3) */
-  /* 7: kept for namespaced state (docs/event-time.md §11) */
-  WEIR__KIND_TIMERS = 8, /* weirpb.TimerChunk (format 4) */
+  WEIR__KIND_NS = 7,         /* weirpb.NsChunk (format 4) */
+  WEIR__KIND_TIMERS = 8,     /* weirpb.TimerChunk (format 4) */
   WEIR__KIND_MAX = 8
 };
 

@@ -152,7 +152,7 @@ typedef struct entry_read {
   weir_subtask_snapshot *out;
   chunk_src src, ksrc; /* ksrc: the holder's keys (shared keys), a cursor of its own */
   weir__chunk c, kc;
-  uint64_t nu, nb, nd, nblob, nt, bytes, dsum, lastkey;
+  uint64_t nu, nb, nd, nblob, nns, nt, bytes, dsum, lastkey;
   uint64_t nbc, nbcd, bcsum, bccap; /* broadcast: entries, data bytes, their sum, room */
   uint16_t lastformat;
   char why[512];
@@ -188,6 +188,11 @@ static void entry_alloc(const weir__sub_entry *e, const weir_store_u64_sink *sin
   }
   if (e->bytes_data_len) out->b_data = weir_malloc_big(e->bytes_data_len);
   if (e->blob_len) out->blob = blob_alloc(e->blob_len, &out->blob_release);
+  if (e->ns_entries) {
+    out->ns_keys = weir_malloc_big(e->ns_entries * sizeof(uint64_t));
+    out->ns_ns = weir_malloc_big(e->ns_entries * sizeof(uint64_t));
+    out->ns_values = weir_malloc_big(e->ns_entries * sizeof(uint64_t));
+  }
   if (e->timer_entries) {
     out->tm_keys = weir_malloc_big(e->timer_entries * sizeof(uint64_t));
     out->tm_ts = weir_malloc_big(e->timer_entries * sizeof(int64_t));
@@ -297,6 +302,22 @@ static int read_blob(entry_read *r, uint32_t seq) {
   return 0;
 }
 
+/* Namespaced chunk seq (in r->c), into out. A (key, ns) given twice is
+ * found where the entries go into a table (the engine's restore). */
+static int read_ns(entry_read *r, uint32_t seq) {
+  const weir__chunk *c = &r->c;
+  if (c->n > r->e->ns_entries - r->nns)
+    return bad(r, WEIR_ECORRUPT, "chunk %u: more namespaced entries than the %llu recorded", seq,
+               (ull)r->e->ns_entries);
+  if (r->out) {
+    memcpy(r->out->ns_keys + r->nns, c->keys, c->n * sizeof(uint64_t));
+    memcpy(r->out->ns_ns + r->nns, c->ns, c->n * sizeof(uint64_t));
+    memcpy(r->out->ns_values + r->nns, c->values, c->n * sizeof(uint64_t));
+  }
+  r->nns += c->n;
+  return 0;
+}
+
 /* Timer chunk seq (in r->c), into out. */
 static int read_timers(entry_read *r, uint32_t seq) {
   const weir__chunk *c = &r->c;
@@ -358,12 +379,14 @@ static int read_chunk(entry_read *r, uint32_t seq, uint64_t nchunks) {
   weir__chunk_id want = {r->id, e->record, seq};
   rc = weir__chunk_decode(val.mv_data, val.mv_size, want, &r->c, cerr, sizeof cerr);
   if (rc < 0) return bad(r, rc, "chunk %u: %s", seq, cerr);
-  /* Sections in their order: u64, bytes, blob, timers, broadcast. */
+  /* Sections in their order: u64, bytes, blob, ns, timers, broadcast. */
   uint64_t end_bytes = (uint64_t)e->u64_chunks + e->bytes_chunks,
-           end_blob = end_bytes + e->blob_chunks, end_timers = end_blob + e->timer_chunks;
+           end_blob = end_bytes + e->blob_chunks, end_ns = end_blob + e->ns_chunks,
+           end_timers = end_ns + e->timer_chunks;
   uint16_t kind = seq < e->u64_chunks ? (e->keys_ckpt ? WEIR__KIND_U64_VALUES : WEIR__KIND_U64)
                   : seq < end_bytes   ? WEIR__KIND_BYTES
                   : seq < end_blob    ? WEIR__KIND_BLOB
+                  : seq < end_ns      ? WEIR__KIND_NS
                   : seq < end_timers  ? WEIR__KIND_TIMERS
                                       : WEIR__KIND_BYTES;
   if (r->c.kind != kind)
@@ -376,6 +399,8 @@ static int read_chunk(entry_read *r, uint32_t seq, uint64_t nchunks) {
     rc = read_bcast(r, seq);
   else if (kind == WEIR__KIND_BYTES)
     rc = read_bytes(r, seq);
+  else if (kind == WEIR__KIND_NS)
+    rc = read_ns(r, seq);
   else if (kind == WEIR__KIND_BLOB)
     rc = read_blob(r, seq);
   else
@@ -410,6 +435,9 @@ static int check_whole(entry_read *r, uint64_t nchunks) {
     return bad(r, WEIR_ECORRUPT,
                "byte-string entries add up to %llu bytes, their data is %llu bytes", (ull)r->dsum,
                (ull)e->bytes_data_len);
+  if (r->nns != e->ns_entries)
+    return bad(r, WEIR_ECORRUPT, "chunks hold %llu namespaced entries; the metadata records %llu",
+               (ull)r->nns, (ull)e->ns_entries);
   if (r->nbc != e->bcast_entries)
     return bad(r, WEIR_ECORRUPT, "chunks hold %llu broadcast entries; the metadata records %llu",
                (ull)r->nbc, (ull)e->bcast_entries);
@@ -477,6 +505,7 @@ int weir__read_entry(MDB_txn *txn, MDB_dbi dbi, uint64_t id, const weir__sub_ent
       out->n_bytes = r.nb;
       out->b_data_len = r.nd;
       out->blob_len = r.nblob;
+      out->n_ns = r.nns;
       out->n_timers = r.nt;
       out->n_bcast = r.nbc;
       out->bc_data_len = r.nbcd;

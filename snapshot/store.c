@@ -505,6 +505,7 @@ static int check_snapshot(weir_store *s, uint64_t id, weir_subtask_snapshot *sn)
   if ((sn->n_u64 && (!sn->u64_keys || !sn->u64_values)) ||
       (sn->n_bytes && (!sn->b_route || !sn->b_klen || !sn->b_vlen)) ||
       (sn->b_data_len && !sn->b_data) || (sn->npos && !sn->pos) || (sn->blob_len && !sn->blob) ||
+      (sn->n_ns && (!sn->ns_keys || !sn->ns_ns || !sn->ns_values)) ||
       (sn->n_timers && (!sn->tm_keys || !sn->tm_ts || !sn->tm_domain)) ||
       (sn->n_bcast && (!sn->bc_klen || !sn->bc_vlen)) || (sn->bc_data_len && !sn->bc_data))
     BAD("store %s: checkpoint %llu: operator \"%s\" subtask %u: a count without its array", s->path,
@@ -723,6 +724,7 @@ int weir_store_info(weir_store *s, uint64_t id, weir_store_ckpt_info **out) {
     t->bytes_entries = e->bytes_entries;
     t->blob_len = e->blob_len;
     t->keys_ckpt = e->keys_ckpt;
+    t->ns = e->ns_entries;
     t->timers = e->timer_entries;
     t->bcast = e->bcast_entries;
     t->has_clock = e->has_clock;
@@ -814,6 +816,9 @@ void weir_subtask_snapshot_free(weir_subtask_snapshot *snap) {
   weir_free(snap->b_klen);
   weir_free(snap->b_vlen);
   weir_free(snap->b_data);
+  weir_free(snap->ns_keys);
+  weir_free(snap->ns_ns);
+  weir_free(snap->ns_values);
   weir_free(snap->tm_keys);
   weir_free(snap->tm_ts);
   weir_free(snap->tm_domain);

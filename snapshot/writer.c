@@ -408,9 +408,11 @@ static void member_written(weir_store *s, gmember *m, weir__chunker *c) {
   e.u64_chunks = c->chunks[0];
   e.bytes_chunks = c->chunks[1];
   e.blob_chunks = c->chunks[2];
-  e.timer_chunks = c->chunks[3];
+  e.ns_chunks = c->chunks[3];
+  e.ns_entries = sn->n_ns;
+  e.timer_chunks = c->chunks[4];
   e.timer_entries = sn->n_timers;
-  e.bcast_chunks = c->chunks[4];
+  e.bcast_chunks = c->chunks[5];
   e.bcast_entries = sn->n_bcast;
   e.has_clock = sn->has_clock;
   e.clock = sn->clock;

@@ -61,7 +61,7 @@ void weir__sort_u64(uint64_t *k, uint64_t *v, uint64_t n);
 /* ---- chunker.c ----------------------------------------------------------- */
 
 /* Produces the chunks of one subtask in order: u64 state, byte-string
- * state, blob, timers, broadcast state. Byte-string entries (and broadcast
+ * state, blob, namespaced u64 state, timers, broadcast state. Byte-string entries (and broadcast
  * ones) are a stream: headers go into the chunk where the entry's data
  * starts, data fills every chunk's remaining room. */
 typedef struct weir__chunker {
@@ -70,11 +70,11 @@ typedef struct weir__chunker {
   uint32_t *counts;             /* without share: each u64 chunk's entries */
   uint32_t counts_cap;
   weir__chunk_id id;
-  int phase;     /* 0 u64, 1 bytes, 2 blob, 3 timers, 4 broadcast, 5 done */
-  uint64_t i;    /* u64: next entry; bytes, broadcast: next entry to head */
-  uint64_t d;    /* bytes, broadcast: data bytes emitted; blob: offset */
-  uint64_t dend; /* bytes, broadcast: end of the data of the headed entries */
-  uint32_t chunks[5];
+  int phase;          /* 0 u64, 1 bytes, 2 blob, 3 ns, 4 timers, 5 broadcast, 6 done */
+  uint64_t i;         /* u64, ns, timers: next entry; bytes, broadcast: next entry to head */
+  uint64_t d;         /* bytes, broadcast: data bytes emitted; blob: offset */
+  uint64_t dend;      /* bytes, broadcast: end of the data of the headed entries */
+  uint32_t chunks[6]; /* per phase */
   uint32_t dom[WEIR__MAX_TIMERS_PER_CHUNK]; /* timers: the chunk's domains as stored */
   /* A u64 chunk with keys, or a blob chunk, is only planned by
    * weir__chunker_next (its length known, its bytes not yet written):

@@ -286,7 +286,7 @@ Test(decode_alloc, every_decode_with_each_allocation_failing) {
   cr_assert_eq(kinds,
                (1 << WEIR__KIND_JOB) | (1 << WEIR__KIND_META) | (1 << WEIR__KIND_U64) |
                    (1 << WEIR__KIND_U64_VALUES) | (1 << WEIR__KIND_BYTES) | (1 << WEIR__KIND_BLOB) |
-                   (1 << WEIR__KIND_TIMERS),
+                   (1 << WEIR__KIND_TIMERS) | (1 << WEIR__KIND_NS),
                "every kind of value should have been decoded");
   cr_log_info("%d allocation failures injected", total);
   th_free_inputs(&in);

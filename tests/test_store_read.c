@@ -228,6 +228,81 @@ Test(store, broadcast_state_round_trips_and_a_wrong_count_is_refused) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
+/* Namespaced u64 state: NNS entries over several chunks (values of ten
+ * varint bytes), the reserved marker UINT64_MAX and 0 as keys and
+ * namespaces. */
+#define NNS 6000
+static void snap_ns(weir_subtask_snapshot *sn) {
+  memset(sn, 0, sizeof *sn);
+  sn->op = weir_strdup("windows");
+  sn->parallelism = 1;
+  sn->n_ns = NNS;
+  sn->ns_keys = weir_malloc(NNS * sizeof *sn->ns_keys);
+  sn->ns_ns = weir_malloc(NNS * sizeof *sn->ns_ns);
+  sn->ns_values = weir_malloc(NNS * sizeof *sn->ns_values);
+  for (uint64_t i = 0; i < NNS; i++) {
+    sn->ns_keys[i] = i < 2 ? (i ? UINT64_MAX : 0) : i / 3;
+    sn->ns_ns[i] = i < 2 ? UINT64_MAX - i : i % 3 ? i : UINT64_MAX;
+    sn->ns_values[i] = UINT64_MAX - i * 0x9e3779b97f4a7c15ull % 1000;
+  }
+}
+
+/* For edit_values: ns_entries (field 18: tag bytes 0x90 0x01, then NNS as
+ * a two-byte varint) NNS -> NNS + 1 in a checkpoint's metadata, resealed. */
+static int ns_count_up(uint8_t *v, size_t room) {
+  uint32_t len =
+      (uint32_t)v[8] | (uint32_t)v[9] << 8 | (uint32_t)v[10] << 16 | (uint32_t)v[11] << 24;
+  if (WEIR__ENV_HDR + (size_t)len > room) return 0;
+  uint8_t *p = v + WEIR__ENV_HDR;
+  const uint8_t lo = (NNS & 0x7f) | 0x80, hi = NNS >> 7;
+  for (uint32_t i = 0; i + 3 < len; i++)
+    if (p[i] == 0x90 && p[i + 1] == 0x01 && p[i + 2] == lo && p[i + 3] == hi) {
+      p[i + 2] = ((NNS + 1) & 0x7f) | 0x80;
+      weir__env_seal(v, WEIR_STORE_FORMAT, WEIR__KIND_META, len);
+      return 1;
+    }
+  return 0;
+}
+
+Test(store, ns_state_round_trips_and_a_wrong_count_is_refused) {
+  weir_store *s = open_with_job(NULL);
+  uint64_t id = next_id(s);
+  weir_subtask_snapshot sn;
+  snap_ns(&sn);
+  weir_subtask_snapshot want;
+  snap_ns(&want);
+  write_commit(s, id, &sn, 0);
+  cr_assert_eq(weir_store_verify(s, id), 0, "%s", err_of(s));
+  weir_store_ckpt_info *info;
+  cr_assert_eq(weir_store_info(s, id, &info), 0, "%s", err_of(s));
+  cr_assert_eq(info->nsubtasks, 1);
+  cr_assert_eq(info->subtasks[0].ns, NNS);
+  cr_assert_geq(info->subtasks[0].chunks, 3, "entries over several chunks");
+  weir_store_ckpt_info_free(info);
+  weir_subtask_snapshot got;
+  cr_assert_eq(weir_store_load(s, id, "windows", 0, &got), 0, "%s", err_of(s));
+  cr_assert_eq(got.n_ns, NNS);
+  cr_assert_arr_eq(got.ns_keys, want.ns_keys, NNS * sizeof *got.ns_keys);
+  cr_assert_arr_eq(got.ns_ns, want.ns_ns, NNS * sizeof *got.ns_ns);
+  cr_assert_arr_eq(got.ns_values, want.ns_values, NNS * sizeof *got.ns_values);
+  weir_subtask_snapshot_free(&got);
+  weir_subtask_snapshot_free(&want);
+  weir_store_close(s);
+  /* An older weir must refuse it rather than drop the namespaced state. */
+  g_min_reader = 0;
+  edit_values(WEIR__KIND_META, 1, note_min_reader);
+  cr_assert_eq(g_min_reader, WEIR_STORE_NS);
+
+  cr_assert_eq(edit_values(WEIR__KIND_META, 0, ns_count_up), 1);
+  s = open_store(NULL);
+  cr_assert_eq(weir_store_load(s, id, "windows", 0, &got), WEIR_ECORRUPT);
+  cr_assert(strstr(err_of(s), "namespaced entries"), "%s", err_of(s));
+  cr_assert(strstr(err_of(s), "operator \"windows\""), "%s", err_of(s));
+  cr_assert_eq(weir_store_verify(s, id), WEIR_ECORRUPT);
+  weir_store_close(s);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
 Test(store, truncated_file_is_refused) {
   uint64_t id = three_checkpoints();
   struct stat st;

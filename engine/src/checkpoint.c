@@ -221,6 +221,39 @@ static void copy_state(weir_ctx *c, weir_subtask_snapshot *s) {
   }
 }
 
+/* Namespaced u64 state, copied at the cut into arrays (a copy-on-write
+ * view, as the u64 map has, can come later: state.h's views would need to
+ * be generic over the slot width). */
+static void copy_ns(weir_ctx *c, weir_subtask_snapshot *s) {
+  const weir__wtab *t = &c->state.ns;
+  uint64_t n = weir__wtab_count(t);
+  if (!n) return;
+  s->n_ns = n;
+  s->ns_keys = weir_malloc_big(n * sizeof *s->ns_keys);
+  s->ns_ns = weir_malloc_big(n * sizeof *s->ns_ns);
+  s->ns_values = weir_malloc_big(n * sizeof *s->ns_values);
+  weir__wtab_copy(t, s->ns_keys, s->ns_ns, s->ns_values);
+}
+
+/* Installs restored namespaced state; a (key, ns) stored twice is a
+ * damaged checkpoint (the writer stores a table). */
+static int restore_ns(weir_ctx *c, const weir_subtask_snapshot *s) {
+  if (!s->n_ns) return 0;
+  weir__wtab *t = &c->state.ns;
+  weir__wtab_reserve(t, s->n_ns);
+  for (uint64_t i = 0; i < s->n_ns; i++) {
+    if (i + 16 < s->n_ns) weir__wtab_prefetch(t, s->ns_keys[i + 16], s->ns_ns[i + 16]);
+    int created;
+    uint64_t *v = weir__wtab_upsert(t, s->ns_keys[i], s->ns_ns[i], &created);
+    if (!created)
+      return weir_ctx_fail(c, WEIR_ECORRUPT,
+                           "checkpoint holds namespaced entry (key %llu, ns %llu) twice",
+                           (unsigned long long)s->ns_keys[i], (unsigned long long)s->ns_ns[i]);
+    *v = s->ns_values[i];
+  }
+  return 0;
+}
+
 /* The subtask's copy of broadcast state, copied at the cut (it is small:
  * rules, lookup tables), in table order. */
 static void copy_bcast(weir_ctx *c, weir_subtask_snapshot *s) {
@@ -274,6 +307,7 @@ int weir__ctx_snapshot(weir_ctx *c, uint64_t id, weir_subtask_snapshot *s) {
   s->subtask = c->subtask;
   s->parallelism = c->parallelism;
   copy_state(c, s);
+  copy_ns(c, s);
   weir__timers_snapshot(c, s);
   copy_bcast(c, s);
   weir_snapshot_writer w = {0};
@@ -490,11 +524,12 @@ int weir__ctx_restore(weir_ctx *c) {
   weir_subtask_snapshot *s = c->restore;
   if (!s) return 0;
   int rc = 0;
-  if ((s->n_u64 || s->n_bytes || s->n_timers) && !c->keyed) {
+  if ((s->n_u64 || s->n_bytes || s->n_ns || s->n_timers) && !c->keyed) {
     rc = weir_ctx_fail(c, WEIR_ECORRUPT, "checkpoint holds keyed state for a non-keyed operator");
   }
   if (!rc) rc = weir__timers_restore(c, s);
   if (!rc) rc = restore_bcast(c, s);
+  if (!rc) rc = restore_ns(c, s);
   uint64_t t0 = uv_hrtime();
   /* Keyed u64 state read with the operator's own parallelism was built
    * while loading (job.c); rescaled state comes here in arrays. Entries in
@@ -521,9 +556,10 @@ int weir__ctx_restore(weir_ctx *c) {
   }
   uint64_t ns = uv_hrtime() - t0;
   weir__restore_note(&c->job->restore, ns, c->restore_stream_ns);
-  WEIR_LOG_D("restored '%s' subtask %u: %llu u64 and %llu byte-string entries in %.1f ms",
+  WEIR_LOG_D("restored '%s' subtask %u: %llu u64, %llu byte-string and %llu namespaced entries "
+             "in %.1f ms",
              c->node->name, c->subtask, (unsigned long long)s->n_u64,
-             (unsigned long long)s->n_bytes, (double)ns / 1e6);
+             (unsigned long long)s->n_bytes, (unsigned long long)s->n_ns, (double)ns / 1e6);
   weir_subtask_snapshot_free(s);
   weir_free(s);
   c->restore = NULL;

@@ -317,6 +317,70 @@ int weir_state_each_u64(weir_ctx *c, int (*fn)(void *user, uint64_t key, uint64_
   return 0;
 }
 
+/* ---- namespaced u64 state ---------------------------------------------------- */
+
+/* Why a namespaced call is refused: no keyed operator, a broadcast input,
+ * or no current key. An entry belongs to the current key and moves with it
+ * on a rescale; without one (process_batch or on_timers before a select,
+ * finish, poll, open, snapshot) it would land under whatever key came
+ * last. */
+static int ns_no_key(weir_ctx *c, const char *call) {
+  if (!c->keyed || c->in_bcast) return no_key(c);
+  return weir_ctx_fail(c, WEIR_ESTATE,
+                       "%s without a current key: namespaced state belongs to the current key "
+                       "(process, or call weir_state_select first in process_batch and "
+                       "on_timers)",
+                       call);
+}
+
+/* One unlikely branch on the fast path. key_known alone is not enough:
+ * the task sets it in `process` of every operator, keyed or not. */
+#define NEED_KEY(c, call)                                                                          \
+  do {                                                                                             \
+    if (__builtin_expect(!(c)->key_known || !(c)->keyed || (c)->in_bcast, 0))                      \
+      return ns_no_key(c, call);                                                                   \
+  } while (0)
+
+int weir_state_ns_get_u64(weir_ctx *c, uint64_t ns, uint64_t *out) {
+  NEED_KEY(c, "weir_state_ns_get_u64");
+  uint64_t *v = weir__wtab_find(&c->state.ns, c->cur_key, ns);
+  *out = v ? *v : 0;
+  return v != NULL;
+}
+
+int weir_state_ns_put_u64(weir_ctx *c, uint64_t ns, uint64_t value) {
+  NEED_KEY(c, "weir_state_ns_put_u64");
+  int created;
+  *weir__wtab_upsert(&c->state.ns, c->cur_key, ns, &created) = value;
+  return 0;
+}
+
+int weir_state_ns_add_u64(weir_ctx *c, uint64_t ns, uint64_t delta, uint64_t *out) {
+  NEED_KEY(c, "weir_state_ns_add_u64");
+  int created;
+  uint64_t *v = weir__wtab_upsert(&c->state.ns, c->cur_key, ns, &created);
+  *v += delta;
+  if (out) *out = *v;
+  return created;
+}
+
+int weir_state_ns_del_u64(weir_ctx *c, uint64_t ns) {
+  NEED_KEY(c, "weir_state_ns_del_u64");
+  weir__wtab_del(&c->state.ns, c->cur_key, ns);
+  return 0;
+}
+
+void weir_state_ns_prefetch(weir_ctx *c, uint64_t key, uint64_t ns) {
+  weir__wtab_prefetch(&c->state.ns, key, ns);
+}
+
+int weir_state_ns_each_u64(weir_ctx *c,
+                           int (*fn)(void *user, uint64_t key, uint64_t ns, uint64_t value),
+                           void *user) {
+  NEED_KEYED_VISIT(c);
+  return weir__wtab_each(&c->state.ns, fn, user);
+}
+
 /* ---- broadcast state ----------------------------------------------------------- */
 
 /* Broadcast state exists in an operator whose second input broadcasts, and

@@ -124,7 +124,9 @@ int weir__harness_process(weir__harness *h, const weir_record *r) {
     c->cur_ts = r->ts;
     c->cur_id = r->id;
     c->cur_key = r->key;
+    c->key_known = 1; /* as the task does (task.c, op_process) */
     rc = c->node->ovt->process(c, r);
+    c->key_known = 0;
   }
   weir__batch_destroy(b);
   if (rc < 0) return rc;

@@ -7,7 +7,7 @@
  *    the entry's key group in the new plan: the same function that routes
  *    records (hash.h), so every key finds its state where its records go;
  *    a u64 entry's key is its record key, a byte-string entry carries the
- *    record key that wrote it;
+ *    record key that wrote it, a namespaced entry's key is its record key;
  *  - timers are keyed state too: each goes with its key;
  *  - broadcast state: every new subtask gets old subtask 0's copy (a
  *    two-input operator checkpoints aligned, so every copy saw the same
@@ -63,7 +63,7 @@ int weir__rescale(const char *op, const weir__rescale_kind *kind, uint32_t key_g
                op, p0);
       return WEIR_EPLAN;
     }
-    if ((o->n_u64 || o->n_bytes || o->n_timers) && !kind->keyed) {
+    if ((o->n_u64 || o->n_bytes || o->n_ns || o->n_timers) && !kind->keyed) {
       snprintf(msg, msglen, "operator '%s' has keyed state but is not keyed", op);
       return WEIR_ECORRUPT;
     }
@@ -90,6 +90,7 @@ int weir__rescale(const char *op, const weir__rescale_kind *kind, uint32_t key_g
     }
     for (uint64_t i = 0; i < o->n_u64; i++) n[owner(o->u64_keys[i], key_groups, p)]->n_u64++;
     for (uint64_t i = 0; i < o->n_timers; i++) n[owner(o->tm_keys[i], key_groups, p)]->n_timers++;
+    for (uint64_t i = 0; i < o->n_ns; i++) n[owner(o->ns_keys[i], key_groups, p)]->n_ns++;
     for (uint64_t i = 0; i < o->n_bytes; i++) {
       weir_subtask_snapshot *t = n[owner(o->b_route[i], key_groups, p)];
       t->n_bytes++;
@@ -114,7 +115,7 @@ int weir__rescale(const char *op, const weir__rescale_kind *kind, uint32_t key_g
       if (bc->bc_data_len) memcpy(t->bc_data, bc->bc_data, (size_t)bc->bc_data_len);
     }
     if (!t->n_u64 && !t->n_bytes && !t->npos && !t->blob_len && !t->n_timers && !has_clock &&
-        !t->n_bcast) {
+        !t->n_bcast && !t->n_ns) {
       weir_free(t); /* nothing for this subtask */
       n[s] = NULL;
       continue;
@@ -137,10 +138,15 @@ int weir__rescale(const char *op, const weir__rescale_kind *kind, uint32_t key_g
       t->tm_ts = weir_malloc(t->n_timers * sizeof *t->tm_ts);
       t->tm_domain = weir_malloc(t->n_timers);
     }
+    if (t->n_ns) {
+      t->ns_keys = weir_malloc(t->n_ns * sizeof *t->ns_keys);
+      t->ns_ns = weir_malloc(t->n_ns * sizeof *t->ns_ns);
+      t->ns_values = weir_malloc(t->n_ns * sizeof *t->ns_values);
+    }
     if (t->npos) t->pos = weir_malloc(t->npos * sizeof *t->pos);
     if (t->blob_len) t->blob = weir_malloc(t->blob_len);
     /* Filled again from zero below. */
-    t->n_u64 = t->n_bytes = t->b_data_len = t->blob_len = t->n_timers = 0;
+    t->n_u64 = t->n_bytes = t->b_data_len = t->blob_len = t->n_timers = t->n_ns = 0;
     t->npos = 0;
   }
   for (uint32_t k = 0; k < p0; k++) {
@@ -156,6 +162,12 @@ int weir__rescale(const char *op, const weir__rescale_kind *kind, uint32_t key_g
       t->tm_keys[t->n_timers] = o->tm_keys[i];
       t->tm_ts[t->n_timers] = o->tm_ts[i];
       t->tm_domain[t->n_timers++] = o->tm_domain[i];
+    }
+    for (uint64_t i = 0; i < o->n_ns; i++) {
+      weir_subtask_snapshot *t = n[owner(o->ns_keys[i], key_groups, p)];
+      t->ns_keys[t->n_ns] = o->ns_keys[i];
+      t->ns_ns[t->n_ns] = o->ns_ns[i];
+      t->ns_values[t->n_ns++] = o->ns_values[i];
     }
     uint64_t off = 0;
     for (uint64_t i = 0; i < o->n_bytes; i++) {

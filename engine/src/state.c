@@ -54,6 +54,7 @@ void weir__state_close(weir__state *s) {
   /* After the detach: dropping a finished view hands its arena to spare. */
   weir__table_free(s->u.spare, s->u.spare_cap * 16);
   weir__bytes_close(&s->b);
+  weir__wtab_close(&s->ns);
   memset(s, 0, sizeof *s);
 }
 

@@ -1,7 +1,7 @@
 /* state.h: managed keyed state of one subtask.
  *
- * Two hash tables: u64 key -> u64 value (the fast path: open addressing,
- * linear probing, key and value side by side so one cache line serves a
+ * Three hash tables: namespaced u64 state in wtab.h, and two here: u64 key -> u64 value (the fast
+ * path: open addressing, linear probing, key and value side by side so one cache line serves a
  * probe, Fibonacci hashing of the key), and exact byte-string key -> byte
  * value (entries on the heap, the table holding hash and pointer). Both keep
  * a load factor of at most 1/2 and grow by doubling.
@@ -17,6 +17,8 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "wtab.h"
 
 typedef struct weir__cow weir__cow;
 
@@ -82,6 +84,7 @@ static inline weir__bent *weir__bytes_at(const weir__bmap *m, uint64_t i) {
 typedef struct weir__state {
   weir__u64map u;
   weir__bmap b;
+  weir__wtab ns; /* namespaced u64 state (wtab.h) */
 } weir__state;
 
 #define WEIR__U64_EMPTY UINT64_MAX

@@ -357,6 +357,9 @@ static int op_process(weir_ctx *ctx, const weir__batch *b, uint32_t from, uint32
     }
   }
   ctx->in_bcast = 0;
+  /* No current key outside the records: state calls from a snapshot or a
+   * checkpoint notification must not land under the last record's key. */
+  ctx->key_known = 0;
   if (LIKELY(!rc)) return 0;
   static const char *const names[2][2] = {{"process", "process_batch"},
                                           {"process2", "process_batch2"}};

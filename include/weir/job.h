@@ -498,6 +498,7 @@ uint64_t weir_hash_bytes(const void *p, size_t n);
  *  - exact byte-string keys to byte-string values: for keys such as words,
  *    where two different words must never share state even if their u64
  *    record keys (hashes) collide.
+ * and namespaced u64 state, (current key, ns) to u64 (below).
  * Calls from a non-keyed operator return WEIR_ENOTKEYED.
  *
  * A u64 state key is the key of the record it belongs to: the store keeps,
@@ -556,6 +557,41 @@ int weir_state_each_bytes(weir_ctx *ctx,
                                     const void *v, size_t vlen),
                           void *user);
 
+/* Namespaced u64 state: (current key, ns) -> u64, for state that a key
+ * keeps per window, bucket or other 64-bit name (a window's end, a pane):
+ * one table of fixed-width slots, one probe per call, no allocation per
+ * entry. The key is always the current key (the record's in process;
+ * process_batch and on_timers first call weir_state_select), so an entry
+ * moves with its key on a rescale. `ns` is any u64, UINT64_MAX and 0
+ * included; values are plain u64 (absent reads as 0).
+ *
+ * The calls act on the calling subtask's state, on its own thread, from the
+ * operator's callbacks only, and do not block. Errors: WEIR_ENOTKEYED from a
+ * non-keyed operator; WEIR_ESTATE, with a message, without a current key
+ * (process_batch or on_timers before weir_state_select, open, finish, poll,
+ * snapshot, checkpoint notifications, process2 of a broadcast input).
+ *
+ * get: *out = the value, or 0 if absent; returns 1 if present, 0 if absent.
+ * put: returns 0.
+ * add: adds delta (absent = 0), *out = the sum if out != NULL; returns 1 if
+ *      it created the entry, 0 if it existed. (weir_state_add_u64 returns 0
+ *      either way: test an ns_add result with `rc < 0`, not `rc != 0`.)
+ * del: returns 0, whether the entry existed or not. */
+int weir_state_ns_get_u64(weir_ctx *ctx, uint64_t ns, uint64_t *out);
+int weir_state_ns_put_u64(weir_ctx *ctx, uint64_t ns, uint64_t value);
+int weir_state_ns_add_u64(weir_ctx *ctx, uint64_t ns, uint64_t delta, uint64_t *out);
+int weir_state_ns_del_u64(weir_ctx *ctx, uint64_t ns);
+/* Hints that (key, ns) will be used soon: a batch or timer operator
+ * prefetches some 16 records ahead, before the key is selected. */
+void weir_state_ns_prefetch(weir_ctx *ctx, uint64_t key, uint64_t ns);
+/* Visits every namespaced entry of this subtask, in no particular order,
+ * with the key it belongs to; no current key needed (finish may sum them;
+ * allowed on a broadcast input). A nonzero return from fn stops the visit
+ * and is returned. fn must not change namespaced state. */
+int weir_state_ns_each_u64(weir_ctx *ctx,
+                           int (*fn)(void *user, uint64_t key, uint64_t ns, uint64_t value),
+                           void *user);
+
 /* ------------------------------------------------------------------------ */
 /* Broadcast state                                                          */
 /*
@@ -582,7 +618,8 @@ int weir_state_each_bytes(weir_ctx *ctx,
  *
  * While process2/process_batch2 runs on a broadcast input there is no
  * current key: keyed state and timer calls return WEIR_ESTATE, except the
- * read-only visits weir_state_each_u64 and weir_state_each_bytes.
+ * read-only visits weir_state_each_u64, weir_state_each_bytes and
+ * weir_state_ns_each_u64.
  *
  * Returns as the byte-string state calls: get returns 1 (found, *val into
  * the copy, valid until the next broadcast call on this ctx) or 0; put

@@ -195,6 +195,8 @@ static void check_meta(const weir__ckpt_meta *m, uint64_t key, const char *job) 
               e->blob_len <= (uint64_t)e->blob_chunks * WEIR__CHUNK_MAX &&
               e->timer_entries <= (uint64_t)e->timer_chunks * WEIR__MAX_TIMERS_PER_CHUNK &&
               (e->timer_entries == 0) == (e->timer_chunks == 0) &&
+              e->ns_entries <= (uint64_t)e->ns_chunks * WEIR__MAX_NS_PER_CHUNK &&
+              (e->ns_entries == 0) == (e->ns_chunks == 0) &&
               e->bcast_entries <= (uint64_t)e->bcast_chunks * WEIR__MAX_BYTES_PER_CHUNK &&
               (e->bcast_entries == 0) == (e->bcast_chunks == 0),
           "meta decode: entry %u: counts its chunks cannot hold", i);
@@ -234,7 +236,8 @@ static int same_meta(const weir__ckpt_meta *a, const weir__ckpt_meta *b) {
         x->keys_record != y->keys_record || x->timer_chunks != y->timer_chunks ||
         x->timer_entries != y->timer_entries || x->has_clock != y->has_clock ||
         x->clock != y->clock || x->bcast_chunks != y->bcast_chunks ||
-        x->bcast_entries != y->bcast_entries)
+        x->bcast_entries != y->bcast_entries || x->ns_chunks != y->ns_chunks ||
+        x->ns_entries != y->ns_entries)
       return 0;
     for (uint32_t k = 0; k < x->npos; k++) /* (a position has padding: no memcmp) */
       if (x->pos[k].split != y->pos[k].split || x->pos[k].offset != y->pos[k].offset) return 0;
@@ -304,6 +307,12 @@ static void check_chunk(const weir__chunk *c, uint16_t kind, weir__chunk_id expe
     CHECK(c->data_len > 0 && c->data != NULL, "blob chunk: empty");
     touch(c->data, c->data_len);
     break;
+  case WEIR__KIND_NS:
+    CHECK(c->n >= 1 && c->keys && c->ns && c->values, "ns chunk: %zu entries", c->n);
+    touch(c->keys, c->n * sizeof *c->keys);
+    touch(c->ns, c->n * sizeof *c->ns);
+    touch(c->values, c->n * sizeof *c->values);
+    break;
   case WEIR__KIND_TIMERS:
     CHECK(c->n >= 1 && c->keys && c->ts && c->domain, "timer chunk: %zu timers", c->n);
     for (size_t i = 0; i < c->n; i++)
@@ -330,6 +339,8 @@ static size_t planned(const weir__chunk *c) {
     for (size_t i = 0; i < c->n; i++)
       sz += 8 + weir__varint_len(c->klen[i]) + weir__varint_len(c->vlen[i]);
     sz += c->data_len;
+  } else if (c->kind == WEIR__KIND_NS) {
+    for (size_t i = 0; i < c->n; i++) sz += 16 + weir__varint_len(c->values[i]);
   } else if (c->kind == WEIR__KIND_TIMERS) {
     sz = (uint64_t)c->n * WEIR__TIMER_BYTES;
   } else {
@@ -349,6 +360,8 @@ static void round_trip_chunk(const weir__chunk *c, weir__chunk_id expect) {
   } else if (c->kind == WEIR__KIND_BYTES)
     n = weir__bytes_chunk_encode(c->id, c->route, c->klen, c->vlen, c->n, c->data, c->data_len,
                                  buf);
+  else if (c->kind == WEIR__KIND_NS)
+    n = weir__ns_chunk_encode(c->id, c->keys, c->ns, c->values, c->n, buf);
   else if (c->kind == WEIR__KIND_TIMERS)
     n = weir__timer_chunk_encode(c->id, c->keys, c->ts, c->domain, c->n, buf);
   else
@@ -359,18 +372,27 @@ static void round_trip_chunk(const weir__chunk *c, weir__chunk_id expect) {
   char err[300];
   int rc = weir__chunk_decode(buf, n, expect, &d, err, sizeof err);
   CHECK(rc == 0, "chunk decode: the re-encoded chunk does not decode: %s", err);
-  CHECK(d.kind == c->kind && d.n == c->n && d.data_len == c->data_len &&
-            same(d.keys, c->keys,
-                 c->kind == WEIR__KIND_U64 || c->kind == WEIR__KIND_TIMERS ? c->n : 0, 8) &&
-            same(d.ts, c->ts, c->kind == WEIR__KIND_TIMERS ? c->n : 0, 8) &&
-            same(d.domain, c->domain, c->kind == WEIR__KIND_TIMERS ? c->n : 0, 4) &&
-            same(d.values, c->values,
-                 c->kind == WEIR__KIND_U64 || c->kind == WEIR__KIND_U64_VALUES ? c->n : 0, 8) &&
-            same(d.route, c->route, c->kind == WEIR__KIND_BYTES ? c->n : 0, 8) &&
-            same(d.klen, c->klen, c->kind == WEIR__KIND_BYTES ? c->n : 0, 4) &&
-            same(d.vlen, c->vlen, c->kind == WEIR__KIND_BYTES ? c->n : 0, 4) &&
-            same(d.data, c->data, c->data_len, 1),
-        "chunk decode: the round trip changed the chunk");
+  CHECK(
+      d.kind == c->kind && d.n == c->n && d.data_len == c->data_len &&
+          same(d.keys, c->keys,
+               c->kind == WEIR__KIND_U64 || c->kind == WEIR__KIND_TIMERS || c->kind == WEIR__KIND_NS
+                   ? c->n
+                   : 0,
+               8) &&
+          same(d.ns, c->ns, c->kind == WEIR__KIND_NS ? c->n : 0, 8) &&
+          same(d.ts, c->ts, c->kind == WEIR__KIND_TIMERS ? c->n : 0, 8) &&
+          same(d.domain, c->domain, c->kind == WEIR__KIND_TIMERS ? c->n : 0, 4) &&
+          same(d.values, c->values,
+               c->kind == WEIR__KIND_U64 || c->kind == WEIR__KIND_U64_VALUES ||
+                       c->kind == WEIR__KIND_NS
+                   ? c->n
+                   : 0,
+               8) &&
+          same(d.route, c->route, c->kind == WEIR__KIND_BYTES ? c->n : 0, 8) &&
+          same(d.klen, c->klen, c->kind == WEIR__KIND_BYTES ? c->n : 0, 4) &&
+          same(d.vlen, c->vlen, c->kind == WEIR__KIND_BYTES ? c->n : 0, 4) &&
+          same(d.data, c->data, c->data_len, 1),
+      "chunk decode: the round trip changed the chunk");
   weir__chunk_free(&d);
   weir_free(buf);
 }
@@ -383,7 +405,7 @@ static int try_chunk(const uint8_t *v, size_t n, int env, uint16_t kind, weir__c
   arm();
   int rc = weir__chunk_decode(v, n, expect, &c, err, sizeof err);
   int fits = kind == WEIR__KIND_U64 || kind == WEIR__KIND_U64_VALUES || kind == WEIR__KIND_BYTES ||
-             kind == WEIR__KIND_BLOB || kind == WEIR__KIND_TIMERS;
+             kind == WEIR__KIND_BLOB || kind == WEIR__KIND_TIMERS || kind == WEIR__KIND_NS;
   check_rc("chunk decode", rc, env, fits, err, sizeof err);
   if (rc < 0) {
     CHECK(all_zero(&c, sizeof c), "chunk decode: an error left a result behind");

@@ -178,6 +178,17 @@ static void metas(void) {
   weir__meta_encode(&m, &v, &n);
   put2("meta-bcast", FZ_META | FZ_WITH_JOB, 8, 0, 0, v, n);
   weir_free(v);
+
+  /* "words" keeps namespaced u64 state too, after its blob (format 4). */
+  sorted[3].ns_chunks = 1;
+  sorted[3].ns_entries = 4;
+  sorted[3].bytes += 100;
+  m.total_bytes += 100;
+  m.total_chunks += 1;
+  m.min_reader_version = WEIR_STORE_NS;
+  weir__meta_encode(&m, &v, &n);
+  put2("meta-ns", FZ_META | FZ_WITH_JOB, 8, 0, 0, v, n);
+  weir_free(v);
 }
 
 static void chunks(void) {
@@ -222,6 +233,14 @@ static void chunks(void) {
   const uint32_t tdom[4] = {0, 0, 1, 0};
   n = weir__timer_chunk_encode((weir__chunk_id){8, 4, 0}, tkeys, tts, tdom, 4, buf);
   put2("timers-4", FZ_CHUNK, 8, 4, 0, buf, n);
+
+  /* Namespaced u64 state (format 4): the reserved marker as key and ns, a
+   * key under two namespaces, values of one and of ten varint bytes. */
+  const uint64_t nkeys[4] = {3, 3, UINT64_MAX, 0};
+  const uint64_t nns[4] = {1000, 2000, 0, UINT64_MAX};
+  const uint64_t nvals[4] = {1, 300, UINT64_MAX, 0};
+  n = weir__ns_chunk_encode((weir__chunk_id){8, 4, 1}, nkeys, nns, nvals, 4, buf);
+  put2("ns-4", FZ_CHUNK, 8, 4, 1, buf, n);
   weir_free(buf);
 }
 

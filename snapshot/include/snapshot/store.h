@@ -35,12 +35,14 @@ extern "C" {
  * state in hash order (below); format 1 stored it in key order. Format 3
  * lets a checkpoint share the u64 keys of an earlier one (a checkpoint that
  * does sets min_reader_version 3). Format 4 adds timers, an operator's
- * event-time clock and broadcast state (a checkpoint that holds any of
- * them sets min_reader_version 4: an older weir would drop them). */
+ * event-time clock, broadcast state and namespaced u64 state (a checkpoint
+ * that holds any of them sets min_reader_version 4: an older weir would
+ * drop them). */
 #define WEIR_STORE_FORMAT 4u
 #define WEIR_STORE_SHARED_KEYS 3u
 #define WEIR_STORE_TIMERS 4u
 #define WEIR_STORE_BROADCAST 4u
+#define WEIR_STORE_NS 4u
 #define WEIR_STORE_MIN_READER 1u
 
 /* A task's channel state (unaligned checkpoints) is stored as the operator
@@ -200,6 +202,11 @@ typedef struct weir_subtask_snapshot {
   uint32_t *b_klen, *b_vlen;
   uint8_t *b_data;
   uint64_t b_data_len;
+  /* Namespaced u64 state (docs/event-time.md §4.2): entry i is
+   * (ns_keys[i], ns_ns[i]) -> ns_values[i], ns_keys[i] the record key it
+   * moves with; each (key, ns) once, in any order. */
+  uint64_t n_ns;
+  uint64_t *ns_keys, *ns_ns, *ns_values;
   /* Timers (docs/event-time.md §5): timer i is at tm_ts[i] for key
    * tm_keys[i] in domain tm_domain[i] (0 event time, 1 processing time),
    * each (key, ts, domain) once, in any order. */
@@ -345,6 +352,7 @@ typedef struct weir_store_subtask_info {
   uint64_t bytes, chunks, u64_entries, bytes_entries, blob_len;
   uint64_t keys_ckpt; /* its u64 keys are stored with this earlier checkpoint
                          (not in bytes, chunks); 0: with its own chunks */
+  uint64_t ns;        /* namespaced u64 entries (format 4) */
   uint64_t timers;    /* timers (format 4) */
   uint64_t bcast;     /* broadcast state entries (format 4) */
   int has_clock;      /* an event-time operator: its clock at the cut */
