@@ -569,6 +569,8 @@ static int emit_head(weir_ctx *ctx, nsrc *s, nsplit *sp) {
   int left = 0;
   for (uint32_t k = 0; k < sp->nsubs; k++) left |= !sp->subs[k].done;
   if (!left || sp->next > sp->end) {
+    /* Past end (a consumer saw a later message): a restore finds it done. */
+    if (sp->next <= sp->end) sp->next = sp->end + 1;
     sp->done = 1;
     s->live--;
     split_free(sp);
