@@ -72,7 +72,8 @@ static int pick_one(weir_ctx *ctx, void *user, const weir_record *in) {
 static void counter_help(FILE *out) {
   fputs("usage: weir run counter [--records N] [--keys K] [--rate R] [--parallelism P]\n"
         "                        [--workers W] [--sink SPEC]\n"
-        "                        [--source nats://HOST:PORT/SUBJECT[?stream=S&rate=R&splits=N]]\n"
+        "                        [--source nats://HOST:PORT/SUBJECT[?stream=S&rate=R\n"
+        "                                  &splits=N]]\n"
         "                        [--summary-json FILE] [CHECKPOINT OPTIONS] [--quiet]\n"
         "\n"
         "Counts records per key: a generator emits records i = 0 .. N-1 with key\n"
