@@ -15,7 +15,9 @@
  * wordcount job reads text lines from messages. With splits: six
  * subjects under a wildcard, splits=12, parallelism 3: exact output; killed
  * after a checkpoint and restored at 3, rescaled 3 -> 2 and 2 -> 3, killed
- * at random and restored at 2 or 3: exact; another splits= is refused.
+ * at random and restored at 2 or 3: exact; another splits= is refused;
+ * in process with a watermark strategy, no record is late (a watermark
+ * per split).
  * End to end: JetStream input of N messages -> counter -> NATS sink, killed
  * repeatedly: the output stream holds exactly the expected pairs. And a
  * private nats-server killed and restarted under a running sink: lost acks,
@@ -28,8 +30,10 @@
 #include "sinks_tx.h"
 
 #include <nats/nats.h>
+#include <stdatomic.h>
 
 #include "weir/nats.h"
+#include "weir/sinks.h"
 #ifdef WEIR_TEST_PQ
 #include <libpq-fe.h>
 #endif
@@ -677,6 +681,52 @@ Test(nats, source_splits_random_kills_exact_files) {
   }
   fprintf(stderr, "nats::source_splits_random_kills_exact_files: 3 jobs, %d kills\n", kills);
   cr_assert_geq(kills, 2, "too few kills landed: %d", kills);
+}
+
+/* Records of a split source checked against their subtask's event-time
+ * clock (chained to the source: the source's own watermark). */
+typedef struct wm_watch {
+  atomic_uint_fast64_t records, late;
+} wm_watch;
+
+static int wm_process(weir_ctx *ctx, const weir_record *r) {
+  wm_watch *w = weir_ctx_arg(ctx);
+  atomic_fetch_add(&w->records, 1);
+  if (r->ts <= weir_ctx_watermark(ctx)) atomic_fetch_add(&w->late, 1);
+  return weir_emit(ctx, r->key, NULL, 0);
+}
+
+static const weir_operator_vt wm_vt = {
+    .size = sizeof(weir_operator_vt), .name = "watch", .process = wm_process};
+
+/* In process, parallelism 3, a watermark strategy with no disorder bound
+ * (D = 0, a tick every millisecond): timestamps are stream sequences,
+ * which grow within a split but not across the splits a subtask reads in
+ * turn, so only a watermark per split leaves every record on time. */
+Test(nats, source_splits_watermark_per_split) {
+  rng = crash_seed("nats::source_splits_watermark_per_split");
+  tnats t;
+  tn_open(&t);
+  split_input in;
+  publish_split_input(&t, &in, 3000, N_KEYS);
+  char url[512];
+  split_url(&t, &in, url, sizeof url, "6000");
+  wm_watch w;
+  atomic_init(&w.records, 0);
+  atomic_init(&w.late, 0);
+  weir_job *job = NULL;
+  cr_assert_eq(weir_job_create(&job, "nats_wm"), 0);
+  weir_watermark_strategy ws = {.size = sizeof ws, .out_of_orderness = 0, .interval_ms = 1};
+  weir_stream *s = weir_with_watermarks(weir_nats_source_par(job, "nats", url, 3), &ws);
+  s = weir_process(s, "watch", &wm_vt, &w, 3);
+  cr_assert_eq(weir_sink_to(s, "out", "null", NULL, 3), 0, "%s", weir_job_error(job));
+  weir_run_opts o = {.workers = 2};
+  cr_assert_eq(weir_job_run(job, &o), 0, "%s", weir_job_error(job));
+  weir_job_destroy(job);
+  cr_assert_eq(atomic_load(&w.records), 3000);
+  cr_assert_eq(atomic_load(&w.late), 0, "%llu of 3000 records late",
+               (unsigned long long)atomic_load(&w.late));
+  tn_close(&t);
 }
 
 /* A checkpoint of splits=12 restored with splits=4: refused, naming both. */
