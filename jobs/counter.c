@@ -72,7 +72,8 @@ static int pick_one(weir_ctx *ctx, void *user, const weir_record *in) {
 static void counter_help(FILE *out) {
   fputs("usage: weir run counter [--records N] [--keys K] [--rate R] [--parallelism P]\n"
         "                        [--workers W] [--sink SPEC]\n"
-        "                        [--source nats://HOST:PORT/SUBJECT[?stream=S&rate=R]]\n"
+        "                        [--source nats://HOST:PORT/SUBJECT[?stream=S&rate=R\n"
+        "                                  &splits=N]]\n"
         "                        [--summary-json FILE] [CHECKPOINT OPTIONS] [--quiet]\n"
         "\n"
         "Counts records per key: a generator emits records i = 0 .. N-1 with key\n"
@@ -93,7 +94,9 @@ static void counter_help(FILE *out) {
         "                   S (default WEIR), key = the body as a decimal number\n"
         "                   (else its hash), up to the last message of SUBJECT when\n"
         "                   the job first started; --records, --keys and --rate then\n"
-        "                   do not apply (rate=R in the URL limits messages/s)\n"
+        "                   do not apply (rate=R in the URL limits messages/s);\n"
+        "                   with a wildcard SUBJECT and splits=N its subjects are\n"
+        "                   spread over N splits read by up to P subtasks\n"
         "  --all-edges      route the records over a forward, a rebalance, a\n"
         "                   broadcast and a hash edge (same output; for tests)\n"
         "  --slow-us US     with --all-edges, one slow path: subtask 0 of the\n"
@@ -160,7 +163,7 @@ static int counter_build(weir_job *job, const cli_engine *eng, void *cfg) {
   int p = eng->parallelism;
   weir_gen_opts g = {.records = c->records, .keys = c->keys, .rate = c->rate};
   weir_stream *s =
-      c->source ? weir_nats_source(job, "nats", c->source) : weir_gen(job, "gen", &g, p);
+      c->source ? weir_nats_source_par(job, "nats", c->source, p) : weir_gen(job, "gen", &g, p);
   if (c->all_edges || c->slow_us || c->fan_out) {
     weir_stream *even = weir_flat_map(weir_forward(s), "pace", keep_parity, c, p);
     weir_stream *odd = weir_flat_map(weir_rebalance(s), "pass", keep_parity, c, p);

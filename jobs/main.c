@@ -226,9 +226,12 @@ static void help_run(FILE *out) {
         "nats://HOST:PORT/SUBJECT[?stream=S&duplicates=D&pending=N] (JetStream, one\n"
         "message \"<key> <value>\" per record with Nats-Msg-Id = its operation id;\n"
         "stream S, default WEIR, created if missing). Sources (--source, counter and\n"
-        "wordcount): nats://HOST:PORT/SUBJECT[?stream=S&rate=R], the messages of\n"
-        "SUBJECT up to its last one when the job first started; stream sequences\n"
-        "are the checkpointed positions. See README.md, Sinks and Sources.\n"
+        "wordcount): nats://HOST:PORT/SUBJECT[?stream=S&rate=R&splits=N], the\n"
+        "messages of SUBJECT up to its last one when the job first started; with a\n"
+        "wildcard SUBJECT and splits=N, its concrete subjects spread over N splits\n"
+        "that up to --parallelism subtasks read; stream sequences per split are the\n"
+        "checkpointed positions, restorable at another parallelism. See README.md,\n"
+        "Sinks and Sources.\n"
         "\n"
         "See 'weir help run JOB' for each built-in job ('weir help run windows').\n",
         out);

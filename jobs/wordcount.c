@@ -48,7 +48,8 @@ static void wordcount_help(FILE *out) {
         "  --source URL           or read NATS JetStream: each message of SUBJECT in\n"
         "                         stream S (nats://HOST:PORT/SUBJECT?stream=S, default\n"
         "                         WEIR) is text lines, up to the last message of SUBJECT\n"
-        "                         when the job first started\n"
+        "                         when the job first started (splits=N: see 'weir help\n"
+        "                         run counter')\n"
         "  --sink SPEC            print (default), null, file:DIR, http://HOST:PORT/PATH\n"
         "                         or nats://HOST:PORT/SUBJECT\n"
         "  --on-bad-record MODE   fail (default): stop at a line that is too long or\n"
@@ -222,7 +223,7 @@ static int wordcount_build(weir_job *job, const cli_engine *eng, void *cfg) {
   wordcount_cfg *c = cfg;
   int p = eng->parallelism;
   weir_file_source_opts fo = {.skip_bad = c->skip_bad, .dead_letter_path = c->dead_letter};
-  weir_stream *s = c->source ? weir_rebalance(weir_nats_source(job, "nats", c->source))
+  weir_stream *s = c->source ? weir_rebalance(weir_nats_source_par(job, "nats", c->source, p))
                              : weir_file_source(job, "file", c->input, &fo, p);
   s = weir_flat_map(s, "split", split_words, NULL, p);
   weir_op_opts keyed = {.size = sizeof keyed, .flags = WEIR_OP_KEYED_STATE};

@@ -12,7 +12,12 @@
  * Source: positions are stream sequences (weir inspect); a restore resumes
  * exactly after the cut (exact file-sink output after kills); a position
  * the stream no longer holds (purged) stops the job with a clear error; the
- * wordcount job reads text lines from messages.
+ * wordcount job reads text lines from messages. With splits: six
+ * subjects under a wildcard, splits=12, parallelism 3: exact output; killed
+ * after a checkpoint and restored at 3, rescaled 3 -> 2 and 2 -> 3, killed
+ * at random and restored at 2 or 3: exact; another splits= is refused;
+ * in process with a watermark strategy, no record is late (a watermark
+ * per split).
  * End to end: JetStream input of N messages -> counter -> NATS sink, killed
  * repeatedly: the output stream holds exactly the expected pairs. And a
  * private nats-server killed and restarted under a running sink: lost acks,
@@ -25,6 +30,10 @@
 #include "sinks_tx.h"
 
 #include <nats/nats.h>
+#include <stdatomic.h>
+
+#include "weir/nats.h"
+#include "weir/sinks.h"
 #ifdef WEIR_TEST_PQ
 #include <libpq-fe.h>
 #endif
@@ -503,6 +512,254 @@ Test(nats, source_random_kills_exact_files) {
   }
   fprintf(stderr, "nats::source_random_kills_exact_files: 4 jobs, %d kills\n", kills);
   cr_assert_geq(kills, 3, "too few kills landed: %d", kills);
+}
+
+/* ---- source with splits -------------------------------------------------- */
+
+#define N_SUBJECTS 6
+#define N_SPLITS 12
+
+/* The input of a split source: stream t->in_stream holds
+ * <in_subject>.*, and message i of the counter's input ("<i mod keys>")
+ * goes to one of N_SUBJECTS concrete subjects, chosen at random. The
+ * subjects' last tokens are picked so that, with splits=N_SPLITS, every
+ * subtask at parallelism 3 and at 2 reads some of them, and one split
+ * reads two (its consumers merged): the splits come from a hash of the
+ * subject's name, so arbitrary names could leave a subtask idle and the
+ * test would not cover what it says. */
+typedef struct split_input {
+  char subj[N_SUBJECTS][128];
+  char filter[128];
+} split_input;
+
+static int spread_ok(const unsigned *split) {
+  unsigned seen3 = 0, seen2 = 0, count[N_SPLITS] = {0};
+  int shared = 0;
+  for (int i = 0; i < N_SUBJECTS; i++) {
+    seen3 |= 1u << (split[i] % 3);
+    seen2 |= 1u << (split[i] % 2);
+    if (++count[split[i]] == 2) shared = 1;
+  }
+  return seen3 == 7 && seen2 == 3 && shared;
+}
+
+static void publish_split_input(tnats *t, split_input *in, uint64_t records, uint64_t keys) {
+  snprintf(in->filter, sizeof in->filter, "%s.*", t->in_subject);
+  unsigned split[N_SUBJECTS];
+  int found = 0;
+  for (int base = 0; base < 1000 && !found; base++) {
+    for (int i = 0; i < N_SUBJECTS; i++) {
+      snprintf(in->subj[i], sizeof in->subj[i], "%s.s%d", t->in_subject, base + i);
+      split[i] = (unsigned)(weir_hash_bytes(in->subj[i], strlen(in->subj[i])) % N_SPLITS);
+    }
+    found = spread_ok(split);
+  }
+  cr_assert(found, "no spread of %d subjects over %d splits found", N_SUBJECTS, N_SPLITS);
+  add_stream(t, t->in_stream, in->filter);
+  for (uint64_t i = 0; i < records; i++) {
+    char b[32];
+    int n = snprintf(b, sizeof b, "%llu", (ull)(i % keys));
+    cr_assert_eq(js_PublishAsync(t->js, in->subj[rnd() % N_SUBJECTS], b, n, NULL), NATS_OK);
+  }
+  jsPubOptions po;
+  jsPubOptions_Init(&po);
+  po.MaxWait = 20000;
+  cr_assert_eq(js_PublishAsyncComplete(t->js, &po), NATS_OK);
+}
+
+static const char *split_url(const tnats *t, const split_input *in, char *buf, size_t cap,
+                             const char *rate) {
+  snprintf(buf, cap, "%s/%s?stream=%s&rate=%s&splits=%d", nats_url(), in->filter, t->in_stream,
+           rate, N_SPLITS);
+  return buf;
+}
+
+/* The latest checkpoint's positions of every split: each split that has
+ * subjects has (next, end, N_SPLITS), and together they are a cut inside
+ * the input. Returns how many splits had read part of their subjects. */
+static int check_split_positions(crash_job *j) {
+  int mid = 0, with_end = 0;
+  for (unsigned s = 0; s < N_SPLITS; s++) {
+    ull next = 0, end = 0, n = 0;
+    if (latest_position(j, 3 * s + 1, &end) != 0) continue; /* not started at the cut */
+    cr_assert_eq(latest_position(j, 3 * s, &next), 0, "split %u", s);
+    cr_assert_eq(latest_position(j, 3 * s + 2, &n), 0, "split %u", s);
+    cr_assert_eq(n, N_SPLITS, "split %u: %llu splits", s, n);
+    cr_assert_leq(end, j->records, "split %u: end %llu", s, end);
+    if (end) with_end++;
+    if (end && next > 1 && next <= end) mid++;
+  }
+  cr_assert_geq(with_end, 2, "too few splits with subjects in the checkpoint");
+  return mid;
+}
+
+/* NATS input over 6 subjects -> counter at parallelism p1 (3 subtasks
+ * read splits) -> file sink, killed right after checkpoint 2's metadata
+ * commit, restored at parallelism p2: every split resumes exactly after
+ * the cut, whichever subtask owns it now, and the committed files hold
+ * every (key, count) once. */
+static void split_source_kill_restore(int p1, int p2) {
+  rng = crash_seed("nats::split_source");
+  tnats t;
+  tn_open(&t);
+  crash_job *j = tx_job(N_RECORDS, N_KEYS, "0", N_INTERVAL);
+  crash_par(j, p1);
+  split_input in;
+  publish_split_input(&t, &in, j->records, j->keys);
+  char url[512], *err = NULL;
+  split_url(&t, &in, url, sizeof url, N_RATE);
+  crash_kill_at(j, "ckpt.after_meta_commit", 2, 0, NULL, "--source", url, NULL);
+  int mid = check_split_positions(j);
+  cr_assert_geq(mid, 1, "no split was cut in the middle");
+  crash_hist(j, "restore at parallelism %d; ", p2);
+  crash_par(j, p2);
+  int rc = crash_run(j, NULL, -1, &err, "--restore", "latest", "--source", url, NULL);
+  cr_assert_eq(rc, 0, "%s\nhistory: %s", err, j->history);
+  free(err);
+  crash_check_counter(j);
+  crash_free(j);
+  tn_close(&t);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* Without a kill, at parallelism 3: exactly the input. */
+Test(nats, source_splits_parallel_exact) {
+  rng = crash_seed("nats::source_splits_parallel_exact");
+  tnats t;
+  tn_open(&t);
+  crash_job *j = tx_job(N_RECORDS, N_KEYS, "0", N_INTERVAL);
+  crash_par(j, 3);
+  split_input in;
+  publish_split_input(&t, &in, j->records, j->keys);
+  char url[512], *err = NULL;
+  split_url(&t, &in, url, sizeof url, "0");
+  int rc = crash_run(j, NULL, -1, &err, "--source", url, NULL);
+  cr_assert_eq(rc, 0, "%s", err);
+  free(err);
+  crash_check_counter(j);
+  crash_free(j);
+  tn_close(&t);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+Test(nats, source_splits_killed_and_restored) {
+  split_source_kill_restore(3, 3);
+}
+
+Test(nats, source_splits_rescaled_3_to_2) {
+  split_source_kill_restore(3, 2);
+}
+
+Test(nats, source_splits_rescaled_2_to_3) {
+  split_source_kill_restore(2, 3);
+}
+
+/* Killed at random times at parallelism 3, restored at 3 or 2 in turn:
+ * exact files. */
+Test(nats, source_splits_random_kills_exact_files) {
+  uint64_t seed = rng = crash_seed("nats::source_splits_random_kills_exact_files");
+  int kills = 0;
+  for (int n = 0; n < 3; n++) {
+    tnats t;
+    tn_open(&t);
+    crash_job *j = tx_job(N_RECORDS, N_KEYS, "0", N_INTERVAL);
+    crash_par(j, 3);
+    split_input in;
+    publish_split_input(&t, &in, j->records, j->keys);
+    char url[512];
+    split_url(&t, &in, url, sizeof url, N_RATE);
+    crash_hist(j, "seed %llu, job %d: ", (ull)seed, n);
+    kills += kill_at_random(j, 2, 50, 290, url);
+    crash_par(j, 2 + n % 2);
+    char *err = NULL;
+    int rc = crash_run(j, NULL, -1, &err, "--restore", "latest", "--source", url, NULL);
+    cr_assert_eq(rc, 0, "%s\nhistory: %s", err, j->history);
+    free(err);
+    crash_check_counter(j);
+    crash_free(j);
+    tn_close(&t);
+  }
+  fprintf(stderr, "nats::source_splits_random_kills_exact_files: 3 jobs, %d kills\n", kills);
+  cr_assert_geq(kills, 2, "too few kills landed: %d", kills);
+}
+
+/* Records of a split source checked against their subtask's event-time
+ * clock (chained to the source: the source's own watermark). */
+typedef struct wm_watch {
+  atomic_uint_fast64_t records, late;
+} wm_watch;
+
+static int wm_process(weir_ctx *ctx, const weir_record *r) {
+  wm_watch *w = weir_ctx_arg(ctx);
+  atomic_fetch_add(&w->records, 1);
+  if (r->ts <= weir_ctx_watermark(ctx)) atomic_fetch_add(&w->late, 1);
+  return weir_emit(ctx, r->key, NULL, 0);
+}
+
+static const weir_operator_vt wm_vt = {
+    .size = sizeof(weir_operator_vt), .name = "watch", .process = wm_process};
+
+/* In process, parallelism 3, a watermark strategy with no disorder bound
+ * (D = 0, a tick every millisecond): timestamps are stream sequences,
+ * which grow within a split but not across the splits a subtask reads in
+ * turn, so only a watermark per split leaves every record on time. */
+Test(nats, source_splits_watermark_per_split) {
+  rng = crash_seed("nats::source_splits_watermark_per_split");
+  tnats t;
+  tn_open(&t);
+  split_input in;
+  publish_split_input(&t, &in, 3000, N_KEYS);
+  char url[512];
+  split_url(&t, &in, url, sizeof url, "6000");
+  wm_watch w;
+  atomic_init(&w.records, 0);
+  atomic_init(&w.late, 0);
+  weir_job *job = NULL;
+  cr_assert_eq(weir_job_create(&job, "nats_wm"), 0);
+  weir_watermark_strategy ws = {.size = sizeof ws, .out_of_orderness = 0, .interval_ms = 1};
+  weir_stream *s = weir_with_watermarks(weir_nats_source_par(job, "nats", url, 3), &ws);
+  s = weir_process(s, "watch", &wm_vt, &w, 3);
+  cr_assert_eq(weir_sink_to(s, "out", "null", NULL, 3), 0, "%s", weir_job_error(job));
+  weir_run_opts o = {.workers = 2};
+  cr_assert_eq(weir_job_run(job, &o), 0, "%s", weir_job_error(job));
+  weir_job_destroy(job);
+  cr_assert_eq(atomic_load(&w.records), 3000);
+  cr_assert_eq(atomic_load(&w.late), 0, "%llu of 3000 records late",
+               (unsigned long long)atomic_load(&w.late));
+  tn_close(&t);
+}
+
+/* A checkpoint of splits=12 restored with splits=4: refused, naming both. */
+Test(nats, source_splits_changed_is_refused) {
+  rng = crash_seed("nats::source_splits_changed_is_refused");
+  tnats t;
+  tn_open(&t);
+  crash_job *j = tx_job(N_RECORDS, N_KEYS, "0", N_INTERVAL);
+  crash_par(j, 3);
+  split_input in;
+  publish_split_input(&t, &in, j->records, j->keys);
+  char url[512], url4[600], *err = NULL;
+  split_url(&t, &in, url, sizeof url, N_RATE);
+  crash_kill_at(j, "ckpt.after_meta_commit", 2, 0, NULL, "--source", url, NULL);
+  snprintf(url4, sizeof url4, "%s/%s?stream=%s&splits=4", nats_url(), in.filter, t.in_stream);
+  int rc = crash_run(j, NULL, -1, &err, "--restore", "latest", "--source", url4, NULL);
+  cr_assert_neq(rc, 0, "%s", err);
+  cr_assert(strstr(err, "splits=12") && strstr(err, "splits=4"), "%s", err);
+  free(err);
+  crash_free(j);
+  tn_close(&t);
+}
+
+/* splits= needs a wildcard subject; the URL check says so. */
+Test(nats, source_splits_need_a_wildcard) {
+  char err[512];
+  cr_assert_eq(weir_nats_source_check("nats://127.0.0.1:4222/a.b?splits=3", err, sizeof err),
+               WEIR_ESINK);
+  cr_assert(strstr(err, "wildcard") != NULL, "%s", err);
+  cr_assert_eq(weir_nats_source_check("nats://127.0.0.1:4222/a.*?splits=0", err, sizeof err),
+               WEIR_ESINK);
+  cr_assert_eq(weir_nats_source_check("nats://127.0.0.1:4222/a.>?splits=8", err, sizeof err), 0,
+               "%s", err);
 }
 
 Test(nats, source_missing_stream_is_clear) {

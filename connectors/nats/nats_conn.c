@@ -105,18 +105,45 @@ int weir__nats_url_parse(const char *spec, int source, weir__nats_url *u, char *
                                 "'%s': rate= takes messages per second (0 = unlimited)", spec);
       }
       u->rate = v;
+    } else if (source && n > 7 && !strncmp(p, "splits=", 7)) {
+      char tmp[24], *end = NULL;
+      size_t k = n - 7 < sizeof tmp - 1 ? n - 7 : sizeof tmp - 1;
+      memcpy(tmp, p + 7, k);
+      tmp[k] = '\0';
+      unsigned long v = strtoul(tmp, &end, 10);
+      if (!end || *end || tmp[0] < '0' || tmp[0] > '9' || v == 0 || v > WEIR__NATS_MAX_SPLITS) {
+        weir__nats_url_free(u);
+        return weir__spec_error(err, errlen, "'%s': splits= takes a number from 1 to %d", spec,
+                                WEIR__NATS_MAX_SPLITS);
+      }
+      u->splits = (uint32_t)v;
     } else if (n) {
       weir__nats_url_free(u);
-      return weir__spec_error(err, errlen,
-                              source
-                                  ? "'%s': unknown parameter (the source takes stream= and rate=)"
-                                  : "'%s': unknown parameter (the sink takes stream=, duplicates= "
-                                    "and pending=)",
-                              spec);
+      return weir__spec_error(
+          err, errlen,
+          source ? "'%s': unknown parameter (the source takes stream=, rate= and splits=)"
+                 : "'%s': unknown parameter (the sink takes stream=, duplicates= "
+                   "and pending=)",
+          spec);
     }
     p = amp ? amp + 1 : NULL;
   }
   if (!u->stream) u->stream = weir_strdup(WEIR__NATS_DEFAULT_STREAM);
+  if (!u->splits) u->splits = 1;
+  if (u->splits > 1 && !weir__nats_subject_wild(u->subject)) {
+    int rc = weir__spec_error(err, errlen,
+                              "'%s': splits= spreads the concrete subjects of a wildcard subject "
+                              "(as in .../orders.*?splits=16); %s is one subject, one split",
+                              spec, u->subject);
+    weir__nats_url_free(u);
+    return rc;
+  }
+  return 0;
+}
+
+int weir__nats_subject_wild(const char *subj) {
+  for (const char *p = subj; *p; p++)
+    if ((*p == '*' || *p == '>') && (p == subj || p[-1] == '.') && (!p[1] || p[1] == '.')) return 1;
   return 0;
 }
 

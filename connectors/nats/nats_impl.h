@@ -16,6 +16,7 @@
 #include "weir/error.h"
 
 #define WEIR__NATS_DEFAULT_STREAM "WEIR"
+#define WEIR__NATS_MAX_SPLITS 1024
 
 /* A parsed NATS URL. Strings are owned (weir__nats_url_free). */
 typedef struct weir__nats_url {
@@ -27,13 +28,17 @@ typedef struct weir__nats_url {
   uint64_t duplicates_ms; /* duplicates=DURATION: the window of a stream it creates, 0 = server's */
   uint32_t pending;       /* pending=N: acks awaited at most at once, 0 = default */
   /* source parameters */
-  uint64_t rate; /* rate=R: messages/s, 0 = unlimited */
+  uint64_t rate;   /* rate=R: messages/s over all subtasks, 0 = unlimited */
+  uint32_t splits; /* splits=N: the splits a wildcard subject's subjects spread over (>= 1) */
 } weir__nats_url;
 
 /* Parses spec. Returns 0, or WEIR_ESINK with a message naming the problem in
  * err (errlen bytes). `source` selects which parameters are accepted. */
 int weir__nats_url_parse(const char *spec, int source, weir__nats_url *u, char *err, size_t errlen);
 void weir__nats_url_free(weir__nats_url *u);
+
+/* Nonzero if subject has a wildcard token (* or >). */
+int weir__nats_subject_wild(const char *subj);
 
 /* Nonzero if weir was built with libnats. */
 int weir__nats_available(void);

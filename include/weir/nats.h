@@ -1,29 +1,40 @@
 /* weir/nats.h: the NATS JetStream source (the NATS sink is a sink
  * specification: weir/sinks.h).
  *
- *   nats://HOST:PORT/SUBJECT[?stream=NAME][&rate=R]
+ *   nats://HOST:PORT/SUBJECT[?stream=NAME][&rate=R][&splits=N]
  *
  * reads the messages of SUBJECT stored in the JetStream stream NAME
- * (default WEIR), in stream order, one record per message: payload = the
- * message body; key = the body as a decimal number when it is one (after
- * trimming trailing whitespace; at most 2^64 - 1), otherwise
- * weir_hash_bytes(body); timestamp = the stream sequence; id from (split 0,
- * sequence). rate=R limits it to R messages per second (0 = unlimited).
+ * (default WEIR), one record per message: payload = the message body; key
+ * = the body as a decimal number when it is one (after trimming trailing
+ * whitespace; at most 2^64 - 1), otherwise weir_hash_bytes(body);
+ * timestamp = the stream sequence; id from (split 0, sequence), whatever
+ * the split. rate=R limits the source to R messages per second, shared by
+ * its subtasks in proportion to the splits they own (0 = unlimited).
  *
- * Positions. The stream sequence is the position: a checkpoint records the
- * next sequence to read (split 0) and the last sequence the job reads
- * (split 1: the last message of SUBJECT when the job first started, so
- * every run and every restore of a job reads exactly the same messages,
- * whatever is published meanwhile). A restore resumes exactly after the
- * cut. A job that starts from the beginning starts at the stream's first
- * sequence. When the position to resume from is no longer in the stream
- * (retention or a purge removed it: the stream's first sequence is above
- * it), the job stops with WEIR_ERETENTION and a message naming the
- * position, rather than skip what was lost; so does a job that waits for
- * messages that were removed while it read (checked once a second while
- * idle).
+ * Splits. With splits=1 (the default) SUBJECT, wildcard or not, is one
+ * split, read in stream order by one consumer. With splits=N (1 to 1024,
+ * a wildcard SUBJECT only, as in orders.*), the concrete subjects the
+ * stream holds under SUBJECT are spread over N splits by a stable hash of
+ * their names, and each split reads its subjects merged in stream order.
+ * Subtask k of P reads the splits j with j mod P == k, so up to N subtasks
+ * read at once; take N well above the largest parallelism (a hash spreads
+ * a few subjects unevenly; a split with no subject costs nothing). A
+ * watermark strategy (weir_with_watermarks) keeps a watermark per split.
  *
- * One subtask reads (the source has parallelism 1); rescalable.
+ * Positions. The stream sequence is the position: a checkpoint records,
+ * per split j, the next sequence to read (position 3j), the last sequence
+ * the split reads (3j + 1: the last message of its subjects when it first
+ * started, so every run and every restore of a job reads exactly the same
+ * messages, whatever is published meanwhile) and N (3j + 2). A restore
+ * resumes every split exactly after the cut, at the same or another
+ * parallelism (a split's position does not depend on which subtask owns
+ * it); a restore with another splits= is refused. A job that starts from
+ * the beginning starts at the stream's first sequence. When the position
+ * to resume from is no longer in the stream (retention or a purge removed
+ * it: the stream's first sequence is above it), the job stops with
+ * WEIR_ERETENTION and a message naming the position, rather than skip what
+ * was lost; so does a job that waits for messages that were removed while
+ * it read (checked once a second while idle).
  */
 #ifndef WEIR_NATS_H
 #define WEIR_NATS_H
@@ -40,9 +51,13 @@ extern "C" {
  * naming the problem into err (errlen bytes). */
 int weir_nats_source_check(const char *url, char *err, size_t errlen);
 
-/* Adds the source (parallelism 1) reading url to the job. Returns the
- * stream, or NULL after recording a build error (a bad URL, a weir without
- * libnats). The server is contacted when the job starts. */
+/* Adds the source reading url to the job, with `parallelism` subtasks (0 =
+ * the job's default; subtasks beyond the URL's splits= read nothing).
+ * Returns the stream, or NULL after recording a build error (a bad URL, a
+ * weir without libnats). The server is contacted when the job starts. */
+weir_stream *weir_nats_source_par(weir_job *job, const char *name, const char *url,
+                                  int parallelism);
+/* The same with parallelism 1. */
 weir_stream *weir_nats_source(weir_job *job, const char *name, const char *url);
 
 #ifdef __cplusplus
