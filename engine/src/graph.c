@@ -13,7 +13,9 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/log.h"
 #include "base/vtable.h"
+#include "snapshot/lease.h"
 #include "snapshot/store.h"
 #include "graph.h"
 #include "iteration.h"
@@ -104,6 +106,21 @@ int weir_job_fail(weir_job *job, int err, const char *fmt, ...) {
 }
 
 void weir__job_failed(weir_job *job, int err, const char *fmt, ...) {
+  /* A process that lost its lease fails because of it (a successor may
+   * have removed what it was working on): the loss is the error, as the
+   * lease reports it (its callback records WEIR_EFENCED), and this one
+   * is its consequence. */
+  if (err != WEIR_EFENCED && job->lease && !atomic_load(&job->failed) &&
+      weir_lease_check(job->lease) == WEIR_EFENCED) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    WEIR_LOG_W("after losing ownership of the state directory: %s", msg);
+    weir__job_poke(job);
+    return;
+  }
   int expected = 0;
   if (atomic_compare_exchange_strong(&job->failed, &expected, err)) {
     va_list ap;
