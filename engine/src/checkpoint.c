@@ -169,6 +169,35 @@ static void fill_from_view(void *arg, weir_subtask_snapshot *s, int run) {
   weir__cow_release(v);
 }
 
+/* Byte-string map b copied into arrays at the cut (malloc'd, owned by the
+ * snapshot): per entry its key and value lengths and, with route, its
+ * routing key; keys and values back to back in *data. */
+static void copy_bmap(const weir__bmap *b, uint64_t **route, uint32_t **klen, uint32_t **vlen,
+                      uint8_t **data, uint64_t *data_len) {
+  uint64_t total = 0;
+  for (uint64_t i = 0; i < b->cap; i++) {
+    const weir__bent *e = weir__bytes_at(b, i);
+    if (e) total += (uint64_t)e->klen + e->vlen;
+  }
+  if (route) *route = weir_malloc(b->n * sizeof(uint64_t));
+  *klen = weir_malloc(b->n * sizeof(uint32_t));
+  *vlen = weir_malloc(b->n * sizeof(uint32_t));
+  *data = weir_malloc(total ? total : 1);
+  *data_len = total;
+  uint64_t j = 0, off = 0;
+  for (uint64_t i = 0; i < b->cap; i++) {
+    weir__bent *e = weir__bytes_at(b, i);
+    if (!e) continue;
+    if (route) (*route)[j] = e->route_key;
+    (*klen)[j] = e->klen;
+    (*vlen)[j] = e->vlen;
+    memcpy(*data + off, e->data, e->klen);
+    memcpy(*data + off + e->klen, weir__bent_val(e), e->vlen);
+    off += (uint64_t)e->klen + e->vlen;
+    j++;
+  }
+}
+
 static void copy_state(weir_ctx *c, weir_subtask_snapshot *s) {
   weir__u64map *m = &c->state.u;
   uint64_t n = m->n + (m->has_empty_key ? 1 : 0), k = 0;
@@ -195,30 +224,9 @@ static void copy_state(weir_ctx *c, weir_subtask_snapshot *s) {
       s->u64_values[k++] = m->slots[2 * i + 1];
     }
   }
-  weir__bmap *b = &c->state.b;
+  const weir__bmap *b = &c->state.b;
   s->n_bytes = b->n;
-  if (b->n) {
-    uint64_t total = 0;
-    for (uint64_t i = 0; i < b->cap; i++)
-      if (weir__bytes_at(b, i)) total += weir__bytes_at(b, i)->klen + weir__bytes_at(b, i)->vlen;
-    s->b_route = weir_malloc(b->n * sizeof(uint64_t));
-    s->b_klen = weir_malloc(b->n * sizeof(uint32_t));
-    s->b_vlen = weir_malloc(b->n * sizeof(uint32_t));
-    s->b_data = weir_malloc(total ? total : 1);
-    s->b_data_len = total;
-    uint64_t j = 0, off = 0;
-    for (uint64_t i = 0; i < b->cap; i++) {
-      weir__bent *e = weir__bytes_at(b, i);
-      if (!e) continue;
-      s->b_route[j] = e->route_key;
-      s->b_klen[j] = e->klen;
-      s->b_vlen[j] = e->vlen;
-      memcpy(s->b_data + off, e->data, e->klen);
-      memcpy(s->b_data + off + e->klen, weir__bent_val(e), e->vlen);
-      off += e->klen + e->vlen;
-      j++;
-    }
-  }
+  if (b->n) copy_bmap(b, &s->b_route, &s->b_klen, &s->b_vlen, &s->b_data, &s->b_data_len);
 }
 
 /* Namespaced u64 state, copied at the cut into arrays (a copy-on-write
@@ -257,28 +265,10 @@ static int restore_ns(weir_ctx *c, const weir_subtask_snapshot *s) {
 /* The subtask's copy of broadcast state, copied at the cut (it is small:
  * rules, lookup tables), in table order. */
 static void copy_bcast(weir_ctx *c, weir_subtask_snapshot *s) {
-  weir__bmap *b = &c->bcast;
+  const weir__bmap *b = &c->bcast;
   if (!b->n) return;
-  uint64_t total = 0;
-  for (uint64_t i = 0; i < b->cap; i++)
-    if (weir__bytes_at(b, i))
-      total += (uint64_t)weir__bytes_at(b, i)->klen + weir__bytes_at(b, i)->vlen;
   s->n_bcast = b->n;
-  s->bc_klen = weir_malloc(b->n * sizeof(uint32_t));
-  s->bc_vlen = weir_malloc(b->n * sizeof(uint32_t));
-  s->bc_data = weir_malloc(total ? total : 1);
-  s->bc_data_len = total;
-  uint64_t j = 0, off = 0;
-  for (uint64_t i = 0; i < b->cap; i++) {
-    weir__bent *e = weir__bytes_at(b, i);
-    if (!e) continue;
-    s->bc_klen[j] = e->klen;
-    s->bc_vlen[j] = e->vlen;
-    memcpy(s->bc_data + off, e->data, e->klen);
-    memcpy(s->bc_data + off + e->klen, weir__bent_val(e), e->vlen);
-    off += (uint64_t)e->klen + e->vlen;
-    j++;
-  }
+  copy_bmap(b, NULL, &s->bc_klen, &s->bc_vlen, &s->bc_data, &s->bc_data_len);
 }
 
 /* Installs restored broadcast state; a key stored twice is a damaged
