@@ -433,6 +433,21 @@ const char *weir_ctx_job_id(const weir_ctx *ctx);
 int weir_ctx_fail(weir_ctx *ctx, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* In a snapshot callback: declines checkpoint `checkpoint_id` instead of
+ * failing the job, with a message (printf-style) saying why; returns
+ * WEIR_ECKPT, which the callback returns. The operator's state is not
+ * written; the checkpoint fails as a failed state write does (the store's
+ * other writes for it are dropped, checkpoint_aborted follows, the restore
+ * point stays the last completed checkpoint) and counts against
+ * weir_run_opts.tolerable_checkpoint_failures: within them the job goes
+ * on, beyond them it fails with WEIR_ECKPTLIMIT. For a condition the next
+ * checkpoint may not meet (a destination out of a resource another client
+ * holds); an operator that declines must be able to take the next
+ * checkpoint from where it is (what it did not make durable, it keeps).
+ * Anywhere else, and without checkpoints, WEIR_ECKPT fails the job with
+ * the message, as weir_ctx_fail does. */
+int weir_ctx_decline(weir_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Adds `n` to a named per-subtask counter reported in the job summary (e.g.
  * "bad_records"). `name` must be a string literal or outlive the job. */
 void weir_ctx_count(weir_ctx *ctx, const char *name, uint64_t n);
