@@ -139,7 +139,12 @@ typedef struct weir_sink_dest_vt {
   int (*write)(weir_ctx *ctx, void *dest, const weir_record *r);
   /* Closes the open transaction as `epoch`, makes it durable and appends
    * its handle to h. Returns 0, 1 if no transaction is open (nothing to
-   * commit), or a negative error. */
+   * commit), or a negative error. With checkpoints, a destination that
+   * cannot make it durable now, but may at the next barrier, returns
+   * weir_ctx_decline(ctx, "why") instead: the checkpoint is declined, not
+   * the job failed (within the tolerable checkpoint failures), no epoch is
+   * pending, and the destination keeps the transaction's records for the
+   * next epoch's transaction. */
   int (*pre_commit)(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *h);
   /* Restore from checkpoint `id`: aborts what came after it (and an open
    * transaction left by the crash). Returns the number of transactions
