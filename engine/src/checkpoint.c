@@ -289,7 +289,30 @@ int weir__ctx_snapshot(weir_ctx *c, uint64_t id, weir_subtask_snapshot *s) {
     c->declined = 0;
     return 1;
   }
-  return rc ? weir__ctx_result(c, rc, 0, "snapshot", "0") : 0;
+  if (rc == WEIR_SNAPSHOT_LATER) return 2;
+  return rc ? weir__ctx_result(c, rc, 0, "snapshot", "0 or WEIR_SNAPSHOT_LATER") : 0;
+}
+
+int weir_ctx_snapshot_ack(weir_ctx *c, uint64_t id, const char *why) {
+  weir_job *job = c->job;
+  if (!job->store) return 0;
+  int due;
+  if (!why) {
+    pthread_mutex_lock(&job->ck_mu);
+    due = weir__coord_queued(&job->coord, id);
+    due |= weir__coord_written(&job->coord, id, 0, 0, NULL);
+    pthread_mutex_unlock(&job->ck_mu);
+  } else {
+    char msg[sizeof job->coord.ck.why];
+    snprintf(msg, sizeof msg, "operator '%s' subtask %u: %s", c->node->name, c->subtask,
+             why[0] ? why : "declined");
+    WEIR_LOG_D("checkpoint %llu declined later by %s", (unsigned long long)id, msg);
+    pthread_mutex_lock(&job->ck_mu);
+    due = weir__coord_written(&job->coord, id, WEIR_ECKPT, 0, msg);
+    pthread_mutex_unlock(&job->ck_mu);
+  }
+  if (due) weir__job_poke(job);
+  return 0;
 }
 
 /* Operator subtask c declined checkpoint id (weir_ctx_decline): its write
@@ -328,6 +351,13 @@ static int task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns, int unal
       weir_subtask_snapshot_free(&s);
       declined(job, t->ops[i], id);
       continue;
+    }
+    if (rc == 2) {
+      /* Its state is written now, its acknowledgement comes later. */
+      pthread_mutex_lock(&job->ck_mu);
+      weir__coord_ack_later(&job->coord, id);
+      pthread_mutex_unlock(&job->ck_mu);
+      rc = 0;
     }
     if (rc) {
       weir_subtask_snapshot_free(&s);

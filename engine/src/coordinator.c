@@ -265,6 +265,13 @@ int weir__coord_no_channels(weir__coord *co, uint64_t id) {
   return due(co);
 }
 
+void weir__coord_ack_later(weir__coord *co, uint64_t id) {
+  if (pending(co, id) && (co->state == WEIR__CK_WRITING || co->state == WEIR__CK_FAILING)) {
+    co->ck.expected++;
+    co->ck.later++;
+  }
+}
+
 int weir__coord_queued(weir__coord *co, uint64_t id) {
   if (!pending(co, id)) return 0;
   co->ck.handed++;

@@ -105,7 +105,9 @@ struct weir_ctx {
 /* checkpoint.c: the synchronous part of one operator's snapshot (a copy of
  * its managed state plus its snapshot callback's output) into *s. Returns
  * 0, 1 if the operator declined the checkpoint (weir_ctx_decline; its
- * message in decline_msg), or an error (the job has been failed). */
+ * message in decline_msg), 2 if it acknowledges it later
+ * (WEIR_SNAPSHOT_LATER: *s is its state all the same), or an error (the
+ * job has been failed). */
 int weir__ctx_snapshot(weir_ctx *c, uint64_t id, struct weir_subtask_snapshot *s);
 /* checkpoint.c: install a loaded snapshot into ctx (keyed state, then the
  * operator's restore callback). Called on the task's thread after open. */

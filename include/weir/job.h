@@ -260,6 +260,11 @@ typedef struct weir_operator_vt {
   int (*process_batch2)(weir_ctx *ctx, const weir_batch *b);
 } weir_operator_vt;
 
+/* What a snapshot callback returns besides 0 (or a negative error): its
+ * state is written, but the checkpoint may not complete before the
+ * operator acknowledges it with weir_ctx_snapshot_ack (below). */
+enum { WEIR_SNAPSHOT_LATER = 1 };
+
 /* What poll returns (or a negative error). */
 enum { WEIR_POLL_IDLE = 0, WEIR_POLL_BUSY = 1 };
 
@@ -447,6 +452,19 @@ int weir_ctx_fail(weir_ctx *ctx, int err, const char *fmt, ...)
  * Anywhere else, and without checkpoints, WEIR_ECKPT fails the job with
  * the message, as weir_ctx_fail does. */
 int weir_ctx_decline(weir_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* After a snapshot callback returned WEIR_SNAPSHOT_LATER for checkpoint_id:
+ * acknowledges that snapshot (why NULL: what it stands for is durable now)
+ * or declines it (why: the message, as for weir_ctx_decline). On the
+ * subtask's thread (typically in poll, woken by weir_ctx_wake from the
+ * operator's own thread), once per such snapshot. Until then the
+ * checkpoint cannot complete (the checkpoint timeout applies) and the task
+ * goes on; an acknowledgement of a checkpoint that is no longer pending
+ * (timed out) is dropped. An operator that acknowledges later keeps poll
+ * busy (WEIR_POLL_BUSY) meanwhile, so that its task does not finish first,
+ * and must not let a later snapshot depend on an unanswered one. Returns
+ * 0. */
+int weir_ctx_snapshot_ack(weir_ctx *ctx, uint64_t checkpoint_id, const char *why);
 
 /* Adds `n` to a named per-subtask counter reported in the job summary (e.g.
  * "bad_records"). `name` must be a string literal or outlive the job. */
