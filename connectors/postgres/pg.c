@@ -33,17 +33,20 @@
  * formats and goes on to its other tasks while the server takes the rows;
  * it waits only when QUEUE_BYTES (8 MiB) are handed over and not yet sent
  * (a server slower than the input pushes back). pre_commit(n) hands the
- * last chunk over and asks the thread to prepare, then waits for the
- * answer (the engine has no acknowledgement of a snapshot after its
- * callback returned, docs/checkpoints.md §6): the thread ends the COPY,
- * inserts the marker through
+ * last chunk over, then a PREPARE marker, and returns WEIR_SINK_LATER with
+ * the gid as the handle: the worker goes on, and checkpoint n waits for
+ * the answer (WEIR_SNAPSHOT_LATER, docs/checkpoints.md §6), which the
+ * driver takes in its poll (pg_prepared; the thread wakes the task) and
+ * turns into the snapshot's acknowledgement. The queue keeps the order:
+ * epoch n's rows, its PREPARE, epoch n+1's rows. The thread ends the
+ * COPY, inserts the marker through
  *   INSERT INTO weir_markers SELECT ... FROM weir_fence
  *     WHERE job = $job AND epoch = $my_epoch FOR SHARE
  * (no row inserted: a newer owner bumped the fence: WEIR_EFENCED, nothing
  * lands), then PREPARE TRANSACTION gid; the gid is the handle.
  *
- * A PREPARE that fails declines the checkpoint (weir_ctx_decline), with
- * the server's error in the log line, instead of failing the job: the
+ * A PREPARE that fails declines the checkpoint (the acknowledgement says
+ * so), with the server's error in the log line, instead of failing the job: the
  * server may be out of prepared-transaction slots (another client holds
  * them, SQLSTATE 53200), or restarting. A failed PREPARE rolls its
  * transaction back and loses the rows COPYed into it, so the thread keeps
@@ -55,7 +58,9 @@
  * during COPY, a statement failing): at the barrier the thread tries once
  * more on a new connection with the kept rows, and declines if that fails
  * too. The engine counts declines against tolerable_checkpoint_failures;
- * the sink counts them as prepare_declines. An epoch of more rows than
+ * the sink counts them as prepare_declines. Checkpoint n+1 cannot start
+ * before n's answer, and the driver takes it before the next pre_commit,
+ * which then knows what the declined epoch carried. An epoch of more rows than
  * RETAIN_BYTES is not kept (its chunks are freed as sent), and a failure
  * to prepare it fails the job as before: a restore replays it. Without a
  * state directory (one epoch, prepared at the end) a failure fails the
@@ -123,7 +128,8 @@
  * (`tconn`), whose mailbox (chunks in order, a PREPARE request and its
  * answer) is under `mu`; commit on the commit thread (`cconn`). libpq calls
  * block: on the task thread only at open, at a restore and in the fence
- * bump, and pre_commit waits for the PREPARE's answer.
+ * bump (and pre_commit without a state directory, which waits for its
+ * answer).
  */
 #include "pg_impl.h"
 
@@ -277,6 +283,7 @@ static int pg_available(void) {
 typedef struct chunk {
   struct chunk *next;
   size_t len;
+  int prepare; /* no rows: PREPARE the transaction here (req_epoch as req_gid) */
   char data[]; /* COPY_BUF bytes */
 } chunk;
 
@@ -289,6 +296,7 @@ enum { RES_OK = 1, RES_DECLINE, RES_FENCED, RES_FAIL };
  * thread's; the rest immutable after open. */
 typedef struct pgdest {
   const pg_arg *a;
+  weir_ctx *ctx; /* for weir_ctx_wake from the connection thread */
   char *job, *sink, *qtable;
   char prefix[160]; /* "weir:<job>:<sink>:" */
   uint32_t subtask, parallelism;
@@ -299,9 +307,11 @@ typedef struct pgdest {
   int given;        /* conn was handed over */
   int fenced_ok;
   uint64_t after, index;
-  chunk *cur;       /* the rows being formatted */
-  uint64_t rows;    /* rows in the epoch's transaction, carried ones included */
-  uint64_t carried; /* of which carried from declined epochs */
+  chunk *cur;     /* the rows being formatted */
+  uint64_t rows;  /* rows of this epoch */
+  uint64_t carry; /* rows of declined epochs, kept by the thread for the next PREPARE */
+  int awaiting;   /* a PREPARE is in flight (req_epoch) */
+  uint64_t req_rows, req_carried; /* its rows, and of them carried ones */
   char *scratch;
   size_t scap;
   /* The mailbox of the connection thread (io_main). */
@@ -312,8 +322,7 @@ typedef struct pgdest {
   int io_started;
   chunk *q_head, *q_tail; /* rows to COPY, in order */
   size_t q_bytes;
-  int req; /* a PREPARE asked for: req_epoch as req_gid */
-  uint64_t req_epoch;
+  uint64_t req_epoch; /* the PREPARE in flight: req_epoch as req_gid */
   char req_gid[208];
   int res; /* its answer (RES_*), 0 until there is one */
   char res_msg[700];
@@ -646,6 +655,7 @@ static chunk *chunk_new(void) {
   chunk *c = weir_malloc(sizeof *c + COPY_BUF);
   c->next = NULL;
   c->len = 0;
+  c->prepare = 0;
   return c;
 }
 
@@ -661,10 +671,7 @@ static void chunks_free(chunk *c) {
  * waits only while QUEUE_BYTES are queued already (a server slower than
  * the input pushes back here). The first hand-over also gives the thread
  * the connection open made. */
-static void hand(pgdest *d) {
-  chunk *c = d->cur;
-  if (!c || !c->len) return;
-  d->cur = NULL;
+static void post(pgdest *d, chunk *c) {
   pthread_mutex_lock(&d->mu);
   if (d->conn && !d->given) {
     d->tconn = d->conn;
@@ -680,6 +687,13 @@ static void hand(pgdest *d) {
   d->q_bytes += c->len;
   pthread_cond_signal(&d->cv);
   pthread_mutex_unlock(&d->mu);
+}
+
+static void hand(pgdest *d) {
+  chunk *c = d->cur;
+  if (!c || !c->len) return;
+  d->cur = NULL;
+  post(d, c);
 }
 
 static void put(pgdest *d, const char *p, size_t n) {
@@ -1034,30 +1048,26 @@ static void *io_main(void *arg) {
   char msg[700];
   for (;;) {
     pthread_mutex_lock(&d->mu);
-    while (!d->stop && !d->q_head && !d->req) pthread_cond_wait(&d->cv, &d->mu);
+    while (!d->stop && !d->q_head) pthread_cond_wait(&d->cv, &d->mu);
     if (d->stop) {
       pthread_mutex_unlock(&d->mu);
       return NULL;
     }
-    /* Every row the task handed over before asking for PREPARE first. */
+    /* In order: an epoch's rows, its PREPARE, the next epoch's rows. */
     chunk *c = d->q_head;
-    uint64_t epoch = 0;
-    char gid[208] = "";
-    if (c) {
-      d->q_head = c->next;
-      if (!d->q_head) d->q_tail = NULL;
-      d->q_bytes -= c->len;
-      pthread_cond_signal(&d->back);
-    } else {
-      d->req = 0;
-      epoch = d->req_epoch;
-      snprintf(gid, sizeof gid, "%s", d->req_gid);
-    }
+    d->q_head = c->next;
+    if (!d->q_head) d->q_tail = NULL;
+    d->q_bytes -= c->len;
+    pthread_cond_signal(&d->back);
+    uint64_t epoch = d->req_epoch;
+    char gid[208];
+    snprintf(gid, sizeof gid, "%s", d->req_gid);
     pthread_mutex_unlock(&d->mu);
-    if (c) {
+    if (!c->prepare) {
       io_send(d, c);
       continue;
     }
+    weir_free(c);
     msg[0] = '\0';
     int res = io_prepare(d, epoch, gid, msg, sizeof msg);
     pthread_mutex_lock(&d->mu);
@@ -1065,58 +1075,86 @@ static void *io_main(void *arg) {
     snprintf(d->res_msg, sizeof d->res_msg, "%s", msg);
     pthread_cond_signal(&d->back);
     pthread_mutex_unlock(&d->mu);
+    weir_ctx_wake(d->ctx); /* its poll takes the answer (pg_prepared) */
   }
 }
 
-/* ---- pre_commit: the thread prepares, the task waits ----------------------------- */
+/* ---- pre_commit: the thread prepares, the task goes on ------------------------- */
 
-static int pg_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *h) {
+/* The answer to the PREPARE in flight (wait: waits for it). Returns 0 (not
+ * yet), 1 (prepared), 2 (declined: why says so, its rows are carried into
+ * the next epoch's transaction) or a negative error. */
+static int pg_prepared(weir_ctx *ctx, void *dest, int wait, char *why, size_t whylen) {
   pgdest *d = dest;
-  d->after = epoch;
-  d->index = 0;
-  if (!d->rows) return 1;
-  char gid[208];
-  if (weir__pg_gid(gid, sizeof gid, d->job, d->sink, d->owner, epoch, d->subtask) < 0)
-    return weir_ctx_fail(ctx, WEIR_EINVAL, "sink '%s': transaction id too long for job %s", d->sink,
-                         d->job);
-  hand(d);
+  if (!d->awaiting) return 0;
   pthread_mutex_lock(&d->mu);
-  d->req = 1;
-  d->req_epoch = epoch;
-  snprintf(d->req_gid, sizeof d->req_gid, "%s", gid);
-  d->res = 0;
-  pthread_cond_signal(&d->cv);
-  while (!d->res) pthread_cond_wait(&d->back, &d->mu);
+  while (wait && !d->res) pthread_cond_wait(&d->back, &d->mu);
   int res = d->res;
   char m[700];
   snprintf(m, sizeof m, "%s", d->res_msg);
   d->res = 0;
   pthread_mutex_unlock(&d->mu);
-  if (res == RES_OK) {
-    d->rows = d->carried = 0;
-    weir_sink_buf_put(h, gid, strlen(gid));
-    return 0;
-  }
+  if (!res) return 0;
+  d->awaiting = 0;
+  unsigned long long epoch = d->req_epoch;
+  if (res == RES_OK) return 1;
   if (res == RES_FENCED)
     return weir_ctx_fail(ctx, WEIR_EFENCED,
                          "sink '%s' subtask %u: epoch %llu not prepared: PostgreSQL at %s: the "
                          "fence of job %s is no longer at this run's owner epoch %llu (a newer "
                          "owner took over): nothing of this epoch lands",
-                         d->sink, d->subtask, (unsigned long long)epoch, d->where, d->job,
+                         d->sink, d->subtask, epoch, d->where, d->job,
                          (unsigned long long)d->owner);
   if (res == RES_DECLINE && weir_ctx_checkpointing(ctx)) {
-    unsigned long long rows = d->rows, carried = d->carried;
-    d->carried = d->rows;
+    d->carry += d->req_rows;
     weir_ctx_count(ctx, "prepare_declines", 1);
-    return weir_ctx_decline(ctx,
-                            "PostgreSQL at %s did not prepare epoch %llu: %s; its %llu rows "
-                            "(%llu of them carried from earlier epochs) are kept for the next "
-                            "epoch's transaction",
-                            d->where, (unsigned long long)epoch, m, rows, carried);
+    snprintf(why, whylen,
+             "PostgreSQL at %s did not prepare epoch %llu: %s; its %llu rows (%llu of them "
+             "carried from earlier epochs) are kept for the next epoch's transaction",
+             d->where, epoch, m, (unsigned long long)d->req_rows,
+             (unsigned long long)d->req_carried);
+    return 2;
   }
   return weir_ctx_fail(ctx, WEIR_EIO,
                        "sink '%s' subtask %u: PostgreSQL at %s: epoch %llu not prepared: %s",
-                       d->sink, d->subtask, d->where, (unsigned long long)epoch, m);
+                       d->sink, d->subtask, d->where, epoch, m);
+}
+
+/* Hands the epoch's last rows and its PREPARE to the thread. With
+ * checkpoints the answer comes later (pg_prepared, from the driver's
+ * poll): the worker does not wait for the server at the barrier. */
+static int pg_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *h) {
+  pgdest *d = dest;
+  d->after = epoch;
+  d->index = 0;
+  if (!d->rows && !d->carry) return 1;
+  char gid[208];
+  if (weir__pg_gid(gid, sizeof gid, d->job, d->sink, d->owner, epoch, d->subtask) < 0)
+    return weir_ctx_fail(ctx, WEIR_EINVAL, "sink '%s': transaction id too long for job %s", d->sink,
+                         d->job);
+  hand(d);
+  d->req_rows = d->rows + d->carry;
+  d->req_carried = d->carry;
+  d->rows = d->carry = 0;
+  d->awaiting = 1;
+  chunk *c = weir_malloc(sizeof *c);
+  c->next = NULL;
+  c->len = 0;
+  c->prepare = 1;
+  pthread_mutex_lock(&d->mu);
+  /* One PREPARE in flight at a time: the driver takes its answer before
+   * the next pre_commit. */
+  d->req_epoch = epoch;
+  snprintf(d->req_gid, sizeof d->req_gid, "%s", gid);
+  d->res = 0;
+  pthread_mutex_unlock(&d->mu);
+  post(d, c);
+  weir_sink_buf_put(h, gid, strlen(gid));
+  if (weir_ctx_checkpointing(ctx)) return WEIR_SINK_LATER;
+  /* Without checkpoints (one epoch, at the end): its answer now. */
+  char why[1024];
+  int rc = pg_prepared(ctx, d, 1, why, sizeof why);
+  return rc == 1 ? 0 : rc < 0 ? rc : weir_ctx_fail(ctx, WEIR_EIO, "sink '%s': %s", d->sink, why);
 }
 
 /* ---- the destination --------------------------------------------------------- */
@@ -1156,6 +1194,7 @@ static int pg_open(weir_ctx *ctx, void **out) {
   d->subtask = weir_ctx_subtask(ctx);
   d->parallelism = weir_ctx_parallelism(ctx);
   d->owner = weir_ctx_checkpointing(ctx) ? weir_ctx_epoch(ctx) : 0;
+  d->ctx = ctx;
   weir_ctx_count(ctx, "prepare_declines", 0); /* in the summary from the start */
   pthread_mutex_init(&d->mu, NULL);
   pthread_cond_init(&d->cv, NULL);
@@ -1335,6 +1374,7 @@ static const weir_sink_dest_vt pg_dest_vt = {
     .open = pg_open,
     .write = pg_write,
     .pre_commit = pg_pre_commit,
+    .prepared = pg_prepared,
     .abort_after = pg_abort_after,
     .commit = pg_commit,
     .close = pg_close,
