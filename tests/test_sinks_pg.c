@@ -3,8 +3,9 @@
  * needed); then, against the PostgreSQL of scripts/services (PGHOST...):
  * a run without failure, SIGKILL at failpoints around write, prepare and
  * commit and during recovery, SIGKILL at seeded random times, and a stale
- * owner whose fence row was bumped, and the connection lost around PREPARE
- * (declined, then settled); and, on a cluster of its own (initdb from
+ * owner whose fence row was bumped, the connection lost around PREPARE
+ * (declined, then settled), and a PREPARE answered after its checkpoint
+ * timed out; and, on a cluster of its own (initdb from
  * WEIR_PG_BINDIR), max_prepared_transactions = 0 refused with a clear
  * message, a server restarted between PREPARE and COMMIT PREPARED and one
  * restarted mid-run, and every prepared-transaction slot held by another
@@ -878,6 +879,28 @@ Test(pg_tx, connection_lost_around_prepare) {
   cr_assert(strstr(err, "the connection was lost after PREPARE TRANSACTION") != NULL &&
                 strstr(err, "which is prepared") != NULL,
             "not settled: %s", err);
+  free(err);
+  PGconn *c = pg_connect(g_conninfo);
+  check_pg(j, c);
+  PQfinish(c);
+  pg_job_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* A PREPARE slower than the checkpoint timeout (failpoint
+ * pg.before_prepare delays it 1.5 s, the timeout is 300 ms): its
+ * checkpoint times out and is declined, the worker goes on, the next
+ * snapshot takes the late answer (prepared) before it pre-commits, and
+ * the epoch is committed with a later checkpoint: exact rows. */
+Test(pg_tx, prepare_slower_than_the_checkpoint_timeout) {
+  need_pg();
+  crash_job *j = pg_job(P_RECORDS, P_KEYS, "20000", "100");
+  char *err = NULL;
+  int rc = crash_run(j, "pg.before_prepare=delay:1500@4", -1, &err, "--checkpoint-timeout", "300",
+                     "--tolerable-checkpoint-failures", "10", NULL);
+  cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+  cr_assert(strstr(err, "timed out before every operator acknowledged") != NULL,
+            "no checkpoint timed out: %s", err);
   free(err);
   PGconn *c = pg_connect(g_conninfo);
   check_pg(j, c);
