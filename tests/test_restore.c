@@ -624,3 +624,32 @@ Test(restore, operator_acknowledges_later) {
   free(dir);
   cr_assert_eq(th_leak_check(), 0);
 }
+
+static const weir_operator_vt later_nopoll_vt = {.size = sizeof(weir_operator_vt),
+                                                 .name = "later-nopoll",
+                                                 .process = decl_process,
+                                                 .snapshot = later_snapshot};
+
+/* WEIR_SNAPSHOT_LATER from an operator without poll, which could never
+ * acknowledge it, fails the job at once, saying so. */
+Test(restore, snapshot_later_without_poll_fails) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char state[600];
+  snprintf(state, sizeof state, "%s/state", dir);
+  weir_job *job = NULL;
+  cr_assert_eq(weir_job_create(&job, "later-nopoll"), 0);
+  weir_gen_opts go = {.records = 20000, .keys = 10, .rate = 40000};
+  cr_assert_eq(weir_sink(weir_gen(job, "gen", &go, 1), "lnp", &later_nopoll_vt, NULL, 1), 0);
+  weir_run_opts o = opts(state);
+  int rc = weir_job_run(job, &o);
+  cr_assert_eq(rc, WEIR_EOPERATOR, "%d %s", rc, weir_job_error(job));
+  cr_assert(strstr(weir_job_error(job), "operator 'lnp' subtask 0 (snapshot): returned "
+                                        "WEIR_SNAPSHOT_LATER, but has no poll") != NULL,
+            "%s", weir_job_error(job));
+  weir_job_destroy(job);
+  g_later = 0;
+  th_rmrf(dir);
+  free(dir);
+  cr_assert_eq(th_leak_check(), 0);
+}

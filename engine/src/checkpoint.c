@@ -289,7 +289,14 @@ int weir__ctx_snapshot(weir_ctx *c, uint64_t id, weir_subtask_snapshot *s) {
     c->declined = 0;
     return 1;
   }
-  if (rc == WEIR_SNAPSHOT_LATER) return 2;
+  if (rc == WEIR_SNAPSHOT_LATER) {
+    /* Only poll can give the acknowledgement: without it the checkpoint
+     * would wait for its timeout, every time. */
+    if (c->node->ovt && c->node->ovt->poll) return 2;
+    weir_ctx_fail(c, WEIR_EOPERATOR,
+                  "returned WEIR_SNAPSHOT_LATER, but has no poll to acknowledge the snapshot from");
+    return weir__ctx_report(c, WEIR_EOPERATOR, "snapshot");
+  }
   return rc ? weir__ctx_result(c, rc, 0, "snapshot", "0 or WEIR_SNAPSHOT_LATER") : 0;
 }
 

@@ -262,8 +262,10 @@ typedef struct weir_operator_vt {
 
 /* What a snapshot callback returns besides 0 (or a negative error): its
  * state is written, but the checkpoint may not complete before the
- * operator acknowledges it with weir_ctx_snapshot_ack (below). */
-enum { WEIR_SNAPSHOT_LATER = 1 };
+ * operator acknowledges it with weir_ctx_snapshot_ack (below), from its
+ * poll (an operator without one fails the job). A value no callback
+ * returns by habit: a bare 1 still fails the job as undocumented. */
+enum { WEIR_SNAPSHOT_LATER = 0x1a7e };
 
 /* What poll returns (or a negative error). */
 enum { WEIR_POLL_IDLE = 0, WEIR_POLL_BUSY = 1 };
