@@ -15,6 +15,16 @@
  * in every snapshot) until its commit is known, so a crash at any point
  * recovers it: recovery commits it again, which is why commit is idempotent.
  *
+ * A destination that makes a transaction durable on a thread of its own
+ * returns WEIR_SINK_LATER from pre_commit: the transaction goes onto the
+ * pending list as `preparing`, the snapshot is written with it and
+ * returns WEIR_SNAPSHOT_LATER, and poll (woken by the destination) takes
+ * the answer (vt->prepared) and acknowledges the snapshot, or declines
+ * it and drops the transaction. At most one is preparing: a snapshot
+ * first takes the previous answer (waiting if that checkpoint timed out
+ * before it came), so no snapshot holds a transaction not known durable,
+ * and "complete" queues nothing from the preparing one on.
+ *
  * While the thread holds a transaction, both threads read its handle (never
  * written after pre_commit); only the thread writes its `c` and result
  * fields, and the task reads them only after taking it from `done` under
@@ -117,7 +127,11 @@ typedef struct tp {
   txn *head, *tail;       /* pending, epoch order (task thread) */
   uint64_t pending_bytes; /* their handles' bytes (task thread) */
   uint64_t buffer_bytes;  /* the bound on pending_bytes (weir_sink_dest_vt) */
-  uint32_t inflight;      /* queued, not yet taken back (task thread) */
+  /* The pending transaction the destination makes durable on its own
+   * thread (WEIR_SINK_LATER), and the checkpoint that waits for it. */
+  txn *preparing;
+  uint64_t later_id;
+  uint32_t inflight; /* queued, not yet taken back (task thread) */
   /* The mailbox between the task and the commit thread. */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -311,10 +325,12 @@ static void publish(tp *t) {
   }
 }
 
+static int settle(tp *t, int wait);
+
 static int tp_poll(weir_ctx *ctx) {
   tp *t = weir_ctx_user(ctx);
   if (!t) return WEIR_POLL_IDLE;
-  int rc = 0;
+  int rc = settle(t, 0);
   if (atomic_exchange(&t->mail, 0)) {
     pthread_mutex_lock(&t->mu);
     txn *d = t->done_head;
@@ -340,7 +356,7 @@ static int tp_poll(weir_ctx *ctx) {
   if (rc < 0) return rc;
   /* Past the bound, no more input until commits land (weir_sink.h). */
   if (t->pending_bytes >= t->buffer_bytes) return WEIR_POLL_FULL;
-  return t->inflight ? WEIR_POLL_BUSY : WEIR_POLL_IDLE;
+  return t->inflight || t->preparing ? WEIR_POLL_BUSY : WEIR_POLL_IDLE;
 }
 
 static void tp_free(tp *t) {
@@ -443,11 +459,18 @@ static int tp_process_batch(weir_ctx *ctx, const weir_batch *b) {
   return weir_failpoint("sink.after_write");
 }
 
-/* Closes the open transaction as `epoch`: onto the pending list. */
+/* Closes the open transaction as `epoch`: onto the pending list. Returns
+ * 0, WEIR_SINK_LATER (it is t->preparing until the destination answers,
+ * settle) or a negative error. */
 static int pre_commit(tp *t, uint64_t epoch) {
   txn *x = weir_calloc(1, sizeof *x);
   int rc = t->vt->pre_commit(t->ctx, t->dest, epoch, &x->handle);
-  if (rc != 0) {
+  if (rc == WEIR_SINK_LATER && !t->vt->prepared)
+    rc = weir_ctx_fail(t->ctx, WEIR_EOPERATOR,
+                       "sink '%s': pre_commit returned WEIR_SINK_LATER, but the destination has "
+                       "no prepared callback",
+                       t->name);
+  if (rc != 0 && rc != WEIR_SINK_LATER) {
     txn_free(x);
     return rc < 0 ? rc : 0;
   }
@@ -456,7 +479,34 @@ static int pre_commit(tp *t, uint64_t epoch) {
   x->origin = t->subtask;
   pending_append(t, x);
   x->oldest_pending = t->head->epoch;
+  if (rc == WEIR_SINK_LATER) {
+    t->preparing = x;
+    return rc;
+  }
   return weir_failpoint("sink.after_pre_commit");
+}
+
+/* Takes the destination's answer for t->preparing (with wait: waits for
+ * it) and gives the checkpoint that waits for it its acknowledgement: the
+ * transaction stays pending, or, declined, it is dropped (the destination
+ * keeps its records for the next epoch). Returns 0 or a negative error. */
+static int settle(tp *t, int wait) {
+  txn *x = t->preparing;
+  if (!x) return 0;
+  char why[768];
+  why[0] = '\0';
+  int r = t->vt->prepared(t->ctx, t->dest, wait, why, sizeof why);
+  if (r == 0) return 0;
+  t->preparing = NULL;
+  if (r < 0) return r;
+  if (r == 2) {
+    pending_remove(t, x);
+    txn_free(x);
+    return weir_ctx_snapshot_ack(t->ctx, t->later_id, why[0] ? why : "declined");
+  }
+  int fp = weir_failpoint("sink.after_pre_commit");
+  if (fp) return fp;
+  return weir_ctx_snapshot_ack(t->ctx, t->later_id, NULL);
 }
 
 /* End of input. Without checkpoints the whole run is epoch 0, committed
@@ -466,6 +516,7 @@ static int tp_finish(weir_ctx *ctx) {
   tp *t = weir_ctx_user(ctx);
   if (weir_ctx_checkpointing(ctx)) return 0;
   int rc = pre_commit(t, 0);
+  if (rc == WEIR_SINK_LATER) rc = settle(t, 1);
   if (rc < 0) return rc;
   for (txn *x = t->head; x; x = x->next)
     if (!x->queued) queue(t, x);
@@ -474,7 +525,11 @@ static int tp_finish(weir_ctx *ctx) {
 
 static int tp_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
   tp *t = weir_ctx_user(ctx);
-  int rc = pre_commit(t, id);
+  /* A snapshot never holds an epoch whose durability is not known yet
+   * (its checkpoint timed out before the answer came). */
+  int rc = settle(t, 1);
+  if (rc < 0) return rc;
+  int later = (rc = pre_commit(t, id)) == WEIR_SINK_LATER;
   if (rc < 0) return rc;
   weir_sink_buf b = {0};
   weir_sink_buf_put(&b, MAGIC, 4);
@@ -493,12 +548,15 @@ static int tp_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
   }
   rc = weir_snapshot_write(w, b.data, b.len);
   weir_sink_buf_free(&b);
-  return rc;
+  if (rc < 0 || !later) return rc;
+  t->later_id = id;
+  return WEIR_SNAPSHOT_LATER;
 }
 
 static int tp_complete(weir_ctx *ctx, uint64_t id) {
   tp *t = weir_ctx_user(ctx);
-  for (txn *x = t->head; x && x->epoch <= id; x = x->next)
+  /* In epoch order, up to one not known durable yet. */
+  for (txn *x = t->head; x && x->epoch <= id && x != t->preparing; x = x->next)
     if (!x->queued) queue(t, x);
   return 0;
 }

@@ -472,3 +472,184 @@ Test(restore, write_failing_behind_its_queued_commit_declines_it) {
   free(dir);
   cr_assert_eq(th_leak_check(), 0);
 }
+
+/* ---- an operator that declines checkpoints ----------------------------------- */
+
+static atomic_int g_declines; /* how many snapshots decline (the first ones) */
+static atomic_int g_declined, g_aborted, g_completed;
+
+static int decl_process(weir_ctx *ctx, const weir_record *r) {
+  (void)ctx;
+  (void)r;
+  return 0;
+}
+static int decl_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
+  if (atomic_load(&g_declined) < atomic_load(&g_declines)) {
+    atomic_fetch_add(&g_declined, 1);
+    return weir_ctx_decline(ctx, "test declines checkpoint %llu", (unsigned long long)id);
+  }
+  return weir_snapshot_write(w, "x", 1);
+}
+static int decl_aborted(weir_ctx *ctx, uint64_t id) {
+  (void)ctx;
+  (void)id;
+  atomic_fetch_add(&g_aborted, 1);
+  return 0;
+}
+static int decl_complete(weir_ctx *ctx, uint64_t id) {
+  (void)ctx;
+  (void)id;
+  atomic_fetch_add(&g_completed, 1);
+  return 0;
+}
+static const weir_operator_vt decl_vt = {.size = sizeof(weir_operator_vt),
+                                         .name = "decl",
+                                         .process = decl_process,
+                                         .snapshot = decl_snapshot,
+                                         .checkpoint_aborted = decl_aborted,
+                                         .checkpoint_complete = decl_complete};
+
+/* Runs gen -> decl (about half a second, a checkpoint every 20 ms) with
+ * the first `declines` snapshots declined and `tolerable` failures. */
+static int run_declining(const char *state, int declines, int tolerable, weir_job **out) {
+  atomic_store(&g_declines, declines);
+  atomic_store(&g_declined, 0);
+  atomic_store(&g_aborted, 0);
+  atomic_store(&g_completed, 0);
+  weir_job *job = NULL;
+  cr_assert_eq(weir_job_create(&job, "decline"), 0);
+  weir_gen_opts go = {.records = 20000, .keys = 10, .rate = 40000};
+  cr_assert_eq(weir_sink(weir_gen(job, "gen", &go, 1), "decl", &decl_vt, NULL, 1), 0, "%s",
+               weir_job_error(job));
+  weir_run_opts o = opts(state);
+  o.tolerable_checkpoint_failures = tolerable;
+  *out = job;
+  return weir_job_run(job, &o);
+}
+
+/* A snapshot callback that declines (weir_ctx_decline) fails that
+ * checkpoint without failing the job: counted as failed, the operator hears
+ * checkpoint_aborted, and the next checkpoints complete; beyond the
+ * tolerable failures the job stops with WEIR_ECKPTLIMIT, naming the
+ * operator and its message. */
+Test(restore, operator_declines_checkpoints) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char state[600];
+  snprintf(state, sizeof state, "%s/state", dir);
+  weir_job *job = NULL;
+  int rc = run_declining(state, 3, 3, &job);
+  cr_assert_eq(rc, 0, "%d %s", rc, weir_job_error(job));
+  const weir_run_info *ri = weir_job_run_info(job);
+  cr_assert_eq(ri->checkpoints_failed, 3);
+  cr_assert_gt(ri->checkpoints, 0);
+  cr_assert_eq(atomic_load(&g_aborted), 3);
+  cr_assert_gt(atomic_load(&g_completed), 0);
+  weir_job_destroy(job);
+  th_rmrf(state);
+
+  rc = run_declining(state, 100, 2, &job);
+  const char *err = weir_job_error(job);
+  cr_assert_eq(rc, WEIR_ECKPTLIMIT, "%d %s", rc, err);
+  cr_assert(strstr(err, "an operator declined it: operator 'decl' subtask 0: test declines "
+                        "checkpoint ") != NULL,
+            "%s", err);
+  cr_assert_eq(weir_job_run_info(job)->checkpoints_failed, 3);
+  weir_job_destroy(job);
+  th_rmrf(dir);
+  free(dir);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* ---- an operator that acknowledges its snapshots later ------------------------ */
+
+static uint64_t g_later; /* the checkpoint whose acknowledgement is due (task thread) */
+
+static int later_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
+  int rc = weir_snapshot_write(w, "x", 1);
+  if (rc < 0) return rc;
+  g_later = id;
+  weir_ctx_wake(ctx);
+  return WEIR_SNAPSHOT_LATER;
+}
+static int later_poll(weir_ctx *ctx) {
+  if (!g_later) return WEIR_POLL_IDLE;
+  uint64_t id = g_later;
+  g_later = 0;
+  if (atomic_load(&g_declined) < atomic_load(&g_declines)) {
+    atomic_fetch_add(&g_declined, 1);
+    return weir_ctx_snapshot_ack(ctx, id, "test declines it later");
+  }
+  return weir_ctx_snapshot_ack(ctx, id, NULL);
+}
+static const weir_operator_vt later_vt = {.size = sizeof(weir_operator_vt),
+                                          .name = "later",
+                                          .process = decl_process,
+                                          .snapshot = later_snapshot,
+                                          .poll = later_poll,
+                                          .checkpoint_aborted = decl_aborted,
+                                          .checkpoint_complete = decl_complete};
+
+/* A snapshot callback returning WEIR_SNAPSHOT_LATER holds its checkpoint
+ * until poll acknowledges it (weir_ctx_snapshot_ack): acknowledged, the
+ * checkpoints complete; declined later, they fail as declined ones do
+ * (counted, aborted notices, the job goes on), and the checkpoint after
+ * them completes. */
+Test(restore, operator_acknowledges_later) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char state[600];
+  snprintf(state, sizeof state, "%s/state", dir);
+  atomic_store(&g_declines, 2);
+  atomic_store(&g_declined, 0);
+  atomic_store(&g_aborted, 0);
+  atomic_store(&g_completed, 0);
+  g_later = 0;
+  weir_job *job = NULL;
+  cr_assert_eq(weir_job_create(&job, "later"), 0);
+  weir_gen_opts go = {.records = 20000, .keys = 10, .rate = 40000};
+  cr_assert_eq(weir_sink(weir_gen(job, "gen", &go, 1), "later", &later_vt, NULL, 1), 0, "%s",
+               weir_job_error(job));
+  weir_run_opts o = opts(state);
+  o.tolerable_checkpoint_failures = 2;
+  int rc = weir_job_run(job, &o);
+  cr_assert_eq(rc, 0, "%d %s", rc, weir_job_error(job));
+  const weir_run_info *ri = weir_job_run_info(job);
+  cr_assert_eq(ri->checkpoints_failed, 2);
+  cr_assert_gt(ri->checkpoints, 2);
+  cr_assert_eq(atomic_load(&g_aborted), 2);
+  cr_assert_eq((uint64_t)atomic_load(&g_completed), ri->checkpoints);
+  weir_job_destroy(job);
+  th_rmrf(dir);
+  free(dir);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+static const weir_operator_vt later_nopoll_vt = {.size = sizeof(weir_operator_vt),
+                                                 .name = "later-nopoll",
+                                                 .process = decl_process,
+                                                 .snapshot = later_snapshot};
+
+/* WEIR_SNAPSHOT_LATER from an operator without poll, which could never
+ * acknowledge it, fails the job at once, saying so. */
+Test(restore, snapshot_later_without_poll_fails) {
+  char *dir = th_tmpdir();
+  cr_assert_not_null(dir);
+  char state[600];
+  snprintf(state, sizeof state, "%s/state", dir);
+  weir_job *job = NULL;
+  cr_assert_eq(weir_job_create(&job, "later-nopoll"), 0);
+  weir_gen_opts go = {.records = 20000, .keys = 10, .rate = 40000};
+  cr_assert_eq(weir_sink(weir_gen(job, "gen", &go, 1), "lnp", &later_nopoll_vt, NULL, 1), 0);
+  weir_run_opts o = opts(state);
+  int rc = weir_job_run(job, &o);
+  cr_assert_eq(rc, WEIR_EOPERATOR, "%d %s", rc, weir_job_error(job));
+  cr_assert(strstr(weir_job_error(job), "operator 'lnp' subtask 0 (snapshot): returned "
+                                        "WEIR_SNAPSHOT_LATER, but has no poll") != NULL,
+            "%s", weir_job_error(job));
+  weir_job_destroy(job);
+  g_later = 0;
+  th_rmrf(dir);
+  free(dir);
+  cr_assert_eq(th_leak_check(), 0);
+}

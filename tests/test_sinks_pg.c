@@ -3,9 +3,15 @@
  * needed); then, against the PostgreSQL of scripts/services (PGHOST...):
  * a run without failure, SIGKILL at failpoints around write, prepare and
  * commit and during recovery, SIGKILL at seeded random times, and a stale
- * owner whose fence row was bumped; and, on a cluster of its own (initdb
- * from WEIR_PG_BINDIR), max_prepared_transactions = 0 refused with a clear
- * message and a server restarted between PREPARE and COMMIT PREPARED.
+ * owner whose fence row was bumped, the connection lost around PREPARE
+ * (declined, then settled), and a PREPARE answered after its checkpoint
+ * timed out; and, on a cluster of its own (initdb from
+ * WEIR_PG_BINDIR), max_prepared_transactions = 0 refused with a clear
+ * message, a server restarted between PREPARE and COMMIT PREPARED and one
+ * restarted mid-run, and every prepared-transaction slot held by another
+ * client (checkpoints declined while within the tolerable failures, then
+ * exact rows once they are released; beyond them WEIR_ECKPTLIMIT and a
+ * restore).
  *
  * DESIGN. The witness is the counter job, as in test_sinks_tx.c
  * (sinks_tx.h): the output table must hold every (key, count) exactly once
@@ -680,6 +686,250 @@ Test(pg_tx, own_server_restart_between_prepare_and_commit) {
   err = read_stderr(j);
   cr_assert_eq(rc, 0, "after the restart: exit %d: %s", rc, err);
   free(err);
+  check_pg(j, c);
+  PQfinish(c);
+  pg_cleanup();
+  (void)own_ctl(g_own, port, "stop", 0);
+  g_own[0] = '\0';
+  crash_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* A cluster of its own for j with max_prepared_transactions = mpt, on a
+ * free port, the job's sink pointed at it; returns the port, or skips. */
+static int own_server(crash_job *j, int mpt) {
+  snprintf(g_own, sizeof g_own, "%s/pg", j->dir);
+  char why[512];
+  if (own_cluster(j->dir, why, sizeof why) < 0) {
+    g_own[0] = '\0';
+    cr_assert(!th_in_ci(), "cannot make a PostgreSQL cluster: %s", why);
+    crash_free(j);
+    cr_skip_test("cannot make a PostgreSQL cluster of its own: %s", why);
+  }
+  int port = 0;
+  for (int k = 0; k < 5 && !port; k++) {
+    int p = 56000 + (int)((getpid() + 97 * k) % 2000);
+    if (own_ctl(g_own, p, "start", mpt) == 0) port = p;
+  }
+  cr_assert_neq(port, 0, "own cluster did not start");
+  char ports[16];
+  snprintf(ports, sizeof ports, "%d", port);
+  spec_for(j, "127.0.0.1", ports);
+  return port;
+}
+
+/* Waits until the job's first rows are committed (its job id is known
+ * then). */
+static void wait_committed(PGconn *c) {
+  for (int64_t end = th_mono_ms() + 30000; !g_job[0];) {
+    cr_assert_lt(th_mono_ms(), end, "no rows committed");
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT split_part(opid, '/', 1) FROM %s LIMIT 1", g_table);
+    PGresult *r = PQexec(c, sql);
+    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1)
+      snprintf(g_job, sizeof g_job, "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    if (!g_job[0]) th_sleep_ms(10);
+  }
+}
+
+/* Another client takes every prepared-transaction slot of the server
+ * (slots of its own, empty transactions prepared on connection h, until
+ * it holds `slots`; the sink's own are released as their checkpoints
+ * complete). */
+static void hold_slots(PGconn *h, int slots) {
+  int held = 0;
+  for (int64_t end = th_mono_ms() + 30000; held < slots;) {
+    cr_assert_lt(th_mono_ms(), end, "holds %d of %d prepared-transaction slots", held, slots);
+    pg_exec(h, "BEGIN");
+    char sql[128];
+    snprintf(sql, sizeof sql, "PREPARE TRANSACTION 'weir_test_hold_%d_%d'", (int)getpid(), held);
+    PGresult *r = PQexec(h, sql);
+    if (PQresultStatus(r) == PGRES_COMMAND_OK)
+      held++;
+    else
+      th_sleep_ms(2);
+    PQclear(r);
+  }
+}
+
+static void release_slots(PGconn *h, int slots) {
+  for (int i = 0; i < slots; i++) {
+    char sql[128];
+    snprintf(sql, sizeof sql, "ROLLBACK PREPARED 'weir_test_hold_%d_%d'", (int)getpid(), i);
+    pg_exec(h, sql);
+  }
+}
+
+/* Lines of text holding needle. */
+static int count_of(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *q = text; (q = strstr(q, needle)) != NULL; q += strlen(needle)) n++;
+  return n;
+}
+
+/* The summary's "prepare_declines", over the sink's subtasks. */
+static long long summary_declines(const char *path) {
+  char *t = th_read_file(path, NULL);
+  cr_assert_not_null(t, "no %s", path);
+  long long n = 0;
+  for (char *q = t; (q = strstr(q, "\"prepare_declines\": ")) != NULL; q++) n += atoll(q + 20);
+  free(t);
+  return n;
+}
+
+#define SLOTS 4 /* max_prepared_transactions of the own server: 2 per sink subtask */
+
+/* Another client holds every prepared-transaction slot while the job runs:
+ * its PREPAREs fail (the server's error named in each declined
+ * checkpoint's log line), the checkpoints are declined and counted, the
+ * job goes on (within --tolerable-checkpoint-failures) keeping the rows
+ * of the declined epochs; once the client releases the slots the job
+ * completes with every row exactly once and nothing left prepared. */
+Test(pg_tx, prepare_slots_held_by_another_client) {
+  crash_job *j = tx_job(8000, 40, "2000", "100");
+  own_server(j, SLOTS);
+  char sum[700];
+  snprintf(sum, sizeof sum, "%s/summary.json", j->dir);
+  const char *extra[] = {"--tolerable-checkpoint-failures", "1000", "--summary-json", sum, NULL};
+  pid_t pid = spawn_job(j, NULL, extra);
+  PGconn *c = pg_connect(g_conninfo);
+  wait_committed(c);
+  PGconn *h = pg_connect(g_conninfo);
+  hold_slots(h, SLOTS);
+  long long held_at = pg_num(c, "SELECT count(*) FROM %s", g_table);
+  th_sleep_ms(1500);
+  /* Nothing committed while every slot is held, and the job runs on. */
+  cr_assert_eq(pg_num(c, "SELECT count(*) FROM %s", g_table), held_at, "rows committed meanwhile");
+  cr_assert_eq(waitpid(pid, NULL, WNOHANG), 0, "the job ended while the slots were held");
+  char *err = read_stderr(j);
+  int declined = count_of(err, "declined: an operator declined it: operator 'sink'");
+  cr_assert_geq(declined, 5, "%d checkpoints declined while the slots were held: %s", declined,
+                err);
+  cr_assert(strstr(err, "maximum number of prepared transactions reached") != NULL,
+            "the server's error is not named: %s", err);
+  cr_assert(strstr(err, "are kept for the next epoch's transaction") != NULL, "%s", err);
+  free(err);
+  release_slots(h, SLOTS);
+  int rc = crash_wait(pid, RUN_TIMEOUT_S * 1000, 0);
+  err = read_stderr(j);
+  cr_assert_eq(rc, 0, "after the slots were released: exit %d: %s", rc, err);
+  declined = count_of(err, "declined: an operator declined it: operator 'sink'");
+  free(err);
+  long long counted = summary_declines(sum);
+  cr_assert_geq(counted, declined, "summary counts %lld declines, the log %d", counted, declined);
+  fprintf(stderr,
+          "pg_tx::prepare_slots_held_by_another_client: %d checkpoints declined, %lld "
+          "prepares declined\n",
+          declined, counted);
+  check_pg(j, c);
+  PQfinish(h);
+  PQfinish(c);
+  pg_cleanup();
+  (void)own_ctl(g_own, 0, "stop", 0);
+  g_own[0] = '\0';
+  crash_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* The slots stay held: beyond the tolerable checkpoint failures the job
+ * stops with WEIR_ECKPTLIMIT (exit 3), naming the server's error; once
+ * they are released, --restore latest finishes it exactly. */
+Test(pg_tx, prepare_slots_held_beyond_tolerance) {
+  crash_job *j = tx_job(8000, 40, "2000", "100");
+  own_server(j, SLOTS);
+  const char *extra[] = {"--tolerable-checkpoint-failures", "3", NULL};
+  pid_t pid = spawn_job(j, NULL, extra);
+  PGconn *c = pg_connect(g_conninfo);
+  wait_committed(c);
+  PGconn *h = pg_connect(g_conninfo);
+  hold_slots(h, SLOTS);
+  int rc = crash_wait(pid, RUN_TIMEOUT_S * 1000, 0);
+  char *err = read_stderr(j);
+  crash_hist(j, "[slots held: %d] ", rc);
+  cr_assert_eq(rc, 3, "with every slot held: exit %d: %s", rc, err);
+  cr_assert(strstr(err, "more than the 3 tolerated") != NULL, "%s", err);
+  cr_assert(strstr(err, "maximum number of prepared transactions reached") != NULL, "%s", err);
+  free(err);
+  release_slots(h, SLOTS);
+  PQfinish(h);
+  restore_until_done(j);
+  check_pg(j, c);
+  PQfinish(c);
+  pg_cleanup();
+  (void)own_ctl(g_own, 0, "stop", 0);
+  g_own[0] = '\0';
+  crash_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* The connection drops before PREPARE (failpoint pg.before_prepare: the
+ * checkpoint is declined, the rows kept and sent again) and after it, its
+ * answer lost (pg.after_prepare: settled by looking the gid up, found
+ * prepared): exact rows on the shared server. */
+Test(pg_tx, connection_lost_around_prepare) {
+  need_pg();
+  crash_job *j = pg_job(P_RECORDS, P_KEYS, P_RATE, P_INTERVAL);
+  char *err = NULL;
+  int rc = crash_run(j, "pg.before_prepare=error@3,pg.after_prepare=error@6", -1, &err, NULL);
+  cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+  cr_assert(strstr(err, "failpoint pg.before_prepare") != NULL &&
+                strstr(err, "are kept for the next epoch's transaction") != NULL,
+            "no declined checkpoint: %s", err);
+  cr_assert(strstr(err, "the connection was lost after PREPARE TRANSACTION") != NULL &&
+                strstr(err, "which is prepared") != NULL,
+            "not settled: %s", err);
+  free(err);
+  PGconn *c = pg_connect(g_conninfo);
+  check_pg(j, c);
+  PQfinish(c);
+  pg_job_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* A PREPARE slower than the checkpoint timeout (failpoint
+ * pg.before_prepare delays it 1.5 s, the timeout is 300 ms): its
+ * checkpoint times out and is declined, the worker goes on, the next
+ * snapshot takes the late answer (prepared) before it pre-commits, and
+ * the epoch is committed with a later checkpoint: exact rows. */
+Test(pg_tx, prepare_slower_than_the_checkpoint_timeout) {
+  need_pg();
+  crash_job *j = pg_job(P_RECORDS, P_KEYS, "20000", "100");
+  char *err = NULL;
+  int rc = crash_run(j, "pg.before_prepare=delay:1500@4", -1, &err, "--checkpoint-timeout", "300",
+                     "--tolerable-checkpoint-failures", "10", NULL);
+  cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+  cr_assert(strstr(err, "timed out before every operator acknowledged") != NULL,
+            "no checkpoint timed out: %s", err);
+  free(err);
+  PGconn *c = pg_connect(g_conninfo);
+  check_pg(j, c);
+  PQfinish(c);
+  pg_job_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* The server restarts while the job runs (rows being COPYed, PREPAREs
+ * failing while it is down, commits waiting for it): the connection
+ * thread reconnects and sends the kept rows again, and the job completes
+ * with every row exactly once. */
+Test(pg_tx, own_server_restart_mid_run) {
+  crash_job *j = tx_job(8000, 40, "2000", "100");
+  int port = own_server(j, SLOTS);
+  const char *extra[] = {"--tolerable-checkpoint-failures", "1000", NULL};
+  pid_t pid = spawn_job(j, NULL, extra);
+  PGconn *c = pg_connect(g_conninfo);
+  wait_committed(c);
+  PQfinish(c);
+  cr_assert_eq(own_ctl(g_own, port, "restart", SLOTS), 0);
+  cr_assert_eq(waitpid(pid, NULL, WNOHANG), 0, "the job ended before the server was back");
+  int rc = crash_wait(pid, RUN_TIMEOUT_S * 1000, 0);
+  char *err = read_stderr(j);
+  cr_assert_eq(rc, 0, "after the restart: exit %d: %s", rc, err);
+  fprintf(stderr, "pg_tx::own_server_restart_mid_run: %d checkpoints declined\n",
+          count_of(err, "declined: an operator declined it: operator 'sink'"));
+  free(err);
+  c = pg_connect(g_conninfo);
   check_pg(j, c);
   PQfinish(c);
   pg_cleanup();

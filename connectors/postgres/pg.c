@@ -25,14 +25,58 @@
  *   weir:<job id>:<sink>:<owner epoch>:<checkpoint>:<subtask>
  * (a sink name longer than 64 bytes or holding ':' is replaced by a hash).
  *
- * Steps, per subtask, on the task thread's connection: the first record of
- * an epoch begins a transaction and a COPY ... FROM STDIN; records are
- * formatted into a 256 KiB buffer and sent with PQputCopyData. pre_commit(n)
- * ends the COPY, inserts the marker through
+ * Steps, per subtask. The task thread formats records into 256 KiB chunks
+ * (COPY's text format) and hands each full one to the subtask's
+ * connection thread (io_main), which owns the connection from the first
+ * chunk on: the first chunk of an epoch begins a transaction and a COPY
+ * ... FROM STDIN, every chunk is sent with PQputCopyData. So the worker
+ * formats and goes on to its other tasks while the server takes the rows;
+ * it waits only when QUEUE_BYTES (8 MiB) are handed over and not yet sent
+ * (a server slower than the input pushes back). pre_commit(n) hands the
+ * last chunk over, then a PREPARE marker, and returns WEIR_SINK_LATER with
+ * the gid as the handle: the worker goes on, and checkpoint n waits for
+ * the answer (WEIR_SNAPSHOT_LATER, docs/checkpoints.md §6), which the
+ * driver takes in its poll (pg_prepared; the thread wakes the task) and
+ * turns into the snapshot's acknowledgement. The queue keeps the order:
+ * epoch n's rows, its PREPARE, epoch n+1's rows. The thread ends the
+ * COPY, inserts the marker through
  *   INSERT INTO weir_markers SELECT ... FROM weir_fence
  *     WHERE job = $job AND epoch = $my_epoch FOR SHARE
  * (no row inserted: a newer owner bumped the fence: WEIR_EFENCED, nothing
- * lands), then PREPARE TRANSACTION gid; the gid is the handle. commit runs
+ * lands), then PREPARE TRANSACTION gid; the gid is the handle.
+ *
+ * A PREPARE that fails declines the checkpoint (the acknowledgement says
+ * so), with the server's error in the log line, instead of failing the job: the
+ * server may be out of prepared-transaction slots (another client holds
+ * them, SQLSTATE 53200), or restarting. A failed PREPARE rolls its
+ * transaction back and loses the rows COPYed into it, so the thread keeps
+ * every chunk it sent until the transaction is prepared (RETAIN_BYTES, 64
+ * MiB, at most), and after a failure sends them again first in the next
+ * epoch's transaction (their operation ids unchanged: still unique among
+ * committed rows, as the failed transaction committed nothing). The same
+ * holds for a transaction broken before PREPARE (its connection lost
+ * during COPY, a statement failing): at the barrier the thread tries once
+ * more on a new connection with the kept rows, and declines if that fails
+ * too. The engine counts declines against tolerable_checkpoint_failures;
+ * the sink counts them as prepare_declines. Checkpoint n+1 cannot start
+ * before n's answer, and the driver takes it before the next pre_commit,
+ * which then knows what the declined epoch carried. An epoch of more rows than
+ * RETAIN_BYTES is not kept (its chunks are freed as sent), and a failure
+ * to prepare it fails the job as before: a restore replays it. Without a
+ * state directory (one epoch, prepared at the end) a failure fails the
+ * job.
+ *
+ * A PREPARE whose answer is lost with its connection is ambiguous: the
+ * server may have prepared gid. The thread reconnects (waiting up to
+ * SETTLE_MS for a restarting server), ends the server process that ran it
+ * if it is still there (pg_terminate_backend, matched by pid and start
+ * time), after which gid is prepared or never will be, and looks it up in
+ * pg_prepared_xacts: prepared is success; not prepared declines as above;
+ * not known fails the job (a restore resolves gid). Declining while gid
+ * might still become prepared would be unsound: a later restore from a
+ * checkpoint after n would commit it, and its rows a second time.
+ *
+ * commit runs
  * on the commit thread's own connection (made at its first commit, made
  * again after a failure): COMMIT PREPARED gid, then the marker rows of this
  * subtask older than both `markers` checkpoints (a URI parameter, default
@@ -68,7 +112,8 @@
  *
  * max_prepared_transactions: 0 (PostgreSQL's default) is refused at open
  * with a message saying what to set; fewer than 2 per subtask likewise (one
- * transaction committing while the next is prepared).
+ * transaction committing while the next is prepared). Slots taken by other
+ * clients while the job runs decline checkpoints (above).
  *
  * Operation ids: with the job's id function "<job>/<sink>/c/<content>";
  * otherwise "<job>/<sink>/t/<subtask>/<after>/<index>", after = the last
@@ -77,19 +122,27 @@
  * after the old one was rolled back).
  *
  * Threads: open, write, pre_commit, abort_after, close on the task thread
- * (`conn`); commit on the commit thread (`cconn`). libpq calls block: the
- * COPY's sends on the task thread are buffered (one send per 256 KiB).
+ * (`conn`, which open and abort_after use, until it is handed over with
+ * the first chunk; abort_after runs at a restore, before any record, and
+ * would connect anew otherwise); COPY and PREPARE on the connection thread
+ * (`tconn`), whose mailbox (chunks in order, a PREPARE request and its
+ * answer) is under `mu`; commit on the commit thread (`cconn`). libpq calls
+ * block: on the task thread only at open, at a restore and in the fence
+ * bump (and pre_commit without a state directory, which waits for its
+ * answer).
  */
 #include "pg_impl.h"
 
 #include "connector.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/alloc.h"
 #include "base/clock.h"
+#include "base/failpoint.h"
 #include "base/log.h"
 
 #ifdef WEIR_HAVE_PQ
@@ -214,7 +267,10 @@ static int pg_available(void) {
 
 #else
 
-#define COPY_BUF (256u * 1024u)
+#define COPY_BUF (256u * 1024u)  /* a chunk: one send of COPY data */
+#define QUEUE_BYTES (8u << 20)   /* handed to the thread, not yet sent, at most */
+#define RETAIN_BYTES (64u << 20) /* an epoch's rows kept for a retry, at most */
+#define SETTLE_MS 30000u         /* reconnecting to settle a PREPARE, at most */
 #define COMMIT_GIVE_UP_MS 60000u /* a commit's connection failures, at most */
 #define FENCE_ATTEMPTS 10        /* lock timeouts of the fence bump, at most */
 #define FENCE_LOCK_TIMEOUT "2s"
@@ -223,24 +279,65 @@ static int pg_available(void) {
   return 1;
 }
 
-/* One subtask's destination. conn, buf, scratch, open, after, index: the
- * task thread's; cconn: the commit thread's; the rest immutable after open. */
+/* A piece of an epoch's COPY data: rows in COPY's text format. */
+typedef struct chunk {
+  struct chunk *next;
+  size_t len;
+  int prepare; /* no rows: PREPARE the transaction here (req_epoch as req_gid) */
+  char data[]; /* COPY_BUF bytes */
+} chunk;
+
+/* What the connection thread answers a PREPARE with. */
+enum { RES_OK = 1, RES_DECLINE, RES_FENCED, RES_FAIL };
+
+/* One subtask's destination. conn (until handed over), cur, scratch,
+ * rows, after, index: the task thread's; the mailbox: under mu; tconn and
+ * the t*, k_* fields: the connection thread's; cconn: the commit
+ * thread's; the rest immutable after open. */
 typedef struct pgdest {
   const pg_arg *a;
+  weir_ctx *ctx; /* for weir_ctx_wake from the connection thread */
   char *job, *sink, *qtable;
   char prefix[160]; /* "weir:<job>:<sink>:" */
   uint32_t subtask, parallelism;
   uint64_t owner;   /* owner epoch; 0: no state directory, no fence */
   char where[160];  /* "host:port" for messages (never the password) */
   char cwhere[160]; /* the same, the commit thread's */
-  PGconn *conn;
-  int open; /* a transaction and its COPY are open */
+  PGconn *conn;     /* open's, abort_after's; handed to the thread with the first rows */
+  int given;        /* conn was handed over */
   int fenced_ok;
   uint64_t after, index;
-  char *buf;
-  size_t len;
+  chunk *cur;     /* the rows being formatted */
+  uint64_t rows;  /* rows of this epoch */
+  uint64_t carry; /* rows of declined epochs, kept by the thread for the next PREPARE */
+  int awaiting;   /* a PREPARE is in flight (req_epoch) */
+  uint64_t req_rows, req_carried; /* its rows, and of them carried ones */
   char *scratch;
   size_t scap;
+  /* The mailbox of the connection thread (io_main). */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;   /* to the thread: rows, a PREPARE, or stop */
+  pthread_cond_t back; /* to the task: room in the queue, or the PREPARE's answer */
+  pthread_t io;
+  int io_started;
+  chunk *q_head, *q_tail; /* rows to COPY, in order */
+  size_t q_bytes;
+  uint64_t req_epoch; /* the PREPARE in flight: req_epoch as req_gid */
+  char req_gid[208];
+  int res; /* its answer (RES_*), 0 until there is one */
+  char res_msg[700];
+  int stop;
+  /* The connection thread's. */
+  PGconn *tconn;
+  char twhere[160];
+  int tpid;               /* tconn's server process and its start, to settle */
+  char tstart[64];        /* a PREPARE whose answer was lost */
+  int topen;              /* the transaction and its COPY are open on tconn */
+  int tbroken;            /* the transaction failed: nothing more is sent */
+  char tmsg[600];         /* why */
+  chunk *k_head, *k_tail; /* the transaction's rows, kept until it is prepared */
+  size_t k_bytes;
+  int unkept; /* more than RETAIN_BYTES: not kept, a failure is final */
   PGconn *cconn;
 } pgdest;
 
@@ -552,85 +649,56 @@ static int bump_fence(weir_ctx *ctx, pgdest *d, uint64_t r, int restored) {
                        d->sink, d->subtask, d->where, d->job, FENCE_ATTEMPTS);
 }
 
-/* ---- the destination --------------------------------------------------------- */
+/* ---- the task side: rows into chunks ------------------------------------------ */
 
-static void pgdest_free(pgdest *d) {
-  if (!d) return;
-  PQfinish(d->conn);
-  PQfinish(d->cconn);
-  weir_free(d->buf);
-  weir_free(d->scratch);
-  weir_free(d->job);
-  weir_free(d->sink);
-  weir_free(d->qtable);
-  weir_free(d);
+static chunk *chunk_new(void) {
+  chunk *c = weir_malloc(sizeof *c + COPY_BUF);
+  c->next = NULL;
+  c->len = 0;
+  c->prepare = 0;
+  return c;
 }
 
-static int pg_open(weir_ctx *ctx, void **out) {
-  pgdest *d = weir_calloc(1, sizeof *d);
-  d->a = weir_sink_dest_arg(ctx);
-  d->job = weir_strdup(weir_ctx_job_id(ctx));
-  d->sink = weir_strdup(weir_ctx_name(ctx));
-  d->subtask = weir_ctx_subtask(ctx);
-  d->parallelism = weir_ctx_parallelism(ctx);
-  d->owner = weir_ctx_checkpointing(ctx) ? weir_ctx_epoch(ctx) : 0;
-  char s[80];
-  gid_sink(d->sink, s, sizeof s);
-  snprintf(d->prefix, sizeof d->prefix, "weir:%s:%s:", d->job, s);
-  const char *t = d->a->table, *dot = strchr(t, '.');
-  size_t qn = strlen(t) + 8;
-  d->qtable = weir_malloc(qn);
-  if (dot)
-    snprintf(d->qtable, qn, "\"%.*s\".\"%s\"", (int)(dot - t), t, dot + 1);
+static void chunks_free(chunk *c) {
+  while (c) {
+    chunk *n = c->next;
+    weir_free(c);
+    c = n;
+  }
+}
+
+/* Hands the chunk being filled to the connection thread, which COPYs it;
+ * waits only while QUEUE_BYTES are queued already (a server slower than
+ * the input pushes back here). The first hand-over also gives the thread
+ * the connection open made. */
+static void post(pgdest *d, chunk *c) {
+  pthread_mutex_lock(&d->mu);
+  if (d->conn && !d->given) {
+    d->tconn = d->conn;
+    d->conn = NULL;
+    d->given = 1;
+  }
+  while (d->q_bytes >= QUEUE_BYTES && !d->stop) pthread_cond_wait(&d->back, &d->mu);
+  if (d->q_tail)
+    d->q_tail->next = c;
   else
-    snprintf(d->qtable, qn, "\"%s\"", t);
-  d->buf = weir_malloc(COPY_BUF);
-  d->scap = 256;
-  d->scratch = weir_malloc(d->scap);
-  char err[700];
-  d->conn = connect_to(d->where, d->a->conninfo, err, sizeof err);
-  int rc;
-  if (!d->conn) {
-    rc = weir_ctx_fail(ctx, WEIR_EIO, "sink '%s' subtask %u: %s", d->sink, d->subtask, err);
-  } else if ((rc = setup_tables(ctx, d)) == 0 && !weir_ctx_restored_checkpoint(ctx)) {
-    /* A fresh start: nothing of an earlier unfinished run completed. */
-    rc = resolve(ctx, d, 0, 0);
-    if (rc >= 0 && d->owner) rc = replace_earlier(ctx, d);
-    if (rc >= 0) rc = bump_fence(ctx, d, 0, 0);
-  }
-  if (rc < 0) {
-    pgdest_free(d);
-    return rc;
-  }
-  *out = d;
-  return 0;
+    d->q_head = c;
+  d->q_tail = c;
+  d->q_bytes += c->len;
+  pthread_cond_signal(&d->cv);
+  pthread_mutex_unlock(&d->mu);
 }
 
-static int pg_abort_after(weir_ctx *ctx, void *dest, uint64_t id) {
-  pgdest *d = dest;
-  d->after = id;
-  int rolled = resolve(ctx, d, id, 1);
-  if (rolled < 0) return rolled;
-  int rc = check_rewind(ctx, d, id);
-  if (rc == 0) rc = bump_fence(ctx, d, id, 1);
-  return rc < 0 ? rc : rolled;
-}
-
-/* Sends the buffered COPY data. */
-static int flush(weir_ctx *ctx, pgdest *d) {
-  if (!d->len) return 0;
-  if (PQputCopyData(d->conn, d->buf, (int)d->len) != 1) {
-    char m[600];
-    msg_of(d->conn, NULL, m, sizeof m);
-    return fail(ctx, d, WEIR_EIO, "cannot send rows", m);
-  }
-  d->len = 0;
-  return 0;
+static void hand(pgdest *d) {
+  chunk *c = d->cur;
+  if (!c || !c->len) return;
+  d->cur = NULL;
+  post(d, c);
 }
 
 static void put(pgdest *d, const char *p, size_t n) {
-  memcpy(d->buf + d->len, p, n);
-  d->len += n;
+  memcpy(d->cur->data + d->cur->len, p, n);
+  d->cur->len += n;
 }
 
 /* Appends s (n bytes) escaped for COPY's text format. */
@@ -645,7 +713,7 @@ static void put_escaped(pgdest *d, const char *s, size_t n) {
     if (e)
       put(d, e, 2);
     else
-      d->buf[d->len++] = c;
+      d->cur->data[d->cur->len++] = c;
   }
 }
 
@@ -663,41 +731,18 @@ static int format(weir_ctx *ctx, pgdest *d, size_t (*fn)(const weir_record *, ch
   return 0;
 }
 
-/* Begins the epoch's transaction and its COPY; reconnects once if the
- * server went away between epochs (nothing is open then: nothing lost). */
-static int begin(weir_ctx *ctx, pgdest *d) {
-  char m[600], st[6] = "", sql[300];
-  snprintf(sql, sizeof sql, "BEGIN; COPY %s (key, value, opid) FROM STDIN", d->qtable);
-  for (int attempt = 0;; attempt++) {
-    if (!d->conn || PQstatus(d->conn) != CONNECTION_OK) {
-      PQfinish(d->conn);
-      d->conn = connect_to(d->where, d->a->conninfo, m, sizeof m);
-      if (!d->conn)
-        return weir_ctx_fail(ctx, WEIR_EIO, "sink '%s' subtask %u: %s", d->sink, d->subtask, m);
-    }
-    if (!d->fenced_ok) {
-      /* Restoring, but abort_after has not bumped it yet. */
-      uint64_t r = weir_ctx_restored_checkpoint(ctx);
-      int rc = bump_fence(ctx, d, r, r != 0);
-      if (rc < 0) return rc;
-    }
-    PGresult *r = exec(d->conn, sql, 0, NULL, m, sizeof m, st);
-    if (r) {
-      PQclear(r);
-      break;
-    }
-    if (attempt == 0 && PQstatus(d->conn) != CONNECTION_OK) continue;
-    return fail(ctx, d, WEIR_EIO, "cannot begin a transaction", m);
-  }
-  d->open = 1;
-  d->index = 0;
-  return 0;
-}
-
 static int pg_write(weir_ctx *ctx, void *dest, const weir_record *r) {
   pgdest *d = dest;
   int rc;
-  if (!d->open && (rc = begin(ctx, d)) < 0) return rc;
+  if (!d->fenced_ok) {
+    /* Restoring, but abort_after has not bumped it yet: on the task's own
+     * connection, before the thread has any work. */
+    char m[600];
+    if (!d->conn && !(d->conn = connect_to(d->where, d->a->conninfo, m, sizeof m)))
+      return weir_ctx_fail(ctx, WEIR_EIO, "sink '%s' subtask %u: %s", d->sink, d->subtask, m);
+    uint64_t rp = weir_ctx_restored_checkpoint(ctx);
+    if ((rc = bump_fence(ctx, d, rp, rp != 0)) < 0) return rc;
+  }
   size_t n;
   if ((rc = format(ctx, d, d->a->common.fmt, r, &n)) < 0) return rc;
   char key[24];
@@ -714,9 +759,10 @@ static int pg_write(weir_ctx *ctx, void *dest, const weir_record *r) {
   }
   /* Worst case: every byte escaped (value and id), plus key and framing. */
   size_t need = 2 * vn + 2 * 400 + 64;
-  if (d->len + need > COPY_BUF && (rc = flush(ctx, d)) < 0) return rc;
   if (need > COPY_BUF)
     return weir_ctx_fail(ctx, WEIR_ETOOBIG, "sink '%s': record too large", d->sink);
+  if (d->cur && d->cur->len + need > COPY_BUF) hand(d);
+  if (!d->cur) d->cur = chunk_new();
   put(d, key, (size_t)kn);
   put(d, "\t", 1);
   if (null)
@@ -738,37 +784,203 @@ static int pg_write(weir_ctx *ctx, void *dest, const weir_record *r) {
   put_escaped(d, id, in > 0 ? ((size_t)in < sizeof id ? (size_t)in : sizeof id - 1) : 0);
   put(d, "\n", 1);
   d->index++;
+  d->rows++;
   return 0;
 }
 
-static int pg_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *h) {
-  pgdest *d = dest;
-  d->after = epoch;
-  if (!d->open) return 1;
-  char m[600], st[6] = "", gid[208];
-  int rc = flush(ctx, d);
-  if (rc < 0) return rc;
-  if (PQputCopyEnd(d->conn, NULL) != 1) {
-    msg_of(d->conn, NULL, m, sizeof m);
-    return fail(ctx, d, WEIR_EIO, "cannot end the rows' COPY", m);
+/* ---- the connection thread ------------------------------------------------------ */
+
+/* The transaction on tconn failed (its connection, or a statement): it is
+ * gone (the connection is dropped when it is not known to be usable), and
+ * nothing more is sent until the next PREPARE tries again. */
+static void io_broke(pgdest *d, const char *what, const char *m) {
+  if (!d->tbroken) snprintf(d->tmsg, sizeof d->tmsg, "%s: %s", what, m);
+  d->tbroken = 1;
+  d->topen = 0;
+  PQfinish(d->tconn);
+  d->tconn = NULL;
+}
+
+/* Keeps c (sent) until the transaction is prepared, within RETAIN_BYTES;
+ * beyond, the transaction's rows are no longer kept and a failure to
+ * prepare it fails the job. */
+static void io_keep(pgdest *d, chunk *c) {
+  if (d->unkept) {
+    weir_free(c);
+    return;
   }
-  PGresult *r;
-  int bad = 0;
-  while ((r = PQgetResult(d->conn)) != NULL) {
-    if (PQresultStatus(r) != PGRES_COMMAND_OK && !bad) {
-      bad = 1;
-      msg_of(d->conn, r, m, sizeof m);
+  c->next = NULL;
+  if (d->k_tail)
+    d->k_tail->next = c;
+  else
+    d->k_head = c;
+  d->k_tail = c;
+  d->k_bytes += c->len;
+  if (d->k_bytes > RETAIN_BYTES) {
+    chunks_free(d->k_head);
+    d->k_head = d->k_tail = NULL;
+    d->k_bytes = 0;
+    d->unkept = 1;
+  }
+}
+
+/* Begins the transaction and its COPY on tconn (connecting first if need
+ * be), and sends the rows kept for it (those of declined epochs). */
+static void io_begin(pgdest *d) {
+  char m[600], st[6] = "", sql[300];
+  if (!d->tconn || PQstatus(d->tconn) != CONNECTION_OK) {
+    PQfinish(d->tconn);
+    d->tpid = 0;
+    d->tconn = connect_to(d->twhere, d->a->conninfo, m, sizeof m);
+    if (!d->tconn) {
+      d->tbroken = 1;
+      snprintf(d->tmsg, sizeof d->tmsg, "%s", m);
+      return;
+    }
+  }
+  if (!d->tpid) {
+    /* Its server process, to settle a PREPARE whose answer is lost. */
+    PGresult *r = exec(d->tconn,
+                       "SELECT pg_backend_pid(), backend_start::text FROM pg_stat_activity WHERE "
+                       "pid = pg_backend_pid()",
+                       0, NULL, m, sizeof m, st);
+    if (r && PQntuples(r) == 1) {
+      d->tpid = atoi(PQgetvalue(r, 0, 0));
+      snprintf(d->tstart, sizeof d->tstart, "%s", PQgetvalue(r, 0, 1));
     }
     PQclear(r);
   }
-  d->open = 0;
-  if (bad) {
-    (void)run(d->conn, "ROLLBACK", 0, NULL, gid, sizeof gid, NULL);
-    return fail(ctx, d, WEIR_EIO, "cannot write the rows", m);
+  snprintf(sql, sizeof sql, "BEGIN; COPY %s (key, value, opid) FROM STDIN", d->qtable);
+  PGresult *r = exec(d->tconn, sql, 0, NULL, m, sizeof m, st);
+  if (!r) {
+    io_broke(d, "cannot begin a transaction", m);
+    return;
   }
-  if (weir__pg_gid(gid, sizeof gid, d->job, d->sink, d->owner, epoch, d->subtask) < 0)
-    return weir_ctx_fail(ctx, WEIR_EINVAL, "sink '%s': transaction id too long for job %s", d->sink,
-                         d->job);
+  PQclear(r);
+  d->topen = 1;
+  for (chunk *c = d->k_head; c; c = c->next)
+    if (PQputCopyData(d->tconn, c->data, (int)c->len) != 1) {
+      msg_of(d->tconn, NULL, m, sizeof m);
+      io_broke(d, "cannot send rows", m);
+      return;
+    }
+}
+
+static void io_send(pgdest *d, chunk *c) {
+  if (!d->tbroken && !d->topen) io_begin(d);
+  if (!d->tbroken && PQputCopyData(d->tconn, c->data, (int)c->len) != 1) {
+    char m[600];
+    msg_of(d->tconn, NULL, m, sizeof m);
+    io_broke(d, "cannot send rows", m);
+  }
+  io_keep(d, c);
+}
+
+static int io_stopping(pgdest *d) {
+  pthread_mutex_lock(&d->mu);
+  int stop = d->stop;
+  pthread_mutex_unlock(&d->mu);
+  return stop;
+}
+
+/* PREPARE TRANSACTION gid went out and its answer was lost with the
+ * connection: whether gid is prepared. Once the server process that ran
+ * it is gone (ended here if it is still there), gid is prepared or never
+ * will be. Returns 1, 0, or -1 (cannot tell). */
+static int io_settle(pgdest *d, const char *gid, char *m, size_t mlen) {
+  char st[6] = "", pid[16];
+  PQfinish(d->tconn);
+  int oldpid = d->tpid;
+  d->tpid = 0;
+  /* A server that restarts is waited for (its prepared transactions
+   * survive it), for a while: the task waits at the barrier meanwhile. */
+  uint64_t t0 = weir_clock_wall_ms();
+  while (!(d->tconn = connect_to(d->twhere, d->a->conninfo, m, mlen)) &&
+         weir_clock_wall_ms() - t0 < SETTLE_MS && !io_stopping(d))
+    weir_sleep_us(250000);
+  if (!d->tconn) return -1;
+  if (!oldpid) {
+    snprintf(m, mlen, "its server process is not known");
+    return -1;
+  }
+  snprintf(pid, sizeof pid, "%d", oldpid);
+  const char *p[] = {pid, d->tstart};
+  PGresult *r = exec(d->tconn,
+                     "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE pid = "
+                     "$1::int AND backend_start::text = $2",
+                     2, p, m, mlen, st);
+  if (!r) return -1;
+  int alive = PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] != 't';
+  PQclear(r);
+  if (alive) {
+    snprintf(m, mlen, "its server process %d did not end", oldpid);
+    return -1;
+  }
+  const char *q[] = {gid};
+  r = exec(d->tconn, "SELECT 1 FROM pg_prepared_xacts WHERE gid = $1", 1, q, m, mlen, st);
+  if (!r) return -1;
+  int n = PQntuples(r);
+  PQclear(r);
+  return n > 0;
+}
+
+/* A failure the transaction did not survive (it is rolled back or never
+ * was prepared): decline while its rows are kept, else fail. */
+static int io_failed(pgdest *d, const char *what, const char *m, char *out, size_t cap) {
+  char junk[200];
+  snprintf(out, cap, "%s: %s", what, m);
+  d->topen = 0;
+  d->tbroken = 0;
+  if (d->tconn && PQstatus(d->tconn) == CONNECTION_OK) {
+    if (PQtransactionStatus(d->tconn) != PQTRANS_IDLE)
+      (void)run(d->tconn, "ROLLBACK", 0, NULL, junk, sizeof junk, NULL);
+  } else {
+    PQfinish(d->tconn);
+    d->tconn = NULL;
+  }
+  if (!d->unkept) return RES_DECLINE;
+  d->unkept = 0;
+  size_t n = strlen(out);
+  snprintf(out + n, cap - n, " (its rows were more than the %u MiB the sink keeps for a retry)",
+           (unsigned)(RETAIN_BYTES >> 20));
+  return RES_FAIL;
+}
+
+/* The epoch's transaction prepared (or, settled, found prepared). */
+static int io_prepared(pgdest *d) {
+  chunks_free(d->k_head);
+  d->k_head = d->k_tail = NULL;
+  d->k_bytes = 0;
+  d->unkept = 0;
+  d->topen = 0;
+  return RES_OK;
+}
+
+/* Ends the COPY, inserts the marker (fenced) and prepares as gid. */
+static int io_prepare(pgdest *d, uint64_t epoch, const char *gid, char *out, size_t cap) {
+  char m[600], st[6] = "";
+  /* A transaction broken during the epoch: once more, now, with the rows
+   * kept (a server that restarted meanwhile is back, say). */
+  if (d->tbroken && !d->unkept) d->tbroken = 0;
+  if (!d->tbroken && !d->topen) io_begin(d);
+  if (d->tbroken) {
+    snprintf(m, sizeof m, "%s", d->tmsg);
+    return io_failed(d, "the rows' transaction failed", m, out, cap);
+  }
+  if (PQputCopyEnd(d->tconn, NULL) != 1) {
+    msg_of(d->tconn, NULL, m, sizeof m);
+    return io_failed(d, "cannot end the rows' COPY", m, out, cap);
+  }
+  PGresult *r;
+  int bad = 0;
+  while ((r = PQgetResult(d->tconn)) != NULL) {
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && !bad) {
+      bad = 1;
+      msg_of(d->tconn, r, m, sizeof m);
+    }
+    PQclear(r);
+  }
+  if (bad) return io_failed(d, "cannot write the rows", m, out, cap);
   char sub[16], ck[24], ow[24];
   snprintf(sub, sizeof sub, "%u", (unsigned)d->subtask);
   snprintf(ck, sizeof ck, "%llu", (unsigned long long)epoch);
@@ -776,45 +988,265 @@ static int pg_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_bu
   const char *p[] = {gid, d->job, d->sink, sub, ck, ow};
   /* The marker, inserted only if the fence still names this owner (and
    * holding its row FOR SHARE until the prepared transaction resolves). */
-  r = exec(d->conn,
+  r = exec(d->tconn,
            d->owner ? "INSERT INTO weir_markers (gid, job, sink, subtask, checkpoint, epoch) "
                       "SELECT $1, $2, $3, $4, $5, $6 FROM weir_fence WHERE job = $2 AND epoch = "
                       "$6 FOR SHARE"
                     : "INSERT INTO weir_markers (gid, job, sink, subtask, checkpoint, epoch) "
                       "VALUES ($1, $2, $3, $4, $5, $6)",
            6, p, m, sizeof m, st);
-  if (!r) {
-    (void)run(d->conn, "ROLLBACK", 0, NULL, gid, sizeof gid, NULL);
-    return fail(ctx, d, WEIR_EIO, "cannot insert the marker row", m);
-  }
+  if (!r) return io_failed(d, "cannot insert the marker row", m, out, cap);
   int inserted = atoi(PQcmdTuples(r));
   PQclear(r);
   if (inserted != 1) {
-    (void)run(d->conn, "ROLLBACK", 0, NULL, m, sizeof m, NULL);
+    (void)io_failed(d, "fenced", "", out, cap);
+    return RES_FENCED;
+  }
+  char *lit = PQescapeLiteral(d->tconn, gid, strlen(gid));
+  char sql[300];
+  snprintf(sql, sizeof sql, "PREPARE TRANSACTION %s", lit ? lit : "''");
+  PQfreemem(lit);
+  if (weir_failpoint("pg.before_prepare")) {
+    PQfinish(d->tconn);
+    d->tconn = NULL;
+    return io_failed(d, "cannot prepare the transaction", "failpoint pg.before_prepare", out, cap);
+  }
+  int prc = run(d->tconn, sql, 0, NULL, m, sizeof m, st);
+  if (prc == 0 && weir_failpoint("pg.after_prepare")) {
+    PQfinish(d->tconn);
+    d->tconn = NULL;
+    prc = -1;
+    snprintf(m, sizeof m, "failpoint pg.after_prepare: the answer lost");
+  }
+  if (prc == 0) return io_prepared(d);
+  if (PQstatus(d->tconn) == CONNECTION_OK) {
+    char what[80];
+    snprintf(what, sizeof what, "PREPARE TRANSACTION failed (SQLSTATE %s)", st);
+    return io_failed(d, what, m, out, cap);
+  }
+  /* Sent, and the answer lost with the connection. */
+  char why[600];
+  int k = io_settle(d, gid, why, sizeof why);
+  if (k > 0) {
+    WEIR_LOG_I("sink '%s' subtask %u: PostgreSQL at %s: the connection was lost after PREPARE "
+               "TRANSACTION %s, which is prepared (epoch %llu)",
+               d->sink, d->subtask, d->twhere, gid, (unsigned long long)epoch);
+    return io_prepared(d);
+  }
+  if (k == 0)
+    return io_failed(d, "the connection was lost during PREPARE TRANSACTION", m, out, cap);
+  snprintf(out, cap,
+           "the connection was lost during PREPARE TRANSACTION %s (%s), and whether it is "
+           "prepared cannot be told (%s): --restore latest resolves it",
+           gid, m, why);
+  d->topen = 0;
+  return RES_FAIL;
+}
+
+static void *io_main(void *arg) {
+  pgdest *d = arg;
+  char msg[700];
+  for (;;) {
+    pthread_mutex_lock(&d->mu);
+    while (!d->stop && !d->q_head) pthread_cond_wait(&d->cv, &d->mu);
+    if (d->stop) {
+      pthread_mutex_unlock(&d->mu);
+      return NULL;
+    }
+    /* In order: an epoch's rows, its PREPARE, the next epoch's rows. */
+    chunk *c = d->q_head;
+    d->q_head = c->next;
+    if (!d->q_head) d->q_tail = NULL;
+    d->q_bytes -= c->len;
+    pthread_cond_signal(&d->back);
+    uint64_t epoch = d->req_epoch;
+    char gid[208];
+    snprintf(gid, sizeof gid, "%s", d->req_gid);
+    pthread_mutex_unlock(&d->mu);
+    if (!c->prepare) {
+      io_send(d, c);
+      continue;
+    }
+    weir_free(c);
+    msg[0] = '\0';
+    int res = io_prepare(d, epoch, gid, msg, sizeof msg);
+    pthread_mutex_lock(&d->mu);
+    d->res = res;
+    snprintf(d->res_msg, sizeof d->res_msg, "%s", msg);
+    pthread_cond_signal(&d->back);
+    pthread_mutex_unlock(&d->mu);
+    weir_ctx_wake(d->ctx); /* its poll takes the answer (pg_prepared) */
+  }
+}
+
+/* ---- pre_commit: the thread prepares, the task goes on ------------------------- */
+
+/* The answer to the PREPARE in flight (wait: waits for it). Returns 0 (not
+ * yet), 1 (prepared), 2 (declined: why says so, its rows are carried into
+ * the next epoch's transaction) or a negative error. */
+static int pg_prepared(weir_ctx *ctx, void *dest, int wait, char *why, size_t whylen) {
+  pgdest *d = dest;
+  if (!d->awaiting) return 0;
+  pthread_mutex_lock(&d->mu);
+  while (wait && !d->res) pthread_cond_wait(&d->back, &d->mu);
+  int res = d->res;
+  char m[700];
+  snprintf(m, sizeof m, "%s", d->res_msg);
+  d->res = 0;
+  pthread_mutex_unlock(&d->mu);
+  if (!res) return 0;
+  d->awaiting = 0;
+  unsigned long long epoch = d->req_epoch;
+  if (res == RES_OK) return 1;
+  if (res == RES_FENCED)
     return weir_ctx_fail(ctx, WEIR_EFENCED,
                          "sink '%s' subtask %u: epoch %llu not prepared: PostgreSQL at %s: the "
                          "fence of job %s is no longer at this run's owner epoch %llu (a newer "
                          "owner took over): nothing of this epoch lands",
-                         d->sink, d->subtask, (unsigned long long)epoch, d->where, d->job,
+                         d->sink, d->subtask, epoch, d->where, d->job,
                          (unsigned long long)d->owner);
+  if (res == RES_DECLINE && weir_ctx_checkpointing(ctx)) {
+    d->carry += d->req_rows;
+    weir_ctx_count(ctx, "prepare_declines", 1);
+    snprintf(why, whylen,
+             "PostgreSQL at %s did not prepare epoch %llu: %s; its %llu rows (%llu of them "
+             "carried from earlier epochs) are kept for the next epoch's transaction",
+             d->where, epoch, m, (unsigned long long)d->req_rows,
+             (unsigned long long)d->req_carried);
+    return 2;
   }
-  char *lit = PQescapeLiteral(d->conn, gid, strlen(gid));
-  char sql[300];
-  snprintf(sql, sizeof sql, "PREPARE TRANSACTION %s", lit ? lit : "''");
-  PQfreemem(lit);
-  if (run(d->conn, sql, 0, NULL, m, sizeof m, st) < 0) {
-    char junk[200];
-    (void)run(d->conn, "ROLLBACK", 0, NULL, junk, sizeof junk, NULL);
-    if (!strcmp(st, "55000") || !strcmp(st, "53400"))
-      return weir_ctx_fail(ctx, WEIR_ESINK,
-                           "sink '%s' subtask %u: PostgreSQL at %s cannot prepare epoch %llu (%s): "
-                           "raise max_prepared_transactions (2 per sink subtask, plus other "
-                           "users) and restart the server",
-                           d->sink, d->subtask, d->where, (unsigned long long)epoch, m);
-    return fail(ctx, d, WEIR_EIO, "cannot prepare the transaction", m);
-  }
+  return weir_ctx_fail(ctx, WEIR_EIO,
+                       "sink '%s' subtask %u: PostgreSQL at %s: epoch %llu not prepared: %s",
+                       d->sink, d->subtask, d->where, epoch, m);
+}
+
+/* Hands the epoch's last rows and its PREPARE to the thread. With
+ * checkpoints the answer comes later (pg_prepared, from the driver's
+ * poll): the worker does not wait for the server at the barrier. */
+static int pg_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *h) {
+  pgdest *d = dest;
+  d->after = epoch;
+  d->index = 0;
+  if (!d->rows && !d->carry) return 1;
+  char gid[208];
+  if (weir__pg_gid(gid, sizeof gid, d->job, d->sink, d->owner, epoch, d->subtask) < 0)
+    return weir_ctx_fail(ctx, WEIR_EINVAL, "sink '%s': transaction id too long for job %s", d->sink,
+                         d->job);
+  hand(d);
+  d->req_rows = d->rows + d->carry;
+  d->req_carried = d->carry;
+  d->rows = d->carry = 0;
+  d->awaiting = 1;
+  chunk *c = weir_malloc(sizeof *c);
+  c->next = NULL;
+  c->len = 0;
+  c->prepare = 1;
+  pthread_mutex_lock(&d->mu);
+  /* One PREPARE in flight at a time: the driver takes its answer before
+   * the next pre_commit. */
+  d->req_epoch = epoch;
+  snprintf(d->req_gid, sizeof d->req_gid, "%s", gid);
+  d->res = 0;
+  pthread_mutex_unlock(&d->mu);
+  post(d, c);
   weir_sink_buf_put(h, gid, strlen(gid));
+  if (weir_ctx_checkpointing(ctx)) return WEIR_SINK_LATER;
+  /* Without checkpoints (one epoch, at the end): its answer now. */
+  char why[1024];
+  int rc = pg_prepared(ctx, d, 1, why, sizeof why);
+  return rc == 1 ? 0 : rc < 0 ? rc : weir_ctx_fail(ctx, WEIR_EIO, "sink '%s': %s", d->sink, why);
+}
+
+/* ---- the destination --------------------------------------------------------- */
+
+static void pgdest_free(pgdest *d) {
+  if (!d) return;
+  if (d->io_started) {
+    pthread_mutex_lock(&d->mu);
+    d->stop = 1;
+    pthread_cond_broadcast(&d->cv);
+    pthread_cond_broadcast(&d->back);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(d->io, NULL);
+  }
+  pthread_mutex_destroy(&d->mu);
+  pthread_cond_destroy(&d->cv);
+  pthread_cond_destroy(&d->back);
+  /* An open transaction dies with its connection (rolled back). */
+  PQfinish(d->tconn);
+  PQfinish(d->conn);
+  PQfinish(d->cconn);
+  chunks_free(d->cur);
+  chunks_free(d->q_head);
+  chunks_free(d->k_head);
+  weir_free(d->scratch);
+  weir_free(d->job);
+  weir_free(d->sink);
+  weir_free(d->qtable);
+  weir_free(d);
+}
+
+static int pg_open(weir_ctx *ctx, void **out) {
+  pgdest *d = weir_calloc(1, sizeof *d);
+  d->a = weir_sink_dest_arg(ctx);
+  d->job = weir_strdup(weir_ctx_job_id(ctx));
+  d->sink = weir_strdup(weir_ctx_name(ctx));
+  d->subtask = weir_ctx_subtask(ctx);
+  d->parallelism = weir_ctx_parallelism(ctx);
+  d->owner = weir_ctx_checkpointing(ctx) ? weir_ctx_epoch(ctx) : 0;
+  d->ctx = ctx;
+  weir_ctx_count(ctx, "prepare_declines", 0); /* in the summary from the start */
+  pthread_mutex_init(&d->mu, NULL);
+  pthread_cond_init(&d->cv, NULL);
+  pthread_cond_init(&d->back, NULL);
+  char s[80];
+  gid_sink(d->sink, s, sizeof s);
+  snprintf(d->prefix, sizeof d->prefix, "weir:%s:%s:", d->job, s);
+  const char *t = d->a->table, *dot = strchr(t, '.');
+  size_t qn = strlen(t) + 8;
+  d->qtable = weir_malloc(qn);
+  if (dot)
+    snprintf(d->qtable, qn, "\"%.*s\".\"%s\"", (int)(dot - t), t, dot + 1);
+  else
+    snprintf(d->qtable, qn, "\"%s\"", t);
+  d->scap = 256;
+  d->scratch = weir_malloc(d->scap);
+  char err[700];
+  d->conn = connect_to(d->where, d->a->conninfo, err, sizeof err);
+  int rc;
+  if (!d->conn) {
+    rc = weir_ctx_fail(ctx, WEIR_EIO, "sink '%s' subtask %u: %s", d->sink, d->subtask, err);
+  } else if ((rc = setup_tables(ctx, d)) == 0 && !weir_ctx_restored_checkpoint(ctx)) {
+    /* A fresh start: nothing of an earlier unfinished run completed. */
+    rc = resolve(ctx, d, 0, 0);
+    if (rc >= 0 && d->owner) rc = replace_earlier(ctx, d);
+    if (rc >= 0) rc = bump_fence(ctx, d, 0, 0);
+  }
+  if (rc >= 0 && pthread_create(&d->io, NULL, io_main, d) != 0)
+    rc = weir_ctx_fail(ctx, WEIR_ENOMEM, "sink '%s': cannot start its connection thread", d->sink);
+  else if (rc >= 0)
+    d->io_started = 1;
+  if (rc < 0) {
+    pgdest_free(d);
+    return rc;
+  }
+  *out = d;
   return 0;
+}
+
+static int pg_abort_after(weir_ctx *ctx, void *dest, uint64_t id) {
+  pgdest *d = dest;
+  d->after = id;
+  /* At a restore, before any row: the connection is still the task's
+   * (else a new one). */
+  char m[600];
+  if (!d->conn && !(d->conn = connect_to(d->where, d->a->conninfo, m, sizeof m)))
+    return weir_ctx_fail(ctx, WEIR_EIO, "sink '%s' subtask %u: %s", d->sink, d->subtask, m);
+  int rolled = resolve(ctx, d, id, 1);
+  if (rolled < 0) return rolled;
+  int rc = check_rewind(ctx, d, id);
+  if (rc == 0) rc = bump_fence(ctx, d, id, 1);
+  return rc < 0 ? rc : rolled;
 }
 
 /* Whether the marker of gid is committed: 1, 0, or -1 (cannot tell). */
@@ -905,7 +1337,7 @@ static int pg_commit(void *dest, weir_sink_commit *c) {
 }
 
 static void pg_close(weir_ctx *ctx, void *dest) {
-  /* An open transaction dies with its connection (rolled back). */
+  (void)ctx;
   pgdest_free(dest);
 }
 
@@ -942,6 +1374,7 @@ static const weir_sink_dest_vt pg_dest_vt = {
     .open = pg_open,
     .write = pg_write,
     .pre_commit = pg_pre_commit,
+    .prepared = pg_prepared,
     .abort_after = pg_abort_after,
     .commit = pg_commit,
     .close = pg_close,

@@ -303,12 +303,62 @@ int weir__ctx_snapshot(weir_ctx *c, uint64_t id, weir_subtask_snapshot *s) {
   weir_snapshot_writer w = {0};
   int (*cb)(weir_ctx *, uint64_t, weir_snapshot_writer *) =
       c->node->svt ? c->node->svt->snapshot : c->node->ovt->snapshot;
+  c->declined = 0;
   int rc = cb ? cb(c, id, &w) : 0;
   s->blob = w.blob;
   s->blob_len = w.len;
   s->pos = w.pos;
   s->npos = w.npos;
-  return rc ? weir__ctx_result(c, rc, 0, "snapshot", "0") : 0;
+  if (rc == WEIR_ECKPT && c->declined) {
+    c->declined = 0;
+    return 1;
+  }
+  if (rc == WEIR_SNAPSHOT_LATER) {
+    /* Only poll can give the acknowledgement: without it the checkpoint
+     * would wait for its timeout, every time. */
+    if (c->node->ovt && c->node->ovt->poll) return 2;
+    weir_ctx_fail(c, WEIR_EOPERATOR,
+                  "returned WEIR_SNAPSHOT_LATER, but has no poll to acknowledge the snapshot from");
+    return weir__ctx_report(c, WEIR_EOPERATOR, "snapshot");
+  }
+  return rc ? weir__ctx_result(c, rc, 0, "snapshot", "0 or WEIR_SNAPSHOT_LATER") : 0;
+}
+
+int weir_ctx_snapshot_ack(weir_ctx *c, uint64_t id, const char *why) {
+  weir_job *job = c->job;
+  if (!job->store) return 0;
+  int due;
+  if (!why) {
+    pthread_mutex_lock(&job->ck_mu);
+    due = weir__coord_queued(&job->coord, id);
+    due |= weir__coord_written(&job->coord, id, 0, 0, NULL);
+    pthread_mutex_unlock(&job->ck_mu);
+  } else {
+    char msg[sizeof job->coord.ck.why];
+    snprintf(msg, sizeof msg, "operator '%s' subtask %u: %s", c->node->name, c->subtask,
+             why[0] ? why : "declined");
+    WEIR_LOG_D("checkpoint %llu declined later by %s", (unsigned long long)id, msg);
+    pthread_mutex_lock(&job->ck_mu);
+    due = weir__coord_written(&job->coord, id, WEIR_ECKPT, 0, msg);
+    pthread_mutex_unlock(&job->ck_mu);
+  }
+  if (due) weir__job_poke(job);
+  return 0;
+}
+
+/* Operator subtask c declined checkpoint id (weir_ctx_decline): its write
+ * counts as failed, with the operator's message, so that the coordinator
+ * aborts the checkpoint and counts it against the tolerance; the task
+ * goes on. */
+static void declined(weir_job *job, weir_ctx *c, uint64_t id) {
+  char why[sizeof job->coord.ck.why];
+  snprintf(why, sizeof why, "operator '%s' subtask %u: %s", c->node->name, c->subtask,
+           c->decline_msg[0] ? c->decline_msg : "declined");
+  WEIR_LOG_D("checkpoint %llu declined by %s", (unsigned long long)id, why);
+  pthread_mutex_lock(&job->ck_mu);
+  int due = weir__coord_written(&job->coord, id, WEIR_ECKPT, 0, why);
+  pthread_mutex_unlock(&job->ck_mu);
+  if (due) weir__job_poke(job);
 }
 
 static int task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns, int unaligned) {
@@ -328,6 +378,18 @@ static int task_snapshot(weir__task *t, uint64_t id, uint64_t align_ns, int unal
     if (i == 0 && t->head_loop && t->log_id == id) continue;
     weir_subtask_snapshot s;
     int rc = weir__ctx_snapshot(t->ops[i], id, &s);
+    if (rc == 1) {
+      weir_subtask_snapshot_free(&s);
+      declined(job, t->ops[i], id);
+      continue;
+    }
+    if (rc == 2) {
+      /* Its state is written now, its acknowledgement comes later. */
+      pthread_mutex_lock(&job->ck_mu);
+      weir__coord_ack_later(&job->coord, id);
+      pthread_mutex_unlock(&job->ck_mu);
+      rc = 0;
+    }
     if (rc) {
       weir_subtask_snapshot_free(&s);
       return rc;

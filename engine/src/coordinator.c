@@ -128,6 +128,13 @@ static void abort_pending(weir__coord *co, int status, const char *why, const ch
   to_idle(co);
 }
 
+/* Why a checkpoint with a failed write failed: an operator that declined
+ * it (weir_ctx_decline) acknowledges with WEIR_ECKPT, which no store write
+ * returns. */
+static const char *failed_why(const weir__ck_pending *ck) {
+  return ck->status == WEIR_ECKPT ? "an operator declined it" : "writing its state failed";
+}
+
 void weir__coord_step(weir__coord *co, uint64_t now_ns, weir__coord_act *act) {
   act_clear(act);
   if (!due(co)) return;
@@ -145,13 +152,13 @@ void weir__coord_step(weir__coord *co, uint64_t now_ns, weir__coord_act *act) {
     act->ck = *ck;
     return;
   case WEIR__CK_FAILING:
-    abort_pending(co, ck->status, "writing its state failed", NULL, act);
+    abort_pending(co, ck->status, failed_why(ck), NULL, act);
     return;
   case WEIR__CK_COMMITTED:
     if (ck->commit_status < 0) {
       /* A write that failed behind the queued commit failed the commit. */
       if (ck->failed)
-        abort_pending(co, ck->status, "writing its state failed", NULL, act);
+        abort_pending(co, ck->status, failed_why(ck), NULL, act);
       else
         abort_pending(co, ck->commit_status, "its commit failed", NULL, act);
       return;
@@ -256,6 +263,13 @@ int weir__coord_no_channels(weir__coord *co, uint64_t id) {
   if (pending(co, id) && (co->state == WEIR__CK_WRITING || co->state == WEIR__CK_FAILING))
     co->ck.expected--;
   return due(co);
+}
+
+void weir__coord_ack_later(weir__coord *co, uint64_t id) {
+  if (pending(co, id) && (co->state == WEIR__CK_WRITING || co->state == WEIR__CK_FAILING)) {
+    co->ck.expected++;
+    co->ck.later++;
+  }
 }
 
 int weir__coord_queued(weir__coord *co, uint64_t id) {

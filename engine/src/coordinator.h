@@ -44,6 +44,9 @@ typedef struct weir__ck_pending {
    * (input and output records, before the store's envelopes). */
   uint32_t unaligned;
   uint64_t channel_bytes;
+  /* Of expected: acknowledgements operators give later
+   * (weir_ctx_snapshot_ack), which write nothing to the store. */
+  uint32_t later;
   char why[768]; /* the store's message for the first failure */
 } weir__ck_pending;
 
@@ -145,6 +148,11 @@ void weir__coord_cut(weir__coord *co, uint64_t id, uint64_t align_ns, int unalig
 void weir__coord_channel_bytes(weir__coord *co, uint64_t id, uint64_t bytes);
 /* An unaligned cut overtook nothing: no channel state after all. */
 int weir__coord_no_channels(weir__coord *co, uint64_t id);
+/* An operator's snapshot of id is acknowledged later (weir_ctx_snapshot_ack):
+ * one more answer to wait for, counted before the task's writes are
+ * queued (as an unaligned cut's channel state), so the commit cannot
+ * start first. */
+void weir__coord_ack_later(weir__coord *co, uint64_t id);
 /* One write of id was queued at the store. */
 int weir__coord_queued(weir__coord *co, uint64_t id);
 /* One write of id answered: durable (status 0, `bytes` written) or failed

@@ -51,7 +51,10 @@ void weir__ctx_destroy(weir_ctx *c) {
 
 int weir__ctx_report(weir_ctx *c, int err, const char *what) {
   weir__job_failed(c->job, err, "operator '%s' subtask %u (%s): %s", c->node->name, c->subtask,
-                   what, c->msg[0] ? c->msg : weir_strerror(err));
+                   what,
+                   c->msg[0]                          ? c->msg
+                   : c->declined && c->decline_msg[0] ? c->decline_msg
+                                                      : weir_strerror(err));
   return err;
 }
 
@@ -143,6 +146,17 @@ int weir_ctx_fail(weir_ctx *c, int err, const char *fmt, ...) {
     va_end(ap);
   }
   return err;
+}
+
+int weir_ctx_decline(weir_ctx *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->decline_msg, sizeof c->decline_msg, fmt, ap);
+  va_end(ap);
+  /* Outside a snapshot callback the WEIR_ECKPT it returns fails the job
+   * (weir__ctx_report says this message). */
+  c->declined = 1;
+  return WEIR_ECKPT;
 }
 
 void weir_ctx_count(weir_ctx *c, const char *name, uint64_t n) {

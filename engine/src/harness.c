@@ -151,7 +151,7 @@ weir_record weir__harness_output(const weir__harness *h, uint32_t i) {
 int weir__harness_snapshot(weir__harness *h, uint64_t id, weir_subtask_snapshot *out) {
   int rc = weir__ctx_snapshot(h->ctx, id, out);
   weir_subtask_snapshot_fill(out); /* as the store would, before it reads */
-  return rc;
+  return rc == 1 ? WEIR_ECKPT : rc == 2 ? 0 : rc;
 }
 
 int weir__harness_restore(weir__harness *h, weir_subtask_snapshot *snap) {

@@ -273,7 +273,7 @@ static void do_commit(runner *r, const weir__ck_pending *ck) {
       .alignment_ms = ck->align_ns / 1000000u,
       .key_groups = (uint32_t)job->opts.max_parallelism,
       .final = ck->final && (!atomic_load(&job->stopping) || atomic_load(&job->draining)),
-      .subtasks = ck->expected,
+      .subtasks = ck->expected - ck->later, /* the store's writes */
   };
   WEIR_LOG_D("checkpoint %llu: every write queued, %u of %u durable: commit queued",
              (unsigned long long)ck->id, ck->acks, ck->expected);

@@ -97,10 +97,17 @@ struct weir_ctx {
   /* Source pacing: wake-up requested by weir_ctx_wake_after. */
   uint64_t wake_after_us;
   char msg[512];
+  /* weir_ctx_decline in the snapshot callback running now: its message. */
+  int declined;
+  char decline_msg[512];
 };
 
 /* checkpoint.c: the synchronous part of one operator's snapshot (a copy of
- * its managed state plus its snapshot callback's output) into *s. */
+ * its managed state plus its snapshot callback's output) into *s. Returns
+ * 0, 1 if the operator declined the checkpoint (weir_ctx_decline; its
+ * message in decline_msg), 2 if it acknowledges it later
+ * (WEIR_SNAPSHOT_LATER: *s is its state all the same), or an error (the
+ * job has been failed). */
 int weir__ctx_snapshot(weir_ctx *c, uint64_t id, struct weir_subtask_snapshot *s);
 /* checkpoint.c: install a loaded snapshot into ctx (keyed state, then the
  * operator's restore callback). Called on the task's thread after open. */

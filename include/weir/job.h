@@ -262,6 +262,13 @@ typedef struct weir_operator_vt {
   int (*process_batch2)(weir_ctx *ctx, const weir_batch *b);
 } weir_operator_vt;
 
+/* What a snapshot callback returns besides 0 (or a negative error): its
+ * state is written, but the checkpoint may not complete before the
+ * operator acknowledges it with weir_ctx_snapshot_ack (below), from its
+ * poll (an operator without one fails the job). A value no callback
+ * returns by habit: a bare 1 still fails the job as undocumented. */
+enum { WEIR_SNAPSHOT_LATER = 0x1a7e };
+
 /* What poll returns (or a negative error). WEIR_POLL_FULL: effects are in
  * flight and the operator takes no more input for now (its bound on what
  * it holds unacknowledged is reached): the task reads no input, as when
@@ -440,6 +447,34 @@ const char *weir_ctx_job_id(const weir_ctx *ctx);
  * The first failure of a job is what weir_job_error() reports. */
 int weir_ctx_fail(weir_ctx *ctx, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* In a snapshot callback: declines checkpoint `checkpoint_id` instead of
+ * failing the job, with a message (printf-style) saying why; returns
+ * WEIR_ECKPT, which the callback returns. The operator's state is not
+ * written; the checkpoint fails as a failed state write does (the store's
+ * other writes for it are dropped, checkpoint_aborted follows, the restore
+ * point stays the last completed checkpoint) and counts against
+ * weir_run_opts.tolerable_checkpoint_failures: within them the job goes
+ * on, beyond them it fails with WEIR_ECKPTLIMIT. For a condition the next
+ * checkpoint may not meet (a destination out of a resource another client
+ * holds); an operator that declines must be able to take the next
+ * checkpoint from where it is (what it did not make durable, it keeps).
+ * Anywhere else, and without checkpoints, WEIR_ECKPT fails the job with
+ * the message, as weir_ctx_fail does. */
+int weir_ctx_decline(weir_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* After a snapshot callback returned WEIR_SNAPSHOT_LATER for checkpoint_id:
+ * acknowledges that snapshot (why NULL: what it stands for is durable now)
+ * or declines it (why: the message, as for weir_ctx_decline). On the
+ * subtask's thread (typically in poll, woken by weir_ctx_wake from the
+ * operator's own thread), once per such snapshot. Until then the
+ * checkpoint cannot complete (the checkpoint timeout applies) and the task
+ * goes on; an acknowledgement of a checkpoint that is no longer pending
+ * (timed out) is dropped. An operator that acknowledges later keeps poll
+ * busy (WEIR_POLL_BUSY) meanwhile, so that its task does not finish first,
+ * and must not let a later snapshot depend on an unanswered one. Returns
+ * 0. */
+int weir_ctx_snapshot_ack(weir_ctx *ctx, uint64_t checkpoint_id, const char *why);
 
 /* Adds `n` to a named per-subtask counter reported in the job summary (e.g.
  * "bad_records"). `name` must be a string literal or outlive the job. */

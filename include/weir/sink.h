@@ -42,7 +42,9 @@
  * subtask's own, which reports back through the subtask's mailbox
  * (weir_ctx_wake + the driver's poll), so no worker loop waits on I/O. The
  * one exception is pre_commit, which makes the epoch durable (an fsync)
- * before the checkpoint can complete.
+ * before the checkpoint can complete, unless the destination makes it
+ * durable on a thread of its own and answers later (WEIR_SINK_LATER,
+ * `prepared`).
  */
 #ifndef WEIR_SINK_H
 #define WEIR_SINK_H
@@ -139,7 +141,16 @@ typedef struct weir_sink_dest_vt {
   int (*write)(weir_ctx *ctx, void *dest, const weir_record *r);
   /* Closes the open transaction as `epoch`, makes it durable and appends
    * its handle to h. Returns 0, 1 if no transaction is open (nothing to
-   * commit), or a negative error. */
+   * commit), or a negative error. With checkpoints, a destination that
+   * cannot make it durable now, but may at the next barrier, returns
+   * weir_ctx_decline(ctx, "why") instead: the checkpoint is declined, not
+   * the job failed (within the tolerable checkpoint failures), no epoch is
+   * pending, and the destination keeps the transaction's records for the
+   * next epoch's transaction. With checkpoints and `prepared`, it may
+   * also return WEIR_SINK_LATER after appending the handle: the
+   * transaction becomes durable later, on a thread of the destination's
+   * own, which then calls weir_ctx_wake; the checkpoint waits for that
+   * (WEIR_SNAPSHOT_LATER), the worker does not. */
   int (*pre_commit)(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *h);
   /* Restore from checkpoint `id`: aborts what came after it (and an open
    * transaction left by the crash). Returns the number of transactions
@@ -180,9 +191,22 @@ typedef struct weir_sink_dest_vt {
    * a slow destination slows the sources instead of growing memory. 0 or
    * NULL: WEIR_SINK_BUFFER_DEFAULT. */
   uint64_t (*buffer_bytes)(const void *arg);
+  /* Optional, with pre_commit returning WEIR_SINK_LATER: on the task
+   * thread, the answer for the transaction pre_commit left to become
+   * durable (one at a time: the driver takes it before the next
+   * pre_commit). With wait, waits for it. Returns 0 (no answer yet), 1
+   * (durable), 2 (it could not be: the checkpoint is declined with the
+   * message written into why, whylen bytes, and the destination keeps its
+   * records for the next epoch's transaction), or a negative error (the
+   * job fails). */
+  int (*prepared)(weir_ctx *ctx, void *dest, int wait, char *why, size_t whylen);
 } weir_sink_dest_vt;
 
 #define WEIR_SINK_BUFFER_DEFAULT (64ull << 20)
+
+/* What pre_commit returns when the transaction becomes durable later
+ * (weir_sink_dest_vt.prepared). */
+enum { WEIR_SINK_LATER = 2 };
 
 /* Adds a two-phase-commit sink for destination vt to stream s; `arg` is the
  * destination's (weir_sink_dest_arg), borrowed: it must outlive the job.
