@@ -84,7 +84,7 @@ int main(int argc, char **argv) {
   long lat[8] = {20, 2}, inf[8] = {1, 8, 64, 256};
   int nlat = 2, ninf = 4, par = 2, reps = 3;
   double seconds = 3;
-  for (int i = 1; i < argc; i++) {
+  for (int i = 1; i < argc; i += 2) {
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) return usage();
     if (!strcmp(argv[i], "--latencies"))
@@ -101,7 +101,6 @@ int main(int argc, char **argv) {
       weir = v;
     else
       return usage();
-    i++;
   }
   if (!nlat || !ninf || par < 1 || reps < 1 || reps > 99 || seconds <= 0) return usage();
   printf("bench_effects: counter job, parallelism %d, into weir receiver --latency L; "

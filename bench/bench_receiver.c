@@ -114,26 +114,26 @@ static int usage(void) {
 int main(int argc, char **argv) {
   const char *weir = WEIR_BINARY, *latency = NULL;
   int clients = 64, seconds = 8, reps = 3, fsync_ = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(argv[i], "--fsync")) {
+  for (int i = 1; i < argc;) {
+    const char *opt = argv[i++];
+    if (!strcmp(opt, "--fsync")) {
       fsync_ = 1;
       continue;
     }
+    const char *v = i < argc ? argv[i++] : NULL;
     if (!v) return usage();
-    if (!strcmp(argv[i], "--clients"))
+    if (!strcmp(opt, "--clients"))
       clients = atoi(v);
-    else if (!strcmp(argv[i], "--seconds"))
+    else if (!strcmp(opt, "--seconds"))
       seconds = atoi(v);
-    else if (!strcmp(argv[i], "--reps"))
+    else if (!strcmp(opt, "--reps"))
       reps = atoi(v);
-    else if (!strcmp(argv[i], "--latency"))
+    else if (!strcmp(opt, "--latency"))
       latency = v;
-    else if (!strcmp(argv[i], "--weir"))
+    else if (!strcmp(opt, "--weir"))
       weir = v;
     else
       return usage();
-    i++;
   }
   if (clients < 1 || clients > MAX_CLIENTS || seconds < 1 || reps < 1 || reps > 99) return usage();
   signal(SIGPIPE, SIG_IGN);

@@ -794,7 +794,7 @@ static int pg_write(weir_ctx *ctx, void *dest, const weir_record *r) {
  * gone (the connection is dropped when it is not known to be usable), and
  * nothing more is sent until the next PREPARE tries again. */
 static void io_broke(pgdest *d, const char *what, const char *m) {
-  if (!d->tbroken) snprintf(d->tmsg, sizeof d->tmsg, "%s: %s", what, m);
+  if (!d->tbroken) snprintf(d->tmsg, sizeof d->tmsg, "%.80s: %.500s", what, m);
   d->tbroken = 1;
   d->topen = 0;
   PQfinish(d->tconn);
@@ -1036,8 +1036,8 @@ static int io_prepare(pgdest *d, uint64_t epoch, const char *gid, char *out, siz
   if (k == 0)
     return io_failed(d, "the connection was lost during PREPARE TRANSACTION", m, out, cap);
   snprintf(out, cap,
-           "the connection was lost during PREPARE TRANSACTION %s (%s), and whether it is "
-           "prepared cannot be told (%s): --restore latest resolves it",
+           "the connection was lost during PREPARE TRANSACTION %s (%.200s), and whether it is "
+           "prepared cannot be told (%.200s): --restore latest resolves it",
            gid, m, why);
   d->topen = 0;
   return RES_FAIL;
