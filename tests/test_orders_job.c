@@ -33,7 +33,7 @@ typedef struct ref {
   uint32_t want[CUSTOMERS][SECONDS];
   uint32_t sink[CUSTOMERS][SECONDS], busy[CUSTOMERS][SECONDS];
   uint64_t lines, late, problems;
-  char why[300];
+  char why[1024];
 } ref;
 
 static ref R;

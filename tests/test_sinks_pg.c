@@ -219,7 +219,7 @@ static int own_cluster(const char *dir, char *why, size_t n) {
     return -1;
   }
   if (chmod(dir, 0755) != 0 || mkdir(g_own, 0700) != 0) {
-    snprintf(why, n, "cannot make %s", g_own);
+    snprintf(why, n, "cannot make %.400s", g_own);
     return -1;
   }
   if (am_root()) {
