@@ -463,6 +463,15 @@ static int tp_process_batch(weir_ctx *ctx, const weir_batch *b) {
  * 0, WEIR_SINK_LATER (it is t->preparing until the destination answers,
  * settle) or a negative error. */
 static int pre_commit(tp *t, uint64_t epoch) {
+  /* Fencing (docs/leases.md §4): a run paused past its lease and taken
+   * over must not touch the destination any more (a file sink's rename
+   * would move its successor's in-progress part). */
+  int own = weir_ctx_owner_check(t->ctx);
+  if (own)
+    return weir_ctx_fail(t->ctx, own,
+                         "sink '%s' subtask %u: epoch %llu not pre-committed: this run no longer "
+                         "owns the job (fenced)",
+                         t->name, t->subtask, (unsigned long long)epoch);
   txn *x = weir_calloc(1, sizeof *x);
   int rc = t->vt->pre_commit(t->ctx, t->dest, epoch, &x->handle);
   if (rc == WEIR_SINK_LATER && !t->vt->prepared)

@@ -309,6 +309,12 @@ static int file_open(weir_ctx *ctx, void **out) {
 static int file_write(weir_ctx *ctx, void *dest, const weir_record *r) {
   fdest *f = dest;
   if (f->fd < 0) {
+    /* A run taken over while paused must not truncate its successor's
+     * in-progress part, which has the same name. */
+    int own = weir_ctx_owner_check(ctx);
+    if (own)
+      return weir_ctx_fail(ctx, own, "not creating '%s': this run no longer owns the job (fenced)",
+                           f->open_path);
     f->fd = open(f->open_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (f->fd < 0) {
       int rc = -errno;
