@@ -470,6 +470,14 @@ Test(nats, source_position_removed_by_retention_is_an_error) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
+/* Restores j (--restore latest, reading url) to its end: exit 0. */
+static void restore_to_end(crash_job *j, const char *url) {
+  char *err = NULL;
+  int rc = crash_run(j, NULL, -1, &err, "--restore", "latest", "--source", url, NULL);
+  cr_assert_eq(rc, 0, "%s\nhistory: %s", err, j->history);
+  free(err);
+}
+
 /* The last message the job reads is deleted while the job is down: the
  * restored job would wait for it forever; it stops with a clear error. */
 Test(nats, source_end_removed_while_reading_is_an_error) {
@@ -502,10 +510,7 @@ Test(nats, source_random_kills_exact_files) {
     src_url(&t, url, sizeof url, N_RATE);
     crash_hist(j, "seed %llu, job %d: ", (ull)seed, n);
     kills += kill_at_random(j, 2, 50, 290, url);
-    char *err = NULL;
-    int rc = crash_run(j, NULL, -1, &err, "--restore", "latest", "--source", url, NULL);
-    cr_assert_eq(rc, 0, "%s\nhistory: %s", err, j->history);
-    free(err);
+    restore_to_end(j, url);
     crash_check_counter(j);
     crash_free(j);
     tn_close(&t);
@@ -606,16 +611,14 @@ static void split_source_kill_restore(int p1, int p2) {
   crash_par(j, p1);
   split_input in;
   publish_split_input(&t, &in, j->records, j->keys);
-  char url[512], *err = NULL;
+  char url[512];
   split_url(&t, &in, url, sizeof url, N_RATE);
   crash_kill_at(j, "ckpt.after_meta_commit", 2, 0, NULL, "--source", url, NULL);
   int mid = check_split_positions(j);
   cr_assert_geq(mid, 1, "no split was cut in the middle");
   crash_hist(j, "restore at parallelism %d; ", p2);
   crash_par(j, p2);
-  int rc = crash_run(j, NULL, -1, &err, "--restore", "latest", "--source", url, NULL);
-  cr_assert_eq(rc, 0, "%s\nhistory: %s", err, j->history);
-  free(err);
+  restore_to_end(j, url);
   crash_check_counter(j);
   crash_free(j);
   tn_close(&t);
@@ -671,10 +674,7 @@ Test(nats, source_splits_random_kills_exact_files) {
     crash_hist(j, "seed %llu, job %d: ", (ull)seed, n);
     kills += kill_at_random(j, 2, 50, 290, url);
     crash_par(j, 2 + n % 2);
-    char *err = NULL;
-    int rc = crash_run(j, NULL, -1, &err, "--restore", "latest", "--source", url, NULL);
-    cr_assert_eq(rc, 0, "%s\nhistory: %s", err, j->history);
-    free(err);
+    restore_to_end(j, url);
     crash_check_counter(j);
     crash_free(j);
     tn_close(&t);
@@ -827,10 +827,7 @@ Test(nats, end_to_end_random_kills) {
     char url[512];
     src_url(&t, url, sizeof url, N_RATE);
     kills += kill_at_random(j, 3, 50, 290, url);
-    char *err = NULL;
-    int rc = crash_run(j, NULL, -1, &err, "--restore", "latest", "--source", url, NULL);
-    cr_assert_eq(rc, 0, "%s\nhistory: %s", err, j->history);
-    free(err);
+    restore_to_end(j, url);
     check_stream(j, &t);
     crash_free(j);
     tn_close(&t);
@@ -900,10 +897,7 @@ Test(nats, end_to_end_into_postgresql) {
     char url[512];
     src_url(&t, url, sizeof url, N_RATE);
     kills += kill_at_random(j, 3, 50, 290, url);
-    char *err = NULL;
-    int rc = crash_run(j, NULL, -1, &err, "--restore", "latest", "--source", url, NULL);
-    cr_assert_eq(rc, 0, "%s\nhistory: %s", err, j->history);
-    free(err);
+    restore_to_end(j, url);
     check_pg_table(j, c, table);
     crash_free(j);
     tn_close(&t);
