@@ -472,6 +472,9 @@ static int pre_commit(tp *t, uint64_t epoch) {
                          "sink '%s' subtask %u: epoch %llu not pre-committed: this run no longer "
                          "owns the job (fenced)",
                          t->name, t->subtask, (unsigned long long)epoch);
+  /* A pause here, past the check, is what the destinations' own fencing
+   * must stand (test_lease's paused_before_pre_commit). */
+  if ((own = weir_failpoint("sink.before_pre_commit")) != 0) return own;
   txn *x = weir_calloc(1, sizeof *x);
   int rc = t->vt->pre_commit(t->ctx, t->dest, epoch, &x->handle);
   if (rc == WEIR_SINK_LATER && !t->vt->prepared)

@@ -1144,6 +1144,44 @@ Test(owners, stopped_owner_is_fenced) {
           stale_sink_writes, n);
 }
 
+/* An owner paused between its ownership check and its pre-commit (a gap no
+ * check closes), continued while its successor is in the middle of an
+ * epoch: it must not take the successor's in-progress part nor replace its
+ * pending parts; it exits 4 and the successor's output is exact. (The soak
+ * saw a stale owner's rename move its successor's part away when both had
+ * one name; here the stale owner is fenced before it reaches the rename
+ * in the runs tried, so this covers the scenario, not that interleaving.) */
+Test(owners, paused_before_pre_commit) {
+  crash_job *j = pjob_new(RECORDS, "150000");
+  crash_par(j, 1); /* one sink subtask: the successor's part is the one */
+  int lo, ls;
+  pid_t owner = spawn(j, "sink.before_pre_commit=pause@3", &lo, "--lease-ms", LEASE_MS, NULL);
+  int rc = crash_wait(owner, RUN_TIMEOUT_MS, 1);
+  char *e = log_of(j, lo);
+  cr_assert_eq(rc, 1000, "the owner did not stop before its pre-commit (%d): %s", rc, e);
+  free(e);
+  pid_t succ = spawn(j, "sink.after_write=pause@40", &ls, "--restore", "latest", "--wait",
+                     "--lease-ms", LEASE_MS, NULL);
+  rc = crash_wait(succ, RUN_TIMEOUT_MS, 1);
+  e = log_of(j, ls);
+  cr_assert_eq(rc, 1000, "the successor did not stop after its writes (%d): %s", rc, e);
+  free(e);
+  kill(-owner, SIGCONT);
+  kill(owner, SIGCONT);
+  int ro = crash_wait(owner, RUN_TIMEOUT_MS, 0);
+  e = log_of(j, lo);
+  cr_assert_eq(ro, 4, "the stale owner exited %d, not 4: %s", ro, e);
+  free(e);
+  kill(-succ, SIGCONT);
+  kill(succ, SIGCONT);
+  int rs = crash_wait(succ, RUN_TIMEOUT_MS, 0);
+  e = log_of(j, ls);
+  cr_assert_eq(rs, 0, "the successor exited %d: %s", rs, e);
+  free(e);
+  crash_check_counter(j);
+  crash_free(j);
+}
+
 int main(int argc, char *argv[]) {
   return crash_main(argc, argv, NULL);
 }

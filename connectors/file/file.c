@@ -12,7 +12,9 @@
  *   <name>-<s>-<n>.txt.pending  pre-committed at barrier n, fsynced, waiting
  *                               for checkpoint n to complete (or, after a
  *                               crash, for recovery to commit or remove it).
- *   <name>-<s>.inprogress       the epoch being written (no barrier yet).
+ *   <name>-<s>.<o>.inprogress   the epoch being written (no barrier yet) by
+ *                               the run of owner epoch o (its lease's):
+ *                               each owner writes its own (below).
  *   <name>-<s>.txt              a job without checkpoints: its one epoch (0),
  *                               committed at the end of input; while being
  *                               written it is <name>-<s>.txt.pending, which
@@ -55,10 +57,25 @@
  * after it, as a restore does). Together the two hold every record once.
  * A pending part found in the new directory instead (DIR was copied or
  * moved there with its contents) is committed where it is.
+ *
+ * Stale owners (docs/leases.md §4): a run paused past its lease may go on
+ * for a moment before it notices, while its successor writes into the same
+ * directory. Each checks its ownership before it creates a part and before
+ * a pre-commit, but a pause can fall between a check and the file
+ * operation; so in-progress names carry the owner epoch (a stale owner
+ * truncates and renames only its own), and a pre-commit publishes its part
+ * by link(), which does not replace: if the pending name exists, or the
+ * epoch's committed part, only a run that still owns the job goes on
+ * (publish_part). What a stale owner can still leave is a .pending part of
+ * an epoch its successor has not reached: the successor replaces it when it
+ * pre-commits that epoch; if it never does (it ends first, or has no
+ * records then), it stays, never committed: readers take .txt parts only,
+ * and the next restore removes it.
  */
 #include "connector.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -188,9 +205,12 @@ static int parse_part(const fdest *f, const char *e, uint32_t *sub, uint64_t *ep
     if (p[1] < '0' || p[1] > '9') return 0;
     *epoch = strtoull(p + 1, &end, 10);
     p = end;
-  } else if (strcmp(p, ".inprogress") == 0) {
-    *committed = 0;
-    return 1;
+  } else if (*p == '.') { /* .inprogress, or .<owner epoch>.inprogress */
+    const char *q = p + 1 + strspn(p + 1, "0123456789");
+    if (strcmp(q == p + 1 ? p : q, ".inprogress") == 0) {
+      *committed = 0;
+      return 1;
+    }
   }
   if (strcmp(p, ".txt") == 0) {
     *committed = 1;
@@ -280,8 +300,10 @@ static int file_open(weir_ctx *ctx, void **out) {
   f->fmt = a->common.fmt;
   f->fd = -1;
   f->ctx = ctx;
-  f->open_path = f->checkpointing ? part_path(f, f->subtask, 0, ".inprogress")
-                                  : part_path(f, f->subtask, 0, ".txt.pending");
+  char inprogress[40];
+  snprintf(inprogress, sizeof inprogress, ".%llu.inprogress",
+           (unsigned long long)weir_ctx_epoch(ctx));
+  f->open_path = part_path(f, f->subtask, 0, f->checkpointing ? inprogress : ".txt.pending");
   weir__linebuf_init(&f->lb, FILE_BUF, FILE_BUF, lb_write, f);
   /* A fresh start replaces what an earlier run of this subtask left (a
    * subtask with no state of its own in a restored run keeps its committed
@@ -324,6 +346,44 @@ static int file_write(weir_ctx *ctx, void *dest, const weir_record *r) {
   return weir__linebuf_put(ctx, &f->lb, f->fmt, r);
 }
 
+/* Moves the closed in-progress part `from` to its pending name `to`
+ * without replacing a part there, unless this run still owns the job (see
+ * "Stale owners" above). A file system without hard links gets a plain
+ * rename. */
+static int publish_part(weir_ctx *ctx, const fdest *f, const char *from, const char *to,
+                        const char *final) {
+  int rc = 0;
+  /* The epoch committed already: another owner's (a run's own parts after
+   * its restored checkpoint were removed when it started). */
+  if (access(final, F_OK) == 0 && (rc = weir_ctx_owner_check(ctx)) != 0)
+    return weir_ctx_fail(ctx, rc,
+                         "not pre-committing '%s': this run no longer owns the job (fenced)", from);
+  if (link(from, to) == 0) {
+    if (unlink(from) != 0 && errno != ENOENT) {
+      rc = -errno;
+      return weir_ctx_fail(ctx, rc, "cannot remove '%s': %s", from, weir_strerror(rc));
+    }
+    return 0;
+  }
+  if (errno == EEXIST) {
+    int own = weir_ctx_owner_check(ctx);
+    if (own)
+      return weir_ctx_fail(ctx, own, "not replacing '%s': this run no longer owns the job (fenced)",
+                           to);
+    WEIR_LOG_W("sink '%s' subtask %u: replacing '%s', left by an earlier owner of the job", f->name,
+               f->subtask, to);
+  } else if (errno != EPERM && errno != ENOTSUP && errno != EOPNOTSUPP && errno != EMLINK &&
+             errno != ENOSYS) {
+    rc = -errno;
+    return weir_ctx_fail(ctx, rc, "cannot link '%s' to '%s': %s", from, to, weir_strerror(rc));
+  }
+  if (rename(from, to) != 0) {
+    rc = -errno;
+    return weir_ctx_fail(ctx, rc, "cannot rename '%s' to '%s': %s", from, to, weir_strerror(rc));
+  }
+  return 0;
+}
+
 static int file_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *h) {
   fdest *f = dest;
   if (f->fd < 0) return 1;
@@ -339,11 +399,9 @@ static int file_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_
   if (rc < 0)
     return weir_ctx_fail(ctx, rc, "cannot close '%s': %s", f->open_path, weir_strerror(rc));
   char *pending = part_path(f, f->subtask, epoch, ".txt.pending");
-  if (strcmp(pending, f->open_path) != 0 && rename(f->open_path, pending) != 0) {
-    rc = -errno;
-    rc = weir_ctx_fail(ctx, rc, "cannot rename '%s' to '%s': %s", f->open_path, pending,
-                       weir_strerror(rc));
-  }
+  char *final = part_path(f, f->subtask, epoch, ".txt");
+  if (strcmp(pending, f->open_path) != 0) rc = publish_part(ctx, f, f->open_path, pending, final);
+  weir_free(final);
   weir_free(pending);
   if (rc < 0) return rc;
   if ((rc = sync_dir(f->dir)) < 0)
