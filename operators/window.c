@@ -8,6 +8,8 @@
  * (u32, 0 until the window fired), 4 spare bytes and the accumulator. It
  * belongs to the record's key, so a rescale moves it with the key.
  * Sliding windows that can keep panes instead do (see "panes" below).
+ * Accumulators of at most 8 bytes without allowed lateness live in
+ * namespaced u64 state instead (see "namespaced" below).
  * Timers: when a window's entry is made, an event-time timer at end - 1
  * (fire) and, with allowed lateness, one at end - 1 + lateness (purge);
  * the two may share a timestamp with another window's, so a timer at t
@@ -54,6 +56,7 @@ typedef struct win {
   weir_window_fn fn; /* weir_window_apply: the records, not an accumulator */
   void *user;
   int panes; /* sliding, by panes (see "panes" below) */
+  int ns;    /* accumulators in namespaced state (see "namespaced" below) */
 } win;
 
 struct weir_window_records {
@@ -355,6 +358,100 @@ static int pane_timer(weir_ctx *ctx, const win *w, uint64_t key, int64_t t) {
   return rc < 0 ? rc : 0;
 }
 
+/* ---- namespaced -------------------------------------------------------------
+ * Without allowed lateness and without a window function, an accumulator of
+ * at most 8 bytes lives in namespaced u64 state: (key, window end) -> the
+ * accumulator's bytes, or (key, pane end) for panes. One inline slot, one
+ * probe per record, no allocation (docs/event-time.md §8.2). Without
+ * lateness nothing else needs keeping: a window fires once, from its timer,
+ * and goes with it (a record for a window past its end is late for it), so
+ * there is no firing count, and a pane's entry exists only with records in
+ * it. The two layouts do not mix: a restore into the other one is refused
+ * (check_layout). */
+
+/* The record joins window (or pane) `end` of its key. Window timers as in
+ * join; a pane registers those of its windows first .. last. */
+static int ns_join(weir_ctx *ctx, const win *w, const weir_record *r, int64_t end, int64_t first,
+                   int64_t last) {
+  uint64_t *acc;
+  int rc = weir_state_ns_update_u64(ctx, (uint64_t)end, &acc);
+  if (rc < 0) return rc;
+  int made = rc == 0;
+  if (made) w->agg.init(w->user, acc);
+  /* acc points into the state until the next state call: add first. */
+  if ((rc = w->agg.add(w->user, acc, r)) != 0 || !made) return rc;
+  for (int64_t e = first; e <= last; e += slide_of(w))
+    if ((rc = weir_timer_register(ctx, w->w.time, e - 1)) < 0) return rc;
+  return 0;
+}
+
+/* The timer at t of key fires the window ending at t + 1 and drops it, or
+ * (panes) merges the window's panes, fires it and drops its first pane,
+ * whose last window it was. */
+static int ns_timer(weir_ctx *ctx, const win *w, uint64_t key, int64_t t) {
+  int64_t end = t + 1;
+  uint64_t acc = 0, part;
+  int any = 0, rc;
+  if (!w->panes) {
+    if ((any = weir_state_ns_get_u64(ctx, (uint64_t)end, &acc)) < 0) return any;
+  } else {
+    w->agg.init(w->user, &acc);
+    for (int64_t q = end - w->w.length + w->w.slide; q <= end; q += w->w.slide) {
+      if ((rc = weir_state_ns_get_u64(ctx, (uint64_t)q, &part)) < 0) return rc;
+      if (rc == 0) continue;
+      w->agg.merge(w->user, &acc, &part);
+      any = 1;
+    }
+  }
+  if (any && (rc = emit_result(ctx, w, key, end - w->w.length, end, 1, &acc, 1)) != 0) return rc;
+  rc = weir_state_ns_del_u64(ctx, (uint64_t)(w->panes ? end - w->w.length + w->w.slide : end));
+  return rc < 0 ? rc : 0;
+}
+
+static int any_window_entry(void *user, uint64_t record_key, const void *k, size_t klen,
+                            const void *v, size_t vlen) {
+  (void)user, (void)record_key, (void)k, (void)v, (void)vlen;
+  return klen == 16 || klen == PANE_KEY;
+}
+
+static int any_ns_entry(void *user, uint64_t key, uint64_t ns, uint64_t value) {
+  (void)user, (void)key, (void)ns, (void)value;
+  return 1;
+}
+
+/* Set in open on a restore: the restored state's layout is checked before
+ * the first record or timer (the state is loaded after open). */
+static char layout_unchecked;
+
+/* Refuses restored state kept in the other layout: its windows would be
+ * lost, never fired. */
+static int check_layout(weir_ctx *ctx, const win *w) {
+  weir_ctx_set_user(ctx, NULL);
+  int other = w->ns ? weir_state_each_bytes(ctx, any_window_entry, NULL)
+                    : weir_state_ns_each_u64(ctx, any_ns_entry, NULL);
+  if (other <= 0) return other;
+  return weir_ctx_fail(
+      ctx, WEIR_EMISMATCH,
+      "window '%s': the restored checkpoint keeps this operator's windows in the other layout "
+      "(accumulators of at most 8 bytes without allowed lateness are namespaced state, other "
+      "windows byte-string entries): it was taken with another allowed lateness or aggregate, "
+      "or by an earlier weir; restore it with the window as it was, or start without --restore",
+      weir_ctx_name(ctx));
+}
+
+#define CHECK_LAYOUT(ctx, w)                                                                       \
+  do {                                                                                             \
+    if (__builtin_expect(weir_ctx_user(ctx) == &layout_unchecked, 0)) {                            \
+      int rc_ = check_layout(ctx, w);                                                              \
+      if (rc_) return rc_;                                                                         \
+    }                                                                                              \
+  } while (0)
+
+static int win_open(weir_ctx *ctx) {
+  if (weir_ctx_restored_checkpoint(ctx)) weir_ctx_set_user(ctx, &layout_unchecked);
+  return 0;
+}
+
 /* ---- sessions ---------------------------------------------------------------- */
 
 /* A session in the list: start i64, end i64, firings so far u32, fired at
@@ -499,8 +596,7 @@ static int session_timer(weir_ctx *ctx, const win *w, uint64_t key, int64_t t) {
   return sess_store(ctx, &s);
 }
 
-static int win_process(weir_ctx *ctx, const weir_record *r) {
-  const win *w = weir_ctx_arg(ctx);
+static int win_record(weir_ctx *ctx, const win *w, const weir_record *r) {
   if (w->w.kind == WEIR_WINDOW_SESSION) return session_process(ctx, w, r, weir_ctx_watermark(ctx));
   int event = w->w.time == WEIR_EVENT_TIME;
   int64_t clock = event ? weir_ctx_watermark(ctx) : WEIR_WATERMARK_MIN;
@@ -517,11 +613,13 @@ static int win_process(weir_ctx *ctx, const weir_record *r) {
     first = end;
     joined = 1;
     if (w->panes) continue; /* one update below, for all of them */
-    int rc = join(ctx, w, r, end, clock);
+    int rc = w->ns ? ns_join(ctx, w, r, end, end, end) : join(ctx, w, r, end, clock);
     if (rc) return rc;
   }
   if (joined && w->panes) {
-    int rc = pane_join(ctx, w, r, pane, first, pane + len - slide_of(w), clock);
+    int64_t last = pane + len - slide_of(w);
+    int rc = w->ns ? ns_join(ctx, w, r, pane, first, last)
+                   : pane_join(ctx, w, r, pane, first, last, clock);
     if (rc) return rc;
   }
   if (!joined)
@@ -536,6 +634,12 @@ static int win_process(weir_ctx *ctx, const weir_record *r) {
     if (rc) return rc;
   }
   return 0;
+}
+
+static int win_process(weir_ctx *ctx, const weir_record *r) {
+  const win *w = weir_ctx_arg(ctx);
+  CHECK_LAYOUT(ctx, w);
+  return win_record(ctx, w, r);
 }
 
 /* Timer at t for the current key: fires the window ending at t + 1 (if it
@@ -589,14 +693,24 @@ static void pane_prefetch(weir_ctx *ctx, const win *w, uint64_t key, int64_t end
 
 static int win_timers(weir_ctx *ctx, const weir_timer_batch *tb) {
   const win *w = weir_ctx_arg(ctx);
+  CHECK_LAYOUT(ctx, w);
   for (uint32_t i = 0; i < tb->len; i++) {
-    if (w->panes) { /* a window's panes are length / slide lookups */
+    if (w->ns) {
+      if (i + PREFETCH_SLOT < tb->len) {
+        uint64_t k = tb->keys[i + PREFETCH_SLOT];
+        int64_t end = tb->ts + 1;
+        for (int64_t q = w->panes ? end - w->w.length + w->w.slide : end; q <= end;
+             q += slide_of(w))
+          weir_state_ns_prefetch(ctx, k, (uint64_t)q);
+      }
+    } else if (w->panes) { /* a window's panes are length / slide lookups */
       if (i + PREFETCH_ENTRY < tb->len)
         pane_prefetch(ctx, w, tb->keys[i + PREFETCH_ENTRY], tb->ts + 1, 0);
       if (i + 1 < tb->len) pane_prefetch(ctx, w, tb->keys[i + 1], tb->ts + 1, 1);
     }
     weir_state_select(ctx, tb->keys[i]);
     int rc = w->w.kind == WEIR_WINDOW_SESSION ? session_timer(ctx, w, tb->keys[i], tb->ts)
+             : w->ns                          ? ns_timer(ctx, w, tb->keys[i], tb->ts)
              : w->panes                       ? pane_timer(ctx, w, tb->keys[i], tb->ts)
                                               : win_timer_key(ctx, w, tb->keys[i], tb->ts);
     if (rc) return rc;
@@ -614,6 +728,17 @@ static void win_prefetch(weir_ctx *ctx, const win *w, uint64_t key, int64_t ts, 
     return;
   }
   if (w->w.time != WEIR_EVENT_TIME) return;
+  if (w->ns) { /* one step: the slot is the entry */
+    if (step) return;
+    int64_t s0 = last_start(w, ts);
+    if (w->panes) {
+      weir_state_ns_prefetch(ctx, key, (uint64_t)(s0 + slide_of(w)));
+      return;
+    }
+    for (int64_t s = s0; s > ts - w->w.length; s -= slide_of(w))
+      weir_state_ns_prefetch(ctx, key, (uint64_t)(s + w->w.length));
+    return;
+  }
   if (w->panes) {
     uint8_t pk[PANE_KEY];
     pane_key(pk, key, last_start(w, ts) + slide_of(w));
@@ -632,6 +757,7 @@ static void win_prefetch(weir_ctx *ctx, const win *w, uint64_t key, int64_t ts, 
  * went to the first load of a slot). */
 static int win_process_batch(weir_ctx *ctx, const weir_batch *b) {
   const win *w = weir_ctx_arg(ctx);
+  CHECK_LAYOUT(ctx, w);
   for (uint32_t i = 0; i < b->len; i++) {
     if (i + PREFETCH_SLOT < b->len)
       win_prefetch(ctx, w, b->keys[i + PREFETCH_SLOT], b->ts[i + PREFETCH_SLOT], 0);
@@ -640,7 +766,7 @@ static int win_process_batch(weir_ctx *ctx, const weir_batch *b) {
     weir_record r = weir_batch_record(b, i);
     weir_state_select(ctx, r.key);
     weir_ctx_select_parent(ctx, r.id, r.ts);
-    int rc = win_process(ctx, &r);
+    int rc = win_record(ctx, w, &r);
     if (rc) return rc;
   }
   return 0;
@@ -648,6 +774,7 @@ static int win_process_batch(weir_ctx *ctx, const weir_batch *b) {
 
 static const weir_operator_vt win_vt = {.size = sizeof(weir_operator_vt),
                                         .name = "window",
+                                        .open = win_open,
                                         .process = win_process,
                                         .process_batch = win_process_batch,
                                         .on_timers = win_timers,
@@ -725,6 +852,8 @@ weir_stream *weir_window_aggregate(weir_stream *s, const char *name, const weir_
   a->user = user;
   a->panes = w->kind == WEIR_WINDOW_SLIDING && w->time == WEIR_EVENT_TIME && ag.merge &&
              w->length % w->slide == 0;
+  a->ns = w->kind != WEIR_WINDOW_SESSION && ag.acc_len <= 8 &&
+          (w->time != WEIR_EVENT_TIME || w->allowed_lateness == 0);
   return add_window(job, s, name, a, parallelism);
 }
 

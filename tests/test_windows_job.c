@@ -579,6 +579,29 @@ Test(windows_job, negative_control_timers_not_restored) {
   ref_free(&r);
 }
 
+/* Windows without lateness keep 8-byte counts in namespaced state, with
+ * lateness in byte-string entries: a restore with lateness switched on is
+ * refused (exit 2, nothing changed), not run with its windows unseen; the
+ * restore as the job was is then exact. */
+Test(windows_job, restore_with_other_lateness_is_refused) {
+  ref r;
+  ref_init(&r, &TUMBLING);
+  wjob *j = wjob_new(&TUMBLING, 2);
+  char *err = NULL;
+  crash_kill_at(&j->c, "ckpt.after_meta_commit", 6, 0, &err, NULL);
+  free(err);
+  int rc = crash_run(&j->c, NULL, -1, &err, "--restore", "latest", "--lateness", "500", NULL);
+  cr_assert_eq(rc, 2, "exit %d: %s", rc, err);
+  cr_assert(strstr(err, "other layout") && strstr(err, "allowed lateness"), "%s", err);
+  free(err);
+  long long at = crash_restore_to_end(&j->c, 1, NULL, &err, NULL);
+  cr_assert_gt(at, 0, "did not resume from a checkpoint: %s", err);
+  free(err);
+  assert_exact(j, &r, "restored as it was after the refusal");
+  crash_free(&j->c);
+  ref_free(&r);
+}
+
 /* ---- the command line ------------------------------------------------------------ */
 
 static int weir(char **out, char **err, const char *const *args) {

@@ -378,6 +378,13 @@ int weir_state_ns_add_u64(weir_ctx *c, uint64_t ns, uint64_t delta, uint64_t *ou
   return created;
 }
 
+int weir_state_ns_update_u64(weir_ctx *c, uint64_t ns, uint64_t **val) {
+  NEED_KEY(c, "weir_state_ns_update_u64");
+  int created;
+  *val = weir__wtab_upsert(&c->state.ns, c->cur_key, ns, &created);
+  return !created;
+}
+
 int weir_state_ns_del_u64(weir_ctx *c, uint64_t ns) {
   NEED_KEY(c, "weir_state_ns_del_u64");
   weir__wtab_del(&c->state.ns, c->cur_key, ns);

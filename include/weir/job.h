@@ -611,11 +611,15 @@ int weir_state_each_bytes(weir_ctx *ctx,
  * add: adds delta (absent = 0), *out = the sum if out != NULL; returns 1 if
  *      it created the entry, 0 if it existed. (weir_state_add_u64 returns 0
  *      either way: test an ns_add result with `rc < 0`, not `rc != 0`.)
- * del: returns 0, whether the entry existed or not. */
+ * del: returns 0, whether the entry existed or not.
+ * update: *val points at the value for update in place (made as 0 if
+ *      absent), writable until the next state call on this ctx: one probe
+ *      where a get and a put take two. Returns 1 if present, 0 if made. */
 int weir_state_ns_get_u64(weir_ctx *ctx, uint64_t ns, uint64_t *out);
 int weir_state_ns_put_u64(weir_ctx *ctx, uint64_t ns, uint64_t value);
 int weir_state_ns_add_u64(weir_ctx *ctx, uint64_t ns, uint64_t delta, uint64_t *out);
 int weir_state_ns_del_u64(weir_ctx *ctx, uint64_t ns);
+int weir_state_ns_update_u64(weir_ctx *ctx, uint64_t ns, uint64_t **val);
 /* Hints that (key, ns) will be used soon: a batch or timer operator
  * prefetches some 16 records ahead, before the key is selected. */
 void weir_state_ns_prefetch(weir_ctx *ctx, uint64_t key, uint64_t ns);
