@@ -59,6 +59,16 @@ typedef struct win {
   int ns;    /* accumulators in namespaced state (see "namespaced" below) */
 } win;
 
+/* A subtask's own (weir_ctx_user; made in open, freed in close). */
+typedef struct wsub {
+  int unchecked; /* restored: the layout is checked before the first record */
+  /* Timers of windows made in the batch at hand, registered after it with
+   * their slots prefetched (one cache miss each otherwise). */
+  uint64_t *tkey;
+  int64_t *tts;
+  uint32_t tn, tcap;
+} wsub;
+
 struct weir_window_records {
   const uint8_t *list;
   size_t len, off;
@@ -369,10 +379,37 @@ static int pane_timer(weir_ctx *ctx, const win *w, uint64_t key, int64_t t) {
  * it. The two layouts do not mix: a restore into the other one is refused
  * (check_layout). */
 
+/* The timer at ts of the current key (of r->key): now, or with sub after
+ * the batch (win_process_batch). */
+static int ns_timer_at(weir_ctx *ctx, const win *w, wsub *sub, uint64_t key, int64_t ts) {
+  if (!sub) return weir_timer_register(ctx, w->w.time, ts);
+  if (sub->tn == sub->tcap) {
+    sub->tcap = sub->tcap ? 2 * sub->tcap : 1024;
+    sub->tkey = weir_realloc(sub->tkey, sub->tcap * sizeof *sub->tkey);
+    sub->tts = weir_realloc(sub->tts, sub->tcap * sizeof *sub->tts);
+  }
+  sub->tkey[sub->tn] = key;
+  sub->tts[sub->tn++] = ts;
+  return 0;
+}
+
+/* Registers the timers the batch deferred. */
+static int ns_timers_flush(weir_ctx *ctx, const win *w, wsub *sub) {
+  for (uint32_t i = 0; i < sub->tn; i++) {
+    if (i + 8 < sub->tn) weir_timer_prefetch(ctx, w->w.time, sub->tkey[i + 8], sub->tts[i + 8]);
+    weir_state_select(ctx, sub->tkey[i]);
+    int rc = weir_timer_register(ctx, w->w.time, sub->tts[i]);
+    if (rc < 0) return rc;
+  }
+  sub->tn = 0;
+  return 0;
+}
+
 /* The record joins window (or pane) `end` of its key. Window timers as in
- * join; a pane registers those of its windows first .. last. */
-static int ns_join(weir_ctx *ctx, const win *w, const weir_record *r, int64_t end, int64_t first,
-                   int64_t last) {
+ * join; a pane registers those of its windows first .. last (with sub:
+ * after the batch). */
+static int ns_join(weir_ctx *ctx, const win *w, wsub *sub, const weir_record *r, int64_t end,
+                   int64_t first, int64_t last) {
   uint64_t *acc;
   int rc = weir_state_ns_update_u64(ctx, (uint64_t)end, &acc);
   if (rc < 0) return rc;
@@ -381,7 +418,7 @@ static int ns_join(weir_ctx *ctx, const win *w, const weir_record *r, int64_t en
   /* acc points into the state until the next state call: add first. */
   if ((rc = w->agg.add(w->user, acc, r)) != 0 || !made) return rc;
   for (int64_t e = first; e <= last; e += slide_of(w))
-    if ((rc = weir_timer_register(ctx, w->w.time, e - 1)) < 0) return rc;
+    if ((rc = ns_timer_at(ctx, w, sub, r->key, e - 1)) < 0) return rc;
   return 0;
 }
 
@@ -419,14 +456,10 @@ static int any_ns_entry(void *user, uint64_t key, uint64_t ns, uint64_t value) {
   return 1;
 }
 
-/* Set in open on a restore: the restored state's layout is checked before
- * the first record or timer (the state is loaded after open). */
-static char layout_unchecked;
-
 /* Refuses restored state kept in the other layout: its windows would be
  * lost, never fired. */
 static int check_layout(weir_ctx *ctx, const win *w) {
-  weir_ctx_set_user(ctx, NULL);
+  ((wsub *)weir_ctx_user(ctx))->unchecked = 0;
   int other = w->ns ? weir_state_each_bytes(ctx, any_window_entry, NULL)
                     : weir_state_ns_each_u64(ctx, any_ns_entry, NULL);
   if (other <= 0) return other;
@@ -441,15 +474,27 @@ static int check_layout(weir_ctx *ctx, const win *w) {
 
 #define CHECK_LAYOUT(ctx, w)                                                                       \
   do {                                                                                             \
-    if (__builtin_expect(weir_ctx_user(ctx) == &layout_unchecked, 0)) {                            \
+    if (__builtin_expect(((wsub *)weir_ctx_user(ctx))->unchecked, 0)) {                            \
       int rc_ = check_layout(ctx, w);                                                              \
       if (rc_) return rc_;                                                                         \
     }                                                                                              \
   } while (0)
 
 static int win_open(weir_ctx *ctx) {
-  if (weir_ctx_restored_checkpoint(ctx)) weir_ctx_set_user(ctx, &layout_unchecked);
+  wsub *sub = weir_calloc(1, sizeof *sub);
+  /* Set on a restore: the state is loaded after open. */
+  sub->unchecked = weir_ctx_restored_checkpoint(ctx) != 0;
+  weir_ctx_set_user(ctx, sub);
   return 0;
+}
+
+static void win_close(weir_ctx *ctx) {
+  wsub *sub = weir_ctx_user(ctx);
+  if (!sub) return;
+  weir_free(sub->tkey);
+  weir_free(sub->tts);
+  weir_free(sub);
+  weir_ctx_set_user(ctx, NULL);
 }
 
 /* ---- sessions ---------------------------------------------------------------- */
@@ -596,7 +641,7 @@ static int session_timer(weir_ctx *ctx, const win *w, uint64_t key, int64_t t) {
   return sess_store(ctx, &s);
 }
 
-static int win_record(weir_ctx *ctx, const win *w, const weir_record *r) {
+static int win_record(weir_ctx *ctx, const win *w, wsub *sub, const weir_record *r) {
   if (w->w.kind == WEIR_WINDOW_SESSION) return session_process(ctx, w, r, weir_ctx_watermark(ctx));
   int event = w->w.time == WEIR_EVENT_TIME;
   int64_t clock = event ? weir_ctx_watermark(ctx) : WEIR_WATERMARK_MIN;
@@ -613,12 +658,12 @@ static int win_record(weir_ctx *ctx, const win *w, const weir_record *r) {
     first = end;
     joined = 1;
     if (w->panes) continue; /* one update below, for all of them */
-    int rc = w->ns ? ns_join(ctx, w, r, end, end, end) : join(ctx, w, r, end, clock);
+    int rc = w->ns ? ns_join(ctx, w, sub, r, end, end, end) : join(ctx, w, r, end, clock);
     if (rc) return rc;
   }
   if (joined && w->panes) {
     int64_t last = pane + len - slide_of(w);
-    int rc = w->ns ? ns_join(ctx, w, r, pane, first, last)
+    int rc = w->ns ? ns_join(ctx, w, sub, r, pane, first, last)
                    : pane_join(ctx, w, r, pane, first, last, clock);
     if (rc) return rc;
   }
@@ -639,7 +684,7 @@ static int win_record(weir_ctx *ctx, const win *w, const weir_record *r) {
 static int win_process(weir_ctx *ctx, const weir_record *r) {
   const win *w = weir_ctx_arg(ctx);
   CHECK_LAYOUT(ctx, w);
-  return win_record(ctx, w, r);
+  return win_record(ctx, w, NULL, r);
 }
 
 /* Timer at t for the current key: fires the window ending at t + 1 (if it
@@ -758,6 +803,7 @@ static void win_prefetch(weir_ctx *ctx, const win *w, uint64_t key, int64_t ts, 
 static int win_process_batch(weir_ctx *ctx, const weir_batch *b) {
   const win *w = weir_ctx_arg(ctx);
   CHECK_LAYOUT(ctx, w);
+  wsub *sub = w->ns ? weir_ctx_user(ctx) : NULL;
   for (uint32_t i = 0; i < b->len; i++) {
     if (i + PREFETCH_SLOT < b->len)
       win_prefetch(ctx, w, b->keys[i + PREFETCH_SLOT], b->ts[i + PREFETCH_SLOT], 0);
@@ -766,15 +812,16 @@ static int win_process_batch(weir_ctx *ctx, const weir_batch *b) {
     weir_record r = weir_batch_record(b, i);
     weir_state_select(ctx, r.key);
     weir_ctx_select_parent(ctx, r.id, r.ts);
-    int rc = win_record(ctx, w, &r);
+    int rc = win_record(ctx, w, sub, &r);
     if (rc) return rc;
   }
-  return 0;
+  return sub ? ns_timers_flush(ctx, w, sub) : 0;
 }
 
 static const weir_operator_vt win_vt = {.size = sizeof(weir_operator_vt),
                                         .name = "window",
                                         .open = win_open,
+                                        .close = win_close,
                                         .process = win_process,
                                         .process_batch = win_process_batch,
                                         .on_timers = win_timers,

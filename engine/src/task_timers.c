@@ -93,6 +93,10 @@ int weir_timer_register(weir_ctx *c, weir_time_domain d, int64_t ts) {
   return 0;
 }
 
+void weir_timer_prefetch(weir_ctx *c, weir_time_domain d, uint64_t key, int64_t ts) {
+  if ((unsigned)d <= WEIR_PROCESSING_TIME && c->tm[d]) weir__timers_prefetch(c->tm[d], key, ts);
+}
+
 int weir_timer_delete(weir_ctx *c, weir_time_domain d, int64_t ts) {
   int rc = 0;
   weir__timers *tm = timers_of(c, d, ts, &rc);

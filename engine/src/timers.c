@@ -220,6 +220,7 @@ static void bucket_take(weir__timers *tm, uint32_t i, weir__tbucket *out) {
   }
   tm->buckets[i].ts = WEIR__TS_NONE;
   tm->bn--;
+  tm->size_hint = out->n;
   tm->last_ts = WEIR__TS_NONE; /* slots moved */
 }
 
@@ -268,6 +269,12 @@ static weir__tbucket *bucket_of(weir__timers *tm, int64_t ts, int create) {
       slot = bucket_probe(tm, ts, &found);
     }
     tm->buckets[slot] = (weir__tbucket){.ts = ts};
+    if (tm->size_hint > TABLE_MIN && tm->size_hint < (1u << 30)) { /* at once, not doubling */
+      uint32_t cap = TABLE_MIN;
+      while (cap < 2 * tm->size_hint) cap *= 2;
+      bucket_resize(&tm->buckets[slot], cap);
+      tm->size_hint = 0;
+    }
     tm->bn++;
     heap_push(tm, ts);
   }
@@ -288,6 +295,12 @@ int weir__timers_del(weir__timers *tm, uint64_t key, int64_t ts) {
   if (!b || !bucket_del(b, key)) return 0;
   tm->n--;
   return 1;
+}
+
+void weir__timers_prefetch(const weir__timers *tm, uint64_t key, int64_t ts) {
+  if (ts != tm->last_ts || ts == WEIR__TS_NONE) return;
+  const weir__tbucket *b = &tm->buckets[tm->last_slot];
+  if (b->cap) __builtin_prefetch(&tab(b)[key_home(key, b->cap)], 1, 3);
 }
 
 int weir__timers_has(const weir__timers *tm, uint64_t key, int64_t ts) {

@@ -43,6 +43,9 @@ typedef struct weir__timers {
   /* The bucket a burst of registrations at one timestamp goes to. */
   int64_t last_ts;
   uint32_t last_slot;
+  /* Keys of the bucket fired last, to size the next new bucket: window
+   * ends come one after another with about as many keys (one use). */
+  uint32_t size_hint;
 } weir__timers;
 
 void weir__timers_init(weir__timers *tm);
@@ -54,6 +57,9 @@ int weir__timers_add(weir__timers *tm, uint64_t key, int64_t ts);
 /* Removes (key, ts). Returns 1 if removed, 0 if absent. */
 int weir__timers_del(weir__timers *tm, uint64_t key, int64_t ts);
 int weir__timers_has(const weir__timers *tm, uint64_t key, int64_t ts);
+/* Prefetches the slot of (key, ts) if ts is the bucket of the last
+ * registration (a burst at one window end); otherwise does nothing. */
+void weir__timers_prefetch(const weir__timers *tm, uint64_t key, int64_t ts);
 /* The earliest timestamp that may have a timer, or WEIR__TS_NONE when none
  * does (its timers may all have been deleted: firing finds none there). */
 static inline int64_t weir__timers_next(const weir__timers *tm) {

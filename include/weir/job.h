@@ -412,6 +412,10 @@ int weir_timer_register(weir_ctx *ctx, weir_time_domain d, int64_t ts);
 /* Removes the current key's timer at (ts, d); 0 whether or not it
  * existed, or the errors of weir_timer_register. */
 int weir_timer_delete(weir_ctx *ctx, weir_time_domain d, int64_t ts);
+/* Hints that key's timer at (ts, d) will be registered soon: an operator
+ * that registers many (one per key and window) prefetches some 8 ahead.
+ * Nothing happens for a domain the operator did not declare. */
+void weir_timer_prefetch(weir_ctx *ctx, weir_time_domain d, uint64_t key, int64_t ts);
 /* The wall clock in milliseconds since the epoch: what processing-time
  * timers compare with. */
 int64_t weir_ctx_processing_time(const weir_ctx *ctx);
