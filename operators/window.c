@@ -62,12 +62,19 @@ typedef struct win {
 /* A subtask's own (weir_ctx_user; made in open, freed in close). */
 typedef struct wsub {
   int unchecked; /* restored: the layout is checked before the first record */
-  /* Timers of windows made in the batch at hand, registered after it with
-   * their slots prefetched (one cache miss each otherwise). */
-  uint64_t *tkey;
-  int64_t *tts;
+  /* Windows and panes made in the batch at hand, whose timers are
+   * registered after it with their slots prefetched (a cache miss each
+   * otherwise). */
+  struct made *made;
   uint32_t tn, tcap;
 } wsub;
+
+/* A window (first = last = its end) or pane (its end, and the ends of its
+ * first and last windows not gone) made in a batch. */
+struct made {
+  uint64_t key;
+  int64_t end, first, last;
+};
 
 struct weir_window_records {
   const uint8_t *list;
@@ -379,26 +386,35 @@ static int pane_timer(weir_ctx *ctx, const win *w, uint64_t key, int64_t t) {
  * it. The two layouts do not mix: a restore into the other one is refused
  * (check_layout). */
 
-/* The timer at ts of the current key (of r->key): now, or with sub after
- * the batch (win_process_batch). */
-static int ns_timer_at(weir_ctx *ctx, const win *w, wsub *sub, uint64_t key, int64_t ts) {
-  if (!sub) return weir_timer_register(ctx, w->w.time, ts);
-  if (sub->tn == sub->tcap) {
-    sub->tcap = sub->tcap ? 2 * sub->tcap : 1024;
-    sub->tkey = weir_realloc(sub->tkey, sub->tcap * sizeof *sub->tkey);
-    sub->tts = weir_realloc(sub->tts, sub->tcap * sizeof *sub->tts);
+/* The timers of made window or pane m of the current key. A pane's windows
+ * up to last - slide are its previous pane's too: if that pane exists, it
+ * registered their timers when it was made (those that fired since are
+ * gone, before first), so only the last window's is new. */
+static int made_timers(weir_ctx *ctx, const win *w, const struct made *m) {
+  int64_t from = m->first;
+  int rc;
+  if (w->panes && m->last - w->w.slide >= m->first) {
+    uint64_t v;
+    if ((rc = weir_state_ns_get_u64(ctx, (uint64_t)(m->end - w->w.slide), &v)) < 0) return rc;
+    if (rc == 1) from = m->last;
   }
-  sub->tkey[sub->tn] = key;
-  sub->tts[sub->tn++] = ts;
+  for (int64_t e = from; e <= m->last; e += slide_of(w))
+    if ((rc = weir_timer_register(ctx, w->w.time, e - 1)) < 0) return rc;
   return 0;
 }
 
-/* Registers the timers the batch deferred. */
+/* Registers the timers of what the batch made (in any order: a previous
+ * pane made later in the batch registers its own), the state and timer
+ * slots prefetched 8 ahead. */
 static int ns_timers_flush(weir_ctx *ctx, const win *w, wsub *sub) {
   for (uint32_t i = 0; i < sub->tn; i++) {
-    if (i + 8 < sub->tn) weir_timer_prefetch(ctx, w->w.time, sub->tkey[i + 8], sub->tts[i + 8]);
-    weir_state_select(ctx, sub->tkey[i]);
-    int rc = weir_timer_register(ctx, w->w.time, sub->tts[i]);
+    if (i + 8 < sub->tn) {
+      const struct made *a = &sub->made[i + 8];
+      if (w->panes) weir_state_ns_prefetch(ctx, a->key, (uint64_t)(a->end - w->w.slide));
+      weir_timer_prefetch(ctx, w->w.time, a->key, a->last - 1);
+    }
+    weir_state_select(ctx, sub->made[i].key);
+    int rc = made_timers(ctx, w, &sub->made[i]);
     if (rc < 0) return rc;
   }
   sub->tn = 0;
@@ -417,8 +433,13 @@ static int ns_join(weir_ctx *ctx, const win *w, wsub *sub, const weir_record *r,
   if (made) w->agg.init(w->user, acc);
   /* acc points into the state until the next state call: add first. */
   if ((rc = w->agg.add(w->user, acc, r)) != 0 || !made) return rc;
-  for (int64_t e = first; e <= last; e += slide_of(w))
-    if ((rc = ns_timer_at(ctx, w, sub, r->key, e - 1)) < 0) return rc;
+  struct made m = {r->key, end, first, last};
+  if (!sub) return made_timers(ctx, w, &m);
+  if (sub->tn == sub->tcap) {
+    sub->tcap = sub->tcap ? 2 * sub->tcap : 1024;
+    sub->made = weir_realloc(sub->made, sub->tcap * sizeof *sub->made);
+  }
+  sub->made[sub->tn++] = m;
   return 0;
 }
 
@@ -491,8 +512,7 @@ static int win_open(weir_ctx *ctx) {
 static void win_close(weir_ctx *ctx) {
   wsub *sub = weir_ctx_user(ctx);
   if (!sub) return;
-  weir_free(sub->tkey);
-  weir_free(sub->tts);
+  weir_free(sub->made);
   weir_free(sub);
   weir_ctx_set_user(ctx, NULL);
 }
