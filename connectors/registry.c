@@ -18,7 +18,7 @@
 
 extern const weir__sink_def weir__file_sink;  /* file/file.c */
 extern const weir__sink_def weir__http_sink;  /* http/http.c */
-extern const weir__sink_def weir__https_sink; /* http/http.c: refused */
+extern const weir__sink_def weir__https_sink; /* http/http.c */
 extern const weir__sink_def weir__nats_sink;  /* nats/nats.c */
 extern const weir__sink_def weir__pg_sink;    /* postgres/pg.c */
 
@@ -34,10 +34,10 @@ static const struct {
     {"print", "print", &weir__print_sink},
     {"file:", "file:DIR", &weir__file_sink},
     {"http://", "http://HOST:PORT/PATH", &weir__http_sink},
+    {"https://", "https://HOST:PORT/PATH", &weir__https_sink},
     {"nats://", "nats://HOST:PORT/SUBJECT", &weir__nats_sink},
     {"postgresql://", "postgresql://...", &weir__pg_sink},
     {"postgres://", NULL, &weir__pg_sink},
-    {"https://", NULL, &weir__https_sink},
 };
 #define NSINKS (sizeof sinks / sizeof sinks[0])
 

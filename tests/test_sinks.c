@@ -145,8 +145,29 @@ Test(spec, http_specs) {
   }
   cr_assert_eq(weir_sink_spec_check("http://", err, sizeof err), WEIR_ESINK);
   cr_assert(strstr(err, "host"), "%s", err);
-  cr_assert_eq(weir_sink_spec_check("https://h/p", err, sizeof err), WEIR_ESINK);
-  cr_assert(strstr(err, "https"), "%s", err);
+  /* https goes through libcurl like http; credentials come from a file or
+   * the environment, never from the URL, and never into a message. */
+  cr_assert_eq(weir_sink_spec_check("https://h:443/p?cacert=/etc/ca.pem", err, sizeof err), 0, "%s",
+               err);
+  cr_assert_eq(weir_sink_spec_check("https://", err, sizeof err), WEIR_ESINK);
+  cr_assert(strstr(err, "host"), "%s", err);
+  cr_assert_eq(weir_sink_spec_check("http://u:secret@h:1/p", err, sizeof err), WEIR_ESINK);
+  cr_assert(strstr(err, "auth_file=PATH or auth_env=NAME") && !strstr(err, "secret"), "%s", err);
+  setenv("WEIR_TEST_AUTH", "Bearer s3cret-value\n", 1);
+  cr_assert_eq(weir_sink_spec_check("http://h:1/p?auth_env=WEIR_TEST_AUTH", err, sizeof err), 0,
+               "%s", err);
+  unsetenv("WEIR_TEST_AUTH");
+  cr_assert_eq(weir_sink_spec_check("http://h:1/p?auth_env=WEIR_TEST_AUTH", err, sizeof err),
+               WEIR_ESINK);
+  cr_assert(strstr(err, "no variable WEIR_TEST_AUTH"), "%s", err);
+  cr_assert_eq(weir_sink_spec_check("http://h:1/p?auth_file=/nonexistent/auth", err, sizeof err),
+               WEIR_ESINK);
+  cr_assert(strstr(err, "cannot read '/nonexistent/auth'"), "%s", err);
+  setenv("WEIR_TEST_AUTH", "Bearer a\nb", 1); /* two lines: header injection */
+  cr_assert_eq(weir_sink_spec_check("http://h:1/p?auth_env=WEIR_TEST_AUTH", err, sizeof err),
+               WEIR_ESINK);
+  cr_assert(strstr(err, "not one line") && !strstr(err, "Bearer a"), "%s", err);
+  unsetenv("WEIR_TEST_AUTH");
   cr_assert_eq(th_leak_check(), 0);
 }
 

@@ -236,6 +236,92 @@ Test(http_tx, reused_key_other_payload_is_exit_5) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
+/* Credentials: a receiver that wants an Authorization header (--auth)
+ * refuses a sink without one and one with another value with 401 (exit 5,
+ * nothing applied, the value never in a message); with auth_file every
+ * effect lands once. */
+Test(http_tx, credentials) {
+  crash_job *j = tx_job(200, 4, "1000", "50");
+  char auth[700];
+  snprintf(auth, sizeof auth, "%s/auth", j->dir);
+  FILE *f = fopen(auth, "w");
+  cr_assert_not_null(f);
+  fputs("Bearer t0ken-right-9f3\n", f);
+  fclose(f);
+  const char *extra[] = {"--auth", auth, NULL};
+  receiver r;
+  recv_start(&r, j, extra);
+  char *err = NULL;
+  crash_job *none = tx_job(200, 4, "1000", "50"), *wrong = tx_job(200, 4, "1000", "50");
+  http_sink(none, &r, NULL);
+  int rc = crash_run(none, NULL, -1, &err, NULL);
+  cr_assert_eq(rc, 5, "exit %d: %s", rc, err);
+  cr_assert(strstr(err, "401") && strstr(err, "without credentials"), "%s", err);
+  free(err);
+  setenv("WEIR_TEST_HTTP_AUTH", "Bearer t0ken-wrong-77a", 1);
+  http_sink(wrong, &r, "?auth_env=WEIR_TEST_HTTP_AUTH");
+  rc = crash_run(wrong, NULL, -1, &err, NULL);
+  unsetenv("WEIR_TEST_HTTP_AUTH");
+  cr_assert_eq(rc, 5, "exit %d: %s", rc, err);
+  cr_assert(strstr(err, "401") && strstr(err, "did not accept this sink's credentials"), "%s", err);
+  cr_assert(!strstr(err, "t0ken"), "a credential in a message: %s", err);
+  free(err);
+  cr_assert_eq(recv_stats(&r).effects, 0);
+  crash_free(none);
+  crash_free(wrong);
+  char params[800];
+  snprintf(params, sizeof params, "?auth_file=%s", auth);
+  http_sink(j, &r, params);
+  rc = crash_run(j, NULL, -1, &err, NULL);
+  cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+  cr_assert(!strstr(err, "t0ken"), "a credential in a message: %s", err);
+  free(err);
+  check_receiver(j, &r);
+  recv_stop(&r);
+  crash_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
+/* https: against the receiver serving TLS with a self-signed certificate,
+ * the sink verifies it with cacert= and delivers every effect once; without
+ * cacert= the certificate is not trusted: a clear failure (exit 1), nothing
+ * applied. Needs the openssl command (scripts/setup installs it). */
+Test(http_tx, https_with_a_private_ca) {
+  crash_job *j = tx_job(200, 4, "1000", "50");
+  char cert[600], key[600], cmd[1500];
+  snprintf(cert, sizeof cert, "%s/cert.pem", j->dir);
+  snprintf(key, sizeof key, "%s/key.pem", j->dir);
+  snprintf(cmd, sizeof cmd,
+           "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+           "-addext subjectAltName=IP:127.0.0.1 -keyout '%s' -out '%s' >/dev/null 2>&1",
+           key, cert);
+  if (system(cmd) != 0) {
+    crash_free(j);
+    cr_skip_test("the openssl command cannot make a certificate (scripts/setup installs it)");
+  }
+  const char *extra[] = {"--tls-cert", cert, "--tls-key", key, NULL};
+  receiver r;
+  recv_start(&r, j, extra);
+  char *err = NULL;
+  crash_job *untrusted = tx_job(200, 4, "1000", "50");
+  snprintf(untrusted->sink, sizeof untrusted->sink, "https://127.0.0.1:%d/effects", r.port);
+  int rc = crash_run(untrusted, NULL, -1, &err, NULL);
+  cr_assert_eq(rc, 1, "exit %d: %s", rc, err);
+  cr_assert(strstr(err, "certificate") || strstr(err, "SSL"), "%s", err);
+  free(err);
+  crash_free(untrusted);
+  cr_assert_eq(recv_stats(&r).effects, 0);
+  cr_assert_lt(strlen(cert), sizeof j->sink - 64);
+  snprintf(j->sink, sizeof j->sink, "https://127.0.0.1:%d/effects?cacert=%.600s", r.port, cert);
+  rc = crash_run(j, NULL, -1, &err, NULL);
+  cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+  free(err);
+  check_receiver(j, &r);
+  recv_stop(&r);
+  crash_free(j);
+  cr_assert_eq(th_leak_check(), 0);
+}
+
 /* The destination saw a later epoch of this job (a successor wrote there):
  * every request of this run carries Weir-Epoch 2, which the receiver
  * refuses with 409 and Weir-Fenced; the sink stops at once with exit 4,

@@ -464,6 +464,7 @@ typedef struct recv_job recv_job;
 typedef struct recv_server {
   uint64_t retention_ms;
   int dedup;
+  char *auth; /* --auth: the Authorization value every request must carry */
   double drop_p;
   uint64_t latency_ms, jitter_ms;
 
@@ -969,6 +970,12 @@ static enum MHD_Result on_headers(recv_server *s, struct MHD_Connection *c, recv
   if (strcmp(method, MHD_HTTP_METHOD_POST) != 0)
     return refuse(s, c, r, HTTP_NOT_ALLOWED, "invalid", "only POST is accepted",
                   MHD_HTTP_HEADER_ALLOW, "POST");
+  if (s->auth) {
+    const char *au = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!au || strcmp(au, s->auth) != 0)
+      return refuse(s, c, r, 401, "invalid", "missing or wrong Authorization", "WWW-Authenticate",
+                    "Bearer");
+  }
   const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
   if (cl) {
     char *end = NULL;
@@ -1102,7 +1109,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 void cli_help_receiver(FILE *out) {
   fputs("usage: weir receiver --listen HOST:PORT --db FILE [--retention DURATION]\n"
         "                     [--no-dedup] [--drop-acks P] [--seed S]\n"
-        "                     [--latency MS[:JITTER]] [--fsync]\n"
+        "                     [--latency MS[:JITTER]] [--fsync] [--auth FILE]\n"
+        "                     [--tls-cert FILE --tls-key FILE]\n"
         "       weir receiver stats --db FILE [--json]\n"
         "       weir receiver effects --db FILE\n"
         "\n"
@@ -1148,6 +1156,10 @@ void cli_help_receiver(FILE *out) {
         "                         group commit reaches the disk before its answers\n"
         "                         (default NORMAL: a power loss may undo the last\n"
         "                         commits; a crash of the receiver loses nothing)\n"
+        "  --auth FILE            every request must carry 'Authorization: V', V the\n"
+        "                         first line of FILE; any other is answered 401\n"
+        "  --tls-cert FILE, --tls-key FILE\n"
+        "                         https: serve TLS with this certificate and key (PEM)\n"
         "SIGINT or SIGTERM stops it cleanly (exit 0).\n"
         "\n"
         "stats prints the counts, read-only (also while the receiver runs):\n"
@@ -1157,7 +1169,7 @@ void cli_help_receiver(FILE *out) {
         "   \"commits\": T}\n"
         "requests counts every request answered or aborted; effects the accepted\n"
         "effects; duplicates the replays (200); rejections the 422s; conflicts the\n"
-        "409s; invalid the 400/405/413s; aborted the requests cut off before their\n"
+        "409s; invalid the 400/401/405/413s; aborted the requests cut off before their\n"
         "answer (the client went away, a timeout, a body past 16 MiB); errors the 500s;\n"
         "fenced the 409s to a stale Weir-Epoch; so R = E + D + X + C + I + A + Z + F.\n"
         "acks_dropped counts the effects whose answer --drop-acks withheld;\n"
@@ -1195,6 +1207,8 @@ typedef struct opts {
   uint64_t latency_ms, jitter_ms;
   int fsync;
   int json;
+  const char *auth;               /* --auth FILE */
+  const char *tls_cert, *tls_key; /* --tls-cert, --tls-key: https */
 } opts;
 
 /* If argv[*i] is `flag` ("--flag VALUE" or "--flag=VALUE"), returns 1 with
@@ -1294,7 +1308,10 @@ static int parse(int argc, char **argv, int first, int mode, opts *o) {
           (k = take(argc, argv, &i, "--retention", &retention)) != 0 ||
           (k = take(argc, argv, &i, "--drop-acks", &drop)) != 0 ||
           (k = take(argc, argv, &i, "--seed", &seed)) != 0 ||
-          (k = take(argc, argv, &i, "--latency", &latency)) != 0) {
+          (k = take(argc, argv, &i, "--latency", &latency)) != 0 ||
+          (k = take(argc, argv, &i, "--auth", &o->auth)) != 0 ||
+          (k = take(argc, argv, &i, "--tls-cert", &o->tls_cert)) != 0 ||
+          (k = take(argc, argv, &i, "--tls-key", &o->tls_key)) != 0) {
         if (k < 0) return -1;
         continue;
       }
@@ -1335,6 +1352,7 @@ static int parse(int argc, char **argv, int first, int mode, opts *o) {
     o->have_seed = 1;
   }
   if (latency && parse_latency(latency, &o->latency_ms, &o->jitter_ms) < 0) return -1;
+  if (!o->tls_cert != !o->tls_key) return usage("--tls-cert and --tls-key go together");
   return 0;
 }
 
@@ -1439,6 +1457,7 @@ static void writer_stop(recv_server *s) {
 
 static void server_close(recv_server *s) {
   writer_stop(s);
+  weir_free(s->auth);
   for (int i = 0; i < ST_COUNT; i++) sqlite3_finalize(s->st[i]);
   if (s->db && sqlite3_close(s->db) != SQLITE_OK) db_complain(s->db, "cannot close the database");
   for (size_t i = 0; i < s->nflight; i++) weir_free(s->flight[i]);
@@ -1448,6 +1467,41 @@ static void server_close(recv_server *s) {
   pthread_mutex_destroy(&s->fl_mu);
   pthread_mutex_destroy(&s->lat_mu);
   pthread_cond_destroy(&s->lat_cv);
+}
+
+/* The contents of a small text file (a PEM certificate or key), or NULL
+ * after a message. */
+static char *read_pem(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    usage("cannot read '%s': %s", path, strerror(errno));
+    return NULL;
+  }
+  size_t cap = 1 << 16;
+  char *b = weir_malloc(cap);
+  size_t n = fread(b, 1, cap - 1, f);
+  fclose(f);
+  b[n] = '\0';
+  if (n == 0 || n == cap - 1) {
+    usage("'%s' is empty or larger than 64 KiB: not a PEM file", path);
+    weir_free(b);
+    return NULL;
+  }
+  return b;
+}
+
+/* The first line of a file (--auth), trailing CR/LF dropped, or NULL after
+ * a message. */
+static char *file_line(const char *path) {
+  char *b = read_pem(path);
+  if (!b) return NULL;
+  b[strcspn(b, "\r\n")] = '\0';
+  if (!*b) {
+    usage("--auth: '%s' starts with an empty line", path);
+    weir_free(b);
+    return NULL;
+  }
+  return b;
 }
 
 /* The number of the last group commit: rows are appended in commit order,
@@ -1481,6 +1535,29 @@ static int serve(const opts *o) {
   pthread_sigmask(SIG_BLOCK, &stop, NULL);
   signal(SIGPIPE, SIG_IGN);
 
+  char *cert = NULL, *key = NULL;
+  if (o->auth) {
+    s.auth = file_line(o->auth);
+    if (!s.auth) {
+      server_close(&s);
+      return CLI_EXIT_USAGE;
+    }
+  }
+  if (o->tls_cert) {
+    if (!MHD_is_feature_supported(MHD_FEATURE_TLS)) {
+      cli_error("receiver: this libmicrohttpd was built without TLS: --tls-cert cannot work");
+      server_close(&s);
+      return CLI_EXIT_RUNTIME;
+    }
+    cert = read_pem(o->tls_cert);
+    key = cert ? read_pem(o->tls_key) : NULL;
+    if (!key) {
+      weir_free(cert);
+      server_close(&s);
+      return CLI_EXIT_USAGE;
+    }
+  }
+
   /* Listen first: a bad or busy address creates no database. Connections
    * wait in the backlog until the daemon runs. */
   char addr[200];
@@ -1502,15 +1579,25 @@ static int serve(const opts *o) {
     server_close(&s);
     return rc == WEIR_EFORMAT ? CLI_EXIT_STORE : CLI_EXIT_RUNTIME;
   }
-  struct MHD_Daemon *d = MHD_start_daemon(
-      MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_AUTO, 0, NULL, NULL,
-      on_request, &s, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_TIMEOUT,
-      (unsigned)RECV_CONN_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT, (unsigned)RECV_CONN_LIMIT,
-      MHD_OPTION_NOTIFY_COMPLETED, on_completed, &s, MHD_OPTION_END);
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_AUTO;
+  struct MHD_Daemon *d =
+      cert ? MHD_start_daemon(flags | MHD_USE_TLS, 0, NULL, NULL, on_request, &s,
+                              MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_TIMEOUT,
+                              (unsigned)RECV_CONN_TIMEOUT_S, MHD_OPTION_CONNECTION_LIMIT,
+                              (unsigned)RECV_CONN_LIMIT, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+                              &s, MHD_OPTION_HTTPS_MEM_KEY, key, MHD_OPTION_HTTPS_MEM_CERT, cert,
+                              MHD_OPTION_END)
+           : MHD_start_daemon(flags, 0, NULL, NULL, on_request, &s, MHD_OPTION_LISTEN_SOCKET, fd,
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)RECV_CONN_TIMEOUT_S,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)RECV_CONN_LIMIT,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, &s, MHD_OPTION_END);
   if (d == NULL) {
-    cli_error("receiver: cannot start the HTTP daemon on %s", addr);
+    cli_error("receiver: cannot start the HTTP daemon on %s%s", addr,
+              cert ? " (is --tls-key the key of --tls-cert, both PEM?)" : "");
     close(fd);
     server_close(&s);
+    weir_free(cert);
+    weir_free(key);
     return CLI_EXIT_RUNTIME;
   }
   if (s.drop_p > 0)
@@ -1523,6 +1610,8 @@ static int serve(const opts *o) {
             (unsigned long long)seed);
   fprintf(stderr, "weir receiver: SQLite synchronous=%s, group commit\n",
           o->fsync ? "FULL" : "NORMAL");
+  if (s.auth) fprintf(stderr, "weir receiver: requests need the Authorization of --auth\n");
+  if (cert) fprintf(stderr, "weir receiver: https (TLS) only\n");
   fprintf(stderr, "weir receiver: listening on %s\n", addr);
   fflush(stderr);
 
@@ -1537,6 +1626,8 @@ static int serve(const opts *o) {
   pthread_mutex_unlock(&s.lat_mu);
   MHD_stop_daemon(d); /* joins every connection thread; closes fd */
   server_close(&s);   /* the writer drains what they queued, then ends */
+  weir_free(cert);
+  weir_free(key);
   fprintf(stderr, "weir receiver: stopped (%s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
   return CLI_EXIT_OK;
 }

@@ -1,5 +1,5 @@
-/* http.c: owns the HTTP destination (http://HOST:PORT/PATH), its
- * specification and arg, and the refusal of https://: write-ahead
+/* http.c: owns the HTTP destination (http://HOST:PORT/PATH, and
+ * https:// through libcurl's TLS), its specification and arg: write-ahead
  * epochs POSTed after their checkpoint completed, one request per record,
  * with Idempotency-Key = the record's operation id (a destination of
  * twophase.c), up to `inflight` at once through libcurl's multi interface
@@ -74,6 +74,17 @@
  * WEIR_ERETENTION when its first possible sending (its first attempt here,
  * or, recovered, its epoch's pre-commit time) is older than the retention.
  *
+ * Credentials: auth_file=PATH or auth_env=NAME names where the value of an
+ * Authorization header is ("Bearer TOKEN", "Basic BASE64"), read when the
+ * spec is parsed and sent with every request; the value is never logged,
+ * never part of the destination's identity or of a checkpoint (only the
+ * spec with the path or the variable's name is). Credentials written into
+ * the URL (user:password@) are refused: the URL is in messages and logs.
+ * 401 and 403 are permanent refusals that say the credentials were not
+ * accepted. https:// verifies the server against the system's CA bundle,
+ * or cacert=FILE (a private CA, a self-signed certificate); a failed TLS
+ * handshake or verification is permanent (a configuration error, exit 1).
+ *
  * Threads: write/pre_commit on the task thread, commit on the commit
  * thread, which alone owns the multi handle and the pool (made at its
  * first commit); close frees them after the commit thread stopped. A stop
@@ -81,8 +92,10 @@
  */
 #include "connector.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -101,8 +114,8 @@
 #define INFLIGHT_MAX 1024u /* a connection each: file descriptors, the destination's threads */
 #define POLL_MAX_MS 50L    /* how late the commit thread may notice a stop */
 
-/* The sink's arg: http://HOST:PORT/PATH[?retention=D][&idempotency=on|off]
- * [&inflight=N][&buffer=BYTES]. */
+/* The sink's arg: http[s]://HOST:PORT/PATH[?retention=D][&idempotency=on|off]
+ * [&inflight=N][&buffer=BYTES][&auth_file=PATH|&auth_env=NAME][&cacert=FILE]. */
 typedef struct http_arg {
   weir__sink_arg common;
   char *url;             /* the URL without weir's parameters */
@@ -110,6 +123,8 @@ typedef struct http_arg {
   int idempotent;        /* send Idempotency-Key (idempotency=off: 0) */
   uint32_t inflight;     /* requests in flight per sink subtask */
   uint64_t buffer;       /* bound on unacknowledged epochs' bytes; 0: default */
+  char *auth;            /* the Authorization header's value (a secret), or NULL */
+  char *cacert;          /* CA certificates for https (cacert=), or NULL */
 } http_arg;
 
 #ifndef WEIR_HAVE_CURL
@@ -247,6 +262,7 @@ static int make_pool(hdest *h) {
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &h->req[i]);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(c, CURLOPT_PRIVATE, &h->req[i]);
+    if (h->a->cacert) curl_easy_setopt(c, CURLOPT_CAINFO, h->a->cacert);
   }
   return 0;
 }
@@ -264,6 +280,14 @@ static void start_op(hdest *h, const weir_sink_commit *c, hreq *q, const weir__o
     hl = curl_slist_append(hl, hdr);
     snprintf(hdr, sizeof hdr, "Weir-Epoch: %llu", (unsigned long long)h->epoch);
     hl = curl_slist_append(hl, hdr);
+  }
+  if (h->a->auth) {
+    size_t n = strlen(h->a->auth) + 16;
+    char *v = weir_malloc(n);
+    snprintf(v, n, "Authorization: %s", h->a->auth);
+    hl = curl_slist_append(hl, v); /* copies */
+    memset(v, 0, n);
+    weir_free(v);
   }
   hl = curl_slist_append(hl, "Expect:"); /* no 100-continue round trip */
   q->hl = hl;
@@ -339,6 +363,16 @@ static int answered(hdest *h, weir_sink_commit *c, hreq *q, CURLcode cc) {
              q->id, h->a->url);
     return WEIR_EREFUSED;
   }
+  if (cc == CURLE_OK && (status == 401 || status == 403)) {
+    weir_sink_io_count(io, WEIR_SINK_REJECTIONS, 1);
+    snprintf(c->err, c->errlen,
+             "operation %s refused by %s with %ld: the destination did not accept %s", q->id,
+             h->a->url, status,
+             h->a->auth ? "this sink's credentials (auth_file or auth_env)"
+                        : "a request without credentials (give them with auth_file=PATH or "
+                          "auth_env=NAME)");
+    return WEIR_EREFUSED;
+  }
   if (cc == CURLE_OK && status >= 400 && status < 500 && status != 408 && status != 409 &&
       status != 429) {
     weir_sink_io_count(io, WEIR_SINK_REJECTIONS, 1);
@@ -348,7 +382,15 @@ static int answered(hdest *h, weir_sink_commit *c, hreq *q, CURLcode cc) {
   if (cc != CURLE_OK && cc != CURLE_OPERATION_TIMEDOUT && cc != CURLE_COULDNT_CONNECT &&
       cc != CURLE_GOT_NOTHING && cc != CURLE_RECV_ERROR && cc != CURLE_SEND_ERROR &&
       cc != CURLE_PARTIAL_FILE && cc != CURLE_COULDNT_RESOLVE_HOST) {
-    snprintf(c->err, c->errlen, "operation %s: %s: %s", q->id, h->a->url, curl_easy_strerror(cc));
+    int tls = cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CONNECT_ERROR ||
+              cc == CURLE_SSL_CACERT_BADFILE;
+    snprintf(c->err, c->errlen, "operation %s: %s: %s%s", q->id, h->a->url, curl_easy_strerror(cc),
+             !tls ? ""
+             : h->a->cacert
+                 ? " (TLS: is the server's certificate signed by the CA in cacert=, and the "
+                   "URL's host one of its names?)"
+                 : " (TLS: a server whose certificate the system does not trust needs its CA "
+                   "with cacert=FILE)");
     return WEIR_EIO;
   }
   /* Lost answer, 5xx, 408, 429, 409 (in flight): again, same key. Said
@@ -521,12 +563,71 @@ static const weir_sink_dest_vt http_dest_vt = {
 
 /* Parses an http spec into a (url without weir's parameters, retention,
  * idempotency, inflight). Returns 0 or WEIR_ESINK with a message. */
+/* The value of an Authorization header from `from` (auth_file=: a file;
+ * auth_env=: an environment variable), trailing newlines dropped; NULL and
+ * a message that does not contain it. */
+static char *read_auth(const char *spec, const char *what, const char *from, int env, char *err,
+                       size_t errlen) {
+  char *v = NULL;
+  if (env) {
+    const char *e = getenv(from);
+    if (!e) {
+      weir__spec_error(err, errlen, "sink '%s': auth_env: the environment has no variable %s", spec,
+                       from);
+      return NULL;
+    }
+    v = weir_strdup(e);
+  } else {
+    FILE *f = fopen(from, "rb");
+    if (!f) {
+      weir__spec_error(err, errlen, "sink '%s': auth_file: cannot read '%s': %s", spec, from,
+                       strerror(errno));
+      return NULL;
+    }
+    size_t cap = 8193, n = 0;
+    v = weir_malloc(cap);
+    n = fread(v, 1, cap - 1, f);
+    int big = n == cap - 1 && fgetc(f) != EOF;
+    fclose(f);
+    v[n] = '\0';
+    if (big || strlen(v) != n) {
+      memset(v, 0, cap);
+      weir_free(v);
+      weir__spec_error(err, errlen,
+                       "sink '%s': auth_file '%s' is not one line of text of at most 8 KiB", spec,
+                       from);
+      return NULL;
+    }
+  }
+  size_t n = strlen(v);
+  while (n && (v[n - 1] == '\n' || v[n - 1] == '\r')) v[--n] = '\0';
+  int bad = n == 0;
+  for (size_t i = 0; i < n; i++)
+    if ((unsigned char)v[i] < 0x20 && v[i] != '\t') bad = 1;
+  if (bad) {
+    memset(v, 0, n);
+    weir_free(v);
+    weir__spec_error(err, errlen,
+                     "sink '%s': %s %s is empty or not one line: it must hold the value of an "
+                     "Authorization header, as in 'Bearer TOKEN'",
+                     spec, what, from);
+    return NULL;
+  }
+  return v;
+}
+
 static int http_parse(const char *spec, weir__sink_arg *common, char *err, size_t errlen) {
   http_arg *a = (http_arg *)common;
-  const char *host = spec + strlen("http://");
+  const char *host = strstr(spec, "://") + 3;
   if (!*host || *host == '/' || *host == '?')
     return weir__spec_error(err, errlen,
                             "sink '%s' needs a host, as in http://127.0.0.1:8080/effects", spec);
+  size_t authority = strcspn(host, "/?");
+  if (memchr(host, '@', authority)) /* not echoed: it holds them */
+    return weir__spec_error(err, errlen,
+                            "sink '%.*s...': credentials in the URL would show in messages and "
+                            "logs: give them with auth_file=PATH or auth_env=NAME",
+                            (int)(host - spec), spec);
   a->idempotent = 1;
   a->inflight = INFLIGHT_DEFAULT;
   const char *q = strchr(spec, '?');
@@ -578,6 +679,29 @@ static int http_parse(const char *spec, weir__sink_arg *common, char *err, size_
                                 "buffer=64M (k, M, G: binary)",
                                 spec);
       }
+    } else if ((n > 10 && !strncmp(p, "auth_file=", 10)) ||
+               (n > 9 && !strncmp(p, "auth_env=", 9))) {
+      int env = p[5] == 'e';
+      size_t k = env ? 9 : 10;
+      char *from = weir_malloc(n - k + 1);
+      memcpy(from, p + k, n - k);
+      from[n - k] = '\0';
+      if (a->auth) {
+        weir_free(from);
+        weir_free(url);
+        return weir__spec_error(err, errlen, "sink '%s': give one of auth_file and auth_env", spec);
+      }
+      a->auth = read_auth(spec, env ? "auth_env" : "auth_file", from, env, err, errlen);
+      weir_free(from);
+      if (!a->auth) {
+        weir_free(url);
+        return WEIR_ESINK;
+      }
+    } else if (n > 7 && !strncmp(p, "cacert=", 7)) {
+      weir_free(a->cacert);
+      a->cacert = weir_malloc(n - 7 + 1);
+      memcpy(a->cacert, p + 7, n - 7);
+      a->cacert[n - 7] = '\0';
     } else if (n) {
       url[ulen++] = kept++ ? '&' : '?';
       memcpy(url + ulen, p, n);
@@ -592,6 +716,11 @@ static int http_parse(const char *spec, weir__sink_arg *common, char *err, size_
 
 static void http_arg_free(void *p) {
   http_arg *a = p;
+  if (a->auth) {
+    memset(a->auth, 0, strlen(a->auth));
+    weir_free(a->auth);
+  }
+  weir_free(a->cacert);
   weir_free(a->url);
   weir_free(a);
 }
@@ -608,13 +737,14 @@ const weir__sink_def weir__http_sink = {
 #endif
 };
 
-static int https_parse(const char *spec, weir__sink_arg *a, char *err, size_t errlen) {
-  return weir__spec_error(err, errlen, "sink '%s': https is not supported yet: use http://", spec);
-}
-
 const weir__sink_def weir__https_sink = {
     .name = "https",
-    .arg_size = sizeof(weir__sink_arg),
-    .parse = https_parse,
-    .free = weir_free,
+    .library = "libcurl",
+    .available = http_available,
+    .arg_size = sizeof(http_arg),
+    .parse = http_parse,
+    .free = http_arg_free,
+#ifdef WEIR_HAVE_CURL
+    .dest = &http_dest_vt,
+#endif
 };
