@@ -1144,6 +1144,16 @@ Test(owners, stopped_owner_is_fenced) {
           stale_sink_writes, n);
 }
 
+/* Continues stopped run p (log n) and expects it to exit with `want`. */
+static void continue_until_exit(crash_job *j, pid_t p, int n, int want, const char *who) {
+  kill(-p, SIGCONT);
+  kill(p, SIGCONT);
+  int rc = crash_wait(p, RUN_TIMEOUT_MS, 0);
+  char *e = log_of(j, n);
+  cr_assert_eq(rc, want, "%s exited %d, not %d: %s", who, rc, want, e);
+  free(e);
+}
+
 /* An owner paused between its ownership check and its pre-commit (a gap no
  * check closes), continued while its successor is in the middle of an
  * epoch: it must not take the successor's in-progress part nor replace its
@@ -1166,18 +1176,8 @@ Test(owners, paused_before_pre_commit) {
   e = log_of(j, ls);
   cr_assert_eq(rc, 1000, "the successor did not stop after its writes (%d): %s", rc, e);
   free(e);
-  kill(-owner, SIGCONT);
-  kill(owner, SIGCONT);
-  int ro = crash_wait(owner, RUN_TIMEOUT_MS, 0);
-  e = log_of(j, lo);
-  cr_assert_eq(ro, 4, "the stale owner exited %d, not 4: %s", ro, e);
-  free(e);
-  kill(-succ, SIGCONT);
-  kill(succ, SIGCONT);
-  int rs = crash_wait(succ, RUN_TIMEOUT_MS, 0);
-  e = log_of(j, ls);
-  cr_assert_eq(rs, 0, "the successor exited %d: %s", rs, e);
-  free(e);
+  continue_until_exit(j, owner, lo, 4, "the stale owner");
+  continue_until_exit(j, succ, ls, 0, "the successor");
   crash_check_counter(j);
   crash_free(j);
 }

@@ -725,26 +725,18 @@ static void http_arg_free(void *p) {
   weir_free(a);
 }
 
-const weir__sink_def weir__http_sink = {
-    .name = "http",
-    .library = "libcurl",
-    .available = http_available,
-    .arg_size = sizeof(http_arg),
-    .parse = http_parse,
-    .free = http_arg_free,
 #ifdef WEIR_HAVE_CURL
-    .dest = &http_dest_vt,
+#define HTTP_DEST .dest = &http_dest_vt,
+#else
+#define HTTP_DEST
 #endif
-};
 
-const weir__sink_def weir__https_sink = {
-    .name = "https",
-    .library = "libcurl",
-    .available = http_available,
-    .arg_size = sizeof(http_arg),
-    .parse = http_parse,
-    .free = http_arg_free,
-#ifdef WEIR_HAVE_CURL
-    .dest = &http_dest_vt,
-#endif
-};
+/* http:// and https:// are one sink; libcurl tells them apart by the URL. */
+#define HTTP_SINK(scheme)                                                                          \
+  {                                                                                                \
+    .name = scheme, .library = "libcurl", .available = http_available,                             \
+    .arg_size = sizeof(http_arg), .parse = http_parse, .free = http_arg_free, HTTP_DEST            \
+  }
+
+const weir__sink_def weir__http_sink = HTTP_SINK("http");
+const weir__sink_def weir__https_sink = HTTP_SINK("https");
