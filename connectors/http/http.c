@@ -263,6 +263,9 @@ static int make_pool(hdest *h) {
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(c, CURLOPT_PRIVATE, &h->req[i]);
     if (h->a->cacert) curl_easy_setopt(c, CURLOPT_CAINFO, h->a->cacert);
+    /* HTTP/1.1 over https too (libcurl would offer HTTP/2 by ALPN): a
+     * connection per slot, as tested; HTTP/2 is not. */
+    curl_easy_setopt(c, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
   }
   return 0;
 }
