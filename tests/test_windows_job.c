@@ -544,16 +544,23 @@ Test(windows_job, rescale_sliding_2_to_3) {
   rescale(&SLIDING, 2, 3, "windows_job::rescale_sliding_2_to_3");
 }
 
+/* The tumbling job at parallelism 2, killed after its 6th checkpoint. */
+static wjob *tumbling_killed_mid_run(void) {
+  wjob *j = wjob_new(&TUMBLING, 2);
+  char *err = NULL;
+  crash_kill_at(&j->c, "ckpt.after_meta_commit", 6, 0, &err, NULL);
+  free(err);
+  return j;
+}
+
 /* The exact check sees lost timers: restored without them (failpoint
  * timers.skip_restore on every subtask), windows are missing; the twin
  * restored from the same checkpoint with them is exact. */
 Test(windows_job, negative_control_timers_not_restored) {
   ref r;
   ref_init(&r, &TUMBLING);
-  wjob *j = wjob_new(&TUMBLING, 2);
+  wjob *j = tumbling_killed_mid_run();
   char *err = NULL;
-  crash_kill_at(&j->c, "ckpt.after_meta_commit", 6, 0, &err, NULL);
-  free(err);
   wjob *twin = (wjob *)crash_twin(&j->c, sizeof(wjob));
 
   long long at = crash_restore_to_end(&j->c, 1, "timers.skip_restore=error+", &err, NULL);
@@ -586,10 +593,8 @@ Test(windows_job, negative_control_timers_not_restored) {
 Test(windows_job, restore_with_other_lateness_is_refused) {
   ref r;
   ref_init(&r, &TUMBLING);
-  wjob *j = wjob_new(&TUMBLING, 2);
+  wjob *j = tumbling_killed_mid_run();
   char *err = NULL;
-  crash_kill_at(&j->c, "ckpt.after_meta_commit", 6, 0, &err, NULL);
-  free(err);
   int rc = crash_run(&j->c, NULL, -1, &err, "--restore", "latest", "--lateness", "500", NULL);
   cr_assert_eq(rc, 2, "exit %d: %s", rc, err);
   cr_assert(strstr(err, "other layout") && strstr(err, "allowed lateness"), "%s", err);
