@@ -9,6 +9,8 @@
  */
 #include "cli.h"
 
+#include <dirent.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -169,6 +171,78 @@ static int verify_all(weir_store *s, const weir_store_ckpt *list, size_t n) {
   return damaged ? CLI_EXIT_STORE : CLI_EXIT_OK;
 }
 
+/* The savepoint files in <dir>/savepoints (weir savepoint), each checked
+ * whole: `weir checkpoints` lists them after the checkpoints, since
+ * retention never removes them. */
+typedef struct sp_entry {
+  uint64_t id;
+  int status; /* 0, or why the file cannot be used */
+  weir_savepoint_info info;
+  char err[300];
+} sp_entry;
+
+static int cmp_sp(const void *a, const void *b) {
+  const sp_entry *x = a, *y = b;
+  return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static size_t list_savepoints(const char *dir, sp_entry **out) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/savepoints", dir);
+  *out = NULL;
+  DIR *d = opendir(path);
+  if (d == NULL) return 0;
+  size_t n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    char *end;
+    unsigned long long id = strtoull(e->d_name, &end, 10);
+    if (e->d_name[0] < '0' || e->d_name[0] > '9' || *end) continue;
+    sp_entry *grown = realloc(*out, (n + 1) * sizeof **out);
+    if (grown == NULL) break;
+    *out = grown;
+    sp_entry *s = &(*out)[n++];
+    memset(s, 0, sizeof *s);
+    s->id = id;
+    snprintf(path, sizeof path, "%s/savepoints/%s", dir, e->d_name);
+    s->status = weir_savepoint_check(path, &s->info, s->err, sizeof s->err);
+  }
+  closedir(d);
+  if (n) qsort(*out, n, sizeof **out, cmp_sp);
+  return n;
+}
+
+static void print_savepoints(const char *dir, const sp_entry *sp, size_t n, int json) {
+  if (json) {
+    printf(", \"savepoints\": [");
+    for (size_t i = 0; i < n; i++) {
+      char path[4200];
+      snprintf(path, sizeof path, "%s/savepoints/%llu", dir, (unsigned long long)sp[i].id);
+      printf("%s{\"id\": %llu, \"path\": ", i ? ", " : "", (unsigned long long)sp[i].id);
+      weir_json_string(stdout, path);
+      printf(", \"bytes\": %llu, \"time\": %lld, \"intact\": %s}",
+             (unsigned long long)sp[i].info.bytes, (long long)sp[i].info.time_ms,
+             sp[i].status ? "false" : "true");
+    }
+    printf("]");
+    return;
+  }
+  if (!n) return;
+  printf("savepoints in %s/savepoints (removed only by 'weir savepoint --delete ID'):\n", dir);
+  for (size_t i = 0; i < n; i++) {
+    char when[32] = "?";
+    time_t t = (time_t)(sp[i].info.time_ms / 1000);
+    struct tm tm;
+    if (!sp[i].status && gmtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+    if (sp[i].status)
+      printf("%10llu  damaged: %s\n", (unsigned long long)sp[i].id, sp[i].err);
+    else
+      printf("%10llu %6llu  %-24s %14llu  job '%s'\n", (unsigned long long)sp[i].id,
+             (unsigned long long)sp[i].info.epoch, when, (unsigned long long)sp[i].info.bytes,
+             sp[i].info.job_name);
+  }
+}
+
 int cli_cmd_checkpoints(int argc, char **argv) {
   ro_args r = {0};
   int p = parse(argc, argv, &r, 0, help_checkpoints);
@@ -199,6 +273,8 @@ int cli_cmd_checkpoints(int argc, char **argv) {
     weir_store_close(s);
     return x;
   }
+  sp_entry *sps = NULL;
+  size_t nsp = list_savepoints(r.state_dir, &sps);
   if (r.json) {
     printf("{\"job\": ");
     if (exists)
@@ -217,6 +293,7 @@ int cli_cmd_checkpoints(int argc, char **argv) {
              cs.unaligned ? "unaligned" : "aligned", cs.unaligned, (unsigned long long)cs.bytes);
     }
     printf("]");
+    print_savepoints(r.state_dir, sps, nsp, 1);
     if (have_lease) { /* who holds the state directory (lease.c) */
       printf(", \"lease\": {\"epoch\": %llu, \"pid\": %lld, \"host\": ",
              (unsigned long long)ls.epoch, (long long)ls.owner.pid);
@@ -255,6 +332,8 @@ int cli_cmd_checkpoints(int argc, char **argv) {
              (unsigned long long)cs.bytes, list[i].final ? "  final" : "");
     }
   }
+  if (!r.json) print_savepoints(r.state_dir, sps, nsp, 0);
+  free(sps);
   weir_free(list);
   weir_store_close(s);
   return CLI_EXIT_OK;

@@ -171,6 +171,7 @@ int cli_take_engine(cli_args *a, cli_engine *eng) {
   if ((r = cli_take_bool(a, "--wait", &eng->lease_wait)) != 0) return r;
   if ((r = cli_take_str(a, "--tolerable-checkpoint-failures", &eng->tolerable)) != 0) return r;
   if ((r = cli_take_u64(a, "--max-store-size", UINT64_MAX, &eng->max_store_size)) != 0) return r;
+  if ((r = cli_take_str(a, "--from-savepoint", &eng->from_savepoint)) != 0) return r;
   return 0;
 }
 
@@ -199,6 +200,7 @@ void cli_engine_init(cli_engine *eng) {
 int cli_checkpoint_opts(const cli_engine *eng, weir_run_opts *o) {
   if (strcmp(eng->state_dir, "none") == 0) {
     if (eng->restore || eng->fresh) return cli_usage("--restore and --fresh need a --state-dir");
+    if (eng->from_savepoint) return cli_usage("--from-savepoint needs a --state-dir");
     if (eng->allow_sink_change || eng->allow_non_restored_state)
       return cli_usage("--allow-sink-change and --allow-non-restored-state need a --state-dir");
     if (eng->lease_ms || eng->lease_wait)
@@ -248,6 +250,9 @@ int cli_checkpoint_opts(const cli_engine *eng, weir_run_opts *o) {
     o->store_max_bytes = (eng->max_store_size + 65535) / 65536 * 65536;
   }
   if (eng->restore && eng->fresh) return cli_usage("--restore and --fresh exclude each other");
+  if (eng->from_savepoint && (eng->restore || eng->fresh))
+    return cli_usage("--from-savepoint restores the savepoint: it excludes --restore and --fresh");
+  o->from_savepoint = eng->from_savepoint;
   if (eng->fresh) o->restore = WEIR_RESTORE_FRESH;
   if (eng->restore) {
     if (strcmp(eng->restore, "latest") == 0) {

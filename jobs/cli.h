@@ -77,7 +77,24 @@ typedef struct cli_engine {
   int lease_wait;               /* --wait: take over when a live owner's lease expires */
   const char *tolerable;        /* --tolerable-checkpoint-failures: N or "unlimited" */
   uint64_t max_store_size;      /* bytes; 0 = engine default */
+  const char *from_savepoint;   /* --from-savepoint PATH */
 } cli_engine;
+
+/* The control socket of a running job (control.c). */
+typedef struct cli_control cli_control;
+/* Listens on <state_dir>/control for `weir savepoint` and `weir stop`;
+ * NULL (after a warning) when it cannot. Call it once the run owns the
+ * state directory. */
+cli_control *cli_control_start(weir_job *job, const char *state_dir);
+/* Stops listening after the run ended, tells the waiting `weir stop`s the
+ * exit code, removes the socket if it is still this run's. NULL: no-op. */
+void cli_control_end(cli_control *c, int exit_code);
+/* <state_dir>/control into out: 0, or -1 if it does not fit. */
+int cli_control_path(const char *state_dir, char *out, size_t cap);
+int cli_cmd_savepoint(int argc, char **argv);
+int cli_cmd_stop(int argc, char **argv);
+void cli_help_savepoint(FILE *out);
+void cli_help_stop(FILE *out);
 
 /* Checks a job's --sink value (printing a usage message naming the
  * problem; returns -1) and notes in eng whether it prints records. */

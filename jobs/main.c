@@ -72,7 +72,10 @@ static void help_main(FILE *out) {
         "  weir receiver stats --db FILE [--json]        its requests, effects, duplicates\n"
         "  weir verify [--repeat R] [--json FILE]        show the failure window: kills,\n"
         "                                                pauses, takeovers, duplicates\n"
-        "  weir help [run [JOB] | receiver | verify]     show help\n"
+        "  weir savepoint [--state-dir DIR] [--out PATH] savepoint a running job\n"
+        "  weir stop [--state-dir DIR] [--savepoint]     stop a running job (and\n"
+        "            [--drain] [--timeout S]             savepoint it), wait for its end\n"
+        "  weir help [run [JOB] | receiver | verify | savepoint | stop]   show help\n"
         "  weir version                                  show the version\n"
         "\n"
         "Jobs: counter, wordcount, collatz, components, windows, sessions, or a path\n"
@@ -150,6 +153,13 @@ static void help_run(FILE *out) {
         "                       epochs can only be completed at the old destination)\n"
         "  --allow-non-restored-state  restore although the checkpoint holds state\n"
         "                       of an operator this job no longer has (it is dropped)\n"
+        "  --from-savepoint PATH  start from a savepoint file (weir savepoint, weir stop\n"
+        "                       --savepoint): it is copied into the state directory\n"
+        "                       (an empty one, or the job's own), the job id, lease\n"
+        "                       epoch and checkpoint ids continue above the savepoint's,\n"
+        "                       and sinks recover as with --restore; the job may be a\n"
+        "                       new version (state is matched by operator name);\n"
+        "                       not with --restore or --fresh. A damaged file: exit 3\n"
         "A run without --restore on a state directory whose job did not finish is\n"
         "refused (exit 2), naming --restore latest and --fresh. A state directory\n"
         "holds one job: its name, graph and sink destinations are recorded, and a\n"
@@ -249,6 +259,14 @@ static int cmd_help(int argc, char **argv) {
   const char *topic = argv[1];
   if (strcmp(topic, "receiver") == 0 && argc == 2) {
     cli_help_receiver(stdout);
+    return CLI_EXIT_OK;
+  }
+  if (strcmp(topic, "savepoint") == 0 && argc == 2) {
+    cli_help_savepoint(stdout);
+    return CLI_EXIT_OK;
+  }
+  if (strcmp(topic, "stop") == 0 && argc == 2) {
+    cli_help_stop(stdout);
     return CLI_EXIT_OK;
   }
   if (strcmp(topic, "verify") == 0 && argc == 2) {
@@ -371,6 +389,10 @@ static void stop_signals_to(weir_job *job) {
 }
 
 static int execute_run(weir_job *job, const cli_engine *eng, const cli_builtin *kind, void *cfg);
+static int execute_run_with(weir_job *job, const cli_engine *eng, const cli_builtin *kind,
+                            void *cfg, cli_control **ctl);
+/* The state directory of the run (for its control socket). */
+static const char *job_state_dir;
 
 /* Runs a built job and reports; kind is NULL for a job .so. Returns the exit
  * code. */
@@ -380,7 +402,21 @@ static int execute(weir_job *job, const cli_engine *eng, const cli_builtin *kind
   return code;
 }
 
+/* The run owns its state directory: the control socket may listen. */
+static void on_started(void *user, weir_job *job) {
+  cli_control **ctl = user;
+  *ctl = cli_control_start(job, job_state_dir);
+}
+
 static int execute_run(weir_job *job, const cli_engine *eng, const cli_builtin *kind, void *cfg) {
+  cli_control *ctl = NULL;
+  int code = execute_run_with(job, eng, kind, cfg, &ctl);
+  cli_control_end(ctl, code);
+  return code;
+}
+
+static int execute_run_with(weir_job *job, const cli_engine *eng, const cli_builtin *kind,
+                            void *cfg, cli_control **ctl) {
   apply_log_level(eng);
   weir_run_opts o = {0};
   o.workers = eng->workers;
@@ -394,6 +430,11 @@ static int execute_run(weir_job *job, const cli_engine *eng, const cli_builtin *
   o.handle_signals = 1;
   o.lease_lost = on_lease_lost;
   if (cli_checkpoint_opts(eng, &o) < 0) return CLI_EXIT_USAGE;
+  if (o.state_dir) {
+    job_state_dir = o.state_dir;
+    o.started = on_started;
+    o.started_user = ctl;
+  }
   if (o.state_dir) {
     int m = cli_mkdir_p(o.state_dir);
     if (m < 0) {
@@ -596,6 +637,8 @@ int main(int argc, char **argv) {
   if (strcmp(verb, "inspect") == 0) return cli_cmd_inspect(argc - 1, argv + 1);
   if (strcmp(verb, "receiver") == 0) return cli_cmd_receiver(argc - 1, argv + 1);
   if (strcmp(verb, "verify") == 0) return cli_cmd_verify(argc - 1, argv + 1, argv[0]);
+  if (strcmp(verb, "savepoint") == 0) return cli_cmd_savepoint(argc - 1, argv + 1);
+  if (strcmp(verb, "stop") == 0) return cli_cmd_stop(argc - 1, argv + 1);
   if (strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
     help_main(stdout);
     return CLI_EXIT_OK;

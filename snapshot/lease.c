@@ -766,7 +766,7 @@ int weir_lease_acquire(weir_lease **out, const char *dir, const weir_lease_opts 
       goto fail;
     }
     if (n == 0) {
-      rc = claim(l, 1);
+      rc = claim(l, o.min_epoch > 1 ? o.min_epoch : 1);
       if (rc == -EEXIST) continue;
       if (rc < 0) goto fail;
       l->how = WEIR_LEASE_FIRST;

@@ -28,6 +28,7 @@ typedef enum {
   WEIR__REQ_JOB_BEGIN,
   WEIR__REQ_RESERVE,
   WEIR__REQ_FLUSH,
+  WEIR__REQ_IMPORT,
   WEIR__REQ_STOP
 } weir__req_type;
 
@@ -48,8 +49,10 @@ typedef struct weir__req {
   int rd_offered; /* set when offered, cleared when claimed (never by a reader) */
   int rd_filled;  /* a reader has filled it (under rd_mu) */
   struct weir__req *rd_next;
-  weir__job_rec job;    /* JOB_BEGIN: result */
-  uint64_t from, limit; /* RESERVE: lowest id wanted; new durable limit */
+  weir__job_rec job;       /* JOB_BEGIN: result */
+  uint64_t from, limit;    /* RESERVE: lowest id wanted; new durable limit */
+  const char *path, *name; /* IMPORT: the savepoint file, the job's name */
+  weir_savepoint_info sp;  /* IMPORT: result */
 } weir__req;
 
 /* What the writer thread remembers about a checkpoint being written. */
@@ -193,6 +196,9 @@ int weir__writer_call(weir_store *s, weir__req *r);
  * pending write (never completed), in short transactions. Writer thread (or
  * open, before it runs). */
 int weir__collect_orphans(weir_store *s, uint64_t *chunks, uint64_t *ckpts);
+
+/* savepoint.c: runs an IMPORT request (writer thread). */
+int weir__exec_import(weir_store *s, weir__req *r);
 
 /* reader.c */
 /* Starts the view reader threads (none on one core). */

@@ -670,6 +670,9 @@ static void execute(weir_store *s, weir__req *r) {
   case WEIR__REQ_RESERVE:
     r->status = weir__update_job(s, r);
     break;
+  case WEIR__REQ_IMPORT:
+    r->status = weir__exec_import(s, r);
+    break;
   case WEIR__REQ_FLUSH:
   case WEIR__REQ_STOP:
     r->status = 0;

@@ -29,6 +29,7 @@ int weir_job_create(weir_job **out, const char *name) {
   pthread_mutex_init(&job->err_mu, NULL);
   pthread_mutex_init(&job->ck_mu, NULL);
   weir__history_init(&job->history);
+  weir__sp_init(&job->sp);
   *out = job;
   return 0;
 }
@@ -70,6 +71,7 @@ void weir_job_destroy(weir_job *job) {
   pthread_mutex_destroy(&job->err_mu);
   pthread_mutex_destroy(&job->ck_mu);
   weir__history_free(&job->history);
+  weir__sp_free(&job->sp);
   weir__trace_job_destroy(job->trace);
   weir_free(job->name);
   weir_free(job);

@@ -17,6 +17,7 @@
 #include "coordinator.h"
 #include "history.h"
 #include "restore.h"
+#include "savepoint.h"
 #include "snapshot/store.h"
 #include "weir/job.h"
 
@@ -220,6 +221,11 @@ struct weir_job {
    * whether the warning about a store without identities was given. */
   uint64_t fingerprint;
   int identity_warned;
+  /* Savepoints (savepoint.c), and the savepoint this run started from
+   * (id 0: none). */
+  weir__savepoint sp;
+  weir_savepoint_info from_sp;
+  atomic_int abandon; /* weir_job_abandon(): fail a stop under way at once */
 };
 
 /* Records the job's first failure (later ones are dropped) and wakes the

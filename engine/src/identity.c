@@ -301,7 +301,9 @@ static int check_dests(weir_job *job, const weir_store_ckpt_info *info) {
 }
 
 int weir__identity_check_restore(weir_job *job, const weir_store_ckpt_info *info) {
-  if (info->job_name[0] && !same_name(job, info->job_name)) {
+  /* A run from a savepoint may be another version of the job, under
+   * another name: its state decides (check_state names the operators). */
+  if (info->job_name[0] && !job->opts.from_savepoint && !same_name(job, info->job_name)) {
     weir__job_failed(job, WEIR_EMISMATCH,
                      "checkpoint %llu in the state directory '%s' was taken by job '%s', not by "
                      "this job '%s': restore another checkpoint of '%s', give it a state "

@@ -72,6 +72,7 @@
 
 #include "identity.h"
 #include "restore.h"
+#include "savepoint.h"
 #include "base/alloc.h"
 #include "base/assert.h"
 #include "base/clock.h"
@@ -104,6 +105,12 @@ void weir__job_poke(weir_job *job) {
 void weir_job_stop(weir_job *job) {
   if (!job) return;
   atomic_fetch_add(&job->stop_requests, 1);
+  weir__job_poke(job);
+}
+
+void weir_job_abandon(weir_job *job) {
+  if (!job) return;
+  atomic_store(&job->abandon, 1);
   weir__job_poke(job);
 }
 
@@ -184,6 +191,7 @@ static int ck_trigger(runner *r, int final) {
   rc = weir__coord_trigger(&job->coord, id, final, weir_clock_mono_ns(), weir_clock_wall_ms(), &a);
   pthread_mutex_unlock(&job->ck_mu);
   WEIR_ASSERT(rc == 0); /* only triggered when weir__coord_may_trigger */
+  weir__sp_triggered(job, id, final);
   carry_out(r, &a);
   return 0;
 }
@@ -315,6 +323,7 @@ static void do_complete(runner *r, const weir__ck_pending *ck) {
   (void)weir_failpoint("ckpt.after_meta_commit");
   atomic_store(&job->complete_id, ck->id);
   atomic_store(&job->resume_id, ck->id); /* synchronous checkpoints: sources run again */
+  weir__sp_completed(job, ck);
 }
 
 /* Returns 0 if the tasks must not be told (the lease is lost: the job
@@ -335,6 +344,7 @@ static int do_abort(runner *r, weir__coord_act *a) {
   }
   atomic_store(&job->aborted_id, id);
   atomic_store(&job->resume_id, id); /* synchronous checkpoints: sources run again */
+  weir__sp_aborted(job, id, a->status, a->why, a->ck.why);
   ck_declined(r, id, a->ck.final, a->why, a->ck.why);
   return 1;
 }
@@ -405,6 +415,13 @@ static void on_async(uv_async_t *h) {
     coord_end(r);
     return;
   }
+  if (atomic_load(&job->abandon) && atomic_load(&job->stopping)) {
+    weir__job_failed(job, WEIR_ECANCELED,
+                     "the stop was abandoned before the job ended: effects of completed "
+                     "checkpoints not committed yet stay pending, for the next run to commit");
+    coord_end(r);
+    return;
+  }
   if (atomic_load(&job->failed)) {
     coord_end(r);
     return;
@@ -414,6 +431,11 @@ static void on_async(uv_async_t *h) {
     coord_end(r);
     return;
   }
+  unsigned spf = 0;
+  if (job->store && !job->recover_only && !atomic_load(&job->stopping) &&
+      atomic_load(&job->tasks_done) < job->plan.ntasks && weir__sp_asked(job, &spf) &&
+      !(spf & WEIR_SAVEPOINT_STOP) && may_trigger(job, 0) && ck_trigger(r, 0))
+    ck_not_started(r, 0); /* the savepoint waits for the next interval */
   if (atomic_load(&job->tasks_done) == job->plan.ntasks) {
     if (!job->store || job->recover_only) {
       coord_end(r);
@@ -611,6 +633,22 @@ static int prepare_store(weir_job *job) {
                                 : weir_strerror(rc));
     return rc;
   }
+  if (o->from_savepoint) {
+    rc = weir_store_import(job->store, o->from_savepoint, job->name, &job->from_sp);
+    if (rc) return weir__job_store_failed(job, rc, "cannot start from the savepoint");
+    if (weir_lease_epoch(job->lease) <= job->from_sp.epoch) {
+      weir__job_failed(job, WEIR_EMISMATCH,
+                       "the state directory '%s' is at lease epoch %llu, not above the "
+                       "savepoint's %llu, so destinations would fence this run out: start "
+                       "from the savepoint in a new state directory",
+                       o->state_dir, (unsigned long long)weir_lease_epoch(job->lease),
+                       (unsigned long long)job->from_sp.epoch);
+      return WEIR_EMISMATCH;
+    }
+    WEIR_LOG_I("savepoint %s: checkpoint %llu of job %s ('%s') copied into '%s'", o->from_savepoint,
+               (unsigned long long)job->from_sp.id, job->from_sp.job_id, job->from_sp.job_name,
+               o->state_dir);
+  }
   weir_store_job rec;
   int exists = weir_store_job_get(job->store, &rec);
   if (exists < 0) return weir__job_store_failed(job, exists, "cannot read the state directory");
@@ -621,6 +659,10 @@ static int prepare_store(weir_job *job) {
   int new_instance = 0;
   switch (o->restore) {
   case WEIR_RESTORE_NONE:
+    if (job->from_sp.id) {
+      from = job->from_sp.id;
+      break;
+    }
     if (exists && !rec.finished) {
       weir__job_failed(job, WEIR_EUNFINISHED,
                        "the state directory '%s' holds an unfinished run of job %s (latest "
@@ -684,6 +726,17 @@ static int acquire_lease(weir_job *job) {
   char err[1024];
   weir_lease_opts lo = {
       .lease_ms = o->lease_ms, .wait = o->lease_wait, .lost = on_lease_lost, .lost_user = job};
+  if (o->from_savepoint) {
+    /* The whole file is checked before anything is touched, and a new
+     * directory's first epoch starts above the savepoint's. */
+    weir_savepoint_info sp;
+    int rc = weir_savepoint_check(o->from_savepoint, &sp, err, sizeof err);
+    if (rc) {
+      weir__job_failed(job, rc, "%s", err);
+      return rc;
+    }
+    lo.min_epoch = sp.epoch + 1;
+  }
   int rc = weir_lease_acquire(&job->lease, o->state_dir, &lo, err, sizeof err);
   if (rc) {
     weir__job_failed(job, rc, "%s", err);
@@ -810,6 +863,12 @@ static int check_opts(weir_job *job) {
                "(unaligned checkpoints and the alignment timeout apply to acyclic jobs only)");
     job->unaligned = 0;
   }
+  if (o->from_savepoint && (!o->state_dir || o->restore != WEIR_RESTORE_NONE))
+    return weir_job_fail(job, WEIR_EINVAL,
+                         o->state_dir
+                             ? "a run from a savepoint restores the savepoint: it takes no "
+                               "other restore (--restore, --fresh)"
+                             : "a run from a savepoint needs a state directory");
   if (o->tolerable_checkpoint_failures < WEIR_TOLERATE_ANY)
     return weir_job_fail(job, WEIR_EINVAL, "tolerable checkpoint failures: %d is not a count",
                          o->tolerable_checkpoint_failures);
@@ -879,11 +938,14 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
   r.job = job;
   loop_open(&r);
   atomic_store(&job->coord_alive, 1);
+  if (job->store && !job->recover_only) weir__sp_open(job);
+  if (job->opts.started) job->opts.started(job->opts.started_user, job);
   job->start_ns = weir_clock_mono_ns();
   rc = weir__workers_start(job);
   if (rc) weir__job_failed(job, rc, "cannot start worker threads");
   on_async(&r.async); /* stop requests made before the run, empty jobs */
   uv_run(&r.loop, UV_RUN_DEFAULT);
+  weir__sp_close(job);
   weir__workers_join(job);
   weir_failpoint("job.teardown");
   job->end_ns = weir_clock_mono_ns();

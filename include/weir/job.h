@@ -898,6 +898,22 @@ typedef struct weir_run_opts {
    * operator this job does not have (that state is dropped). */
   int allow_sink_change;
   int allow_non_restored_state;
+  /* Starts the job from a savepoint file (weir_job_savepoint; docs/
+   * savepoints.md) instead of from its state directory's checkpoints: the
+   * file is copied into state_dir, whose lease epoch and checkpoint ids
+   * then continue above the savepoint's, and the run restores it as
+   * WEIR_RESTORE_ID would (restore must be WEIR_RESTORE_NONE). A state
+   * directory that holds another job refuses it (WEIR_EMISMATCH); a
+   * damaged file is WEIR_ECORRUPT. The job's name may differ from the
+   * savepoint's (a new version of a job); its state is matched by
+   * operator name. */
+  const char *from_savepoint;
+  /* Called once on the calling thread when the run owns its state
+   * directory and has restored what it restores, right before its workers
+   * start (a place to start a control endpoint that must not race another
+   * owner). NULL: none. */
+  void (*started)(void *user, weir_job *job);
+  void *started_user;
 } weir_run_opts;
 
 #define WEIR_DEFAULT_TOLERABLE_FAILURES 3
@@ -1038,6 +1054,43 @@ int weir_job_operator_counts(const weir_job *job, const char *name, uint64_t *re
  * 0 with *value = 0 if the operator never counted `counter`; WEIR_ENOENT for
  * an unknown operator. */
 int weir_job_counter(const weir_job *job, const char *op, const char *counter, uint64_t *value);
+
+/* ---- savepoints (docs/savepoints.md) ------------------------------------ */
+
+enum {
+  /* The savepoint stops the job (stop-with-savepoint): sources end as
+   * weir_job_stop() makes them, and the job's last checkpoint is the
+   * savepoint; two-phase sinks commit it as the job ends. */
+  WEIR_SAVEPOINT_STOP = 1u << 0,
+  /* With STOP: end as weir_job_drain() does (timers fire, the job finishes
+   * for good) instead of leaving windows and timers in the savepoint. */
+  WEIR_SAVEPOINT_DRAIN = 1u << 1,
+};
+
+typedef struct weir_savepoint_result {
+  uint64_t id;      /* the checkpoint it is */
+  uint64_t bytes;   /* the file's size */
+  char path[4096];  /* where it was written */
+  char error[1024]; /* why it failed ("" on success) */
+} weir_savepoint_result;
+
+/* Takes a savepoint of a running job: the next checkpoint (aligned, with
+ * no channel state), written as a self-contained savepoint file to `path`
+ * (NULL: <state dir>/savepoints/<checkpoint id>) once it is durable. A
+ * savepoint file is never removed by retention; `weir_run_opts.
+ * from_savepoint` starts a run from it. Blocks until the file is written
+ * or the savepoint failed; call it from a thread other than the run's
+ * (a control or HTTP thread). Returns 0 with *out filled, or WEIR_ESTATE
+ * (the job does not run, has no state directory, or already takes a
+ * savepoint), WEIR_ECANCELED (the job ended first), or the checkpoint's
+ * or the file's error, with out->error saying why. Thread-safe. */
+int weir_job_savepoint(weir_job *job, const char *path, unsigned flags, weir_savepoint_result *out);
+
+/* Abandons a stop under way (as a second SIGINT/SIGTERM does): the run
+ * fails with WEIR_ECANCELED at once, without waiting for its sinks;
+ * effects of checkpoints that completed and were not committed yet stay
+ * pending, for the next run to commit. Thread-safe and async-signal-safe. */
+void weir_job_abandon(weir_job *job);
 
 /* Nonzero if the run ended because weir_job_stop() (or a signal) asked it
  * to, rather than at the end of its input; 2 if weir_job_drain() did. */

@@ -65,6 +65,10 @@ typedef struct weir_lease_opts {
    * committing. It must not fork (see weir_fork_hold). */
   void (*lost)(void *user, int err, const char *msg);
   void *lost_user;
+  /* A state directory without any epoch yet starts at this one (0, 1: at
+   * 1): a run from a savepoint continues above the savepoint's epoch, so
+   * that destinations fenced by it accept the run. */
+  uint64_t min_epoch;
   /* Tests. */
   const weir_lease_clock *clock; /* NULL: the system's monotonic clock */
   const weir_lease_owner *as;    /* NULL: this process (host, boot, pid, start) */

@@ -399,6 +399,46 @@ int weir_store_verify(weir_store *s, uint64_t id);
  * the child is done. */
 int weir_store_probe(weir_store *s, uint64_t id);
 
+/* ---- savepoints (docs/store.md §11) ---------------------------------------- */
+
+/* What a savepoint file holds (weir_savepoint_check, weir_store_import). */
+typedef struct weir_savepoint_info {
+  char job_id[40];
+  char job_name[WEIR_STORE_NAME_MAX + 1];
+  uint64_t id;       /* the checkpoint */
+  uint64_t epoch;    /* the lease epoch of the owner that committed it */
+  uint64_t instance; /* the job instance that took it */
+  uint64_t id_limit; /* checkpoint ids below it were handed out by its job */
+  int64_t time_ms;   /* completion wall clock */
+  uint64_t bytes;    /* the file's size */
+} weir_savepoint_info;
+
+/* Writes completed checkpoint `id` of this store into a savepoint file at
+ * `path` (replaced if it exists; written beside it and renamed, fsynced):
+ * the job record, the checkpoint's metadata and every chunk it reads, so
+ * that the file restores without the store. Reads in one read transaction
+ * (retention may run meanwhile); any thread. *bytes: the file's size.
+ * Returns 0, WEIR_ENOENT (not retained), or an error (message set). */
+int weir_store_export(weir_store *s, uint64_t id, const char *path, uint64_t *bytes);
+/* Reads a savepoint file whole and checks its framing, checksum, job
+ * record and metadata (the chunks' contents are checked when a run
+ * restores them). 0 with *info, or WEIR_ENOENT, WEIR_ECORRUPT (damaged,
+ * truncated, not a savepoint), WEIR_EFORMAT (a newer format) with the
+ * message in err. */
+int weir_savepoint_check(const char *path, weir_savepoint_info *info, char *err, size_t errlen);
+/* Copies a savepoint file into this store, before weir_store_job_begin:
+ * its chunks, its checkpoint's metadata, and a job record of the
+ * savepoint's job id whose latest checkpoint is the savepoint's and whose
+ * ids continue above every id the savepoint's job handed out (named
+ * `name`, if not NULL). A store that holds the same job keeps its record
+ * (ids, instance) apart from those; one that holds another job refuses
+ * (WEIR_EMISMATCH). A checkpoint already in the store byte for byte (a
+ * savepoint taken in this state directory) is not copied again. Runs on
+ * the writer thread, waited for; the metadata and job record are written
+ * last, in one durable transaction. 0 with *info, or an error (message
+ * set). */
+int weir_store_import(weir_store *s, const char *path, const char *name, weir_savepoint_info *info);
+
 /* Loads one subtask's state of completed checkpoint `id` into *out (fully
  * validated; on error *out is empty). WEIR_ENOENT if the checkpoint has no
  * such operator subtask. u64 state comes back in the order stored (hash
