@@ -225,4 +225,78 @@ TX_FN void fini(void) {
     return crash_main(argc, argv, "info");                                                         \
   }
 
+/* ---- savepoints (test_savepoint.c, and the sinks' stop-with-savepoint) ---- */
+
+/* Waits until the job's control socket is there (the run owns its state
+ * directory and restored what it restores). */
+TX_FN void wait_for_control(const crash_job *j) {
+  char path[700];
+  snprintf(path, sizeof path, "%s/control", j->state);
+  for (int i = 0; i < 300; i++) {
+    struct stat st;
+    if (stat(path, &st) == 0) return;
+    th_sleep_ms(20);
+  }
+  cr_assert_fail("no control socket at %s after 6 s\nhistory: %s", path, j->history);
+}
+
+/* Runs `weir ARGS...` (NULL terminated): its exit; stdout in *out. */
+TX_FN int weir_cmd(char **out, char **err, ...) {
+  const char *argv[24] = {WEIR_BINARY};
+  va_list ap;
+  va_start(ap, err);
+  size_t n = 1;
+  const char *a;
+  while ((a = va_arg(ap, const char *)) != NULL && n < 23) argv[n++] = a;
+  argv[n] = NULL;
+  va_end(ap);
+  return th_run(argv, NULL, out, err, RUN_TIMEOUT_S);
+}
+
+/* Starts j (extra arguments NULL terminated) in the background; its stderr
+ * goes to <dir>/run.err. */
+TX_FN pid_t start(crash_job *j, const char *const extra[]) {
+  char errpath[700];
+  snprintf(errpath, sizeof errpath, "%s/run.err", j->dir);
+  pid_t pid = crash_spawnv(j, NULL, errpath, extra);
+  wait_for_control(j);
+  return pid;
+}
+
+/* The run started by start() ended with `want`. */
+TX_FN void expect_exit(crash_job *j, pid_t pid, int want) {
+  int rc = crash_wait(pid, RUN_TIMEOUT_S * 1000, 0);
+  char errpath[700];
+  snprintf(errpath, sizeof errpath, "%s/run.err", j->dir);
+  char *err = th_read_file(errpath, NULL);
+  cr_assert_eq(rc, want, "exit %d, want %d: %s\nhistory: %s", rc, want, err ? err : "", j->history);
+  free(err);
+}
+
+/* Moves j to a new state directory (<dir>/STATE), the sink unchanged. */
+TX_FN void new_state_dir(crash_job *j, const char *name) {
+  snprintf(j->state, sizeof j->state, "%s/%s", j->dir, name);
+}
+
+/* `weir stop --savepoint --out <dir>/upgrade.savepoint` of the running j
+ * (started by start()), which must end 0; then j moved to a new state
+ * directory and run --from-savepoint to the end: exit 0, resumed. */
+TX_FN void stop_with_savepoint_and_upgrade(crash_job *j, pid_t pid) {
+  char out[700];
+  snprintf(out, sizeof out, "%s/upgrade.savepoint", j->dir);
+  char *so = NULL, *se = NULL;
+  int rc = weir_cmd(&so, &se, "stop", "--state-dir", j->state, "--savepoint", "--out", out, NULL);
+  cr_assert_eq(rc, 0, "weir stop: %s", se);
+  cr_assert_not_null(strstr(so, out), "%s", so);
+  free(so);
+  free(se);
+  expect_exit(j, pid, 0);
+  new_state_dir(j, "upgraded");
+  char *err = NULL;
+  rc = crash_run(j, NULL, -1, &err, "--from-savepoint", out, NULL);
+  cr_assert_eq(rc, 0, "%s", err);
+  cr_assert_gt(th_resumed_from(err), 0, "%s", err);
+  free(err);
+}
+
 #endif

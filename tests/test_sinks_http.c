@@ -93,6 +93,21 @@ Test(http_tx, no_failure) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
+/* Stop with a savepoint, then the savepoint run in a new state directory:
+ * the receiver has every effect exactly once. */
+Test(http_tx, stop_with_savepoint_then_from_savepoint) {
+  crash_job *j = tx_job(H_RECORDS, H_KEYS, "400", H_INTERVAL);
+  receiver r;
+  recv_start(&r, j, NULL);
+  http_sink(j, &r, NULL);
+  pid_t pid = start(j, NULL);
+  th_sleep_ms(700);
+  stop_with_savepoint_and_upgrade(j, pid);
+  check_receiver(j, &r);
+  recv_stop(&r);
+  crash_free(j);
+}
+
 /* Killed at failpoint NAME@hit with parallelism `from`, then restored with
  * `to` until done: the receiver has each effect exactly once. */
 static void http_kill_at(const char *name, unsigned hit, const char *from, const char *to) {

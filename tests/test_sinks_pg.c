@@ -355,6 +355,24 @@ Test(pg_tx, no_failure_prepare_commit_markers) {
   cr_assert_eq(th_leak_check(), 0);
 }
 
+/* Stop with a savepoint, then the savepoint run in a new state directory
+ * (the upgrade path): the same job id and a higher owner epoch, so the
+ * fence row takes the new run; every row exactly once, nothing prepared
+ * left. */
+Test(pg_tx, stop_with_savepoint_then_from_savepoint) {
+  need_pg();
+  crash_job *j = pg_job(60000, P_KEYS, "20000", P_INTERVAL);
+  pid_t pid = start(j, NULL);
+  th_sleep_ms(500);
+  const char *id = job_id(j);
+  stop_with_savepoint_and_upgrade(j, pid);
+  PGconn *c = pg_connect(g_conninfo);
+  check_pg(j, c);
+  cr_assert_geq(pg_num(c, "SELECT epoch FROM weir_fence WHERE job = '%s'", id), 2);
+  PQfinish(c);
+  pg_job_free(j);
+}
+
 /* Marker rows are pruned: with markers=10, a subtask keeps those of about
  * its last 10 checkpoints, not one per commit. */
 Test(pg_tx, markers_pruned) {
