@@ -429,6 +429,7 @@ int cli_cmd_inspect(int argc, char **argv) {
              (unsigned long long)st->ns, (unsigned long long)st->timers,
              (unsigned long long)st->bcast);
       if (st->has_clock) printf(", \"clock\": %lld", (long long)st->clock);
+      if (st->state_version) printf(", \"state_version\": %u", st->state_version);
       if (is_channel_state(st)) printf(", \"channel_state\": true");
       weir_sink_state_info si;
       if (!is_channel_state(st) && sink_state(s, id, st, &si)) print_sink_json(&si);
@@ -464,6 +465,7 @@ int cli_cmd_inspect(int argc, char **argv) {
       if (st->ns) printf("  %llu namespaced entries", (unsigned long long)st->ns);
       if (st->timers) printf("  %llu timers", (unsigned long long)st->timers);
       if (st->bcast) printf("  %llu broadcast entries", (unsigned long long)st->bcast);
+      if (st->state_version) printf("  state version %u", st->state_version);
       if (st->has_clock) {
         if (st->clock == INT64_MIN)
           printf("  clock: no watermark yet");

@@ -260,6 +260,7 @@ void weir__meta_encode(const weir__ckpt_meta *mm, uint8_t **out, size_t *len) {
     s->bcast_entries = e->bcast_entries;
     s->has_clock = e->has_clock != 0;
     s->clock = e->clock;
+    s->state_version = e->state_version;
     s->n_pos_split = s->n_pos_offset = e->npos;
     s->pos_split = split + at;
     s->pos_offset = offset + at;
@@ -561,6 +562,7 @@ int weir__meta_decode(const void *value, size_t len, uint64_t key_id, const char
     e->bcast_entries = s->bcast_entries;
     e->has_clock = s->has_clock;
     e->clock = s->clock;
+    e->state_version = s->state_version;
     e->npos = (uint32_t)s->n_pos_split;
     if (e->npos > 0) {
       e->pos = weir_malloc(e->npos * sizeof *e->pos);

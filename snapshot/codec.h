@@ -106,6 +106,7 @@ typedef struct weir__sub_entry {
   uint64_t timer_entries;
   int has_clock;
   int64_t clock;
+  uint32_t state_version; /* the operator's declared state version (0: none) */
   /* Broadcast state (format 4): a byte-string stream, every route 0. */
   uint32_t bcast_chunks;
   uint64_t bcast_entries;

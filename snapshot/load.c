@@ -204,6 +204,7 @@ static void entry_alloc(const weir__sub_entry *e, const weir_store_u64_sink *sin
   }
   out->has_clock = e->has_clock;
   out->clock = e->clock;
+  out->state_version = e->state_version;
   if (e->npos) {
     out->pos = weir_malloc(e->npos * sizeof *out->pos);
     memcpy(out->pos, e->pos, e->npos * sizeof *out->pos);

@@ -728,6 +728,7 @@ int weir_store_info(weir_store *s, uint64_t id, weir_store_ckpt_info **out) {
     t->timers = e->timer_entries;
     t->bcast = e->bcast_entries;
     t->has_clock = e->has_clock;
+    t->state_version = e->state_version;
     t->clock = e->clock;
     t->npos = e->npos;
     t->pos = e->pos; /* moved */

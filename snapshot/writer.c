@@ -416,6 +416,7 @@ static void member_written(weir_store *s, gmember *m, weir__chunker *c) {
   e.bcast_entries = sn->n_bcast;
   e.has_clock = sn->has_clock;
   e.clock = sn->clock;
+  e.state_version = sn->state_version;
   e.bytes = m->w.bytes + m->txn_bytes;
   e.op = sn->op;
   sn->op = NULL;

@@ -329,6 +329,9 @@ Test(identity, a_store_without_identities_restores_with_one_warning) {
 
 typedef struct run_cfg {
   _Atomic uint64_t max[K]; /* per key: the largest count the sink saw */
+  /* The state versions the versioned sink saw (in restore; in open, +1:
+   * 0 means it was not restoring). */
+  atomic_uint restore_version, open_version;
   _Atomic uint64_t seen;
   uint64_t stop_after; /* ask for a stop after this many records (0: never) */
   atomic_int stopped;
@@ -350,6 +353,30 @@ static int sink_process(weir_ctx *ctx, const weir_record *r) {
 
 static const weir_operator_vt sink_vt = {
     .size = sizeof(weir_operator_vt), .name = "max", .process = sink_process};
+
+/* The sink with state of its own (one byte), which notes the state version
+ * it restores. */
+static int vs_open(weir_ctx *ctx) {
+  if (weir_ctx_restoring(ctx)) atomic_store(&cfg.open_version, weir_ctx_state_version(ctx) + 1);
+  return 0;
+}
+static int vs_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
+  (void)ctx;
+  (void)id;
+  return weir_snapshot_write(w, "v", 1);
+}
+static int vs_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
+  (void)r;
+  atomic_store(&cfg.restore_version, weir_ctx_state_version(ctx));
+  return 0;
+}
+static const weir_operator_vt versioned_vt = {.size = sizeof(weir_operator_vt),
+                                              .name = "versioned",
+                                              .open = vs_open,
+                                              .process = sink_process,
+                                              .snapshot = vs_snapshot,
+                                              .restore = vs_restore,
+                                              .rescalable = 1};
 
 static int pass(void *user, const weir_record *in, weir_record *out) {
   (void)user;
@@ -395,7 +422,10 @@ static const weir_sink_dest_vt nowhere_vt = {.size = sizeof(weir_sink_dest_vt),
                                              .identity = nd_identity,
                                              .move_note = "it is a test that keeps nothing"};
 
-enum { BASE, GAINED, NO_COUNT, TWO_PHASE };
+enum { BASE, GAINED, NO_COUNT, TWO_PHASE, VERSIONED };
+
+/* The state version VERSIONED jobs declare for their sink. */
+static uint32_t g_sink_version;
 
 /* gen -> key_by -> count -> sink; GAINED: a map "pass" before the sink;
  * NO_COUNT: gen -> key_by -> pass -> sink; TWO_PHASE: the sink is the
@@ -407,9 +437,12 @@ static weir_job *build(int shape, int p, uint64_t rate, const char *dest) {
   weir_stream *s = weir_key_by(weir_gen(job, "gen", &go, p));
   if (shape != NO_COUNT) s = weir_count(s, "count", p);
   if (shape == GAINED || shape == NO_COUNT) s = weir_map(s, "pass", pass, NULL, p);
-  int rc = shape == TWO_PHASE ? weir_sink_twophase(s, "sink", &nowhere_vt, (void *)dest, p)
-                              : weir_sink(s, "sink", &sink_vt, NULL, p);
+  int rc = shape == TWO_PHASE   ? weir_sink_twophase(s, "sink", &nowhere_vt, (void *)dest, p)
+           : shape == VERSIONED ? weir_sink(s, "sink", &versioned_vt, NULL, p)
+                                : weir_sink(s, "sink", &sink_vt, NULL, p);
   cr_assert_eq(rc, 0, "%s", weir_job_error(job));
+  if (shape == VERSIONED) cr_assert_eq(weir_operator_state_version(job, "sink", g_sink_version), 0);
+  cr_assert_eq(weir_operator_state_version(job, "no such operator", 1), WEIR_ENOENT);
   return job;
 }
 
@@ -454,6 +487,24 @@ Test(identity, a_graph_that_gained_a_stateless_operator_restores) {
   cr_assert_gt(weir_job_run_info(cfg.job)->restored_from, 0);
   weir_job_destroy(cfg.job);
   assert_exact();
+  finish(dir);
+}
+
+/* A state version declared by the job that wrote the state is what the
+ * restoring run's operator sees (in open and in restore), whatever version
+ * the restoring job declares; with another parallelism too. */
+Test(identity, the_restore_sees_the_written_state_version) {
+  char *dir = th_tmpdir();
+  g_sink_version = 2;
+  run_stopped(dir, VERSIONED, NULL);
+  g_sink_version = 3;
+  weir_run_opts o = opts(dir);
+  int rc = run_restored(dir, VERSIONED, 3, &o, NULL);
+  cr_assert_eq(rc, 0, "%s", weir_job_error(cfg.job));
+  weir_job_destroy(cfg.job);
+  assert_exact();
+  cr_assert_eq(atomic_load(&cfg.restore_version), 2);
+  cr_assert_eq(atomic_load(&cfg.open_version), 3);
   finish(dir);
 }
 

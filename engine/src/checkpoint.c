@@ -296,6 +296,7 @@ int weir__ctx_snapshot(weir_ctx *c, uint64_t id, weir_subtask_snapshot *s) {
   s->op = weir_strdup(c->node->name);
   s->subtask = c->subtask;
   s->parallelism = c->parallelism;
+  s->state_version = c->node->state_version;
   copy_state(c, s);
   copy_ns(c, s);
   weir__timers_snapshot(c, s);
@@ -530,6 +531,7 @@ int weir__head_write_log(weir__task *t) {
   s.op = weir_strdup(c->node->name);
   s.subtask = c->subtask;
   s.parallelism = c->parallelism;
+  s.state_version = c->node->state_version;
   s.blob = log;
   s.blob_len = len;
   s.blob_release = release;
@@ -612,6 +614,7 @@ int weir__ctx_restore(weir_ctx *c) {
              "in %.1f ms",
              c->node->name, c->subtask, (unsigned long long)s->n_u64,
              (unsigned long long)s->n_bytes, (unsigned long long)s->n_ns, (double)ns / 1e6);
+  c->restored_version = s->state_version;
   weir_subtask_snapshot_free(s);
   weir_free(s);
   c->restore = NULL;

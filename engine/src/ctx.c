@@ -112,6 +112,9 @@ int weir_ctx_checkpointing(const weir_ctx *c) {
 int weir_ctx_restoring(const weir_ctx *c) {
   return c->restore != NULL;
 }
+uint32_t weir_ctx_state_version(const weir_ctx *c) {
+  return c->restore ? c->restore->state_version : c->restored_version;
+}
 void weir_ctx_select_parent(weir_ctx *c, uint64_t parent_id, int64_t ts) {
   c->cur_id = parent_id;
   c->cur_ts = ts;

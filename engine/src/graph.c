@@ -516,6 +516,16 @@ weir_stream *weir_connect(weir_stream *in1, weir_stream *in2, const char *name,
   return process_n("weir_connect", in, 2, name, vt, arg, parallelism, opts);
 }
 
+int weir_operator_state_version(weir_job *job, const char *name, uint32_t version) {
+  if (!job || !name) return WEIR_EINVAL;
+  for (uint32_t i = 0; i < job->nnodes; i++)
+    if (job->nodes[i]->name && strcmp(job->nodes[i]->name, name) == 0) {
+      job->nodes[i]->state_version = version;
+      return 0;
+    }
+  return WEIR_ENOENT;
+}
+
 int weir_sink(weir_stream *s, const char *name, const weir_operator_vt *vt, void *arg,
               int parallelism) {
   /* No job to record in: after a failed call, the job holds its error. */

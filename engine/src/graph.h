@@ -97,6 +97,9 @@ struct weir__node {
    * and the destination a restore moves it from (NULL: not moved). */
   weir_destination *dest;
   char *moved_from;
+  /* The version of the operator's state (weir_operator_state_version),
+   * stored with every snapshot of it. */
+  uint32_t state_version;
 };
 
 /* n's declared side outputs as "a, b, c" into buf ("" if none). */

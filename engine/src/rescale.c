@@ -80,10 +80,12 @@ int weir__rescale(const char *op, const weir__rescale_kind *kind, uint32_t key_g
   uint32_t npos = 0;
   int has_clock = 0;
   int64_t clock = INT64_MAX;
+  uint32_t version = 0; /* every old subtask's, one job's: the same */
   for (uint32_t s = 0; s < p; s++) n[s] = weir_calloc(1, sizeof *n[s]);
   for (uint32_t k = 0; k < p0; k++) {
     weir_subtask_snapshot *o = old[k];
     if (!o) continue;
+    if (o->state_version > version) version = o->state_version;
     if (o->has_clock) {
       has_clock = 1;
       if (o->clock < clock) clock = o->clock;
@@ -123,6 +125,7 @@ int weir__rescale(const char *op, const weir__rescale_kind *kind, uint32_t key_g
     t->op = weir_strdup(op);
     t->subtask = s;
     t->parallelism = p;
+    t->state_version = version;
     if (t->n_u64) {
       t->u64_keys = weir_malloc(t->n_u64 * sizeof *t->u64_keys);
       t->u64_values = weir_malloc(t->n_u64 * sizeof *t->u64_values);

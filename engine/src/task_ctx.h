@@ -52,6 +52,7 @@ struct weir_ctx {
   /* State loaded from a checkpoint, installed when the task opens (a keyed
    * operator's u64 state is already in `state`, built while loading). */
   struct weir_subtask_snapshot *restore;
+  uint32_t restored_version;  /* the state version restored (after restore) */
   uint64_t restore_stream_ns; /* time the load spent building `state` */
   /* Chain heads: the task's channel state in that checkpoint, if any. */
   struct weir_subtask_snapshot *restore_chan;

@@ -367,6 +367,12 @@ int weir_ctx_checkpointing(const weir_ctx *ctx);
  * a rescale added, or one that stored nothing, has no state to restore
  * while the job still restores: see weir_ctx_restored_checkpoint. */
 int weir_ctx_restoring(const weir_ctx *ctx);
+/* In open, restore and afterwards: the version of the operator's state
+ * that this subtask restored, as the job that wrote it declared it with
+ * weir_operator_state_version (0: none declared, or nothing restored).
+ * An operator whose state layout changed reads the old layout by it;
+ * weir itself never converts state. */
+uint32_t weir_ctx_state_version(const weir_ctx *ctx);
 /* The id of the checkpoint this run restores, for every subtask of the
  * job (0: a start from the beginning). A destination decides with it, not
  * with weir_ctx_restoring, whether earlier output may be discarded. */
@@ -775,6 +781,13 @@ weir_stream *weir_connect(weir_stream *in1, weir_stream *in2, const char *name,
  * nothing consumes are dropped and counted ("dropped:<tag>" in the job's
  * summary). */
 weir_stream *weir_side_output(weir_stream *s, const char *tag);
+/* Declares the version of the state of operator `name` (source, operator
+ * or sink, added before): stored with every snapshot of it, and told to
+ * the operator when a later run restores that snapshot
+ * (weir_ctx_state_version), so that a new version of a job can read the
+ * state an older one wrote (docs/savepoints.md §5). Default 0. Returns 0,
+ * WEIR_ENOENT (no such operator) or WEIR_EINVAL. */
+int weir_operator_state_version(weir_job *job, const char *name, uint32_t version);
 /* Adds a sink operator (emits nothing). Returns the job's build error or 0. */
 int weir_sink(weir_stream *s, const char *name, const weir_operator_vt *vt, void *arg,
               int parallelism);

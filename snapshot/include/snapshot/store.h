@@ -218,6 +218,8 @@ typedef struct weir_subtask_snapshot {
    * at the cut. */
   int has_clock;
   int64_t clock;
+  /* The version of the operator's state its job declared (0: none). */
+  uint32_t state_version;
   /* Broadcast state (docs/event-time.md §7.2): entry i is a key of
    * bc_klen[i] bytes then a value of bc_vlen[i] bytes, entries back to
    * back in bc_data; each key once, in any order. */
@@ -350,12 +352,13 @@ typedef struct weir_store_subtask_info {
   char *op;
   uint32_t subtask, parallelism;
   uint64_t bytes, chunks, u64_entries, bytes_entries, blob_len;
-  uint64_t keys_ckpt; /* its u64 keys are stored with this earlier checkpoint
-                         (not in bytes, chunks); 0: with its own chunks */
-  uint64_t ns;        /* namespaced u64 entries (format 4) */
-  uint64_t timers;    /* timers (format 4) */
-  uint64_t bcast;     /* broadcast state entries (format 4) */
-  int has_clock;      /* an event-time operator: its clock at the cut */
+  uint64_t keys_ckpt;     /* its u64 keys are stored with this earlier checkpoint
+                             (not in bytes, chunks); 0: with its own chunks */
+  uint64_t ns;            /* namespaced u64 entries (format 4) */
+  uint64_t timers;        /* timers (format 4) */
+  uint64_t bcast;         /* broadcast state entries (format 4) */
+  int has_clock;          /* an event-time operator: its clock at the cut */
+  uint32_t state_version; /* the operator's declared state version (0: none) */
   int64_t clock;
   uint32_t npos;
   weir_snap_position *pos;
