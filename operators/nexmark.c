@@ -43,6 +43,11 @@
 _Static_assert(sizeof(weir_nexmark_person) == 40, "person layout");
 _Static_assert(sizeof(weir_nexmark_auction) == 80, "auction layout");
 _Static_assert(sizeof(weir_nexmark_bid) == 56, "bid layout");
+_Static_assert(offsetof(weir_nexmark_person, event) == 16 &&
+                   offsetof(weir_nexmark_auction, event) == 16 &&
+                   offsetof(weir_nexmark_bid, event) == 16 &&
+                   offsetof(weir_nexmark_bid, date_time) == 24,
+               "the common head of the three parts");
 
 __extension__ typedef unsigned __int128 u128;
 

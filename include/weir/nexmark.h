@@ -52,7 +52,8 @@ enum { WEIR_NEXMARK_PERSON = 0, WEIR_NEXMARK_AUCTION = 1, WEIR_NEXMARK_BID = 2 }
  * ASCII without comma, quote or newline). A payload is not aligned in a
  * batch: read it with weir_nexmark_parse, which copies the fixed part.
  * The record's key is the person's id, the auction's id or the bid's
- * auction, and its timestamp the event's date_time. */
+ * auction, and its timestamp the event's date_time. Every part has
+ * `event` at offset 16 and date_time at 24, and no implicit padding. */
 typedef struct weir_nexmark_person {
   uint32_t kind;     /* WEIR_NEXMARK_PERSON */
   uint16_t len[6];   /* name, email_address, credit_card, city, state, extra */
@@ -64,7 +65,7 @@ typedef struct weir_nexmark_person {
 typedef struct weir_nexmark_auction {
   uint32_t kind;   /* WEIR_NEXMARK_AUCTION */
   uint16_t len[3]; /* item_name, description, extra */
-  uint16_t pad;    /* 0 */
+  uint16_t pad[3]; /* 0 */
   uint64_t event;
   int64_t date_time;
   int64_t id, initial_bid, reserve, expires, seller, category;
@@ -73,7 +74,7 @@ typedef struct weir_nexmark_auction {
 typedef struct weir_nexmark_bid {
   uint32_t kind;   /* WEIR_NEXMARK_BID */
   uint16_t len[3]; /* channel, url, extra */
-  uint16_t pad;    /* 0 */
+  uint16_t pad[3]; /* 0 */
   uint64_t event;
   int64_t date_time;
   int64_t auction, bidder, price;
