@@ -174,7 +174,8 @@ static int q0_fn(weir_ctx *ctx, void *user, const weir_record *r) {
   int rc = bid_of(ctx, r, &ev);
   if (rc <= 0) return rc;
   const weir_nexmark_bid *b = &ev.u.bid;
-  line l = {0};
+  line l;
+  l.n = 0;
   l_i64(&l, b->bidder);
   l_c(&l, ',');
   l_i64(&l, b->price);
@@ -192,7 +193,8 @@ static int q1_fn(weir_ctx *ctx, void *user, const weir_record *r) {
   int rc = bid_of(ctx, r, &ev);
   if (rc <= 0) return rc;
   const weir_nexmark_bid *b = &ev.u.bid;
-  line l = {0};
+  line l;
+  l.n = 0;
   l_i64(&l, b->bidder);
   l_c(&l, ',');
   l_dec3(&l, b->price * 908);
@@ -211,7 +213,8 @@ static int q2_fn(weir_ctx *ctx, void *user, const weir_record *r) {
   if (rc <= 0) return rc;
   const weir_nexmark_bid *b = &ev.u.bid;
   if (b->auction % 123 != 0) return 0;
-  line l = {0};
+  line l;
+  l.n = 0;
   l_i64(&l, b->price);
   return emit_line(ctx, (uint64_t)b->auction, &l);
 }
@@ -234,7 +237,8 @@ static int q14_fn(weir_ctx *ctx, void *user, const weir_record *r) {
                                                : "otherTime";
   uint64_t cs = 0;
   for (uint32_t k = 0; k < ev.s[2].len; k++) cs += ev.s[2].p[k] == 'c';
-  line l = {0};
+  line l;
+  l.n = 0;
   l_i64(&l, b->bidder);
   l_c(&l, ',');
   l_dec3(&l, th);
@@ -296,7 +300,8 @@ static int q21_fn(weir_ctx *ctx, void *user, const weir_record *r) {
     }
   if (!found) found = channel_id(&ev.s[1], &id);
   if (!found) return 0;
-  line l = {0};
+  line l;
+  l.n = 0;
   l_i64(&l, b->bidder);
   l_c(&l, ',');
   l_i64(&l, b->price);
@@ -331,7 +336,8 @@ static int q22_fn(weir_ctx *ctx, void *user, const weir_record *r) {
   int rc = bid_of(ctx, r, &ev);
   if (rc <= 0) return rc;
   const weir_nexmark_bid *b = &ev.u.bid;
-  line l = {0};
+  line l;
+  l.n = 0;
   l_i64(&l, b->bidder);
   l_c(&l, ',');
   l_i64(&l, b->price);
@@ -389,7 +395,8 @@ static int q3_persons(weir_ctx *ctx, void *user, const weir_record *r) {
   const weir_nexmark_str *st = &ev.s[4];
   int wanted = st->len == 2 && (memcmp(st->p, "OR", 2) == 0 || memcmp(st->p, "ID", 2) == 0 ||
                                 memcmp(st->p, "CA", 2) == 0);
-  line l = {0};
+  line l;
+  l.n = 0;
   if (wanted) {
     l_str(&l, &ev.s[0]);
     l_c(&l, ',');
@@ -665,7 +672,8 @@ static int q13_process(weir_ctx *ctx, const weir_record *r) {
   for (int32_t i = t->bucket[side_hash(key) & t->mask]; i >= 0; i = t->rows[i].next) {
     const side_row *row = &t->rows[i];
     if (row->key != key) continue;
-    line l = {0};
+    line l;
+    l.n = 0;
     l_i64(&l, b->bidder);
     l_c(&l, ',');
     l_i64(&l, b->price);
@@ -766,7 +774,8 @@ static int q17_each(void *user, uint64_t record_key, const void *k, size_t klen,
   q17_acc a;
   memcpy(kk, k, sizeof kk);
   memcpy(&a, v, sizeof a);
-  line l = {0};
+  line l;
+  l.n = 0;
   l_day(&l, kk[1]);
   l_c(&l, ',');
   l_u64(&l, a.total);
@@ -873,7 +882,8 @@ static int q18_each(void *user, uint64_t record_key, const void *k, size_t klen,
                     size_t vlen) {
   (void)record_key, (void)k, (void)klen;
   weir_ctx *ctx = user;
-  line l = {0};
+  line l;
+  l.n = 0;
   int64_t auction;
   int rc = bid_fields(ctx, v, vlen, &l, &auction);
   return rc < 0 ? rc : emit_line(ctx, (uint64_t)auction, &l);
@@ -985,7 +995,8 @@ static int q19_each(void *user, uint64_t record_key, const void *k, size_t klen,
     uint32_t len;
     if (at + 4 > vlen || (memcpy(&len, p + at, 4), len > vlen - at - 4))
       return weir_ctx_fail(ctx, WEIR_ECORRUPT, "q19: a damaged state entry");
-    line l = {0};
+    line l;
+    l.n = 0;
     l_u64(&l, i + 1);
     l_c(&l, ',');
     int64_t auction;
