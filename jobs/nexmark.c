@@ -47,6 +47,8 @@
  */
 #include "cli.h"
 
+#include "base/alloc.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -463,11 +465,10 @@ static int q3_person(weir_ctx *ctx, const weir_record *r) {
   if (r->len) {
     /* v is valid until the next state call: emit from a copy */
     size_t n = vn / 8;
-    uint64_t *ids = malloc(vn ? vn : 1);
-    if (!ids) return weir_ctx_fail(ctx, WEIR_ENOMEM, "q3: out of memory");
+    uint64_t *ids = weir_malloc(vn ? vn : 1);
     memcpy(ids, v, n * 8);
     for (size_t i = 0; i < n && rc >= 0; i++) rc = q3_emit(ctx, ids[i], r->payload, r->len);
-    free(ids);
+    weir_free(ids);
     if (rc < 0) return rc;
   }
   return weir_state_del_bytes(ctx, k, sizeof k);
@@ -507,10 +508,10 @@ typedef struct side_table {
 
 static void side_free(side_table *t) {
   if (!t) return;
-  free(t->text);
-  free(t->rows);
-  free(t->bucket);
-  free(t);
+  weir_free(t->text);
+  weir_free(t->rows);
+  weir_free(t->bucket);
+  weir_free(t);
 }
 
 static uint64_t side_hash(int64_t k) {
@@ -522,8 +523,7 @@ static uint64_t side_hash(int64_t k) {
  * lines are skipped, a '\r' before the newline is dropped) into a table
  * that owns `text`. 0, or WEIR_EBADREC with the line in *bad. */
 static int side_parse(char *text, size_t len, side_table **out, size_t *bad) {
-  side_table *t = calloc(1, sizeof *t);
-  if (!t) return WEIR_ENOMEM;
+  side_table *t = weir_calloc(1, sizeof *t);
   t->text = text;
   t->text_len = len;
   size_t cap = 0, lineno = 0;
@@ -549,13 +549,7 @@ static int side_parse(char *text, size_t len, side_table **out, size_t *bad) {
       }
       if (t->nrows == cap) {
         cap = cap ? 2 * cap : 1024;
-        side_row *nr = realloc(t->rows, cap * sizeof *nr);
-        if (!nr) {
-          t->text = NULL;
-          side_free(t);
-          return WEIR_ENOMEM;
-        }
-        t->rows = nr;
+        t->rows = weir_realloc(t->rows, cap * sizeof *t->rows);
       }
       t->rows[t->nrows++] =
           (side_row){neg ? -(int64_t)v : (int64_t)v, (uint32_t)(k + 1), (uint32_t)(e - k - 1), -1};
@@ -565,12 +559,7 @@ static int side_parse(char *text, size_t len, side_table **out, size_t *bad) {
   uint64_t nb = 16;
   while (nb < 2 * t->nrows) nb *= 2;
   t->mask = nb - 1;
-  t->bucket = malloc(nb * sizeof *t->bucket);
-  if (!t->bucket) {
-    t->text = NULL;
-    side_free(t);
-    return WEIR_ENOMEM;
-  }
+  t->bucket = weir_malloc(nb * sizeof *t->bucket);
   for (uint64_t k = 0; k < nb; k++) t->bucket[k] = -1;
   /* Rows of one key chain in file order: insert from the last. */
   for (size_t r = t->nrows; r-- > 0;) {
@@ -587,35 +576,30 @@ static int q13_open(weir_ctx *ctx) {
   if (weir_ctx_restoring(ctx)) return 0;
   const nx_cfg *c = weir_ctx_arg(ctx);
   FILE *f = fopen(c->side_path, "rb");
-  if (!f)
-    return weir_ctx_fail(ctx, -errno, "q13: cannot open the side input '%s': %s", c->side_path,
-                         strerror(errno));
+  if (!f) {
+    int e = errno;
+    return weir_ctx_fail(ctx, -e, "q13: cannot open the side input '%s': %s", c->side_path,
+                         strerror(e));
+  }
   size_t cap = 1 << 16, len = 0, n;
-  char *text = malloc(cap);
-  while (text && (n = fread(text + len, 1, cap - len, f)) > 0) {
+  char *text = weir_malloc(cap);
+  while ((n = fread(text + len, 1, cap - len, f)) > 0) {
     len += n;
-    if (len == cap) {
-      char *t2 = realloc(text, cap *= 2);
-      if (!t2) free(text);
-      text = t2;
-    }
+    if (len == cap) text = weir_realloc(text, cap *= 2);
   }
   int rd_err = ferror(f);
   fclose(f);
-  if (!text) return weir_ctx_fail(ctx, WEIR_ENOMEM, "q13: out of memory reading the side input");
   if (rd_err) {
-    free(text);
+    weir_free(text);
     return weir_ctx_fail(ctx, WEIR_EIO, "q13: cannot read the side input '%s'", c->side_path);
   }
   side_table *t = NULL;
   size_t bad = 0;
   int rc = side_parse(text, len, &t, &bad);
   if (rc < 0) {
-    free(text);
-    if (rc == WEIR_EBADREC)
-      return weir_ctx_fail(ctx, rc, "q13: side input '%s' line %zu: expected 'key,value'",
-                           c->side_path, bad);
-    return weir_ctx_fail(ctx, rc, "q13: out of memory");
+    weir_free(text);
+    return weir_ctx_fail(ctx, rc, "q13: side input '%s' line %zu: expected 'key,value'",
+                         c->side_path, bad);
   }
   weir_ctx_set_user(ctx, t);
   return 0;
@@ -639,14 +623,13 @@ static int q13_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
   uint64_t n = 0;
   if (len < 8 || (memcpy(&n, p, 8), n > len - 8))
     return weir_ctx_fail(ctx, WEIR_ECORRUPT, "q13: the checkpointed side input is truncated");
-  char *text = malloc(n ? n : 1);
-  if (!text) return weir_ctx_fail(ctx, WEIR_ENOMEM, "q13: out of memory");
+  char *text = weir_malloc(n ? n : 1);
   memcpy(text, p + 8, n);
   side_table *t = NULL;
   size_t bad = 0;
   int rc = side_parse(text, n, &t, &bad);
   if (rc < 0) {
-    free(text);
+    weir_free(text);
     return weir_ctx_fail(ctx, WEIR_ECORRUPT, "q13: the checkpointed side input is damaged");
   }
   side_free(weir_ctx_user(ctx));
@@ -918,14 +901,12 @@ typedef struct q19_scratch {
 } q19_scratch;
 
 static int q19_open(weir_ctx *ctx) {
-  q19_scratch *s = malloc(sizeof *s);
-  if (!s) return weir_ctx_fail(ctx, WEIR_ENOMEM, "q19: out of memory");
-  weir_ctx_set_user(ctx, s);
+  weir_ctx_set_user(ctx, weir_malloc(sizeof(q19_scratch)));
   return 0;
 }
 
 static void q19_close(weir_ctx *ctx) {
-  free(weir_ctx_user(ctx));
+  weir_free(weir_ctx_user(ctx));
   weir_ctx_set_user(ctx, NULL);
 }
 
