@@ -181,6 +181,7 @@ extern const cli_builtin cli_collatz_job;
 extern const cli_builtin cli_components_job;
 extern const cli_builtin cli_windows_job;
 extern const cli_builtin cli_sessions_job;
+extern const cli_builtin cli_nexmark_job;
 
 /* Shared by the windows and sessions jobs (defined in windows.c). A
  * --late-fraction style flag: a decimal 0 .. 1 without sign or exponent

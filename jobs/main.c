@@ -34,9 +34,9 @@
 #define WEIR_VERSION "0.1.0"
 #endif
 
-static const cli_builtin *const builtins[] = {&cli_counter_job, &cli_wordcount_job,
-                                              &cli_collatz_job, &cli_components_job,
-                                              &cli_windows_job, &cli_sessions_job};
+static const cli_builtin *const builtins[] = {
+    &cli_counter_job, &cli_wordcount_job, &cli_collatz_job, &cli_components_job,
+    &cli_windows_job, &cli_sessions_job,  &cli_nexmark_job};
 #define N_BUILTINS (sizeof builtins / sizeof builtins[0])
 
 static const cli_builtin *find_builtin(const char *name) {
@@ -78,8 +78,8 @@ static void help_main(FILE *out) {
         "  weir help [run [JOB] | receiver | verify | savepoint | stop]   show help\n"
         "  weir version                                  show the version\n"
         "\n"
-        "Jobs: counter, wordcount, collatz, components, windows, sessions, or a path\n"
-        "to a job .so.\n"
+        "Jobs: counter, wordcount, collatz, components, windows, sessions, nexmark, or\n"
+        "a path to a job .so.\n"
         "See 'weir help run'.\n",
         out);
 }

@@ -17,6 +17,7 @@
 
 #include "weir/error.h"
 #include "weir/job.h"
+#include "weir/nexmark.h"
 #include "weir/operators.h"
 #include "weir/sinks.h"
 
