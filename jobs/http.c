@@ -411,7 +411,7 @@ static void write_prometheus(cli_http *h, FILE *f) {
             t->has_watermark && t->watermark > WEIR_WATERMARK_MIN, "%lld", (long long)t->watermark);
   int64_t wall = weir_clock_wall_ms();
   PROM_EACH(f, &s, job, "weir_operator_watermark_lag_milliseconds", "gauge",
-            "Wall clock minus the subtask's event-time clock (event time in ms).",
+            "Wall clock minus the subtask's event-time clock (event time in ms since the epoch).",
             t->has_watermark && t->watermark > WEIR_WATERMARK_MIN &&
                 t->watermark < WEIR_WATERMARK_MAX,
             "%lld", (long long)(wall - t->watermark));

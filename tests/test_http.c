@@ -56,9 +56,10 @@ static void path_in(const job *j, const char *name, char *buf, size_t cap) {
   snprintf(buf, cap, "%s/%s", j->dir, name);
 }
 
-/* Starts `weir run counter ... --http 127.0.0.1:0` with extra arguments
- * (NULL-terminated), and waits for DIR/http. */
-static void job_start(job *j, const char *failpoints, const char *const extra[]) {
+/* Starts `weir run NAME ... --http 127.0.0.1:0` (NAME: counter, unless
+ * given) with extra arguments (NULL-terminated), and waits for DIR/http. */
+static void job_start_named(job *j, const char *name, const char *failpoints,
+                            const char *const extra[]) {
   memset(j, 0, sizeof *j);
   j->dir = th_tmpdir();
   cr_assert_not_null(j->dir);
@@ -68,7 +69,7 @@ static void job_start(job *j, const char *failpoints, const char *const extra[])
   snprintf(sink, sizeof sink, "file:%s/out", j->dir);
   snprintf(summary, sizeof summary, "%s/summary.json", j->dir);
   const char *argv[40] = {
-      WEIR_BINARY, "run",    "counter",    "--workers",      "2",     "--state-dir",
+      WEIR_BINARY, "run",    name,         "--workers",      "2",     "--state-dir",
       j->state,    "--sink", sink,         "--summary-json", summary, "--checkpoint-interval",
       "100",       "--http", "127.0.0.1:0"};
   int n = 15;
@@ -95,6 +96,10 @@ static void job_start(job *j, const char *failpoints, const char *const extra[])
     cr_assert_lt(waited, 30000, "no DIR/http after 30 s");
     th_sleep_ms(10);
   }
+}
+
+static void job_start(job *j, const char *failpoints, const char *const extra[]) {
+  job_start_named(j, "counter", failpoints, extra);
 }
 
 /* Waits for the job's exit (SIGKILL after timeout_s); returns its code. */
@@ -501,6 +506,46 @@ Test(http, token_file_guards_reads, .timeout = 120) {
   job_end(&j);
   th_rmrf(dir);
   free(dir);
+}
+
+/* Event time: every subtask's watermark, and its lag, once watermarks
+ * flow. */
+Test(http, watermarks_of_event_time, .timeout = 120) {
+  job j;
+  const char *extra[] = {"--records", "10M",          "--keys", "1000", "--rate",
+                         "100k",      "--event-rate", "100k",   NULL};
+  job_start_named(&j, "windows", NULL, extra);
+  resp r = {0};
+  int seen = 0;
+  for (int i = 0; i < 1000 && !seen; i++) {
+    r = get_ok(&j, "/metrics");
+    seen =
+        strstr(r.body, "weir_operator_watermark_milliseconds{job=\"windows\",operator=\"window\","
+                       "subtask=\"1\"} ") != NULL;
+    if (!seen) {
+      resp_free(&r);
+      th_sleep_ms(10);
+    }
+  }
+  cr_assert(seen, "no watermark of the window operator in /metrics");
+  cr_expect(strstr(r.body, "weir_operator_watermark_lag_milliseconds{job=\"windows\""),
+            "no watermark lag");
+  const char *w = strstr(r.body, "operator=\"window\",subtask=\"1\"} ");
+  cr_expect(w && atoll(strchr(w, '}') + 2) > 0, "the watermark did not move");
+  char *out = NULL;
+  cr_expect_eq(prom_check(&j, r.body, NULL, &out), 0, "%s", out);
+  free(out);
+  resp_free(&r);
+  r = get_ok(&j, "/api/v1/metrics");
+  int numeric = 0;
+  for (const char *p = strstr(r.body, "\"watermark\": "); p && !numeric;
+       p = strstr(p + 1, "\"watermark\": "))
+    numeric = p[13] >= '0' && p[13] <= '9';
+  cr_expect(numeric, "no watermark in /api/v1/metrics: %s", r.body);
+  resp_free(&r);
+  kill(j.pid, SIGTERM);
+  cr_expect_eq(job_wait(&j, 60), 0);
+  job_end(&j);
 }
 
 /* Usage errors: refused before the job runs, exit 2. */
