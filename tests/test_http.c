@@ -56,25 +56,17 @@ static void path_in(const job *j, const char *name, char *buf, size_t cap) {
   snprintf(buf, cap, "%s/%s", j->dir, name);
 }
 
-/* Starts `weir run NAME ... --http 127.0.0.1:0` (NAME: counter, unless
- * given) with extra arguments (NULL-terminated), and waits for DIR/http. */
-static void job_start_named(job *j, const char *name, const char *failpoints,
-                            const char *const extra[]) {
+static void job_init(job *j) {
   memset(j, 0, sizeof *j);
   j->dir = th_tmpdir();
   cr_assert_not_null(j->dir);
   path_in(j, "state", j->state, sizeof j->state);
   path_in(j, "stderr", j->errpath, sizeof j->errpath);
-  char sink[600], summary[600];
-  snprintf(sink, sizeof sink, "file:%s/out", j->dir);
-  snprintf(summary, sizeof summary, "%s/summary.json", j->dir);
-  const char *argv[40] = {
-      WEIR_BINARY, "run",    name,         "--workers",      "2",     "--state-dir",
-      j->state,    "--sink", sink,         "--summary-json", summary, "--checkpoint-interval",
-      "100",       "--http", "127.0.0.1:0"};
-  int n = 15;
-  for (int i = 0; extra && extra[i]; i++) argv[n++] = extra[i];
-  argv[n] = NULL;
+}
+
+/* Starts argv (a weir run with --http and --state-dir j->state) and waits
+ * for DIR/http. */
+static void job_spawn(job *j, const char *const argv[], const char *failpoints) {
   j->pid = th_spawn(argv, j->dir, failpoints, j->errpath);
   cr_assert_gt(j->pid, 0);
   char http[600];
@@ -96,6 +88,24 @@ static void job_start_named(job *j, const char *name, const char *failpoints,
     cr_assert_lt(waited, 30000, "no DIR/http after 30 s");
     th_sleep_ms(10);
   }
+}
+
+/* Starts `weir run NAME ... --http 127.0.0.1:0` (a built-in job) with extra
+ * arguments (NULL-terminated), and waits for DIR/http. */
+static void job_start_named(job *j, const char *name, const char *failpoints,
+                            const char *const extra[]) {
+  job_init(j);
+  char sink[600], summary[600];
+  snprintf(sink, sizeof sink, "file:%s/out", j->dir);
+  snprintf(summary, sizeof summary, "%s/summary.json", j->dir);
+  const char *argv[40] = {
+      WEIR_BINARY, "run",    name,         "--workers",      "2",     "--state-dir",
+      j->state,    "--sink", sink,         "--summary-json", summary, "--checkpoint-interval",
+      "100",       "--http", "127.0.0.1:0"};
+  int n = 15;
+  for (int i = 0; extra && extra[i]; i++) argv[n++] = extra[i];
+  argv[n] = NULL;
+  job_spawn(j, argv, failpoints);
 }
 
 static void job_start(job *j, const char *failpoints, const char *const extra[]) {
@@ -543,6 +553,35 @@ Test(http, watermarks_of_event_time, .timeout = 120) {
     numeric = p[13] >= '0' && p[13] <= '9';
   cr_expect(numeric, "no watermark in /api/v1/metrics: %s", r.body);
   resp_free(&r);
+  kill(j.pid, SIGTERM);
+  cr_expect_eq(job_wait(&j, 60), 0);
+  job_end(&j);
+}
+
+/* Credentials in names never reach an answer or a label: a job module
+ * (tests/named_job.c) whose operators are named after its arguments. */
+Test(http, credentials_redacted, .timeout = 120) {
+  job j;
+  job_init(&j);
+  const char *sink = "out postgresql://alice:hunter2@db.example:5432/x?password=hunter2&user=alice";
+  const char *op = "enrich https://bob:hunter3@api.example/v1?api_key=hunter4&mode=fast";
+  const char *argv[] = {WEIR_BINARY, "run",         "--workers",
+                        "2",         "--state-dir", j.state,
+                        "--http",    "127.0.0.1:0", WEIR_JOBS_DIR "/named_job.so",
+                        op,          sink,          NULL};
+  job_spawn(&j, argv, NULL);
+  const char *paths[] = {"/metrics", "/api/v1/job", "/api/v1/metrics", "/api/v1/checkpoints"};
+  for (size_t i = 0; i < 4; i++) {
+    resp r = get_ok(&j, paths[i]);
+    cr_expect_null(strstr(r.body, "hunter"), "%s shows a credential:\n%s", paths[i], r.body);
+    if (i < 3) {
+      cr_expect(strstr(r.body, "postgresql://alice:***@db.example:5432/x?password=***&user=alice"),
+                "%s: the sink's name not redacted as expected:\n%.3000s", paths[i], r.body);
+      cr_expect(strstr(r.body, "https://bob:***@api.example/v1?api_key=***&mode=fast"),
+                "%s: the operator's name not redacted as expected:\n%.3000s", paths[i], r.body);
+    }
+    resp_free(&r);
+  }
   kill(j.pid, SIGTERM);
   cr_expect_eq(job_wait(&j, 60), 0);
   job_end(&j);
