@@ -18,6 +18,11 @@
  * cli.reporting=delay (the endpoint still serves, the summary is written
  * after it): the test waits for the state "finished" and scrapes then.
  *
+ * The program runs its tests one at a time (crash_main forces Criterion's
+ * --jobs 1): they time the job's processes, and under AddressSanitizer
+ * Criterion's runner itself leaks a small block when the browser test
+ * runs beside another.
+ *
  * The browser test runs Debian's `chromium` (--headless; as root it also
  * needs --no-sandbox), dumps the DOM after the page polled the API (with a
  * virtual time budget) and saves a screenshot in the build directory. It
@@ -38,6 +43,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "crash.h"
 #include "helpers.h"
 
 #ifndef WEIR_TEST_OUT
@@ -725,4 +731,8 @@ Test(http, dashboard_in_chromium, .timeout = 180) {
   kill(j.pid, SIGTERM);
   cr_expect_eq(job_wait(&j, 60), 0);
   job_end(&j);
+}
+
+int main(int argc, char *argv[]) {
+  return crash_main(argc, argv, NULL);
 }
