@@ -352,14 +352,16 @@ static void prom_hist(FILE *f, const char *name, const char *help, const char *j
   fprintf(f, "} %llu\n", (unsigned long long)h->count);
 }
 
-/* A per-subtask metric: one series per operator subtask for which has()
- * says yes, with value(). */
+/* A per-subtask metric: one series per operator subtask for which cond
+ * holds (`t` is the subtask), with the value of expr; a family without
+ * any series is left out. */
 #define PROM_EACH(f, s, job, name, type, help, cond, fmt, expr)                                    \
   do {                                                                                             \
-    prom_head(f, name, type, help);                                                                \
+    int head_ = 0;                                                                                 \
     for (size_t i_ = 0; i_ < (s)->m.nsubtasks; i_++) {                                             \
       const weir_subtask_metrics *t = &(s)->st[i_];                                                \
       if (!(cond)) continue;                                                                       \
+      if (!head_++) prom_head(f, name, type, help);                                                \
       prom_series(f, name, job, s, t);                                                             \
       fprintf(f, "} " fmt "\n", expr);                                                             \
     }                                                                                              \
@@ -418,12 +420,14 @@ static void write_prometheus(cli_http *h, FILE *f) {
             t->has_watermark && t->watermark > WEIR_WATERMARK_MIN &&
                 t->watermark < WEIR_WATERMARK_MAX,
             "%lld", (long long)(wall - t->watermark));
-  prom_head(f, "weir_operator_counter_total", "counter",
-            "An operator subtask's named counter (a sink's attempts, requests, responses, "
-            "duplicates, rejections, commits, aborts, recovered, ...).");
+  int counters = 0;
   for (size_t i = 0; i < s.m.nsubtasks; i++) {
     const weir_subtask_metrics *t = &s.st[i];
     for (uint32_t k = 0; k < t->ncounters; k++) {
+      if (!counters++)
+        prom_head(f, "weir_operator_counter_total", "counter",
+                  "An operator subtask's named counter (a sink's attempts, requests, responses, "
+                  "duplicates, rejections, commits, aborts, recovered, ...).");
       prom_series(f, "weir_operator_counter_total", job, &s, t);
       fputs(",counter=", f);
       prom_str(f, t->counter_names[k]);
