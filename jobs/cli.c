@@ -172,6 +172,8 @@ int cli_take_engine(cli_args *a, cli_engine *eng) {
   if ((r = cli_take_str(a, "--tolerable-checkpoint-failures", &eng->tolerable)) != 0) return r;
   if ((r = cli_take_u64(a, "--max-store-size", UINT64_MAX, &eng->max_store_size)) != 0) return r;
   if ((r = cli_take_str(a, "--from-savepoint", &eng->from_savepoint)) != 0) return r;
+  if ((r = cli_take_str(a, "--http-token", &eng->http_token)) != 0) return r;
+  if ((r = cli_take_str(a, "--http", &eng->http)) != 0) return r;
   return 0;
 }
 

@@ -78,6 +78,10 @@ typedef struct cli_engine {
   const char *tolerable;        /* --tolerable-checkpoint-failures: N or "unlimited" */
   uint64_t max_store_size;      /* bytes; 0 = engine default */
   const char *from_savepoint;   /* --from-savepoint PATH */
+  /* The HTTP endpoint (http.h): --http HOST:PORT (NULL: none) and
+   * --http-token FILE. */
+  const char *http;
+  const char *http_token;
 } cli_engine;
 
 /* The control socket of a running job (control.c). */

@@ -16,6 +16,7 @@
  * job's `print` sink.
  */
 #include "cli.h"
+#include "http.h"
 #include "tools.h"
 
 #include <errno.h>
@@ -107,6 +108,17 @@ static void help_run(FILE *out) {
         "  --buffer-timeout US  a partly filled batch is sent at most this long after\n"
         "                       the last send (default 1000; 0: at once, lowest latency,\n"
         "                       less throughput; docs/latency.md)\n"
+        "  --http HOST:PORT     serve the running job over HTTP (default: off; port 0:\n"
+        "                       a free one, logged and written to DIR/http): GET /\n"
+        "                       (dashboard), /metrics (Prometheus), /api/v1/job,\n"
+        "                       /api/v1/metrics, /api/v1/checkpoints; POST\n"
+        "                       /api/v1/savepoints and /api/v1/stop with a bearer token\n"
+        "                       (the run's, in DIR/http-token, mode 0600). Loopback\n"
+        "                       addresses only, unless --http-token is given\n"
+        "  --http-token FILE    the bearer token (first line of FILE, 16+ characters)\n"
+        "                       every request but GET / then needs; required to bind\n"
+        "                       a non-loopback address. The Host header must be\n"
+        "                       localhost or an IP address; no CORS headers are sent\n"
         "\n"
         "Checkpoint options (engine options too):\n"
         "  --state-dir DIR      the job's checkpoint store, created if missing\n"
@@ -394,10 +406,30 @@ static int execute_run_with(weir_job *job, const cli_engine *eng, const cli_buil
 /* The state directory of the run (for its control socket). */
 static const char *job_state_dir;
 
+/* --http: the endpoint serves the job from before its run to after its
+ * report (http.h). Returns an exit code. */
+static int http_start(weir_job *job, const cli_engine *eng, cli_http **http) {
+  if (eng->http_token && !eng->http) {
+    cli_usage("--http-token FILE needs --http HOST:PORT");
+    return CLI_EXIT_USAGE;
+  }
+  if (!eng->http) return CLI_EXIT_OK;
+  apply_log_level(eng);
+  cli_http_opts ho = {.listen = eng->http,
+                      .token_file = eng->http_token,
+                      .state_dir = strcmp(eng->state_dir, "none") ? eng->state_dir : NULL,
+                      .total_records = eng->total_records};
+  int rc = cli_http_start(http, job, &ho, NULL);
+  return rc == 0 ? CLI_EXIT_OK : rc == WEIR_EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_RUNTIME;
+}
+
 /* Runs a built job and reports; kind is NULL for a job .so. Returns the exit
  * code. */
 static int execute(weir_job *job, const cli_engine *eng, const cli_builtin *kind, void *cfg) {
-  int code = execute_run(job, eng, kind, cfg);
+  cli_http *http = NULL;
+  int code = http_start(job, eng, &http);
+  if (code == CLI_EXIT_OK) code = execute_run(job, eng, kind, cfg);
+  cli_http_stop(http);
   stop_signals_to(NULL);
   return code;
 }

@@ -229,6 +229,15 @@ struct weir_job {
   weir__savepoint sp;
   weir_savepoint_info from_sp;
   atomic_int abandon; /* weir_job_abandon(): fail a stop under way at once */
+  /* Live metrics (metrics.c), for readers on any thread: the run's phase
+   * (0 before it started, 1 running, 2 ended), stored with release once
+   * start_ns, the job id, the restore's figures and lease_epoch are set (and
+   * end_ns, for 2); when the latest checkpoint completed (monotonic ns,
+   * stored before complete_id); checkpoints that failed. */
+  atomic_int run_phase;
+  uint64_t lease_epoch;
+  _Atomic uint64_t complete_ns;
+  _Atomic uint64_t ck_failed;
 };
 
 /* Records the job's first failure (later ones are dropped) and wakes the

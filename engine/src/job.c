@@ -321,6 +321,7 @@ static void do_complete(runner *r, const weir__ck_pending *ck) {
   job->info.last_checkpoint = ck->id;
   job->info.checkpoints++;
   (void)weir_failpoint("ckpt.after_meta_commit");
+  atomic_store(&job->complete_ns, weir_clock_mono_ns());
   atomic_store(&job->complete_id, ck->id);
   atomic_store(&job->resume_id, ck->id); /* synchronous checkpoints: sources run again */
   weir__sp_completed(job, ck);
@@ -336,6 +337,7 @@ static int do_abort(runner *r, weir__coord_act *a) {
   if (a->status < 0 && !a->ck.why[0]) weir_store_error(job->store, a->ck.why, sizeof a->ck.why);
   weir_store_abort(job->store, id);
   job->info.checkpoints_failed++;
+  atomic_fetch_add(&job->ck_failed, 1);
   if (a->status == WEIR_EFENCED) { /* not ours to commit any more: stop */
     char lost[512];
     weir__job_failed(job, a->status, "checkpoint %llu not committed: %s", (unsigned long long)id,
@@ -941,6 +943,8 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
   if (job->store && !job->recover_only) weir__sp_open(job);
   if (job->opts.started) job->opts.started(job->opts.started_user, job);
   job->start_ns = weir_clock_mono_ns();
+  job->lease_epoch = job->lease ? weir_lease_epoch(job->lease) : 0;
+  atomic_store_explicit(&job->run_phase, 1, memory_order_release);
   rc = weir__workers_start(job);
   if (rc) weir__job_failed(job, rc, "cannot start worker threads");
   on_async(&r.async); /* stop requests made before the run, empty jobs */
@@ -949,6 +953,7 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
   weir__workers_join(job);
   weir_failpoint("job.teardown");
   job->end_ns = weir_clock_mono_ns();
+  atomic_store_explicit(&job->run_phase, 2, memory_order_release);
   uv_loop_close(&r.loop);
   job->coord_async = NULL;
   if (job->store) {

@@ -477,7 +477,10 @@ static int outputs_writable(weir__task *t) {
         weir__task_failed(t, WEIR_EIO); /* the channel logged what and where */
         return 0;
       }
-      if (!ok) return 0;
+      if (!ok) {
+        t->meter.blocked = 1; /* the step ends backpressured (meter.h) */
+        return 0;
+      }
     }
   }
   return 1;
@@ -1039,7 +1042,7 @@ static int run_reading(weir__task *t);
  * WEIR__READ_SLICE_NS if that was shorter (WEIR__STEP_NS at most): under load, reading and records
  * share the task's time evenly and the checkpoint is not held up for long;
  * at light load the slices stay short. */
-int weir__task_run(weir__task *t) {
+static int task_run(weir__task *t) {
   if (t->has_timers) {
     int more = t->nheld ? run_reading(t) : task_step(t);
     if (t->state == WEIR__TASK_RUNNING) weir__timers_arm(t);
@@ -1047,6 +1050,16 @@ int weir__task_run(weir__task *t) {
   }
   if (!t->nheld) return task_step(t);
   return run_reading(t);
+}
+
+/* A step between two clock reads, for the live metrics (meter.h): per
+ * step, not per batch or record. */
+int weir__task_run(weir__task *t) {
+  uint64_t t0 = weir_clock_mono_ns();
+  weir__meter_start(&t->meter, t0, t->clock);
+  int more = task_run(t);
+  weir__meter_end(&t->meter, t0, weir_clock_mono_ns(), t->clock);
+  return more;
 }
 
 static int run_reading(weir__task *t) {

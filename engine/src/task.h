@@ -17,6 +17,7 @@
 #include "align.h"
 #include "checkpoint.h"
 #include "graph.h"
+#include "meter.h"
 #include "task_ctx.h"
 
 /* A step of a task ends after the batch that takes it past this much time,
@@ -147,6 +148,9 @@ struct weir__task {
   struct weir__task_un *un;
   /* Latency tracing (trace.h), or NULL. */
   struct weir__task_trace *tr;
+  /* Busy and backpressured time, the clock, for weir_job_metrics
+   * (meter.h): counted per step by the task's thread, read by any. */
+  weir__meter meter;
 };
 
 /* Runs the task for one bounded step. Returns 1 if it should run again soon

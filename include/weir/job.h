@@ -1109,6 +1109,109 @@ void weir_job_abandon(weir_job *job);
  * to, rather than at the end of its input; 2 if weir_job_drain() did. */
 int weir_job_stopped(const weir_job *job);
 
+/* ------------------------------------------------------------------------ */
+/* Live metrics (weir_job_metrics_read; the weir command's --http)          */
+
+/* An operator of the frozen plan (weir_job_plan). Strings are the job's,
+ * valid until weir_job_destroy(). */
+typedef struct weir_plan_operator {
+  const char *name;
+  const char *kind; /* "source", "operator" or "sink" */
+  int parallelism;
+  uint32_t chain;     /* the chain it runs in: one task per subtask per chain */
+  uint32_t chain_pos; /* its place in the chain, 0 = the chain's head */
+  int keyed;          /* its input is hash-partitioned by key */
+} weir_plan_operator;
+
+/* An edge of the plan: from operator `from` (its output `port`: 0 the main
+ * one, k its k-th side output) to operator `to`. */
+typedef struct weir_plan_edge {
+  uint32_t from, to; /* indexes into the operators */
+  uint32_t port;
+  const char *partitioning; /* "forward", "hash", "broadcast" or "rebalance" */
+  int chained;              /* inside a chain: records pass by call, no channel */
+  int feedback;             /* closes an iteration */
+} weir_plan_edge;
+
+/* Copies up to nops operators and nedges edges of the frozen plan (in the
+ * order they were added) and sets *total_ops and *total_edges (either
+ * pointer may be NULL). Returns 0, or WEIR_ESTATE before weir_job_run froze
+ * the plan. Any thread, while the job runs and after it, until
+ * weir_job_destroy(); does not block. */
+int weir_job_plan(const weir_job *job, weir_plan_operator *ops, size_t nops, size_t *total_ops,
+                  weir_plan_edge *edges, size_t nedges, size_t *total_edges);
+
+typedef enum weir_job_state {
+  WEIR_JOB_CREATED = 0,  /* not running yet */
+  WEIR_JOB_RUNNING = 1,  /* running */
+  WEIR_JOB_STOPPING = 2, /* weir_job_stop / drain or a signal: sources ended, draining */
+  WEIR_JOB_FINISHED = 3, /* ended at the end of its input (or drained) */
+  WEIR_JOB_STOPPED = 4,  /* ended by a stop */
+  WEIR_JOB_FAILED = 5    /* failed (weir_job_error says why) */
+} weir_job_state;
+
+/* How many named counters (weir_ctx_count) weir_subtask_metrics carries:
+ * all an operator can have. */
+#define WEIR_METRICS_COUNTERS 16
+
+/* One operator subtask, live. The times are those of the task that runs
+ * it: every operator of a chain shows its chain's. */
+typedef struct weir_subtask_metrics {
+  uint32_t op; /* index into weir_job_plan's operators */
+  uint32_t subtask;
+  uint64_t records_in, records_out; /* as weir_job_operator_counts, per subtask */
+  /* Time its task spent running steps (its operators, its routing), and
+   * time it could not hand on its output because an output channel was
+   * full (Flink's backpressured time), since the run started. Measured
+   * per step of the task (at most about a millisecond or 16 batches), so
+   * a reading lags by up to a step. */
+  uint64_t busy_ns, backpressured_ns;
+  /* Batches queued in the subtask's input channels and their bound (the
+   * head of a chain; 0 and 0 for the others, whose input comes by call),
+   * and the fullest output channel's (the tail of a chain). Feedback
+   * edges count with their ring's bound (they never refuse). */
+  uint32_t in_queued, in_capacity;
+  uint32_t out_queued, out_capacity;
+  /* Event time: its task's clock (weir_ctx_watermark), with has_watermark
+   * set in a job with a watermark strategy; WEIR_WATERMARK_MIN before the
+   * first watermark. */
+  int has_watermark;
+  int64_t watermark;
+  /* Its named counters (weir_ctx_count): names borrowed from the
+   * operator, valid until weir_job_destroy(). */
+  uint32_t ncounters;
+  const char *counter_names[WEIR_METRICS_COUNTERS];
+  uint64_t counter_values[WEIR_METRICS_COUNTERS];
+} weir_subtask_metrics;
+
+/* The job as a whole, live. `size` is set by the caller
+ * (sizeof(weir_job_metrics)): the struct only grows at its end. */
+typedef struct weir_job_metrics {
+  size_t size;
+  weir_job_state state;
+  char job_id[40];      /* "" before the run started */
+  uint64_t uptime_ns;   /* since the run started; its whole length once it ended */
+  uint64_t lease_epoch; /* the run's fencing epoch (docs/leases.md), 0 without a state dir */
+  uint64_t checkpoints_completed, checkpoints_failed; /* by this run */
+  uint64_t last_checkpoint_id;                        /* latest completed by this run, 0 if none */
+  uint64_t last_checkpoint_age_ns;                    /* since it completed */
+  uint64_t restored_from; /* checkpoint id, 0 if started from the beginning */
+  double restore_ms;      /* wall time of the restore (weir_run_info.restore_ms) */
+  size_t nsubtasks;       /* operator subtasks in all (weir_subtask_metrics) */
+} weir_job_metrics;
+
+/* Fills *m (whose size the caller set) and copies up to n operator
+ * subtasks into st (by operator in plan order, then subtask), n = 0 and
+ * st = NULL to learn m->nsubtasks first (it does not change during a run).
+ * Returns 0, or WEIR_EINVAL (m NULL, or m->size smaller than this weir's
+ * first version of the struct). Any thread, as often as wanted, while the
+ * job runs and after it, until weir_job_destroy(); reads atomics the tasks
+ * publish once per step and takes only the checkpoint history's mutex
+ * (held once per completed checkpoint), so it never slows the data path.
+ * Checkpoint statistics: weir_job_checkpoint_stats. */
+int weir_job_metrics_read(const weir_job *job, weir_job_metrics *m, weir_subtask_metrics *st,
+                          size_t n);
+
 /* What a job shared object exports: the build function and the ABI version. */
 typedef int (*weir_job_build_fn)(weir_job *job, int argc, char **argv);
 #define WEIR_JOB_EXPORT(build_fn)                                                                  \

@@ -19,7 +19,11 @@
  *                            map, and the check child touches every page);
  *                            /proc/self/exe: the weir binary that `weir
  *                            verify` starts its workers with (tools/verify.c;
- *                            fallback: argv[0], looked up in PATH if bare).
+ *                            fallback: argv[0], looked up in PATH if bare);
+ *                            /proc/self/statm: the resident memory that
+ *                            `weir run --http` reports (jobs/http.c;
+ *                            fallback: macOS's task_info, elsewhere only
+ *                            the peak from getrusage).
  *   WEIR_HAVE_MADV_HUGEPAGE  transparent huge pages for large tables
  *                            (base/alloc.c, engine/src/state.c,
  *                            bench/bench_counter.c; fallback: 4 KiB pages).
@@ -38,7 +42,8 @@
  *     fsync otherwise: Linux already runs the fallback.
  *   - CLOCK_MONOTONIC, CLOCK_REALTIME and CLOCK_THREAD_CPUTIME_ID, O_CLOEXEC,
  *     MAP_ANON, getentropy, backtrace: both systems have them.
- *   - bench/bench_abs.c: ru_maxrss is in bytes on macOS, KiB on Linux.
+ *   - bench/bench_abs.c, jobs/http.c: ru_maxrss is in bytes on macOS, KiB
+ *     on Linux.
  *   - The CPU's own instructions (snapshot/envelope.c's CRC32C,
  *     engine/src/spin.h) depend on the architecture, not the system; the
  *     software CRC is checked against the hardware one in every build.

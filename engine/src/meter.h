@@ -1,0 +1,88 @@
+/* meter.h: a task's live time accounting for weir_job_metrics: how long it
+ * ran (busy) and how long it waited for room in a full output channel
+ * (backpressured), and its event-time clock, published for readers on any
+ * thread.
+ *
+ * DESIGN
+ * The task's thread measures per step, never per record: a step starts
+ * and ends with a clock read (a step is up to 16 batches or about 1 ms),
+ * and a step that found an output full (outputs_writable said no, which
+ * ends the step) opens a backpressured period at its end; the next step
+ * closes it at its start. So a task that waits for a consumer counts that
+ * wait, a task that waits for input counts nothing, and the two never
+ * overlap with its busy time.
+ *
+ * Readers take the three totals as one consistent set through a sequence
+ * lock: the owner makes `seq` odd, stores, makes it even again; a reader
+ * retries while it is odd or changed under it. An open period is closed
+ * (and published) at the start of the step that ends it, so a reader that
+ * adds the open part itself (now - since) sees at most what the owner adds
+ * when it closes the period: a total never goes back, but for the moment
+ * between the owner's clock read and its publication (nanoseconds).
+ */
+#ifndef WEIR_METER_H
+#define WEIR_METER_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+typedef struct weir__meter {
+  /* Owner (the task's thread) only. */
+  uint64_t busy, bp, since; /* since: start of the open backpressured period, 0: none */
+  int blocked;              /* the current step found an output full */
+  /* Published copies, written by the owner under seq, read by anyone. */
+  _Atomic uint32_t seq;
+  _Atomic uint64_t pub_busy, pub_bp, pub_since;
+  _Atomic int64_t pub_clock;
+} weir__meter;
+
+static inline void weir__meter_publish(weir__meter *m, int64_t clock) {
+  uint32_t s = atomic_load_explicit(&m->seq, memory_order_relaxed);
+  atomic_store_explicit(&m->seq, s + 1, memory_order_relaxed);
+  /* The odd count must be visible before any of the values it guards. */
+  atomic_thread_fence(memory_order_release);
+  atomic_store_explicit(&m->pub_busy, m->busy, memory_order_relaxed);
+  atomic_store_explicit(&m->pub_bp, m->bp, memory_order_relaxed);
+  atomic_store_explicit(&m->pub_since, m->since, memory_order_relaxed);
+  atomic_store_explicit(&m->pub_clock, clock, memory_order_relaxed);
+  atomic_store_explicit(&m->seq, s + 2, memory_order_release);
+}
+
+/* Owner: a step starts at t0. Closes an open backpressured period. */
+static inline void weir__meter_start(weir__meter *m, uint64_t t0, int64_t clock) {
+  m->blocked = 0;
+  if (!m->since) return;
+  m->bp += t0 > m->since ? t0 - m->since : 0;
+  m->since = 0;
+  weir__meter_publish(m, clock);
+}
+
+/* Owner: the step that started at t0 ended at t1. */
+static inline void weir__meter_end(weir__meter *m, uint64_t t0, uint64_t t1, int64_t clock) {
+  m->busy += t1 - t0;
+  if (m->blocked) m->since = t1 ? t1 : 1;
+  weir__meter_publish(m, clock);
+}
+
+/* Any thread: the totals at `now` (the open period counted up to now). */
+static inline void weir__meter_read(weir__meter *m, uint64_t now, uint64_t *busy, uint64_t *bp,
+                                    int64_t *clock) {
+  uint64_t b, p, s;
+  int64_t c;
+  for (;;) {
+    uint32_t s1 = atomic_load_explicit(&m->seq, memory_order_acquire);
+    b = atomic_load_explicit(&m->pub_busy, memory_order_relaxed);
+    p = atomic_load_explicit(&m->pub_bp, memory_order_relaxed);
+    s = atomic_load_explicit(&m->pub_since, memory_order_relaxed);
+    c = atomic_load_explicit(&m->pub_clock, memory_order_relaxed);
+    /* The loads above must complete before seq is read again. */
+    atomic_thread_fence(memory_order_acquire);
+    uint32_t s2 = atomic_load_explicit(&m->seq, memory_order_relaxed);
+    if (s1 == s2 && !(s1 & 1)) break;
+  }
+  *busy = b;
+  *bp = p + (s && now > s ? now - s : 0);
+  *clock = c;
+}
+
+#endif
