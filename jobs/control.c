@@ -25,6 +25,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -36,13 +37,6 @@
 #include "base/log.h"
 
 #define CONTROL_NAME "control"
-/* A peer that went away must not kill the job with SIGPIPE (macOS has no
- * MSG_NOSIGNAL: there the socket says so, SO_NOSIGPIPE). */
-#ifdef MSG_NOSIGNAL
-#define MSG_NOSIGNAL_OR_0 MSG_NOSIGNAL
-#else
-#define MSG_NOSIGNAL_OR_0 0
-#endif
 #define MAX_WAITERS 16
 
 struct cli_control {
@@ -70,7 +64,7 @@ static void send_line(int fd, const char *fmt, ...) {
     if (buf[i] == '\n') buf[i] = ' ';
   buf[n++] = '\n';
   for (ssize_t off = 0; off < n;) {
-    ssize_t w = send(fd, buf + off, (size_t)(n - off), MSG_NOSIGNAL_OR_0);
+    ssize_t w = send(fd, buf + off, (size_t)(n - off), 0);
     if (w < 0 && errno == EINTR) continue;
     if (w <= 0) return;
     off += w;
@@ -149,6 +143,13 @@ static int serve(cli_control *c, int fd) {
 
 static void *control_main(void *arg) {
   cli_control *c = arg;
+  /* A client that went away must not end the job: SIGPIPE of a send on
+   * this thread stays blocked here (send fails with EPIPE instead), on
+   * every platform, without ignoring it for the whole process. */
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, NULL);
   for (;;) {
     struct pollfd p[2] = {{.fd = c->fd, .events = POLLIN}, {.fd = c->wake[0], .events = POLLIN}};
     int pr = poll(p, 2, -1);
@@ -157,10 +158,7 @@ static void *control_main(void *arg) {
     if (!(p[0].revents & POLLIN)) continue;
     int fd = accept(c->fd, NULL, NULL);
     if (fd < 0) continue;
-#ifdef SO_NOSIGPIPE
-    int one = 1;
-    (void)setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &one, sizeof one);
-#endif
+
     if (!serve(c, fd)) close(fd);
   }
   return NULL;
@@ -390,6 +388,7 @@ static int delete_savepoint(const ctl_args *c) {
 }
 
 int cli_cmd_savepoint(int argc, char **argv) {
+  signal(SIGPIPE, SIG_IGN); /* a job that ends mid-request is an answer too */
   ctl_args c;
   int p = parse_ctl(argc, argv, "savepoint", &c, 0);
   if (p > 0) {
@@ -423,6 +422,7 @@ int cli_cmd_savepoint(int argc, char **argv) {
 }
 
 int cli_cmd_stop(int argc, char **argv) {
+  signal(SIGPIPE, SIG_IGN);
   ctl_args c;
   int p = parse_ctl(argc, argv, "stop", &c, 1);
   if (p > 0) {

@@ -811,8 +811,9 @@ static enum MHD_Result do_post(cli_http *h, struct MHD_Connection *c, const char
   } else {
     return answer_error(c, MHD_HTTP_NOT_FOUND, "no such resource: POST %s", url);
   }
-  if (rc < 0)
-    return answer_error(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "%s", err[0] ? err : weir_strerror(rc));
+  if (rc < 0) /* WEIR_ESTATE: not now (stopping, another savepoint under way) */
+    return answer_error(c, rc == WEIR_ESTATE ? MHD_HTTP_CONFLICT : MHD_HTTP_INTERNAL_SERVER_ERROR,
+                        "%s", err[0] ? err : weir_strerror(rc));
   char *buf = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);

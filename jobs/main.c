@@ -406,6 +406,36 @@ static int execute_run_with(weir_job *job, const cli_engine *eng, const cli_buil
 /* The state directory of the run (for its control socket). */
 static const char *job_state_dir;
 
+/* POST /api/v1/savepoints and /api/v1/stop: what `weir savepoint` and
+ * `weir stop` ask through the control socket (control.c). */
+static int http_savepoint(void *user, const char *out, char *path, size_t path_len, char *err,
+                          size_t err_len) {
+  weir_savepoint_result res;
+  int rc = weir_job_savepoint(user, out, 0, &res);
+  snprintf(path, path_len, "%s", rc ? "" : res.path);
+  snprintf(err, err_len, "%s", res.error);
+  return rc;
+}
+
+static int http_stop(void *user, int savepoint, int drain, char *path, size_t path_len, char *err,
+                     size_t err_len) {
+  weir_job *job = user;
+  path[0] = err[0] = '\0';
+  if (!savepoint) {
+    if (drain)
+      weir_job_drain(job);
+    else
+      weir_job_stop(job);
+    return 0;
+  }
+  weir_savepoint_result res;
+  unsigned flags = WEIR_SAVEPOINT_STOP | (drain ? WEIR_SAVEPOINT_DRAIN : 0);
+  int rc = weir_job_savepoint(job, NULL, flags, &res);
+  snprintf(path, path_len, "%s", rc ? "" : res.path);
+  snprintf(err, err_len, "%s", res.error);
+  return rc;
+}
+
 /* --http: the endpoint serves the job from before its run to after its
  * report (http.h). Returns an exit code. */
 static int http_start(weir_job *job, const cli_engine *eng, cli_http **http) {
@@ -419,7 +449,8 @@ static int http_start(weir_job *job, const cli_engine *eng, cli_http **http) {
                       .token_file = eng->http_token,
                       .state_dir = strcmp(eng->state_dir, "none") ? eng->state_dir : NULL,
                       .total_records = eng->total_records};
-  int rc = cli_http_start(http, job, &ho, NULL);
+  cli_http_actions act = {.savepoint = http_savepoint, .stop = http_stop, .user = job};
+  int rc = cli_http_start(http, job, &ho, &act);
   return rc == 0 ? CLI_EXIT_OK : rc == WEIR_EINVAL ? CLI_EXIT_USAGE : CLI_EXIT_RUNTIME;
 }
 

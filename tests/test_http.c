@@ -426,14 +426,25 @@ Test(http, tokens_host_and_cors, .timeout = 120) {
       0);
   cr_expect_eq(r.status, 403, "%d %s", r.status, r.body);
   resp_free(&r);
-  /* The right token gets through to the action, which this run lacks. */
+  /* The right token gets through: a savepoint, its file named in the
+   * answer; an unknown resource is 404. */
   char auth[200];
   snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", token);
-  cr_assert_eq(request(j.addr, "POST", "/api/v1/stop", NULL, auth, &r), 0);
-  cr_expect_eq(r.status, 501, "%d %s", r.status, r.body);
-  resp_free(&r);
   cr_assert_eq(request(j.addr, "POST", "/api/v1/savepoints", NULL, auth, &r), 0);
-  cr_expect_eq(r.status, 501, "%d %s", r.status, r.body);
+  cr_expect_eq(r.status, 200, "%d %s", r.status, r.body);
+  char want[700];
+  snprintf(want, sizeof want, "\"path\": \"%s/savepoints/", j.state);
+  const char *at = strstr(r.body, want);
+  cr_expect_not_null(at, "%s", r.body);
+  if (at) {
+    char sp[700];
+    snprintf(sp, sizeof sp, "%s", at + 9);
+    sp[strcspn(sp, "\"")] = '\0';
+    cr_expect_eq(access(sp, R_OK), 0, "savepoint file %s", sp);
+  }
+  resp_free(&r);
+  cr_assert_eq(request(j.addr, "POST", "/api/v1/nothing", NULL, auth, &r), 0);
+  cr_expect_eq(r.status, 404, "%d %s", r.status, r.body);
   resp_free(&r);
 
   /* Host: a DNS name (rebinding) or another port is refused; localhost
@@ -508,16 +519,18 @@ Test(http, token_file_guards_reads, .timeout = 120) {
   cr_assert_eq(request(j.addr, "GET", "/metrics", NULL, auth, &r), 0);
   cr_expect_eq(r.status, 200, "%d", r.status);
   resp_free(&r);
-  cr_assert_eq(request(j.addr, "POST", "/api/v1/stop", NULL, auth, &r), 0);
-  cr_expect_eq(r.status, 501, "%d", r.status);
-  resp_free(&r);
   /* The page holds no data: it loads without the token (and sends the
    * one in its #token= fragment with its requests). */
   cr_assert_eq(request(j.addr, "GET", "/", NULL, NULL, &r), 0);
   cr_expect_eq(r.status, 200, "%d", r.status);
   cr_expect(strstr(r.body, "<title>weir</title>"), "not the dashboard");
   resp_free(&r);
-  kill(j.pid, SIGTERM);
+  /* Stop with a savepoint through the endpoint: its path, then a clean
+   * exit. */
+  cr_assert_eq(request(j.addr, "POST", "/api/v1/stop?savepoint=1", NULL, auth, &r), 0);
+  cr_expect_eq(r.status, 200, "%d %s", r.status, r.body);
+  cr_expect(strstr(r.body, "/savepoints/"), "%s", r.body);
+  resp_free(&r);
   cr_expect_eq(job_wait(&j, 60), 0);
   job_end(&j);
   th_rmrf(dir);
