@@ -9,8 +9,8 @@
  * written by the coordinator thread into a savepoint file right after it
  * completed (weir_store_export copies it out of the store in one read
  * transaction, so retention cannot take it away meanwhile). One request
- * at a time; the requester blocks on the condition variable until it is
- * answered. A checkpoint with an unaligned cut is no savepoint (its
+ * at a time: a later one waits for its turn; the requester blocks on the
+ * condition variable until it is answered. A checkpoint with an unaligned cut is no savepoint (its
  * channel state ties it to one parallelism): with alignment timeouts the
  * next checkpoint tries again; with unaligned checkpoints the request
  * fails, saying so.
@@ -72,15 +72,15 @@ int weir_job_savepoint(weir_job *job, const char *path, unsigned flags,
   if (job == NULL) return WEIR_EINVAL;
   weir__savepoint *sp = &job->sp;
   pthread_mutex_lock(&sp->mu);
+  /* One at a time: a request waits for the one under way to be answered. */
+  while (sp->open && (sp->state != WEIR__SP_NONE || sp->collected != sp->seq))
+    pthread_cond_wait(&sp->cv, &sp->mu);
   int rc = 0;
   if (!sp->open)
     rc = WEIR_ESTATE, snprintf(out->error, sizeof out->error, "the job is not running");
   else if (!job->store)
     rc = WEIR_ESTATE,
     snprintf(out->error, sizeof out->error, "the job runs without a state directory");
-  else if (sp->state != WEIR__SP_NONE || sp->answered != sp->seq)
-    rc = WEIR_ESTATE,
-    snprintf(out->error, sizeof out->error, "the job takes another savepoint already");
   else if (atomic_load(&job->stopping))
     rc = WEIR_ESTATE, snprintf(out->error, sizeof out->error, "the job is stopping");
   if (rc) {
@@ -105,6 +105,8 @@ int weir_job_savepoint(weir_job *job, const char *path, unsigned flags,
   while (sp->answered < me) pthread_cond_wait(&sp->cv, &sp->mu);
   *out = sp->result;
   rc = sp->status;
+  sp->collected = me; /* the next request may overwrite the result now */
+  pthread_cond_broadcast(&sp->cv);
   pthread_mutex_unlock(&sp->mu);
   return rc;
 }
@@ -119,6 +121,7 @@ void weir__sp_close(weir_job *job) {
   weir__savepoint *sp = &job->sp;
   pthread_mutex_lock(&sp->mu);
   sp->open = 0;
+  pthread_cond_broadcast(&sp->cv); /* requests waiting their turn */
   if (sp->state != WEIR__SP_NONE) {
     const char *e = job->errmsg[0] ? job->errmsg : "";
     answer(sp, WEIR_ECANCELED, "the job ended before the savepoint completed%s%s", *e ? ": " : "",

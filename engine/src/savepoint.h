@@ -25,6 +25,7 @@ typedef struct weir__savepoint {
   char *path;                   /* where to write it (NULL: <state dir>/savepoints/<id>) */
   uint64_t id;                  /* TAKING: the checkpoint */
   uint64_t seq, answered;       /* requests made, and answered */
+  uint64_t collected;           /* answers their requesters have read */
   int status;                   /* the last answer's code */
   weir_savepoint_result result; /* the last answer */
 } weir__savepoint;

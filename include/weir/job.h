@@ -1093,10 +1093,12 @@ typedef struct weir_savepoint_result {
  * savepoint file is never removed by retention; `weir_run_opts.
  * from_savepoint` starts a run from it. Blocks until the file is written
  * or the savepoint failed; call it from a thread other than the run's
- * (a control or HTTP thread). Returns 0 with *out filled, or WEIR_ESTATE
- * (the job does not run, has no state directory, or already takes a
- * savepoint), WEIR_ECANCELED (the job ended first), or the checkpoint's
- * or the file's error, with out->error saying why. Thread-safe. */
+ * (a control or HTTP thread). Savepoints are taken one at a time: a
+ * request made while another is under way waits for its turn. Returns 0
+ * with *out filled, or WEIR_ESTATE (the job does not run, has no state
+ * directory, or is stopping), WEIR_ECANCELED (the job ended first), or
+ * the checkpoint's or the file's error, with out->error saying why.
+ * Thread-safe. */
 int weir_job_savepoint(weir_job *job, const char *path, unsigned flags, weir_savepoint_result *out);
 
 /* Abandons a stop under way (as a second SIGINT/SIGTERM does): the run
