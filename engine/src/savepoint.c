@@ -57,7 +57,7 @@ static void answer(weir__savepoint *sp, int status, const char *fmt, ...) {
   }
   sp->result.bytes = status ? 0 : sp->result.bytes;
   sp->state = WEIR__SP_NONE;
-  sp->answered = sp->seq;
+  sp->answered = sp->serving;
   sp->status = status;
   weir_free(sp->path);
   sp->path = NULL;
@@ -72,9 +72,10 @@ int weir_job_savepoint(weir_job *job, const char *path, unsigned flags,
   if (job == NULL) return WEIR_EINVAL;
   weir__savepoint *sp = &job->sp;
   pthread_mutex_lock(&sp->mu);
-  /* One at a time: a request waits for the one under way to be answered. */
-  while (sp->open && (sp->state != WEIR__SP_NONE || sp->collected != sp->seq))
-    pthread_cond_wait(&sp->cv, &sp->mu);
+  /* One at a time, in the order asked: request `me` waits until every
+   * earlier one has been answered and its answer read. */
+  uint64_t me = ++sp->seq;
+  while (sp->open && sp->collected != me - 1) pthread_cond_wait(&sp->cv, &sp->mu);
   int rc = 0;
   if (!sp->open)
     rc = WEIR_ESTATE, snprintf(out->error, sizeof out->error, "the job is not running");
@@ -84,10 +85,12 @@ int weir_job_savepoint(weir_job *job, const char *path, unsigned flags,
   else if (atomic_load(&job->stopping))
     rc = WEIR_ESTATE, snprintf(out->error, sizeof out->error, "the job is stopping");
   if (rc) {
+    if (sp->collected < me) sp->collected = me; /* the next one's turn */
+    pthread_cond_broadcast(&sp->cv);
     pthread_mutex_unlock(&sp->mu);
     return rc;
   }
-  uint64_t me = ++sp->seq;
+  sp->serving = me;
   sp->state = WEIR__SP_ASKED;
   sp->flags = flags;
   sp->path = path && *path ? weir_strdup(path) : NULL;
@@ -105,7 +108,7 @@ int weir_job_savepoint(weir_job *job, const char *path, unsigned flags,
   while (sp->answered < me) pthread_cond_wait(&sp->cv, &sp->mu);
   *out = sp->result;
   rc = sp->status;
-  sp->collected = me; /* the next request may overwrite the result now */
+  if (sp->collected < me) sp->collected = me; /* the next may overwrite the result now */
   pthread_cond_broadcast(&sp->cv);
   pthread_mutex_unlock(&sp->mu);
   return rc;

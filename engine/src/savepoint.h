@@ -24,8 +24,10 @@ typedef struct weir__savepoint {
   unsigned flags;               /* WEIR_SAVEPOINT_* of the request */
   char *path;                   /* where to write it (NULL: <state dir>/savepoints/<id>) */
   uint64_t id;                  /* TAKING: the checkpoint */
-  uint64_t seq, answered;       /* requests made, and answered */
-  uint64_t collected;           /* answers their requesters have read */
+  uint64_t seq;                 /* requests made (each has its number, in order) */
+  uint64_t serving;             /* the request being taken (ASKED, TAKING) */
+  uint64_t answered;            /* the last request answered */
+  uint64_t collected;           /* requests done: answered and their answer read */
   int status;                   /* the last answer's code */
   weir_savepoint_result result; /* the last answer */
 } weir__savepoint;
