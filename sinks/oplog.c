@@ -101,3 +101,17 @@ int weir__oplog_next(weir__oplog_reader *rd, weir__op *op) {
              (unsigned long long)c->epoch, (unsigned long long)op->index);
   return 0;
 }
+
+int weir__refuse_rewind(weir_ctx *ctx) {
+  uint64_t latest = weir_ctx_rewound_from(ctx);
+  if (!latest) return 0;
+  return weir_ctx_fail(
+      ctx, WEIR_EMISMATCH,
+      "sink '%s': restoring checkpoint %llu rewinds a job that had completed checkpoint %llu, "
+      "and this sink's operation ids are formed from epochs (write-ahead ids): the effects of "
+      "the epochs after %llu were applied and would be applied again under new epoch numbers. "
+      "Restore the latest checkpoint (or savepoint), or give the sink's records content ids "
+      "(an id function)",
+      weir_ctx_name(ctx), (unsigned long long)weir_ctx_restored_checkpoint(ctx),
+      (unsigned long long)latest, (unsigned long long)weir_ctx_restored_checkpoint(ctx));
+}

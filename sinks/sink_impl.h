@@ -76,6 +76,11 @@ int weir__oplog_add(weir_ctx *ctx, weir__oplog *l, weir_format_fn fmt, weir_opid
  * are none (nothing to commit). */
 int weir__oplog_take(weir__oplog *l, weir_sink_buf *out);
 void weir__oplog_free(weir__oplog *l);
+/* For a sink with write-ahead operation ids (no content id function), in
+ * open: fails with WEIR_EMISMATCH (exit 2) when the run rewinds the job
+ * (weir_ctx_rewound_from): the epochs after the restored checkpoint were
+ * applied, and would be applied again under new epoch numbers. 0 if not. */
+int weir__refuse_rewind(weir_ctx *ctx);
 
 /* Reading a handle back in commit. */
 typedef struct weir__oplog_reader {

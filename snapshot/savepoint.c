@@ -506,6 +506,7 @@ int weir__exec_import(weir_store *s, weir__req *r) {
       rc = in_fail(&in, code, "cannot be imported: %s%s", weir__mdb_text(rc), note);
     } else {
       fill_info(&r->sp, r->path, &spjob, &m, in.size);
+      r->sp.replaced_latest = exists ? have.latest : 0;
     }
   }
   if (cur_txn) mdb_txn_abort(cur_txn);

@@ -108,6 +108,46 @@ Test(http_tx, stop_with_savepoint_then_from_savepoint) {
   crash_free(j);
 }
 
+/* A rewind with write-ahead ids is refused: the collatz job's sink has no
+ * id function, so its operation ids are formed from epochs; --restore of
+ * an older checkpoint than the job's latest would apply the later epochs'
+ * effects again under new epoch numbers. Exit 2 naming both checkpoints,
+ * nothing sent. */
+Test(http_tx, rewind_with_write_ahead_ids_is_refused) {
+  crash_job *j = crash_new("collatz", 0);
+  crash_arg(j, "--records", "3000");
+  j->interval = "5";
+  j->timeout_s = RUN_TIMEOUT_S;
+  receiver r;
+  recv_start(&r, j, NULL);
+  http_sink(j, &r, NULL);
+  char *err = NULL;
+  int rc = crash_run(j, NULL, -1, &err, "--retain", "5", NULL);
+  cr_assert_eq(rc, 0, "%s", err);
+  free(err);
+  stats before = recv_stats(&r);
+  cr_assert_eq(before.effects, 3000, "effects %lld", before.effects);
+  char *so = NULL;
+  const char *la[] = {WEIR_BINARY, "checkpoints", "--state-dir", j->state, "--json", NULL};
+  cr_assert_eq(th_run(la, NULL, &so, NULL, RUN_TIMEOUT_S), 0);
+  unsigned long long oldest = 0;
+  const char *at = strstr(so, "\"checkpoints\": [{\"id\": ");
+  cr_assert(at && sscanf(at, "\"checkpoints\": [{\"id\": %llu", &oldest) == 1, "%s", so);
+  cr_assert_not_null(strstr(at + 10, "{\"id\": "), "one checkpoint only: %s", so);
+  free(so);
+  char id[32];
+  snprintf(id, sizeof id, "%llu", oldest);
+  err = NULL;
+  rc = crash_run(j, NULL, -1, &err, "--restore", id, NULL);
+  cr_assert_eq(rc, 2, "exit %d: %s", rc, err);
+  cr_assert_not_null(strstr(err, "rewinds a job that had completed checkpoint"), "%s", err);
+  free(err);
+  stats after = recv_stats(&r);
+  cr_assert_eq(after.requests, before.requests, "requests sent after the refusal");
+  recv_stop(&r);
+  crash_free(j);
+}
+
 /* Killed at failpoint NAME@hit with parallelism `from`, then restored with
  * `to` until done: the receiver has each effect exactly once. */
 static void http_kill_at(const char *name, unsigned hit, const char *from, const char *to) {

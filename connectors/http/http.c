@@ -177,8 +177,13 @@ typedef struct hdest {
 } hdest;
 
 static int http_open(weir_ctx *ctx, void **out) {
+  const http_arg *a = weir_sink_dest_arg(ctx);
+  if (a->idempotent && !a->common.opid) {
+    int rc = weir__refuse_rewind(ctx);
+    if (rc) return rc;
+  }
   hdest *h = weir_calloc(1, sizeof *h);
-  h->a = weir_sink_dest_arg(ctx);
+  h->a = a;
   h->epoch = weir_ctx_epoch(ctx);
   *out = h;
   return 0;

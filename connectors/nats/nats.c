@@ -168,6 +168,11 @@ static int ensure_stream(weir_ctx *ctx, ndest *h) {
 }
 
 static int nats_open(weir_ctx *ctx, void **out) {
+  const nats_arg *a = weir_sink_dest_arg(ctx);
+  if (!a->common.opid) {
+    int rc = weir__refuse_rewind(ctx);
+    if (rc) return rc;
+  }
   ndest *h = weir_calloc(1, sizeof *h);
   h->a = weir_sink_dest_arg(ctx);
   h->u = &h->a->url;

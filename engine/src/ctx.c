@@ -122,6 +122,9 @@ void weir_ctx_select_parent(weir_ctx *c, uint64_t parent_id, int64_t ts) {
 uint64_t weir_ctx_restored_checkpoint(const weir_ctx *c) {
   return c->job->restoring;
 }
+uint64_t weir_ctx_rewound_from(const weir_ctx *c) {
+  return c->job->rewound_from;
+}
 int weir_ctx_stopping(const weir_ctx *c) {
   return atomic_load_explicit(&c->job->stopping, memory_order_relaxed);
 }

@@ -206,7 +206,10 @@ struct weir_job {
   weir__history history; /* completed checkpoints (history.c) */
   weir__restore_stats restore;
   _Atomic uint64_t cow_copies; /* pages copied for views, by closed tasks */
-  int recover_only;   /* a finished job: only tell operators its last checkpoint completed */
+  int recover_only; /* a finished job: only tell operators its last checkpoint completed */
+  /* The restore goes back: the job had completed this later checkpoint
+   * (weir_ctx_rewound_from), 0: not a rewind. */
+  uint64_t rewound_from;
   uint64_t restoring; /* the checkpoint loaded for this run (also recover_only's), 0: none */
   /* Barrier handling of this run: 0 aligned (or at-least-once, or sync),
    * WEIR__UNALIGNED_ALWAYS, or WEIR__UNALIGNED_TIMEOUT (aligned first, an

@@ -692,6 +692,11 @@ static int prepare_store(weir_job *job) {
     break;
   }
   if (from && (rc = check_identity(job, from)) != 0) return rc;
+  /* A restore of a checkpoint older than the one the job reached here is
+   * a rewind (the record's latest: this instance's; a savepoint copied in
+   * set it to the savepoint). */
+  if (from && exists && rec.latest > from) job->rewound_from = rec.latest;
+  if (from && job->from_sp.replaced_latest > from) job->rewound_from = job->from_sp.replaced_latest;
   if ((rc = weir__identity_record(job, job->store)) != 0) return rc;
   rc = weir_store_job_begin(job->store, new_instance, &rec);
   if (rc) return weir__job_store_failed(job, rc, "cannot start the job in its state directory");

@@ -377,6 +377,15 @@ uint32_t weir_ctx_state_version(const weir_ctx *ctx);
  * job (0: a start from the beginning). A destination decides with it, not
  * with weir_ctx_restoring, whether earlier output may be discarded. */
 uint64_t weir_ctx_restored_checkpoint(const weir_ctx *ctx);
+/* For every subtask of a job that restores a checkpoint older than the
+ * latest one it had completed in its state directory (--restore ID, or a
+ * savepoint the job had moved past there): that latest checkpoint's id;
+ * else 0. A destination whose operation ids are formed from epochs
+ * (write-ahead ids) refuses such a rewind: the epochs after the restored
+ * checkpoint were applied already and would be applied again under new
+ * epoch numbers. (A rewind past checkpoints taken in another state
+ * directory cannot be seen here.) */
+uint64_t weir_ctx_rewound_from(const weir_ctx *ctx);
 /* In open and restore: the destination id (weir_destination.id) that the
  * restored checkpoint recorded for this operator, if this run moves it to
  * another one (allow_sink_change, which only a movable destination

@@ -414,6 +414,9 @@ typedef struct weir_savepoint_info {
   uint64_t id_limit; /* checkpoint ids below it were handed out by its job */
   int64_t time_ms;   /* completion wall clock */
   uint64_t bytes;    /* the file's size */
+  /* weir_store_import: the latest checkpoint the store's job record named
+   * before (the same job's; 0: none): above id, the import rewinds it. */
+  uint64_t replaced_latest;
 } weir_savepoint_info;
 
 /* Writes completed checkpoint `id` of this store into a savepoint file at
