@@ -373,6 +373,36 @@ Test(pg_tx, stop_with_savepoint_then_from_savepoint) {
   pg_job_free(j);
 }
 
+/* A rewind over committed rows is refused (exit 2) and changes nothing:
+ * --restore of the oldest retained checkpoint of a finished job. */
+Test(pg_tx, rewind_over_committed_rows_is_refused) {
+  need_pg();
+  crash_job *j = pg_job(P_RECORDS, P_KEYS, P_RATE, P_INTERVAL);
+  char *err = NULL;
+  int rc = crash_run(j, NULL, -1, &err, "--retain", "5", NULL);
+  cr_assert_eq(rc, 0, "%s", err);
+  free(err);
+  char *so = NULL;
+  const char *la[] = {WEIR_BINARY, "checkpoints", "--state-dir", j->state, "--json", NULL};
+  cr_assert_eq(th_run(la, NULL, &so, NULL, RUN_TIMEOUT_S), 0);
+  unsigned long long oldest = 0;
+  const char *at = strstr(so, "\"checkpoints\": [{\"id\": ");
+  cr_assert(at && sscanf(at, "\"checkpoints\": [{\"id\": %llu", &oldest) == 1, "%s", so);
+  cr_assert_not_null(strstr(at + 10, "{\"id\": "), "one checkpoint only: %s", so);
+  free(so);
+  char id[32];
+  snprintf(id, sizeof id, "%llu", oldest);
+  err = NULL;
+  rc = crash_run(j, NULL, -1, &err, "--restore", id, NULL);
+  cr_assert_eq(rc, 2, "exit %d: %s", rc, err);
+  cr_assert_not_null(strstr(err, "a rewind duplicates them"), "%s", err);
+  free(err);
+  PGconn *c = pg_connect(g_conninfo);
+  check_pg(j, c);
+  PQfinish(c);
+  pg_job_free(j);
+}
+
 /* Marker rows are pruned: with markers=10, a subtask keeps those of about
  * its last 10 checkpoints, not one per commit. */
 Test(pg_tx, markers_pruned) {

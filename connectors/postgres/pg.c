@@ -549,7 +549,7 @@ static int check_rewind(weir_ctx *ctx, pgdest *d, uint64_t r) {
   if (!res) return fail(ctx, d, WEIR_EIO, "cannot read weir_markers", m);
   int rc = 0;
   if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 0))
-    rc = weir_ctx_fail(ctx, WEIR_ESINK,
+    rc = weir_ctx_fail(ctx, WEIR_EMISMATCH, /* a run that does not fit: exit 2 */
                        "sink '%s': restoring checkpoint %llu would write again the rows that "
                        "checkpoints up to %s committed into %s at %s (a rewind duplicates "
                        "them): restore the latest checkpoint, or remove those rows and their "
