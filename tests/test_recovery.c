@@ -713,7 +713,8 @@ Test(lifecycle, checkpoints_on_empty_dir) {
     char *out = NULL, *err = NULL;
     int rc = run_cmd(&out, &err, "checkpoints", "--state-dir", dirs[i], "--json", NULL);
     cr_assert_eq(rc, 0, "%s: exit %d: %s", dirs[i], rc, err);
-    cr_assert_str_eq(out, "{\"job\": null, \"finished\": false, \"checkpoints\": []}\n");
+    cr_assert_str_eq(
+        out, "{\"job\": null, \"finished\": false, \"checkpoints\": [], \"savepoints\": []}\n");
     free(out);
     free(err);
   }
