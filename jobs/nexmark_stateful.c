@@ -45,10 +45,10 @@
  *   the end of the input.
  * - q15, q16: per day (and channel) counts and distinct counts of
  *   bidders and auctions, overall and per price rank; one entry per
- *   group with the counters, one per (group, bidder) and (group,
- *   auction) with a bitmask of the ranks seen, so that a distinct count
- *   is a counter bumped on the first sighting; final per group at the
- *   end of the input.
+ *   group with the counters, one namespaced u64 per (group, bidder) and
+ *   (group, auction) with a bitmask of the ranks seen, so that a
+ *   distinct count is a counter bumped on the first sighting; final per
+ *   group at the end of the input.
  * - q20, the regular join of bids with auctions of category 10, is q3's
  *   shape: an auction is kept as its text (or an empty marker for
  *   another category), bids that come first wait for it.
@@ -962,20 +962,21 @@ typedef struct dc_acc {
   int64_t minute;
 } dc_acc;
 
-/* State keys: 'G' group -> dc_acc; 'b' id group, 'a' id group -> the
- * ranks (bits 1 .. 3) in which bidder or auction id has bid. */
-static int dc_seen(weir_ctx *ctx, uint8_t *k, size_t klen, char tag, int64_t id, int rank,
-                   uint64_t *c) {
-  k[0] = (uint8_t)tag;
-  memcpy(k + 1, &id, 8);
-  void *v;
-  int rc = weir_state_update_bytes(ctx, k, klen, 1, &v, NULL);
+/* State: 'G' group -> dc_acc (byte-string state: the group exactly); a
+ * bidder or auction seen in the group, in namespaced state under the
+ * group's record key, ns = id * 2 (+ 1 for an auction) -> the ranks (bits
+ * 1 .. 3) it was seen in: one fixed slot per (group, id), where a
+ * byte-string entry costs several times that (q16 keeps millions). For
+ * q16 the record key is a 64-bit hash of (day, channel): two groups
+ * whose hashes collide would share their sets. */
+static int dc_seen(weir_ctx *ctx, uint64_t ns, int rank, uint64_t *c) {
+  uint64_t *mask;
+  int rc = weir_state_ns_update_u64(ctx, ns, &mask);
   if (rc < 0) return rc;
-  uint8_t *mask = v;
   if (rc == 0) c[0]++;
   if (!(*mask & (1u << rank))) {
     c[rank]++;
-    *mask |= (uint8_t)(1u << rank);
+    *mask |= 1u << rank;
   }
   return 0;
 }
@@ -987,25 +988,24 @@ static int dc_process(weir_ctx *ctx, const weir_record *r) {
   if (rc <= 0) return rc < 0 ? rc : weir_ctx_fail(ctx, WEIR_EBADREC, "not a bid");
   const weir_nexmark_bid *b = &ev.u.bid;
   int64_t day = nx_floor_div(b->date_time, 86400000);
-  /* k: tag, id (8 bytes: 0 for the group's own entry), day, channel */
-  uint8_t k[1 + 8 + 8 + DC_CHANNEL_MAX];
-  size_t klen = 17;
-  memcpy(k + 9, &day, 8);
+  /* k: 'G', day, q16's channel */
+  uint8_t k[1 + 8 + DC_CHANNEL_MAX];
+  size_t klen = 9;
+  k[0] = 'G';
+  memcpy(k + 1, &day, 8);
   if (mode == DC_Q16) {
     if (ev.s[0].len > DC_CHANNEL_MAX)
       return weir_ctx_fail(ctx, WEIR_EBADREC, "q16: a channel of %u bytes (at most %d)",
                            (unsigned)ev.s[0].len, DC_CHANNEL_MAX);
-    memcpy(k + 17, ev.s[0].p, ev.s[0].len);
+    memcpy(k + 9, ev.s[0].p, ev.s[0].len);
     klen += ev.s[0].len;
   }
   int rank = b->price < 10000 ? 1 : b->price < 1000000 ? 2 : 3;
   dc_acc d;
   memset(&d, 0, sizeof d);
-  rc = dc_seen(ctx, k, klen, 'b', b->bidder, rank, d.c + 4);
-  if (rc >= 0) rc = dc_seen(ctx, k, klen, 'a', b->auction, rank, d.c + 8);
+  rc = dc_seen(ctx, (uint64_t)b->bidder * 2, rank, d.c + 4);
+  if (rc >= 0) rc = dc_seen(ctx, (uint64_t)b->auction * 2 + 1, rank, d.c + 8);
   if (rc < 0) return rc;
-  k[0] = 'G';
-  memset(k + 1, 0, 8);
   void *v;
   rc = weir_state_update_bytes(ctx, k, klen, sizeof(dc_acc), &v, NULL);
   if (rc < 0) return rc;
@@ -1026,16 +1026,16 @@ static int dc_each(void *user, uint64_t record_key, const void *k, size_t klen, 
   weir_ctx *ctx = user;
   int mode = *(const int *)weir_ctx_arg(ctx);
   const uint8_t *kk = k;
-  if (klen < 17 || kk[0] != 'G') return 0;
+  if (klen < 9 || kk[0] != 'G') return 0;
   if (vlen != sizeof(dc_acc)) return weir_ctx_fail(ctx, WEIR_ECORRUPT, "q15/q16: a damaged group");
   dc_acc a;
   memcpy(&a, v, sizeof a);
   int64_t day;
-  memcpy(&day, kk + 9, 8);
+  memcpy(&day, kk + 1, 8);
   nx_line l;
   l.n = 0;
   if (mode == DC_Q16) {
-    nx_mem(&l, kk + 17, klen - 17);
+    nx_mem(&l, kk + 9, klen - 9);
     nx_c(&l, ',');
   }
   nx_day(&l, day);
