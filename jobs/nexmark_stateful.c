@@ -934,24 +934,33 @@ static const int dc_q15 = DC_Q15, dc_q16 = DC_Q16;
  * characters). */
 #define DC_CHANNEL_MAX 256
 
+/* What the counting operator receives of a bid: the fields it reads,
+ * then (q16) the channel, not the whole event (a third of q15's time
+ * went into copying bids). */
+typedef struct dc_bid {
+  int64_t date_time, price, bidder, auction;
+} dc_bid;
+
 /* Bids keyed by their group. */
 static int dc_bids(weir_ctx *ctx, void *user, const weir_record *r) {
   int mode = *(const int *)user;
   weir_nexmark_event ev;
   int rc = event_of(ctx, r, WEIR_NEXMARK_BID, &ev);
   if (rc <= 0) return rc;
-  int64_t day = nx_floor_div(ev.u.bid.date_time, 86400000);
-  uint64_t key = (uint64_t)day;
-  if (mode == DC_Q16) {
-    uint8_t g[8 + DC_CHANNEL_MAX];
-    if (ev.s[0].len > DC_CHANNEL_MAX)
-      return weir_ctx_fail(ctx, WEIR_EBADREC, "q16: a channel of %u bytes (at most %d)",
-                           (unsigned)ev.s[0].len, DC_CHANNEL_MAX);
-    memcpy(g, &day, 8);
-    memcpy(g + 8, ev.s[0].p, ev.s[0].len);
-    key = weir_hash_bytes(g, 8 + ev.s[0].len);
-  }
-  return weir_emit(ctx, key, r->payload, r->len);
+  const weir_nexmark_bid *b = &ev.u.bid;
+  uint8_t out[sizeof(dc_bid) + DC_CHANNEL_MAX];
+  dc_bid d = {b->date_time, b->price, b->bidder, b->auction};
+  memcpy(out, &d, sizeof d);
+  int64_t day = nx_floor_div(b->date_time, 86400000);
+  if (mode != DC_Q16) return weir_emit(ctx, (uint64_t)day, out, sizeof d);
+  if (ev.s[0].len > DC_CHANNEL_MAX)
+    return weir_ctx_fail(ctx, WEIR_EBADREC, "q16: a channel of %u bytes (at most %d)",
+                         (unsigned)ev.s[0].len, DC_CHANNEL_MAX);
+  uint8_t g[8 + DC_CHANNEL_MAX];
+  memcpy(g, &day, 8);
+  memcpy(g + 8, ev.s[0].p, ev.s[0].len);
+  memcpy(out + sizeof d, ev.s[0].p, ev.s[0].len);
+  return weir_emit(ctx, weir_hash_bytes(g, 8 + ev.s[0].len), out, sizeof d + ev.s[0].len);
 }
 
 /* The counters of a group: bids, bidders, auctions, each overall and per
@@ -982,28 +991,22 @@ static int dc_seen(weir_ctx *ctx, uint64_t ns, int rank, uint64_t *c) {
 }
 
 static int dc_process(weir_ctx *ctx, const weir_record *r) {
-  int mode = *(const int *)weir_ctx_arg(ctx);
-  weir_nexmark_event ev;
-  int rc = event_of(ctx, r, WEIR_NEXMARK_BID, &ev);
-  if (rc <= 0) return rc < 0 ? rc : weir_ctx_fail(ctx, WEIR_EBADREC, "not a bid");
-  const weir_nexmark_bid *b = &ev.u.bid;
+  dc_bid bb;
+  if (r->len < sizeof bb || r->len > sizeof bb + DC_CHANNEL_MAX)
+    return weir_ctx_fail(ctx, WEIR_EBADREC, "q15/q16: a bid of %u bytes", (unsigned)r->len);
+  memcpy(&bb, r->payload, sizeof bb);
+  const dc_bid *b = &bb;
   int64_t day = nx_floor_div(b->date_time, 86400000);
   /* k: 'G', day, q16's channel */
   uint8_t k[1 + 8 + DC_CHANNEL_MAX];
-  size_t klen = 9;
+  size_t klen = 9 + (r->len - sizeof bb);
   k[0] = 'G';
   memcpy(k + 1, &day, 8);
-  if (mode == DC_Q16) {
-    if (ev.s[0].len > DC_CHANNEL_MAX)
-      return weir_ctx_fail(ctx, WEIR_EBADREC, "q16: a channel of %u bytes (at most %d)",
-                           (unsigned)ev.s[0].len, DC_CHANNEL_MAX);
-    memcpy(k + 9, ev.s[0].p, ev.s[0].len);
-    klen += ev.s[0].len;
-  }
+  memcpy(k + 9, (const uint8_t *)r->payload + sizeof bb, r->len - sizeof bb);
   int rank = b->price < 10000 ? 1 : b->price < 1000000 ? 2 : 3;
   dc_acc d;
   memset(&d, 0, sizeof d);
-  rc = dc_seen(ctx, (uint64_t)b->bidder * 2, rank, d.c + 4);
+  int rc = dc_seen(ctx, (uint64_t)b->bidder * 2, rank, d.c + 4);
   if (rc >= 0) rc = dc_seen(ctx, (uint64_t)b->auction * 2 + 1, rank, d.c + 8);
   if (rc < 0) return rc;
   void *v;
