@@ -105,7 +105,7 @@ static const weir_op_opts event_timers = {.size = sizeof(weir_op_opts),
 static const weir_op_opts keyed_state = {.size = sizeof(weir_op_opts),
                                          .flags = WEIR_OP_KEYED_STATE};
 
-/* The bid's fields of q7 and q10: bidder, price, date_time, extra. */
+/* q10's fields of a bid: bidder, price, date_time, extra. */
 static void bid_text(nx_line *l, const weir_nexmark_event *ev) {
   const weir_nexmark_bid *b = &ev->u.bid;
   nx_i64(l, b->bidder);
@@ -1156,13 +1156,13 @@ static int q20_bid(weir_ctx *ctx, const weir_record *r) {
     nx_mem(&l, v, vn);
     return nx_emit(ctx, r->key, &l);
   }
+  /* Its auction has not come (yet): the bid's text waits for it. */
   tag_key(k, 'B', r->key);
-  int64_t old;
   rc = weir_state_get_bytes(ctx, k, sizeof k, &v, &vn);
   if (rc < 0) return rc;
-  old = rc == 1 ? (int64_t)vn : 0;
+  size_t old = rc == 1 ? vn : 0;
   void *w;
-  rc = weir_state_update_bytes(ctx, k, sizeof k, (size_t)old + 4 + l.n, &w, NULL);
+  rc = weir_state_update_bytes(ctx, k, sizeof k, old + 4 + l.n, &w, NULL);
   if (rc < 0) return rc;
   uint32_t len = (uint32_t)l.n;
   memcpy((uint8_t *)w + old, &len, 4);
