@@ -46,6 +46,7 @@
  * time of every thread of the process, not wall time times cores.
  */
 #include "cli.h"
+#include "nexmark_queries.h"
 
 #include "base/alloc.h"
 
@@ -60,15 +61,11 @@ typedef unsigned long long ull;
 
 /* ---- the queries' table -------------------------------------------------- */
 
-typedef struct nx_cfg nx_cfg;
-typedef int (*nx_build_fn)(weir_job *job, weir_stream *src, const nx_cfg *c, int p,
-                           weir_stream **out);
-
 typedef struct nx_query {
   const char *name;
   nx_build_fn build;
   const char *line; /* the output line, for the help */
-  double flink;     /* Flink 1.13's published events/s per core (the suite's README) */
+  double flink;     /* Flink 1.13's published events/s per core (the suite's README); 0: none */
 } nx_query;
 
 /* What one run of a query did (the table of --query all). */
@@ -80,7 +77,7 @@ typedef struct nx_result {
   uint64_t rss_kib; /* the process's peak so far */
 } nx_result;
 
-#define NX_MAX_QUERIES 16
+#define NX_MAX_QUERIES 32
 
 struct nx_cfg {
   const nx_query *q[NX_MAX_QUERIES];
@@ -1034,16 +1031,40 @@ static const nx_query QUERIES[] = {
     {"q1", q1_build, "<auction> <bidder>,<0.908*price, 3 places>,<date_time>,<extra>", 157.9e3},
     {"q2", q2_build, "<auction> <price>", 175.2e3},
     {"q3", q3_build, "<auction id> <name>,<city>,<state>", 152.1e3},
+    {"q4", nx_q4_build, "<category> <avg of the winning prices>", 34.3e3},
+    {"q5", nx_q5_build, "<auction> <bids>,<window start>,<window end>", 22.1e3},
+    {"q6", nx_q6_build, "<seller> <avg of the last 10 winning prices>,<auctions averaged>", 0},
+    {"q7", nx_q7_build, "<auction> <price>,<bidder>,<date_time>,<extra>,<window end>", 12.3e3},
+    {"q8", nx_q8_build, "<person id> <name>,<window start>", 146.1e3},
+    {"q9", nx_q9_build,
+     "<auction id> <item_name>,<description>,<initial_bid>,<reserve>,<date_time>,<expires>,"
+     "<seller>,<category>,<extra>,<bidder>,<price>,<bid date_time>,<bid extra>",
+     14.2e3},
+    {"q10", nx_q10_build,
+     "<auction> <bidder>,<price>,<date_time>,<extra>,<dt yyyy-MM-dd>,<hm HH:mm>", 57.8e3},
+    {"q11", nx_q11_build, "<bidder> <bids>,<session start>,<session end>", 39.7e3},
+    {"q12", nx_q12_build, "<bidder> <bids>,<window start>,<window end> (processing time)", 75.7e3},
     {"q13", q13_build, "<auction> <bidder>,<price>,<date_time>,<side input value>", 130.7e3},
     {"q14", q14_build,
      "<auction> <bidder>,<0.908*price>,<dayTime|nightTime|otherTime>,<date_time>,<extra>,"
      "<'c's in extra>",
      161.2e3},
+    {"q15", nx_q15_build,
+     "<days since the epoch> <yyyy-MM-dd>,<bids>,<rank1>,<rank2>,<rank3>,<bidders>,<rank1>,"
+     "<rank2>,<rank3>,<auctions>,<rank1>,<rank2>,<rank3>",
+     72.4e3},
+    {"q16", nx_q16_build,
+     "<days since the epoch> <channel>,<yyyy-MM-dd>,<HH:mm, the latest>,<the 12 counts of q15>",
+     18.7e3},
     {"q17", q17_build,
      "<auction> <yyyy-MM-dd>,<total>,<rank1>,<rank2>,<rank3>,<min>,<max>,<avg>,<sum>", 116.8e3},
     {"q18", q18_build, "<auction> <bidder>,<price>,<channel>,<url>,<date_time>,<extra>", 53.7e3},
     {"q19", q19_build, "<auction> <rank>,<bidder>,<price>,<channel>,<url>,<date_time>,<extra>",
      44.0e3},
+    {"q20", nx_q20_build,
+     "<auction> <bidder>,<price>,<channel>,<url>,<date_time>,<extra>,<item_name>,<description>,"
+     "<initial_bid>,<reserve>,<auction date_time>,<expires>,<seller>,<category>,<auction extra>",
+     19.0e3},
     {"q21", q21_build, "<auction> <bidder>,<price>,<channel>,<channel_id>", 98.5e3},
     {"q22", q22_build, "<auction> <bidder>,<price>,<channel>,<dir1>,<dir2>,<dir3>", 130.0e3},
 };
@@ -1068,7 +1089,7 @@ static void nexmark_help(FILE *out) {
         "--parallelism and after a restore), event time date_time = base time +\n"
         "floor((i + 1) * 1000 / T) ms for event i, watermarks 4 s behind.\n"
         "\n"
-        "  --query Q        one of q0 q1 q2 q3 q13 q14 q17 q18 q19 q21 q22, or all: each\n"
+        "  --query Q        one of q0 .. q22 (see below), or all: each\n"
         "                   in turn (state in <state-dir>/<query>, a file sink's\n"
         "                   output in DIR/<query>) and a table of their figures;\n"
         "                   gen: no query, the generator alone (its events straight\n"
@@ -1101,12 +1122,24 @@ static void nexmark_help(FILE *out) {
     fprintf(out, "  %-4s %s\n", QUERIES[i].name, QUERIES[i].line);
   fputs("q3 joins auctions of category 10 with their seller when the seller's state is\n"
         "OR, ID or CA; q13 joins bids with the side input on MOD(auction, 10000) = key\n"
-        "(a line per matching row). q17, q18 and q19 have updating results in SQL; they\n"
-        "write their final result per key once, at the end of the input: q17 per\n"
-        "auction and day (UTC); q18 per (bidder, auction) the bid with the latest\n"
-        "date_time, ties to the later generated (larger event number); q19 per auction\n"
-        "the 10 highest prices, ranks 1 .. 10, ties to the earlier generated (smaller\n"
-        "event number).\n"
+        "(a line per matching row). q4, q6, q15, q16, q17, q18 and q19 have updating\n"
+        "results in SQL; they write their final result per key once, at the end of\n"
+        "the input: q4 per category; q6 per seller (the last 10 auctions by expires,\n"
+        "then id); q15 per day, q16 per channel and day (UTC); q17 per auction and\n"
+        "day; q18 per (bidder, auction) the bid with the latest date_time, ties to\n"
+        "the later generated (larger event number); q19 per auction the 10 highest\n"
+        "prices, ranks 1 .. 10, ties to the earlier generated (smaller event number).\n"
+        "A winning bid (q4, q6, q9) is an auction's highest bid with date_time from\n"
+        "the auction's to its expires, both included (q9: ties to the earlier\n"
+        "date_time, then the smaller event number), written when the watermark\n"
+        "passes expires. Windows are event time, aligned to the epoch: q5 sliding\n"
+        "10 s by 2 s (every auction with the window's highest count), q7 tumbling\n"
+        "10 s (every bid with the window's highest price and date_time from end - 10 s\n"
+        "to end, both included), q8 tumbling 10 s (a person who registered and\n"
+        "opened an auction in the window), q11 sessions of gap 10 s (end = last bid +\n"
+        "10 s); q12's are tumbling 10 s of processing time, its counts depend on the\n"
+        "run. q10 writes every bid with its partition, dt and hm (UTC), in the line.\n"
+        "q20 joins bids with auctions of category 10 (a line per bid).\n"
         "Engine and checkpoint options: see 'weir help run' (state under ./state by\n"
         "default). The report line gives events/s, the process's CPU time, events/s\n"
         "per core of CPU time and the peak RSS.\n"
@@ -1144,7 +1177,7 @@ static int nexmark_parse(cli_args *a, cli_engine *eng, void **out) {
   }
   c->opts.base_time = (int64_t)base;
   if (!query) {
-    cli_usage("nexmark: --query is required (q0 q1 q2 q3 q13 q14 q17 q18 q19 q21 q22 or all)");
+    cli_usage("nexmark: --query is required (q0 .. q22 or all)");
     goto fail;
   }
   if (strcmp(query, "all") == 0) {
@@ -1153,7 +1186,7 @@ static int nexmark_parse(cli_args *a, cli_engine *eng, void **out) {
   } else if ((c->q[0] = find_query(query)) != NULL) {
     c->nq = 1;
   } else {
-    cli_usage("--query: '%s' is not one of q0 q1 q2 q3 q13 q14 q17 q18 q19 q21 q22 all gen", query);
+    cli_usage("--query: '%s' is not one of q0 .. q22, all, gen", query);
     goto fail;
   }
   if (c->opts.events == 0) {
@@ -1346,10 +1379,12 @@ static void result_line(const nx_result *r, FILE *out) {
   char e[32], eps[32], pc[32];
   double rate = r->wall_s > 0 ? (double)r->events / r->wall_s : 0;
   double per_core = r->cpu_s > 0 ? (double)r->events / r->cpu_s : 0;
-  fprintf(out, "%-4s %8s %10llu %8.2f %9s %8.2f %9s %7.1fx %7.0f\n", r->q->name,
+  char vs[32] = "    n/a"; /* q6: Flink SQL does not run it */
+  if (r->q->flink > 0) snprintf(vs, sizeof vs, "%7.1fx", per_core / r->q->flink);
+  fprintf(out, "%-4s %8s %10llu %8.2f %9s %8.2f %9s %8s %7.0f\n", r->q->name,
           cli_human((double)r->events, e, sizeof e), (ull)r->results, r->wall_s,
-          cli_human(rate, eps, sizeof eps), r->cpu_s, cli_human(per_core, pc, sizeof pc),
-          per_core / r->q->flink, (double)r->rss_kib / 1024.0);
+          cli_human(rate, eps, sizeof eps), r->cpu_s, cli_human(per_core, pc, sizeof pc), vs,
+          (double)r->rss_kib / 1024.0);
 }
 
 static void nexmark_report(const weir_job *job, void *cfg, cli_outcome *o, FILE *out) {
@@ -1368,13 +1403,15 @@ static void nexmark_report(const weir_job *job, void *cfg, cli_outcome *o, FILE 
   const weir_run_info *ri = weir_job_run_info(job);
   char n[32], eps[32], pc[32];
   double per_core = r->cpu_s > 0 ? (double)r->events / r->cpu_s : 0;
+  char vs[40] = "no Flink figure";
+  if (r->q->flink > 0) snprintf(vs, sizeof vs, "%.1fx Flink's", per_core / r->q->flink);
   fprintf(out,
           "nexmark %s: %s %s events in %.2f s (%s events/s): %llu results, CPU %.2f s "
-          "(%s events/s per core, %.1fx Flink's), peak RSS %.0f MiB",
+          "(%s events/s per core, %s), peak RSS %.0f MiB",
           r->q->name, o->stopped ? "stopped after" : "processed",
           cli_human((double)r->events, n, sizeof n), r->wall_s,
           cli_human(r->wall_s > 0 ? (double)r->events / r->wall_s : 0, eps, sizeof eps),
-          (ull)r->results, r->cpu_s, cli_human(per_core, pc, sizeof pc), per_core / r->q->flink,
+          (ull)r->results, r->cpu_s, cli_human(per_core, pc, sizeof pc), vs,
           (double)r->rss_kib / 1024.0);
   if (ri->restored_from)
     fprintf(out, " (this run, resumed from checkpoint %llu)", (ull)ri->restored_from);
