@@ -84,6 +84,13 @@ typedef struct cli_engine {
   const char *http_token;
 } cli_engine;
 
+/* Listens on the first of the addresses `ai` (a getaddrinfo list) that
+ * takes a socket, bind and listen (SO_REUSEADDR, close-on-exec): the
+ * socket, or -1 with the last errno in *err. For `weir receiver` and
+ * `--http`. */
+struct addrinfo;
+int cli_listen(const struct addrinfo *ai, int backlog, int *err);
+
 /* The control socket of a running job (control.c). */
 typedef struct cli_control cli_control;
 /* Listens on <state_dir>/control for `weir savepoint` and `weir stop`;

@@ -16,13 +16,15 @@
  * A `stop` connection stays open until the job has ended, so that `weir
  * stop` learns the job's exit code without polling. The socket is removed
  * at the end only if it is still this run's (a successor may have made its
- * own once the lease was released).
+ * own once the lease was released). Also the TCP listening socket of the
+ * command's HTTP servers (cli_listen).
  */
 #include "cli.h"
 
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -478,4 +480,25 @@ int cli_cmd_stop(int argc, char **argv) {
   }
   cli_error("the job in '%s' ended with exit code %d (see its log)", c.dir, code);
   return CLI_EXIT_RUNTIME;
+}
+
+int cli_listen(const struct addrinfo *ai, int backlog, int *err) {
+  int fd = -1;
+  *err = 0;
+  for (const struct addrinfo *p = ai; p != NULL && fd < 0; p = p->ai_next) {
+    fd = socket(p->ai_family, p->ai_socktype, p->ai_protocol);
+    if (fd < 0) {
+      *err = errno;
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    if (bind(fd, p->ai_addr, p->ai_addrlen) != 0 || listen(fd, backlog) != 0) {
+      *err = errno;
+      close(fd);
+      fd = -1;
+    }
+  }
+  return fd;
 }

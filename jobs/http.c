@@ -959,22 +959,8 @@ static int bind_listen(cli_http *h, const char *spec) {
                 spec);
       return WEIR_EINVAL;
     }
-  int fd = -1, err = 0;
-  for (struct addrinfo *p = ai; p && fd < 0; p = p->ai_next) {
-    fd = socket(p->ai_family, p->ai_socktype, p->ai_protocol);
-    if (fd < 0) {
-      err = errno;
-      continue;
-    }
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    fcntl(fd, F_SETFD, FD_CLOEXEC);
-    if (bind(fd, p->ai_addr, p->ai_addrlen) != 0 || listen(fd, 64) != 0) {
-      err = errno;
-      close(fd);
-      fd = -1;
-    }
-  }
+  int err = 0;
+  int fd = cli_listen(ai, 64, &err);
   freeaddrinfo(ai);
   if (fd < 0) {
     cli_error("--http: cannot listen on %s: %s", spec, strerror(err));

@@ -225,6 +225,20 @@ TX_FN void fini(void) {
     return crash_main(argc, argv, "info");                                                         \
   }
 
+/* The oldest checkpoint j's state directory retains, which must not be
+ * its only one (a --restore of it is then a rewind). */
+TX_FN unsigned long long oldest_of_several(const crash_job *j) {
+  char *so = NULL;
+  const char *la[] = {WEIR_BINARY, "checkpoints", "--state-dir", j->state, "--json", NULL};
+  cr_assert_eq(th_run(la, NULL, &so, NULL, RUN_TIMEOUT_S), 0);
+  unsigned long long oldest = 0;
+  const char *at = strstr(so, "\"checkpoints\": [{\"id\": ");
+  cr_assert(at && sscanf(at, "\"checkpoints\": [{\"id\": %llu", &oldest) == 1, "%s", so);
+  cr_assert_not_null(strstr(at + 10, "{\"id\": "), "one checkpoint only: %s", so);
+  free(so);
+  return oldest;
+}
+
 /* ---- savepoints (test_savepoint.c, and the sinks' stop-with-savepoint) ---- */
 
 /* Waits until the job's control socket is there (the run owns its state

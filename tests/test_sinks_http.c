@@ -127,16 +127,8 @@ Test(http_tx, rewind_with_write_ahead_ids_is_refused) {
   free(err);
   stats before = recv_stats(&r);
   cr_assert_eq(before.effects, 3000, "effects %lld", before.effects);
-  char *so = NULL;
-  const char *la[] = {WEIR_BINARY, "checkpoints", "--state-dir", j->state, "--json", NULL};
-  cr_assert_eq(th_run(la, NULL, &so, NULL, RUN_TIMEOUT_S), 0);
-  unsigned long long oldest = 0;
-  const char *at = strstr(so, "\"checkpoints\": [{\"id\": ");
-  cr_assert(at && sscanf(at, "\"checkpoints\": [{\"id\": %llu", &oldest) == 1, "%s", so);
-  cr_assert_not_null(strstr(at + 10, "{\"id\": "), "one checkpoint only: %s", so);
-  free(so);
   char id[32];
-  snprintf(id, sizeof id, "%llu", oldest);
+  snprintf(id, sizeof id, "%llu", oldest_of_several(j));
   err = NULL;
   rc = crash_run(j, NULL, -1, &err, "--restore", id, NULL);
   cr_assert_eq(rc, 2, "exit %d: %s", rc, err);

@@ -1390,22 +1390,8 @@ static int listen_on(const char *spec, char *addr, size_t cap, int *usage_err) {
     *usage_err = 1;
     return usage("--listen: cannot use '%s': %s", spec, gai_strerror(g));
   }
-  int fd = -1, err = 0;
-  for (struct addrinfo *p = ai; p != NULL && fd < 0; p = p->ai_next) {
-    fd = socket(p->ai_family, p->ai_socktype, p->ai_protocol);
-    if (fd < 0) {
-      err = errno;
-      continue;
-    }
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    fcntl(fd, F_SETFD, FD_CLOEXEC);
-    if (bind(fd, p->ai_addr, p->ai_addrlen) != 0 || listen(fd, 128) != 0) {
-      err = errno;
-      close(fd);
-      fd = -1;
-    }
-  }
+  int err = 0;
+  int fd = cli_listen(ai, 128, &err);
   freeaddrinfo(ai);
   if (fd < 0) {
     cli_error("receiver: cannot listen on %s: %s", spec, strerror(err));
