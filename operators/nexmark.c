@@ -95,9 +95,15 @@ struct weir_nexmark_gen {
   uint32_t watermark_interval_ms;
   char *extra;      /* EXTRA_LEN letters, extras are cut from it */
   char *hot_url[4]; /* NUL-terminated */
-  char *channel_url[CHANNELS];
+  /* The channels' URLs, one after the other in one arena (channel k's at
+   * urls + channel_url_off[k]): 10,000 separate allocations spread them
+   * over twice the memory, and a bid's URL is a cache miss either way. */
+  char *urls;
+  uint32_t channel_url_off[CHANNELS];
   uint8_t channel_url_len[CHANNELS];
   uint8_t hot_url_len[4];
+  /* 2^(j/256), j = 0 .. 255, and 2^e, e = 0 .. 63: fast_exp10's tables. */
+  double exp2_frac[256], exp2_int[64];
 };
 
 /* ---- random numbers ------------------------------------------------------ */
@@ -140,10 +146,37 @@ static double next_double(rng *r) {
   return (double)(next64(r) >> 11) * 0x1.0p-53;
 }
 
+/* The price of the exponent x: floor(10^x * 100 + 0.5) (Java's
+ * Math.round), in the floating-point steps of the suite's formula. */
+static int64_t price_of(double p10) {
+  return (int64_t)floor(p10 * 100.0 + 0.5);
+}
+
+/* 10^x for x in [0, 6], within a relative 1e-14 of the exact value:
+ * 2^(x log2 10) as 2^e * 2^(j/256) * 2^r, r < 1/256, from two tables and a
+ * polynomial of degree 5 (its error below 1e-17). The rounding of
+ * x * log2(10) (x < 8) costs at most 4e-15. */
+static double fast_exp10(const weir_nexmark_gen *g, double x) {
+  double y = x * 3.321928094887362347870319429489390175864831393; /* log2(10) */
+  uint32_t n = (uint32_t)(y * 256.0);
+  double r = (y - (double)n * (1.0 / 256.0)) * 0.693147180559945309417232121458176568; /* ln 2 */
+  double poly = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120)))));
+  return g->exp2_int[n >> 8] * g->exp2_frac[n & 255] * poly;
+}
+
 /* A price in cents: round(10^(6u) * 100), u uniform in [0, 1) (Java's
- * Math.round: floor(x + 0.5)). */
-static int64_t next_price(rng *r) {
-  return (int64_t)floor(pow(10.0, next_double(r) * 6.0) * 100.0 + 0.5);
+ * Math.round: floor(x + 0.5)), exactly as pow() gives it. pow() was a
+ * tenth of the generator's time; fast_exp10 is within 1e-14 of the exact
+ * power and pow() within an ulp (2.2e-16), so pow()'s result lies within
+ * a relative 1e-12 of fast_exp10's, and price_of is monotone: when both
+ * ends of that interval give one price, so does pow(). Only a power
+ * within 1e-12 of a half cent (about one price in 10,000 at the top of
+ * the range) asks pow(). */
+static int64_t next_price(const weir_nexmark_gen *g, rng *r) {
+  double x = next_double(r) * 6.0;
+  double a = fast_exp10(g, x);
+  int64_t lo = price_of(a * (1.0 - 1e-12)), hi = price_of(a * (1.0 + 1e-12));
+  return lo == hi ? lo : price_of(pow(10.0, x));
 }
 
 /* The suite's nextString: 3 .. max-1 characters, each `special` with
@@ -161,16 +194,49 @@ static size_t next_string(rng *r, uint32_t max, char special, char *p) {
   return b - a;
 }
 
+/* The copies out of the generator's large tables that an event needs (a
+ * channel's URL, the extra), left for later: the tables (1.8 MB) do not
+ * stay in a core's cache, so a copy made at once waited for memory (a
+ * fifth of q0's cycles). The source makes a group of events, prefetching
+ * these, and then copies (nx_emit). */
+typedef struct nx_copy {
+  const char *src;
+  uint32_t dst, len; /* dst: offset in the event's payload */
+} nx_copy;
+
+typedef struct nx_copies {
+  uint32_t n;
+  nx_copy c[2];
+} nx_copies;
+
+static void copy_later(nx_copies *cp, const char *src, const uint8_t *buf, const char *dst,
+                       size_t len) {
+  cp->c[cp->n++] = (nx_copy){src, (uint32_t)((const uint8_t *)dst - buf), (uint32_t)len};
+}
+
+static void copies_prefetch(const nx_copies *cp) {
+  for (uint32_t k = 0; k < cp->n; k++) {
+    const char *s = cp->c[k].src;
+    uint32_t len = cp->c[k].len;
+    for (uint32_t o = 0; o < len; o += 64) __builtin_prefetch(s + o, 0, 3);
+    if (len) __builtin_prefetch(s + len - 1, 0, 3);
+  }
+}
+
+static void copies_do(const nx_copies *cp, uint8_t *buf) {
+  for (uint32_t k = 0; k < cp->n; k++) memcpy(buf + cp->c[k].dst, cp->c[k].src, cp->c[k].len);
+}
+
 /* The suite's nextExtra: about desired - current bytes (+-20%), cut out
- * of the shared string at a random offset. */
+ * of the shared string at a random offset (copied later, into p). */
 static size_t next_extra(const weir_nexmark_gen *g, rng *r, size_t current, size_t desired,
-                         char *p) {
+                         const uint8_t *buf, char *p, nx_copies *cp) {
   if (current > desired) return 0;
   int64_t avg = (int64_t)(desired - current);
   int64_t delta = (int64_t)floor((double)avg * 0.2 + 0.5);
   int64_t size = avg - delta + (delta == 0 ? 0 : (int64_t)next_int(r, (uint32_t)(2 * delta)));
   uint32_t off = next_int(r, (uint32_t)(EXTRA_LEN - size));
-  memcpy(p, g->extra + off, (size_t)size);
+  copy_later(cp, g->extra + off, buf, p, (size_t)size);
   return (size_t)size;
 }
 
@@ -214,6 +280,10 @@ static int64_t next_auction(rng *r, int64_t e) {
 /* Event time of event number n (the suite numbers from 1: event i is
  * number i + 1). */
 static int64_t time_of(const weir_nexmark_gen *g, uint64_t n) {
+  /* n <= 2^50 + 1700 here (weir_nexmark_gen_create): n * 1000 fits in 64
+   * bits, and a 64-bit division is several times cheaper than a 128-bit
+   * one (a call to the runtime). */
+  if (n < (1ull << 53)) return g->base_time + (int64_t)(n * 1000u / g->tps);
   return g->base_time + (int64_t)((u128)n * 1000u / g->tps);
 }
 
@@ -226,7 +296,7 @@ static size_t put_str(char *p, const char *s) {
 }
 
 static size_t make_person(const weir_nexmark_gen *g, rng *r, int64_t e, uint64_t i, int64_t ts,
-                          uint8_t *buf) {
+                          uint8_t *buf, nx_copies *cp) {
   weir_nexmark_person h = {.kind = WEIR_NEXMARK_PERSON, .event = i, .date_time = ts};
   h.id = last_person(e) + FIRST_PERSON_ID;
   char *p = (char *)buf + sizeof h, *s = p;
@@ -259,14 +329,14 @@ static size_t make_person(const weir_nexmark_gen *g, rng *r, int64_t e, uint64_t
   h.len[4] = (uint16_t)put_str(p, US_STATES[next_int(r, NELEM(US_STATES))]);
   p += h.len[4];
   size_t current = 8 + (size_t)(p - s);
-  h.len[5] = (uint16_t)next_extra(g, r, current, AVG_PERSON_BYTES, p);
+  h.len[5] = (uint16_t)next_extra(g, r, current, AVG_PERSON_BYTES, buf, p, cp);
   p += h.len[5];
   memcpy(buf, &h, sizeof h);
   return (size_t)((uint8_t *)p - buf);
 }
 
 static size_t make_auction(const weir_nexmark_gen *g, rng *r, int64_t e, uint64_t i, int64_t ts,
-                           uint8_t *buf) {
+                           uint8_t *buf, nx_copies *cp) {
   weir_nexmark_auction h = {.kind = WEIR_NEXMARK_AUCTION, .event = i, .date_time = ts};
   h.id = last_auction(e) + FIRST_AUCTION_ID;
   if (next_int(r, HOT_SELLERS_RATIO) > 0)
@@ -275,7 +345,7 @@ static size_t make_auction(const weir_nexmark_gen *g, rng *r, int64_t e, uint64_
     h.seller = next_person(r, e);
   h.seller += FIRST_PERSON_ID;
   h.category = FIRST_CATEGORY_ID + next_int(r, NUM_CATEGORIES);
-  h.initial_bid = next_price(r);
+  h.initial_bid = next_price(g, r);
   /* A length averaging the time until NUM_IN_FLIGHT_AUCTIONS more
    * auctions have been made. */
   int64_t ahead = (int64_t)NUM_IN_FLIGHT_AUCTIONS * TOTAL_PROPORTION / AUCTION_PROPORTION;
@@ -286,16 +356,16 @@ static size_t make_auction(const weir_nexmark_gen *g, rng *r, int64_t e, uint64_
   p += h.len[0];
   h.len[1] = (uint16_t)next_string(r, 100, ' ', p);
   p += h.len[1];
-  h.reserve = h.initial_bid + next_price(r);
+  h.reserve = h.initial_bid + next_price(g, r);
   size_t current = 8 + (size_t)h.len[0] + h.len[1] + 8 + 8 + 8 + 8 + 8;
-  h.len[2] = (uint16_t)next_extra(g, r, current, AVG_AUCTION_BYTES, p);
+  h.len[2] = (uint16_t)next_extra(g, r, current, AVG_AUCTION_BYTES, buf, p, cp);
   p += h.len[2];
   memcpy(buf, &h, sizeof h);
   return (size_t)((uint8_t *)p - buf);
 }
 
 static size_t make_bid(const weir_nexmark_gen *g, rng *r, int64_t e, uint64_t i, int64_t ts,
-                       uint8_t *buf) {
+                       uint8_t *buf, nx_copies *cp) {
   weir_nexmark_bid h = {.kind = WEIR_NEXMARK_BID, .event = i, .date_time = ts};
   if (next_int(r, HOT_AUCTION_RATIO) > 0)
     h.auction = last_auction(e) / HOT_BATCH * HOT_BATCH;
@@ -309,7 +379,7 @@ static size_t make_bid(const weir_nexmark_gen *g, rng *r, int64_t e, uint64_t i,
   /* The suite adds the first person id twice to a bidder (BidGenerator):
    * kept, so that bidders are where the suite's are. */
   h.bidder += 2 * FIRST_PERSON_ID;
-  h.price = next_price(r);
+  h.price = next_price(g, r);
   const char *channel, *url;
   char chan[16];
   size_t clen, ulen;
@@ -331,43 +401,52 @@ static size_t make_bid(const weir_nexmark_gen *g, rng *r, int64_t e, uint64_t i,
     } while (k);
     while (nd) chan[clen++] = d[--nd];
     channel = chan;
-    url = g->channel_url[c];
+    url = g->urls + g->channel_url_off[c];
     ulen = g->channel_url_len[c];
   }
   char *p = (char *)buf + sizeof h;
   memcpy(p, channel, clen);
   h.len[0] = (uint16_t)clen;
   p += clen;
-  memcpy(p, url, ulen);
+  copy_later(cp, url, buf, p, ulen);
   h.len[1] = (uint16_t)ulen;
   p += ulen;
-  h.len[2] = (uint16_t)next_extra(g, r, 8 + 8 + 8 + 8, AVG_BID_BYTES, p);
+  h.len[2] = (uint16_t)next_extra(g, r, 8 + 8 + 8 + 8, AVG_BID_BYTES, buf, p, cp);
   p += h.len[2];
   memcpy(buf, &h, sizeof h);
   return (size_t)((uint8_t *)p - buf);
 }
 
-size_t weir_nexmark_gen_event(const weir_nexmark_gen *g, uint64_t i, void *buf, uint64_t *key,
-                              int64_t *ts) {
+/* Event i without the copies out of the large tables (cp says which). */
+static size_t gen_head(const weir_nexmark_gen *g, uint64_t i, uint8_t *b, uint64_t *key,
+                       int64_t *ts, nx_copies *cp) {
   int64_t e = (int64_t)i + 2; /* the suite's event id (weir/nexmark.h) */
   int64_t t = time_of(g, i + 1);
   rng r = {splitmix64(g->seed_mix ^ (uint64_t)e)};
   int64_t rem = e % TOTAL_PROPORTION;
   size_t n;
-  uint8_t *b = buf;
+  cp->n = 0;
   if (rem < PERSON_PROPORTION) {
-    n = make_person(g, &r, e, i, t, b);
+    n = make_person(g, &r, e, i, t, b, cp);
     *key = (uint64_t)(last_person(e) + FIRST_PERSON_ID);
   } else if (rem < PERSON_PROPORTION + AUCTION_PROPORTION) {
-    n = make_auction(g, &r, e, i, t, b);
+    n = make_auction(g, &r, e, i, t, b, cp);
     *key = (uint64_t)(last_auction(e) + FIRST_AUCTION_ID);
   } else {
-    n = make_bid(g, &r, e, i, t, b);
+    n = make_bid(g, &r, e, i, t, b, cp);
     int64_t a;
     memcpy(&a, b + offsetof(weir_nexmark_bid, auction), sizeof a);
     *key = (uint64_t)a;
   }
   *ts = t;
+  return n;
+}
+
+size_t weir_nexmark_gen_event(const weir_nexmark_gen *g, uint64_t i, void *buf, uint64_t *key,
+                              int64_t *ts) {
+  nx_copies cp;
+  size_t n = gen_head(g, i, buf, key, ts, &cp);
+  copies_do(&cp, buf);
   return n;
 }
 
@@ -430,7 +509,7 @@ static void gen_free(weir_nexmark_gen *g) {
   if (!g) return;
   weir_free(g->extra);
   for (int k = 0; k < 4; k++) weir_free(g->hot_url[k]);
-  for (int k = 0; k < CHANNELS; k++) weir_free(g->channel_url[k]);
+  weir_free(g->urls);
   weir_free(g);
 }
 
@@ -490,6 +569,8 @@ int weir_nexmark_gen_create(const weir_nexmark_opts *opts, weir_nexmark_gen **ou
     memcpy(g->hot_url[k], url, n + 1);
     g->hot_url_len[k] = (uint8_t)n;
   }
+  size_t cap = 64 * 1024, used = 0;
+  g->urls = weir_malloc(cap);
   for (int k = 0; k < CHANNELS; k++) {
     size_t n = base_url(&r, url);
     if (next_int(&r, 10) > 0) {
@@ -501,10 +582,14 @@ int weir_nexmark_gen_create(const weir_nexmark_opts *opts, weir_nexmark_gen **ou
       if (sv < 0 && sv != INT32_MIN) sv = -sv;
       n += (size_t)snprintf(url + n, sizeof url - n, "&channel_id=%lld", (long long)sv);
     }
-    g->channel_url[k] = weir_malloc(n + 1);
-    memcpy(g->channel_url[k], url, n + 1);
+    if (used + n > cap) g->urls = weir_realloc(g->urls, cap *= 2);
+    memcpy(g->urls + used, url, n);
+    g->channel_url_off[k] = (uint32_t)used;
     g->channel_url_len[k] = (uint8_t)n;
+    used += n;
   }
+  for (int k = 0; k < 256; k++) g->exp2_frac[k] = exp2(k / 256.0);
+  for (int k = 0; k < 64; k++) g->exp2_int[k] = ldexp(1.0, k);
   *out = g;
   return 0;
 }
@@ -569,12 +654,19 @@ typedef struct nx_split {
   uint32_t index; /* j */
 } nx_split;
 
+/* Events made at once before they are emitted (nx_emit): enough for the
+ * prefetches of a group to arrive before its first copy, few enough that
+ * the group stays in the first-level cache (16 bids are 2 KB: the events
+ * are packed, the buffer only has room for the largest). */
+#define GROUP 16
+#define GROUP_BYTES (GROUP * WEIR_NEXMARK_MAX_EVENT)
+
 /* One subtask's position; owned by the subtask's thread. */
 typedef struct nx_state {
   uint32_t nlive, nsplits, cur;
   nx_split *s;
   uint64_t emitted, t0, chunk; /* rate limiting, as weir_gen's */
-  uint8_t buf[WEIR_NEXMARK_MAX_EVENT];
+  uint8_t buf[GROUP_BYTES];
 } nx_state;
 
 #define NS_PER_S 1000000000ull
@@ -636,11 +728,32 @@ static uint64_t ns_of(uint64_t k, uint64_t rate, uint64_t n) {
   return t > UINT64_MAX ? UINT64_MAX : (uint64_t)t;
 }
 
+/* Events first .. first + n - 1 (n <= GROUP) into st->buf, then out:
+ * made without their table copies, which are prefetched, then copied and
+ * emitted one by one. */
+static int emit_group(weir_ctx *ctx, nx_state *st, const weir_nexmark_gen *g, uint64_t first,
+                      uint32_t n, uint64_t id0) {
+  weir_record r[GROUP];
+  nx_copies cp[GROUP];
+  size_t used = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    uint8_t *b = st->buf + used;
+    r[k].payload = b;
+    r[k].len = (uint32_t)gen_head(g, first + k, b, &r[k].key, &r[k].ts, &cp[k]);
+    r[k].id = id0 + first + k;
+    copies_prefetch(&cp[k]);
+    used += r[k].len;
+  }
+  for (uint32_t k = 0; k < n; k++) {
+    copies_do(&cp[k], (uint8_t *)r[k].payload);
+    int rc = weir_emit_record(ctx, &r[k]);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
 static int nx_emit(weir_ctx *ctx, nx_state *st, const weir_nexmark_gen *g, uint64_t n) {
   uint64_t done = 0;
-  weir_record r;
-  memset(&r, 0, sizeof r);
-  r.payload = st->buf;
   while (done < n && st->nlive) {
     nx_split *sp = &st->s[st->cur];
     weir_source_split(ctx, sp->index);
@@ -649,12 +762,13 @@ static int nx_emit(weir_ctx *ctx, nx_state *st, const weir_nexmark_gen *g, uint6
     uint64_t block_end = (sp->next / B + 1) * B;
     if (block_end > g->events) block_end = g->events;
     while (done < n && sp->next < block_end) {
-      r.len = (uint32_t)weir_nexmark_gen_event(g, sp->next, st->buf, &r.key, &r.ts);
-      r.id = id0 + sp->next;
-      int rc = weir_emit_record(ctx, &r);
+      uint64_t m = block_end - sp->next;
+      if (m > n - done) m = n - done;
+      if (m > GROUP) m = GROUP;
+      int rc = emit_group(ctx, st, g, sp->next, (uint32_t)m, id0);
       if (rc < 0) return rc;
-      sp->next++;
-      done++;
+      sp->next += m;
+      done += m;
     }
     if (sp->next == block_end) {
       sp->next = split_next(g, sp->index, block_end);
