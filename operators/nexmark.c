@@ -78,15 +78,6 @@ __extension__ typedef unsigned __int128 u128;
 #define EXTRA_LEN (1024 * 1024)
 #define MIN_STRING_LENGTH 3
 
-static const char *const US_STATES[] = {"AZ", "CA", "ID", "OR", "WA", "WY"};
-static const char *const US_CITIES[] = {"Phoenix",  "Los Angeles", "San Francisco", "Boise",
-                                        "Portland", "Bend",        "Redmond",       "Seattle",
-                                        "Kent",     "Cheyenne"};
-static const char *const FIRST_NAMES[] = {"Peter", "Paul",  "Luke",  "John",   "Saul",  "Vicky",
-                                          "Kate",  "Julie", "Sarah", "Deiter", "Walter"};
-static const char *const LAST_NAMES[] = {"Shultz", "Abrams", "Spencer", "White", "Bartels",
-                                         "Walton", "Smith",  "Jones",   "Noris"};
-static const char *const HOT_CHANNELS[] = {"Google", "Facebook", "Baidu", "Apple"};
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
 struct weir_nexmark_gen {
@@ -96,14 +87,13 @@ struct weir_nexmark_gen {
   char *extra;      /* EXTRA_LEN letters, extras are cut from it */
   char *hot_url[4]; /* NUL-terminated */
   /* The channels' URLs, one after the other in one arena (channel k's at
-   * urls + channel_url_off[k]): 10,000 separate allocations spread them
+   * urls + (channel_url[k] >> 8)): 10,000 separate allocations spread them
    * over twice the memory, and a bid's URL is a cache miss either way. */
   char *urls;
-  uint32_t channel_url_off[CHANNELS];
-  uint8_t channel_url_len[CHANNELS];
+  uint32_t channel_url[CHANNELS]; /* offset << 8 | length: one load */
   uint8_t hot_url_len[4];
-  /* 2^(j/256), j = 0 .. 255, and 2^e, e = 0 .. 63: fast_exp10's tables. */
-  double exp2_frac[256], exp2_int[64];
+  /* 2^(j/256), j = 0 .. 255, and 100 * 2^e, e = 0 .. 63: fast_exp2_100's. */
+  double exp2_frac[256], exp2_int100[64];
 };
 
 /* ---- random numbers ------------------------------------------------------ */
@@ -141,42 +131,46 @@ static int64_t next_long(rng *r, int64_t n) {
   return v < 0 ? -v : v;
 }
 
-/* [0, 1) with 53 random bits. */
-static double next_double(rng *r) {
-  return (double)(next64(r) >> 11) * 0x1.0p-53;
-}
-
-/* The price of the exponent x: floor(10^x * 100 + 0.5) (Java's
- * Math.round), in the floating-point steps of the suite's formula. */
+/* The price of the power p10 = 10^x: floor(p10 * 100 + 0.5) (Java's
+ * Math.round), in the floating-point steps of the suite's formula; the
+ * value is positive, so the conversion truncates as floor() would, without
+ * a call. */
 static int64_t price_of(double p10) {
-  return (int64_t)floor(p10 * 100.0 + 0.5);
+  return (int64_t)(p10 * 100.0 + 0.5);
 }
 
-/* 10^x for x in [0, 6], within a relative 1e-14 of the exact value:
- * 2^(x log2 10) as 2^e * 2^(j/256) * 2^r, r < 1/256, from two tables and a
- * polynomial of degree 5 (its error below 1e-17). The rounding of
- * x * log2(10) (x < 8) costs at most 4e-15. */
-static double fast_exp10(const weir_nexmark_gen *g, double x) {
-  double y = x * 3.321928094887362347870319429489390175864831393; /* log2(10) */
-  uint32_t n = (uint32_t)(y * 256.0);
-  double r = (y - (double)n * (1.0 / 256.0)) * 0.693147180559945309417232121458176568; /* ln 2 */
-  double poly = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6 + r * (1.0 / 24 + r * (1.0 / 120)))));
-  return g->exp2_int[n >> 8] * g->exp2_frac[n & 255] * poly;
+#define LOG2_10 3.321928094887362347870319429489390175864831393
+#define LN_2 0.693147180559945309417232121458176568
+
+/* 100 * 2^y for y in [0, 20), within a relative 2e-15 of the exact value:
+ * 2^e * 2^(j/256) * 2^r, |r| <= 1/512, from two tables (the first holds
+ * 100 * 2^e, exact) and a polynomial of degree 4 in Estrin's form (its
+ * error below 1e-16; few steps in a row, as this is a chain of dependent
+ * floating-point operations). j + 256 e = round(256 y) comes out of the
+ * low bits of y + 1.5 * 2^44, whose ulp is 1/256. */
+static double fast_exp2_100(const weir_nexmark_gen *g, double y) {
+  double t = y + 0x1.8p44;
+  uint64_t tb;
+  memcpy(&tb, &t, sizeof tb);
+  uint32_t n = (uint32_t)tb;
+  double r = (y - (t - 0x1.8p44)) * LN_2, r2 = r * r;
+  double poly = (1.0 + r) + r2 * (0.5 + r * (1.0 / 6)) + r2 * r2 * (1.0 / 24);
+  return g->exp2_int100[n >> 8] * g->exp2_frac[n & 255] * poly;
 }
 
 /* A price in cents: round(10^(6u) * 100), u uniform in [0, 1) (Java's
  * Math.round: floor(x + 0.5)), exactly as pow() gives it. pow() was a
- * tenth of the generator's time; fast_exp10 is within 1e-14 of the exact
- * power and pow() within an ulp (2.2e-16), so pow()'s result lies within
- * a relative 1e-12 of fast_exp10's, and price_of is monotone: when both
- * ends of that interval give one price, so does pow(). Only a power
- * within 1e-12 of a half cent (about one price in 10,000 at the top of
- * the range) asks pow(). */
+ * tenth of the generator's time. fast_exp2_100 of 6u log2(10) (rounded
+ * once more: 1e-15) is within 1e-14 of the exact 100 * 10^(6u), pow()
+ * within an ulp (2.2e-16); so pow()'s result times 100 lies within a
+ * relative 1e-12 of a, and the price is a monotone function of it: when
+ * both ends of that interval give one price, so does pow(). Only a power
+ * within 1e-12 of a half cent (1.5 draws in 10^5) asks pow(). */
 static int64_t next_price(const weir_nexmark_gen *g, rng *r) {
-  double x = next_double(r) * 6.0;
-  double a = fast_exp10(g, x);
-  int64_t lo = price_of(a * (1.0 - 1e-12)), hi = price_of(a * (1.0 + 1e-12));
-  return lo == hi ? lo : price_of(pow(10.0, x));
+  uint64_t bits = next64(r) >> 11; /* u = bits * 2^-53: 53 random bits */
+  double a = fast_exp2_100(g, (double)bits * (0x1.0p-53 * 6.0 * LOG2_10));
+  int64_t lo = (int64_t)(a * (1.0 - 1e-12) + 0.5), hi = (int64_t)(a * (1.0 + 1e-12) + 0.5);
+  return lo == hi ? lo : price_of(pow(10.0, (double)bits * 0x1.0p-53 * 6.0));
 }
 
 /* The suite's nextString: 3 .. max-1 characters, each `special` with
@@ -289,29 +283,70 @@ static int64_t time_of(const weir_nexmark_gen *g, uint64_t n) {
 
 /* ---- events --------------------------------------------------------------- */
 
-static size_t put_str(char *p, const char *s) {
-  size_t n = strlen(s);
-  memcpy(p, s, n);
-  return n;
+/* A string of a table, with its length. */
+typedef struct nx_word {
+  const char *p;
+  uint8_t len;
+} nx_word;
+#define WORD(s)                                                                                    \
+  { s, sizeof s - 1 }
+
+static size_t put_word(char *p, nx_word w) {
+  memcpy(p, w.p, w.len);
+  return w.len;
 }
+
+/* The fixed part is stored field by field straight into the payload: a
+ * struct on the stack filled with 16-bit stores and then copied out with
+ * 16-byte loads stalled on store forwarding (a fifth of the generator's
+ * samples). */
+static void put16(uint8_t *b, size_t off, uint16_t v) {
+  memcpy(b + off, &v, 2);
+}
+static void put32(uint8_t *b, size_t off, uint32_t v) {
+  memcpy(b + off, &v, 4);
+}
+static void put64(uint8_t *b, size_t off, int64_t v) {
+  memcpy(b + off, &v, 8);
+}
+#define PUT16(b, type, field, v) put16(b, offsetof(type, field), (uint16_t)(v))
+#define PUT64(b, type, field, v) put64(b, offsetof(type, field), (int64_t)(v))
+
+static const nx_word US_STATES[] = {WORD("AZ"), WORD("CA"), WORD("ID"),
+                                    WORD("OR"), WORD("WA"), WORD("WY")};
+static const nx_word US_CITIES[] = {
+    WORD("Phoenix"), WORD("Los Angeles"), WORD("San Francisco"), WORD("Boise"), WORD("Portland"),
+    WORD("Bend"),    WORD("Redmond"),     WORD("Seattle"),       WORD("Kent"),  WORD("Cheyenne")};
+static const nx_word FIRST_NAMES[] = {WORD("Peter"), WORD("Paul"),   WORD("Luke"),  WORD("John"),
+                                      WORD("Saul"),  WORD("Vicky"),  WORD("Kate"),  WORD("Julie"),
+                                      WORD("Sarah"), WORD("Deiter"), WORD("Walter")};
+static const nx_word LAST_NAMES[] = {WORD("Shultz"), WORD("Abrams"),  WORD("Spencer"),
+                                     WORD("White"),  WORD("Bartels"), WORD("Walton"),
+                                     WORD("Smith"),  WORD("Jones"),   WORD("Noris")};
+static const nx_word HOT_CHANNELS[] = {WORD("Google"), WORD("Facebook"), WORD("Baidu"),
+                                       WORD("Apple")};
 
 static size_t make_person(const weir_nexmark_gen *g, rng *r, int64_t e, uint64_t i, int64_t ts,
                           uint8_t *buf, nx_copies *cp) {
-  weir_nexmark_person h = {.kind = WEIR_NEXMARK_PERSON, .event = i, .date_time = ts};
-  h.id = last_person(e) + FIRST_PERSON_ID;
-  char *p = (char *)buf + sizeof h, *s = p;
+  typedef weir_nexmark_person T;
+  put32(buf, 0, WEIR_NEXMARK_PERSON);
+  PUT64(buf, T, event, i);
+  PUT64(buf, T, date_time, ts);
+  PUT64(buf, T, id, last_person(e) + FIRST_PERSON_ID);
+  char *p = (char *)buf + sizeof(T), *s = p;
   /* name */
-  size_t n = put_str(p, FIRST_NAMES[next_int(r, NELEM(FIRST_NAMES))]);
+  size_t n = put_word(p, FIRST_NAMES[next_int(r, NELEM(FIRST_NAMES))]);
   p[n++] = ' ';
-  n += put_str(p + n, LAST_NAMES[next_int(r, NELEM(LAST_NAMES))]);
-  h.len[0] = (uint16_t)n;
+  n += put_word(p + n, LAST_NAMES[next_int(r, NELEM(LAST_NAMES))]);
+  PUT16(buf, T, len[0], n);
   p += n;
   /* email: nextString(7) @ nextString(5) .com */
   n = next_string(r, 7, ' ', p);
   p[n++] = '@';
   n += next_string(r, 5, ' ', p + n);
-  n += put_str(p + n, ".com");
-  h.len[1] = (uint16_t)n;
+  memcpy(p + n, ".com", 4);
+  n += 4;
+  PUT16(buf, T, len[1], n);
   p += n;
   /* credit card: four groups of four digits */
   for (int k = 0; k < 4; k++) {
@@ -323,75 +358,90 @@ static size_t make_person(const weir_nexmark_gen *g, rng *r, int64_t e, uint64_t
     p[3] = (char)('0' + v % 10);
     p += 4;
   }
-  h.len[2] = 19;
-  h.len[3] = (uint16_t)put_str(p, US_CITIES[next_int(r, NELEM(US_CITIES))]);
-  p += h.len[3];
-  h.len[4] = (uint16_t)put_str(p, US_STATES[next_int(r, NELEM(US_STATES))]);
-  p += h.len[4];
+  PUT16(buf, T, len[2], 19);
+  n = put_word(p, US_CITIES[next_int(r, NELEM(US_CITIES))]);
+  PUT16(buf, T, len[3], n);
+  p += n;
+  n = put_word(p, US_STATES[next_int(r, NELEM(US_STATES))]);
+  PUT16(buf, T, len[4], n);
+  p += n;
   size_t current = 8 + (size_t)(p - s);
-  h.len[5] = (uint16_t)next_extra(g, r, current, AVG_PERSON_BYTES, buf, p, cp);
-  p += h.len[5];
-  memcpy(buf, &h, sizeof h);
+  n = next_extra(g, r, current, AVG_PERSON_BYTES, buf, p, cp);
+  PUT16(buf, T, len[5], n);
+  p += n;
   return (size_t)((uint8_t *)p - buf);
 }
 
 static size_t make_auction(const weir_nexmark_gen *g, rng *r, int64_t e, uint64_t i, int64_t ts,
                            uint8_t *buf, nx_copies *cp) {
-  weir_nexmark_auction h = {.kind = WEIR_NEXMARK_AUCTION, .event = i, .date_time = ts};
-  h.id = last_auction(e) + FIRST_AUCTION_ID;
+  typedef weir_nexmark_auction T;
+  put32(buf, 0, WEIR_NEXMARK_AUCTION);
+  memset(buf + offsetof(T, pad), 0, sizeof(((T *)0)->pad));
+  PUT64(buf, T, event, i);
+  PUT64(buf, T, date_time, ts);
+  PUT64(buf, T, id, last_auction(e) + FIRST_AUCTION_ID);
+  int64_t seller;
   if (next_int(r, HOT_SELLERS_RATIO) > 0)
-    h.seller = last_person(e) / HOT_BATCH * HOT_BATCH; /* the hot seller of the last 100 */
+    seller = last_person(e) / HOT_BATCH * HOT_BATCH; /* the hot seller of the last 100 */
   else
-    h.seller = next_person(r, e);
-  h.seller += FIRST_PERSON_ID;
-  h.category = FIRST_CATEGORY_ID + next_int(r, NUM_CATEGORIES);
-  h.initial_bid = next_price(g, r);
+    seller = next_person(r, e);
+  PUT64(buf, T, seller, seller + FIRST_PERSON_ID);
+  PUT64(buf, T, category, FIRST_CATEGORY_ID + next_int(r, NUM_CATEGORIES));
+  int64_t initial_bid = next_price(g, r);
+  PUT64(buf, T, initial_bid, initial_bid);
   /* A length averaging the time until NUM_IN_FLIGHT_AUCTIONS more
    * auctions have been made. */
   int64_t ahead = (int64_t)NUM_IN_FLIGHT_AUCTIONS * TOTAL_PROPORTION / AUCTION_PROPORTION;
   int64_t horizon = time_of(g, i + 1 + (uint64_t)ahead) - ts;
-  h.expires = ts + 1 + next_long(r, horizon * 2 > 1 ? horizon * 2 : 1);
-  char *p = (char *)buf + sizeof h;
-  h.len[0] = (uint16_t)next_string(r, 20, ' ', p);
-  p += h.len[0];
-  h.len[1] = (uint16_t)next_string(r, 100, ' ', p);
-  p += h.len[1];
-  h.reserve = h.initial_bid + next_price(g, r);
-  size_t current = 8 + (size_t)h.len[0] + h.len[1] + 8 + 8 + 8 + 8 + 8;
-  h.len[2] = (uint16_t)next_extra(g, r, current, AVG_AUCTION_BYTES, buf, p, cp);
-  p += h.len[2];
-  memcpy(buf, &h, sizeof h);
+  PUT64(buf, T, expires, ts + 1 + next_long(r, horizon * 2 > 1 ? horizon * 2 : 1));
+  char *p = (char *)buf + sizeof(T);
+  size_t n0 = next_string(r, 20, ' ', p);
+  PUT16(buf, T, len[0], n0);
+  p += n0;
+  size_t n1 = next_string(r, 100, ' ', p);
+  PUT16(buf, T, len[1], n1);
+  p += n1;
+  PUT64(buf, T, reserve, initial_bid + next_price(g, r));
+  size_t current = 8 + n0 + n1 + 8 + 8 + 8 + 8 + 8;
+  size_t n2 = next_extra(g, r, current, AVG_AUCTION_BYTES, buf, p, cp);
+  PUT16(buf, T, len[2], n2);
+  p += n2;
   return (size_t)((uint8_t *)p - buf);
 }
 
 static size_t make_bid(const weir_nexmark_gen *g, rng *r, int64_t e, uint64_t i, int64_t ts,
-                       uint8_t *buf, nx_copies *cp) {
-  weir_nexmark_bid h = {.kind = WEIR_NEXMARK_BID, .event = i, .date_time = ts};
+                       uint8_t *buf, nx_copies *cp, uint64_t *key) {
+  typedef weir_nexmark_bid T;
+  put32(buf, 0, WEIR_NEXMARK_BID);
+  memset(buf + offsetof(T, pad), 0, sizeof(((T *)0)->pad));
+  PUT64(buf, T, event, i);
+  PUT64(buf, T, date_time, ts);
+  int64_t auction, bidder;
   if (next_int(r, HOT_AUCTION_RATIO) > 0)
-    h.auction = last_auction(e) / HOT_BATCH * HOT_BATCH;
+    auction = last_auction(e) / HOT_BATCH * HOT_BATCH;
   else
-    h.auction = next_auction(r, e);
-  h.auction += FIRST_AUCTION_ID;
+    auction = next_auction(r, e);
+  auction += FIRST_AUCTION_ID;
+  PUT64(buf, T, auction, auction);
+  *key = (uint64_t)auction;
   if (next_int(r, HOT_BIDDERS_RATIO) > 0)
-    h.bidder = last_person(e) / HOT_BATCH * HOT_BATCH + 1; /* not the hot seller */
+    bidder = last_person(e) / HOT_BATCH * HOT_BATCH + 1; /* not the hot seller */
   else
-    h.bidder = next_person(r, e);
+    bidder = next_person(r, e);
   /* The suite adds the first person id twice to a bidder (BidGenerator):
    * kept, so that bidders are where the suite's are. */
-  h.bidder += 2 * FIRST_PERSON_ID;
-  h.price = next_price(g, r);
-  const char *channel, *url;
-  char chan[16];
+  PUT64(buf, T, bidder, bidder + 2 * FIRST_PERSON_ID);
+  PUT64(buf, T, price, next_price(g, r));
+  char *p = (char *)buf + sizeof(T);
   size_t clen, ulen;
   if (next_int(r, 2) > 0) {
     uint32_t k = next_int(r, NELEM(HOT_CHANNELS));
-    channel = HOT_CHANNELS[k];
-    clen = strlen(channel);
-    url = g->hot_url[k];
+    clen = put_word(p, HOT_CHANNELS[k]);
     ulen = g->hot_url_len[k];
+    copy_later(cp, g->hot_url[k], buf, p + clen, ulen);
   } else {
     uint32_t c = next_int(r, CHANNELS), k = c;
-    memcpy(chan, "channel-", 8);
+    memcpy(p, "channel-", 8);
     clen = 8;
     char d[8];
     size_t nd = 0;
@@ -399,21 +449,17 @@ static size_t make_bid(const weir_nexmark_gen *g, rng *r, int64_t e, uint64_t i,
       d[nd++] = (char)('0' + k % 10);
       k /= 10;
     } while (k);
-    while (nd) chan[clen++] = d[--nd];
-    channel = chan;
-    url = g->urls + g->channel_url_off[c];
-    ulen = g->channel_url_len[c];
+    while (nd) p[clen++] = d[--nd];
+    uint32_t u = g->channel_url[c];
+    ulen = u & 0xff;
+    copy_later(cp, g->urls + (u >> 8), buf, p + clen, ulen);
   }
-  char *p = (char *)buf + sizeof h;
-  memcpy(p, channel, clen);
-  h.len[0] = (uint16_t)clen;
-  p += clen;
-  copy_later(cp, url, buf, p, ulen);
-  h.len[1] = (uint16_t)ulen;
-  p += ulen;
-  h.len[2] = (uint16_t)next_extra(g, r, 8 + 8 + 8 + 8, AVG_BID_BYTES, buf, p, cp);
-  p += h.len[2];
-  memcpy(buf, &h, sizeof h);
+  PUT16(buf, T, len[0], clen);
+  PUT16(buf, T, len[1], ulen);
+  p += clen + ulen;
+  size_t n = next_extra(g, r, 8 + 8 + 8 + 8, AVG_BID_BYTES, buf, p, cp);
+  PUT16(buf, T, len[2], n);
+  p += n;
   return (size_t)((uint8_t *)p - buf);
 }
 
@@ -433,10 +479,7 @@ static size_t gen_head(const weir_nexmark_gen *g, uint64_t i, uint8_t *b, uint64
     n = make_auction(g, &r, e, i, t, b, cp);
     *key = (uint64_t)(last_auction(e) + FIRST_AUCTION_ID);
   } else {
-    n = make_bid(g, &r, e, i, t, b, cp);
-    int64_t a;
-    memcpy(&a, b + offsetof(weir_nexmark_bid, auction), sizeof a);
-    *key = (uint64_t)a;
+    n = make_bid(g, &r, e, i, t, b, cp, key);
   }
   *ts = t;
   return n;
@@ -491,6 +534,12 @@ int weir_nexmark_parse(const void *payload, size_t len, weir_nexmark_event *out)
 }
 
 /* ---- the generator's tables ----------------------------------------------- */
+
+static size_t put_str(char *p, const char *s) {
+  size_t n = strlen(s);
+  memcpy(p, s, n);
+  return n;
+}
 
 /* The suite's getBaseUrl: https://www.nexmark.com/<a>/<b>/<c>/item.htm?query=1
  * with three nextString(5, '_'). */
@@ -584,12 +633,11 @@ int weir_nexmark_gen_create(const weir_nexmark_opts *opts, weir_nexmark_gen **ou
     }
     if (used + n > cap) g->urls = weir_realloc(g->urls, cap *= 2);
     memcpy(g->urls + used, url, n);
-    g->channel_url_off[k] = (uint32_t)used;
-    g->channel_url_len[k] = (uint8_t)n;
+    g->channel_url[k] = (uint32_t)used << 8 | (uint32_t)n;
     used += n;
   }
   for (int k = 0; k < 256; k++) g->exp2_frac[k] = exp2(k / 256.0);
-  for (int k = 0; k < 64; k++) g->exp2_int[k] = ldexp(1.0, k);
+  for (int k = 0; k < 64; k++) g->exp2_int100[k] = ldexp(100.0, k);
   *out = g;
   return 0;
 }
