@@ -791,12 +791,102 @@ static int state_batch(weir_ctx *ctx, const weir_batch *b, state_key_fn key_of,
   return 0;
 }
 
-/* ---- q17: per auction and day, an unbounded aggregate ------------------------ */
+/* ---- combining within a batch ---------------------------------------------------- */
 
-static int is_bid(void *user, const weir_record *r) {
-  (void)user;
-  return weir_nexmark_kind(r->payload, r->len) == WEIR_NEXMARK_BID;
+/* The groups of one input batch by a key of two int64s, for the operators
+ * that combine a batch's bids before the shuffle (q17, q18, q19): half of
+ * all bids go to the hot auction of the moment and three in eight to one
+ * (hot bidder, hot auction) pair, so a batch of 1024 events holds some 100
+ * groups, not 940 bids. What a group keeps is the query's (`size` bytes
+ * per group). Nothing stays between batches, so checkpoints see no state
+ * here, and a replay that cuts batches elsewhere combines differently but
+ * gives the same final result: each query's combination is associative
+ * and commutative (sums, min and max; the latest bid; the best ten). This
+ * is the local phase of Flink's two-phase aggregation, which the suite's
+ * configuration turns on with its mini-batches. */
+typedef struct combiner {
+  uint32_t cap;  /* slots, a power of two, at least twice the records */
+  uint32_t n;    /* groups of the batch */
+  int32_t *slot; /* group + 1; 0 empty */
+  int64_t *key;  /* two per group */
+  uint8_t *data; /* size bytes per group */
+  size_t size;
+} combiner;
+
+static combiner *comb_create(size_t size) {
+  combiner *c = weir_calloc(1, sizeof *c);
+  c->size = size;
+  return c;
 }
+
+static void comb_destroy(combiner *c) {
+  if (!c) return;
+  weir_free(c->slot);
+  weir_free(c->key);
+  weir_free(c->data);
+  weir_free(c);
+}
+
+/* Empties c for a batch of `records`. */
+static void comb_reset(combiner *c, uint32_t records) {
+  if (c->cap < 2 * (uint64_t)records || c->cap == 0) {
+    uint32_t cap = 64;
+    while (cap < 2 * (uint64_t)records) cap *= 2;
+    weir_free(c->slot);
+    weir_free(c->key);
+    weir_free(c->data);
+    c->cap = cap;
+    c->slot = weir_malloc(cap * sizeof *c->slot);
+    c->key = weir_malloc(cap * sizeof(int64_t));
+    c->data = weir_malloc(cap / 2 * c->size);
+  }
+  memset(c->slot, 0, c->cap * sizeof *c->slot);
+  c->n = 0;
+}
+
+/* The group of key (a, b): its data, *made 1 if new (data uninitialized). */
+static void *comb_find(combiner *c, int64_t a, int64_t b, int *made) {
+  uint64_t h = ((uint64_t)a * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)b * 0xc2b2ae3d27d4eb4full);
+  uint32_t mask = c->cap - 1;
+  for (uint32_t j = (uint32_t)(h >> 32) & mask;; j = (j + 1) & mask) {
+    int32_t g = c->slot[j] - 1;
+    if (g < 0) {
+      g = (int32_t)c->n++;
+      c->slot[j] = g + 1;
+      c->key[2 * g] = a;
+      c->key[2 * g + 1] = b;
+      *made = 1;
+      return c->data + (size_t)g * c->size;
+    }
+    if (c->key[2 * g] == a && c->key[2 * g + 1] == b) {
+      *made = 0;
+      return c->data + (size_t)g * c->size;
+    }
+  }
+}
+
+/* The fixed part of bid i of b into *out: 1, 0 if i is another event, or
+ * an error for a bid too short to be one. */
+static int batch_bid(weir_ctx *ctx, const weir_batch *b, uint32_t i, weir_nexmark_bid *out) {
+  const uint8_t *p = b->data + b->off[i];
+  if (weir_nexmark_kind(p, b->lens[i]) != WEIR_NEXMARK_BID) return 0;
+  if (b->lens[i] < sizeof *out)
+    return weir_ctx_fail(ctx, WEIR_EBADREC, "not a bid (%u bytes)", (unsigned)b->lens[i]);
+  memcpy(out, p, sizeof *out);
+  return 1;
+}
+
+static int comb_open(weir_ctx *ctx) {
+  weir_ctx_set_user(ctx, comb_create((size_t)(uintptr_t)weir_ctx_arg(ctx)));
+  return 0;
+}
+
+static void comb_close(weir_ctx *ctx) {
+  comb_destroy(weir_ctx_user(ctx));
+  weir_ctx_set_user(ctx, NULL);
+}
+
+/* ---- q17: per auction and day, an unbounded aggregate ------------------------ */
 
 /* State: (auction, day) -> total, rank1, rank2, rank3, min, max, sum. */
 typedef struct q17_acc {
@@ -809,42 +899,72 @@ static int64_t floor_div(int64_t a, int64_t b) {
   return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
 }
 
-/* The bids q17 reads, keyed by auction: (auction, day, price), 24 bytes,
- * not the whole bid (about 200 bytes), through the shuffle. */
-static int q17_bids(weir_ctx *ctx, void *user, const weir_record *r) {
-  (void)user;
-  weir_nexmark_event ev;
-  int rc = bid_of(ctx, r, &ev);
-  if (rc <= 0) return rc;
-  const weir_nexmark_bid *b = &ev.u.bid;
-  int64_t v[3] = {b->auction, floor_div(b->date_time, 86400000), b->price};
-  return weir_emit(ctx, (uint64_t)b->auction, v, sizeof v);
+/* A batch's bids combined per (auction, day), keyed by auction: one
+ * record per group, (auction, day, its q17_acc), 72 bytes. */
+typedef struct q17_part {
+  int64_t auction, day;
+  q17_acc a;
+  uint32_t first; /* the group's first record: its emission derives from it */
+} q17_part;
+#define Q17_PART 72 /* the bytes of a q17_part that travel */
+
+static int q17_bids(weir_ctx *ctx, const weir_batch *b) {
+  combiner *c = weir_ctx_user(ctx);
+  comb_reset(c, b->len);
+  for (uint32_t i = 0; i < b->len; i++) {
+    weir_nexmark_bid bid;
+    int rc = batch_bid(ctx, b, i, &bid);
+    if (rc <= 0) {
+      if (rc < 0) return rc;
+      continue;
+    }
+    int64_t day = floor_div(bid.date_time, 86400000), p = bid.price;
+    int made;
+    q17_part *g = comb_find(c, bid.auction, day, &made);
+    if (made) {
+      g->auction = bid.auction;
+      g->day = day;
+      g->first = i;
+      g->a = (q17_acc){0, 0, 0, 0, p, p, 0};
+    }
+    if (p < g->a.min) g->a.min = p;
+    if (p > g->a.max) g->a.max = p;
+    g->a.total++;
+    g->a.r1 += p < 10000;
+    g->a.r2 += p >= 10000 && p < 1000000;
+    g->a.r3 += p >= 1000000;
+    g->a.sum += p;
+  }
+  for (uint32_t k = 0; k < c->n; k++) {
+    const q17_part *g = (const q17_part *)(c->data + k * c->size);
+    int rc = weir_emit_from(ctx, b, g->first, (uint64_t)g->auction, g, Q17_PART);
+    if (rc < 0) return rc;
+  }
+  return 0;
 }
 
 static int q17_process(weir_ctx *ctx, const weir_record *r) {
-  int64_t in[3];
-  if (r->len != sizeof in)
-    return weir_ctx_fail(ctx, WEIR_EBADREC, "q17: not a projected bid (%u bytes)",
-                         (unsigned)r->len);
-  memcpy(in, r->payload, sizeof in);
-  int64_t k[2] = {in[0], in[1]};
+  q17_part in;
+  if (r->len != Q17_PART)
+    return weir_ctx_fail(ctx, WEIR_EBADREC, "q17: not a combined bid (%u bytes)", (unsigned)r->len);
+  memcpy(&in, r->payload, Q17_PART);
+  int64_t k[2] = {in.auction, in.day};
   void *v;
   int rc = weir_state_update_bytes(ctx, k, sizeof k, sizeof(q17_acc), &v, NULL);
   if (rc < 0) return rc;
   q17_acc a;
   memcpy(&a, v, sizeof a);
-  int64_t p = in[2];
   if (rc == 0) {
-    a.min = a.max = p;
+    a = in.a;
   } else {
-    if (p < a.min) a.min = p;
-    if (p > a.max) a.max = p;
+    if (in.a.min < a.min) a.min = in.a.min;
+    if (in.a.max > a.max) a.max = in.a.max;
+    a.total += in.a.total;
+    a.r1 += in.a.r1;
+    a.r2 += in.a.r2;
+    a.r3 += in.a.r3;
+    a.sum += in.a.sum;
   }
-  a.total++;
-  a.r1 += p < 10000;
-  a.r2 += p >= 10000 && p < 1000000;
-  a.r3 += p >= 1000000;
-  a.sum += p;
   memcpy(v, &a, sizeof a);
   return 0;
 }
@@ -904,7 +1024,7 @@ static int q17_finish(weir_ctx *ctx) {
 
 /* q17's state key: (auction, day), the projected bid's first 16 bytes. */
 static size_t q17_key(const weir_batch *b, uint32_t i, uint8_t k[16]) {
-  if (b->lens[i] != 24) return 0;
+  if (b->lens[i] != Q17_PART) return 0;
   memcpy(k, b->data + b->off[i], 16);
   return 16;
 }
@@ -920,7 +1040,12 @@ static const weir_operator_vt q17_vt = {.size = sizeof(weir_operator_vt),
 
 static int q17_build(weir_job *job, weir_stream *src, const nx_cfg *c, int p, weir_stream **out) {
   (void)job, (void)c;
-  weir_stream *bids = weir_flat_map(src, "q17-bids", q17_bids, NULL, p);
+  static const weir_operator_vt bids_vt = {.size = sizeof(weir_operator_vt),
+                                           .name = "q17-bids",
+                                           .open = comb_open,
+                                           .process_batch = q17_bids,
+                                           .close = comb_close};
+  weir_stream *bids = weir_process(src, "q17-bids", &bids_vt, (void *)sizeof(q17_part), p);
   weir_op_opts oo = {.size = sizeof oo, .flags = WEIR_OP_KEYED_STATE};
   *out = weir_process_opts(weir_key_by(bids), "q17", &q17_vt, NULL, p, &oo);
   return 0;
@@ -958,16 +1083,38 @@ static int bid_fields(weir_ctx *ctx, const void *payload, size_t len, line *l, i
   return 0;
 }
 
-/* Bids keyed by (bidder, auction) for the dedup. */
-static int q18_bids(weir_ctx *ctx, void *user, const weir_record *r) {
-  (void)user;
-  if (weir_nexmark_kind(r->payload, r->len) != WEIR_NEXMARK_BID) return 0;
-  weir_nexmark_bid b;
-  if (r->len < sizeof b)
-    return weir_ctx_fail(ctx, WEIR_EBADREC, "not a bid (%u bytes)", (unsigned)r->len);
-  memcpy(&b, r->payload, sizeof b);
-  int64_t k[2] = {b.bidder, b.auction};
-  return weir_emit(ctx, weir_hash_bytes(k, sizeof k), r->payload, r->len);
+/* Bids keyed by (bidder, auction) for the dedup, a batch's latest per
+ * pair only (the same order as q18's: date_time, then event): a bid that
+ * a later one of its batch replaces can never be the final one. */
+typedef struct q18_best {
+  int64_t ts;
+  uint64_t event;
+  uint32_t rec;
+} q18_best;
+
+static int q18_bids(weir_ctx *ctx, const weir_batch *b) {
+  combiner *c = weir_ctx_user(ctx);
+  comb_reset(c, b->len);
+  for (uint32_t i = 0; i < b->len; i++) {
+    weir_nexmark_bid bid;
+    int rc = batch_bid(ctx, b, i, &bid);
+    if (rc <= 0) {
+      if (rc < 0) return rc;
+      continue;
+    }
+    int made;
+    q18_best *g = comb_find(c, bid.bidder, bid.auction, &made);
+    if (made || bid.date_time > g->ts || (bid.date_time == g->ts && bid.event > g->event))
+      *g = (q18_best){bid.date_time, bid.event, i};
+  }
+  for (uint32_t k = 0; k < c->n; k++) {
+    const q18_best *g = (const q18_best *)(c->data + k * c->size);
+    int64_t key[2] = {c->key[2 * k], c->key[2 * k + 1]};
+    int rc = weir_emit_from(ctx, b, g->rec, weir_hash_bytes(key, sizeof key),
+                            b->data + b->off[g->rec], b->lens[g->rec]);
+    if (rc < 0) return rc;
+  }
+  return 0;
 }
 
 /* q18: per (bidder, auction) the bid with the latest date_time (ties: the
@@ -1027,7 +1174,12 @@ static const weir_operator_vt q18_vt = {.size = sizeof(weir_operator_vt),
 
 static int q18_build(weir_job *job, weir_stream *src, const nx_cfg *c, int p, weir_stream **out) {
   (void)job, (void)c;
-  weir_stream *bids = weir_flat_map(src, "q18-bids", q18_bids, NULL, p);
+  static const weir_operator_vt bids_vt = {.size = sizeof(weir_operator_vt),
+                                           .name = "q18-bids",
+                                           .open = comb_open,
+                                           .process_batch = q18_bids,
+                                           .close = comb_close};
+  weir_stream *bids = weir_process(src, "q18-bids", &bids_vt, (void *)sizeof(q18_best), p);
   weir_op_opts oo = {.size = sizeof oo, .flags = WEIR_OP_KEYED_STATE};
   *out = weir_process_opts(weir_key_by(bids), "q18", &q18_vt, NULL, p, &oo);
   return 0;
@@ -1054,6 +1206,54 @@ static int q19_open(weir_ctx *ctx) {
 static void q19_close(weir_ctx *ctx) {
   weir_free(weir_ctx_user(ctx));
   weir_ctx_set_user(ctx, NULL);
+}
+
+/* A batch's best TOPN bids per auction (price descending, then event
+ * ascending, as q19 ranks): a bid that ten of its batch beat is not among
+ * the final ten. */
+typedef struct q19_best {
+  uint32_t n;
+  uint32_t rec[TOPN];
+  int64_t price[TOPN];
+  uint64_t event[TOPN];
+} q19_best;
+
+static int q19_bids(weir_ctx *ctx, const weir_batch *b) {
+  combiner *c = weir_ctx_user(ctx);
+  comb_reset(c, b->len);
+  for (uint32_t i = 0; i < b->len; i++) {
+    weir_nexmark_bid bid;
+    int rc = batch_bid(ctx, b, i, &bid);
+    if (rc <= 0) {
+      if (rc < 0) return rc;
+      continue;
+    }
+    int made;
+    q19_best *g = comb_find(c, bid.auction, 0, &made);
+    if (made) g->n = 0;
+    uint32_t at = g->n;
+    while (at > 0 && better(bid.price, bid.event, g->price[at - 1], g->event[at - 1])) at--;
+    if (at >= TOPN) continue;
+    uint32_t last = g->n < TOPN ? g->n : TOPN - 1;
+    for (uint32_t k = last; k > at; k--) {
+      g->rec[k] = g->rec[k - 1];
+      g->price[k] = g->price[k - 1];
+      g->event[k] = g->event[k - 1];
+    }
+    g->rec[at] = i;
+    g->price[at] = bid.price;
+    g->event[at] = bid.event;
+    if (g->n < TOPN) g->n++;
+  }
+  for (uint32_t k = 0; k < c->n; k++) {
+    const q19_best *g = (const q19_best *)(c->data + k * c->size);
+    for (uint32_t j = 0; j < g->n; j++) {
+      uint32_t i = g->rec[j];
+      int rc = weir_emit_from(ctx, b, i, b->keys[i], b->data + b->off[i], b->lens[i]);
+      if (rc < 0) return rc;
+    }
+  }
+  return 0;
 }
 
 static int q19_process(weir_ctx *ctx, const weir_record *r) {
@@ -1160,7 +1360,12 @@ static const weir_operator_vt q19_vt = {.size = sizeof(weir_operator_vt),
 
 static int q19_build(weir_job *job, weir_stream *src, const nx_cfg *c, int p, weir_stream **out) {
   (void)job, (void)c;
-  weir_stream *bids = weir_filter(src, "bids", is_bid, NULL, p);
+  static const weir_operator_vt bids_vt = {.size = sizeof(weir_operator_vt),
+                                           .name = "q19-bids",
+                                           .open = comb_open,
+                                           .process_batch = q19_bids,
+                                           .close = comb_close};
+  weir_stream *bids = weir_process(src, "q19-bids", &bids_vt, (void *)sizeof(q19_best), p);
   weir_op_opts oo = {.size = sizeof oo, .flags = WEIR_OP_KEYED_STATE};
   *out = weir_process_opts(weir_key_by(bids), "q19", &q19_vt, NULL, p, &oo);
   return 0;
