@@ -14,13 +14,13 @@
  * - Stateless (q0, q1, q2, q14, q21, q22): one flat_map chained between
  *   the source and the sink.
  * - q3, the incremental join of auctions (category 10) and persons (state
- *   OR, ID or CA) on seller = id: both keyed by the person id into one
- *   two-input operator. A person's id is unique, so its state is its
- *   result text (or an empty marker for a person of another state, so
- *   that later auctions of that seller are dropped at once), and auctions
- *   that come before their seller wait in a list that the person's arrival
- *   empties: an auction whose seller never comes is all the state that is
- *   left waiting, as in the suite's regular join.
+ *   OR, ID or CA) on seller = id: one operator reads the events once and
+ *   sends auctions to its main output, persons to a side output, both
+ *   keyed by the person id into one two-input operator. A person's id is unique, so its state is
+ * its result text (or an empty marker for a person of another state, so that later auctions of that
+ * seller are dropped at once), and auctions that come before their seller wait in a list that the
+ * person's arrival empties: an auction whose seller never comes is all the state that is left
+ * waiting, as in the suite's regular join.
  * - q13, the lookup join of bids with a bounded side input (a file of
  *   "key,value" lines, the suite's 10,000 rows "k,k" unless --side-input
  *   names one): every subtask loads it at open into a hash table, and
@@ -36,7 +36,11 @@
  *   10 highest prices, ties to the smaller event number (the earlier
  *   generated), as Flink's ROW_NUMBER does with events in generation
  *   order. Ties depend on the event number, not on arrival, so results do
- *   not depend on the parallelism or on a restore.
+ *   not depend on the parallelism or on a restore. Before the shuffle, an
+ *   operator combines each batch's bids (a partial aggregate per auction
+ *   and day; the latest bid per pair; the best ten per auction): the
+ *   local phase of a two-phase aggregation, see "combining within a
+ *   batch".
  *
  * --query all runs the queries one after another in this process: all but
  * the last inside build() (each its own job, with the state directory

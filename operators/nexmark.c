@@ -29,7 +29,12 @@
  * The cost per event is the suite's: every field of every event is made
  * (no lazy fields), an auction's strings character by character as the
  * suite does (two random numbers per character), a bid's extra as a copy
- * out of the shared string.
+ * out of the shared string. What is the generator's own: the copies out
+ * of the large tables (the extra's string, the channels' URLs: 1.8 MB, more
+ * than a core's cache) are prefetched for a group of events before they
+ * are made (nx_copies), and the price's power of ten comes from tables
+ * with pow() only where they cannot decide (next_price): where the
+ * generator's time went is in bench/RESULTS.md (Nexmark).
  */
 #include "weir/nexmark.h"
 
@@ -38,6 +43,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/assert.h"
 #include "base/clock.h"
 
 _Static_assert(sizeof(weir_nexmark_person) == 40, "person layout");
@@ -76,6 +82,9 @@ __extension__ typedef unsigned __int128 u128;
 #define AVG_BID_BYTES 100
 #define CHANNELS 10000
 #define EXTRA_LEN (1024 * 1024)
+/* A channel's URL: 24 + 3 * 5 + 16 bytes of base URL, then at most
+ * "&channel_id=" and 10 digits: 77. */
+#define URL_STRIDE 80
 #define MIN_STRING_LENGTH 3
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
@@ -86,11 +95,12 @@ struct weir_nexmark_gen {
   uint32_t watermark_interval_ms;
   char *extra;      /* EXTRA_LEN letters, extras are cut from it */
   char *hot_url[4]; /* NUL-terminated */
-  /* The channels' URLs, one after the other in one arena (channel k's at
-   * urls + (channel_url[k] >> 8)): 10,000 separate allocations spread them
-   * over twice the memory, and a bid's URL is a cache miss either way. */
+  /* The channels' URLs in one arena, channel k's at urls + k * URL_STRIDE:
+   * 10,000 separate allocations spread them over twice the memory, and a
+   * table of offsets was one more cache miss per bid; the lengths' table
+   * (10 KB) stays in the cache. */
   char *urls;
-  uint32_t channel_url[CHANNELS]; /* offset << 8 | length: one load */
+  uint8_t channel_url_len[CHANNELS];
   uint8_t hot_url_len[4];
   /* 2^(j/256), j = 0 .. 255, and 100 * 2^e, e = 0 .. 63: fast_exp2_100's. */
   double exp2_frac[256], exp2_int100[64];
@@ -450,9 +460,8 @@ static size_t make_bid(const weir_nexmark_gen *g, rng *r, int64_t e, uint64_t i,
       k /= 10;
     } while (k);
     while (nd) p[clen++] = d[--nd];
-    uint32_t u = g->channel_url[c];
-    ulen = u & 0xff;
-    copy_later(cp, g->urls + (u >> 8), buf, p + clen, ulen);
+    ulen = g->channel_url_len[c];
+    copy_later(cp, g->urls + (size_t)c * URL_STRIDE, buf, p + clen, ulen);
   }
   PUT16(buf, T, len[0], clen);
   PUT16(buf, T, len[1], ulen);
@@ -618,8 +627,7 @@ int weir_nexmark_gen_create(const weir_nexmark_opts *opts, weir_nexmark_gen **ou
     memcpy(g->hot_url[k], url, n + 1);
     g->hot_url_len[k] = (uint8_t)n;
   }
-  size_t cap = 64 * 1024, used = 0;
-  g->urls = weir_malloc(cap);
+  g->urls = weir_malloc((size_t)CHANNELS * URL_STRIDE);
   for (int k = 0; k < CHANNELS; k++) {
     size_t n = base_url(&r, url);
     if (next_int(&r, 10) > 0) {
@@ -631,10 +639,9 @@ int weir_nexmark_gen_create(const weir_nexmark_opts *opts, weir_nexmark_gen **ou
       if (sv < 0 && sv != INT32_MIN) sv = -sv;
       n += (size_t)snprintf(url + n, sizeof url - n, "&channel_id=%lld", (long long)sv);
     }
-    if (used + n > cap) g->urls = weir_realloc(g->urls, cap *= 2);
-    memcpy(g->urls + used, url, n);
-    g->channel_url[k] = (uint32_t)used << 8 | (uint32_t)n;
-    used += n;
+    WEIR_ASSERT(n <= URL_STRIDE);
+    memcpy(g->urls + (size_t)k * URL_STRIDE, url, n);
+    g->channel_url_len[k] = (uint8_t)n;
   }
   for (int k = 0; k < 256; k++) g->exp2_frac[k] = exp2(k / 256.0);
   for (int k = 0; k < 64; k++) g->exp2_int100[k] = ldexp(100.0, k);
