@@ -342,7 +342,7 @@ def nexmark_section(raw):
              "every 10 s, median of %d runs, off and on interleaved; per core = events / CPU time of the process "
              "(wait4's rusage); load average %.1f at its start. The last column is per core with checkpoints "
              "over Flink 1.13's published events/s per core (the issue's goal: 30x)."
-             % (evs, " (the quick variant; the suite's is 100M)" if ev < 100000000 else "", j.get("reps", 0), load),
+             % (evs, " (the suite's runs 100M)" if ev < 100000000 else "", j.get("reps", 0), load),
              ""]
     lines += open(md).read().rstrip("\n").split("\n")
     lines.append("")
