@@ -18,7 +18,13 @@ min, max and spread ((max - min) / median). Standard library only.
                                          gnuplot is on the PATH; with --md,
                                          also FILE, its plots in a folder
                                          beside it named after it
-                                         (bench/RESULTS.md: bench/results/)
+                                         (bench/RESULTS.md: bench/results/),
+                                         keeping the sections of the FILE
+                                         there that the suite does not make
+                                         (hand-written notes)
+
+The Nexmark part is scripts/bench-nexmark's own table (DIR/raw/nexmark.md,
+its runs in DIR/raw/nexmark.json), shown as it is under "## Nexmark".
 """
 import csv
 import glob
@@ -318,6 +324,47 @@ def table(figs, section=None, out=print, md=False):
             out("  %-62s %-9s %10s %10s %10s %6s %4s" % tuple(cells))
 
 
+NEXMARK_TITLE = "Nexmark"
+
+
+def nexmark_section(raw):
+    """The lines of the Nexmark section from bench-nexmark's table and runs, or []."""
+    md, js = os.path.join(raw, "nexmark.md"), os.path.join(raw, "nexmark.json")
+    if not (os.path.exists(md) and os.path.exists(js)):
+        return []
+    j = json.load(open(js))
+    ev = j.get("events", 0)
+    evs = "%gM" % (ev / 1e6) if ev >= 1e6 else str(ev)
+    load = j.get("load_average", float("nan"))
+    lines = ["## " + NEXMARK_TITLE, "",
+             "`scripts/bench-nexmark` (run by the suite): the generator alone and each query on %s events%s, "
+             "`--sink null` (each query still formats every field of every result), checkpoints off and aligned "
+             "every 10 s, median of %d runs, off and on interleaved; per core = events / CPU time of the process "
+             "(wait4's rusage); load average %.1f at its start. The last column is per core with checkpoints "
+             "over Flink 1.13's published events/s per core (the issue's goal: 30x)."
+             % (evs, " (the suite's runs 100M)" if ev < 100000000 else "", j.get("reps", 0), load),
+             ""]
+    lines += open(md).read().rstrip("\n").split("\n")
+    lines.append("")
+    return lines
+
+
+def kept_sections(path, made):
+    """The sections ("## title" to the next) of the file at path whose titles
+    are not in made: hand-written ones, which a rewrite must not lose."""
+    if not os.path.exists(path):
+        return []
+    out, keep = [], False
+    for line in open(path).read().split("\n"):
+        if line.startswith("## "):
+            keep = line[3:].strip() not in made
+        if keep:
+            out.append(line)
+    while out and out[-1] == "":
+        out.pop()
+    return out + [""] if out else []
+
+
 def get(figs, fid):
     for f in figs:
         if f["id"] == fid and "median" in f:
@@ -557,6 +604,13 @@ def final(d, md_extra):
         o("")
         table(figs, sec, o, md=True)
         o("")
+    lines.extend(nexmark_section(raw))
+    # Sections of the published file that the suite does not make: kept,
+    # after the suite's own (the title of any section it may make, made this
+    # time or not, is the suite's).
+    made = set(titles.values()) | {"Machine", "Goals", "Plots", "Notes", NEXMARK_TITLE}
+    kept = kept_sections(md_extra, made) if md_extra else []
+    at_kept = len(lines)
     if plots:
         o("## Plots")
         o("")
@@ -571,6 +625,7 @@ def final(d, md_extra):
         o("")
     text = "\n".join(lines)
     open(os.path.join(d, "RESULTS.md"), "w").write(text.replace("@PLOTS@", ""))
+    text = "\n".join(lines[:at_kept] + kept + lines[at_kept:])
     if md_extra:
         # The plots go beside it, in results/ (named after the file).
         base = os.path.splitext(os.path.basename(md_extra))[0].lower()
@@ -595,6 +650,9 @@ def main(a):
         machine(a[1])
     elif len(a) >= 2 and a[0] == "saturated":
         print(saturated(a[1]))
+    elif len(a) >= 3 and a[0] == "show" and a[2] == "nexmark":
+        p = os.path.join(a[1], "raw", "nexmark.md")
+        print(open(p).read().rstrip("\n") if os.path.exists(p) else "(no Nexmark runs)")
     elif len(a) >= 3 and a[0] == "show":
         table(collect(a[1]), a[2])
     elif len(a) >= 2 and a[0] == "final":

@@ -29,7 +29,12 @@
  * The cost per event is the suite's: every field of every event is made
  * (no lazy fields), an auction's strings character by character as the
  * suite does (two random numbers per character), a bid's extra as a copy
- * out of the shared string.
+ * out of the shared string. What is the generator's own: the copies out
+ * of the large tables (the extra's string, the channels' URLs: 1.8 MB, more
+ * than a core's cache) are prefetched for a group of events before they
+ * are made (nx_copies), and the price's power of ten comes from tables
+ * with pow() only where they cannot decide (next_price): where the
+ * generator's time went is in bench/RESULTS.md (Nexmark).
  */
 #include "weir/nexmark.h"
 
@@ -38,6 +43,7 @@
 #include <string.h>
 
 #include "base/alloc.h"
+#include "base/assert.h"
 #include "base/clock.h"
 
 _Static_assert(sizeof(weir_nexmark_person) == 40, "person layout");
@@ -76,17 +82,11 @@ __extension__ typedef unsigned __int128 u128;
 #define AVG_BID_BYTES 100
 #define CHANNELS 10000
 #define EXTRA_LEN (1024 * 1024)
+/* A channel's URL: 24 + 3 * 5 + 16 bytes of base URL, then at most
+ * "&channel_id=" and 10 digits: 77. */
+#define URL_STRIDE 80
 #define MIN_STRING_LENGTH 3
 
-static const char *const US_STATES[] = {"AZ", "CA", "ID", "OR", "WA", "WY"};
-static const char *const US_CITIES[] = {"Phoenix",  "Los Angeles", "San Francisco", "Boise",
-                                        "Portland", "Bend",        "Redmond",       "Seattle",
-                                        "Kent",     "Cheyenne"};
-static const char *const FIRST_NAMES[] = {"Peter", "Paul",  "Luke",  "John",   "Saul",  "Vicky",
-                                          "Kate",  "Julie", "Sarah", "Deiter", "Walter"};
-static const char *const LAST_NAMES[] = {"Shultz", "Abrams", "Spencer", "White", "Bartels",
-                                         "Walton", "Smith",  "Jones",   "Noris"};
-static const char *const HOT_CHANNELS[] = {"Google", "Facebook", "Baidu", "Apple"};
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
 struct weir_nexmark_gen {
@@ -95,9 +95,15 @@ struct weir_nexmark_gen {
   uint32_t watermark_interval_ms;
   char *extra;      /* EXTRA_LEN letters, extras are cut from it */
   char *hot_url[4]; /* NUL-terminated */
-  char *channel_url[CHANNELS];
+  /* The channels' URLs in one arena, channel k's at urls + k * URL_STRIDE:
+   * 10,000 separate allocations spread them over twice the memory, and a
+   * table of offsets was one more cache miss per bid; the lengths' table
+   * (10 KB) stays in the cache. */
+  char *urls;
   uint8_t channel_url_len[CHANNELS];
   uint8_t hot_url_len[4];
+  /* 2^(j/256), j = 0 .. 255, and 100 * 2^e, e = 0 .. 63: fast_exp2_100's. */
+  double exp2_frac[256], exp2_int100[64];
 };
 
 /* ---- random numbers ------------------------------------------------------ */
@@ -135,15 +141,46 @@ static int64_t next_long(rng *r, int64_t n) {
   return v < 0 ? -v : v;
 }
 
-/* [0, 1) with 53 random bits. */
-static double next_double(rng *r) {
-  return (double)(next64(r) >> 11) * 0x1.0p-53;
+/* The price of the power p10 = 10^x: floor(p10 * 100 + 0.5) (Java's
+ * Math.round), in the floating-point steps of the suite's formula; the
+ * value is positive, so the conversion truncates as floor() would, without
+ * a call. */
+static int64_t price_of(double p10) {
+  return (int64_t)(p10 * 100.0 + 0.5);
+}
+
+#define LOG2_10 3.321928094887362347870319429489390175864831393
+#define LN_2 0.693147180559945309417232121458176568
+
+/* 100 * 2^y for y in [0, 20), within a relative 2e-15 of the exact value:
+ * 2^e * 2^(j/256) * 2^r, |r| <= 1/512, from two tables (the first holds
+ * 100 * 2^e, exact) and a polynomial of degree 4 in Estrin's form (its
+ * error below 1e-16; few steps in a row, as this is a chain of dependent
+ * floating-point operations). j + 256 e = round(256 y) comes out of the
+ * low bits of y + 1.5 * 2^44, whose ulp is 1/256. */
+static double fast_exp2_100(const weir_nexmark_gen *g, double y) {
+  double t = y + 0x1.8p44;
+  uint64_t tb;
+  memcpy(&tb, &t, sizeof tb);
+  uint32_t n = (uint32_t)tb;
+  double r = (y - (t - 0x1.8p44)) * LN_2, r2 = r * r;
+  double poly = (1.0 + r) + r2 * (0.5 + r * (1.0 / 6)) + r2 * r2 * (1.0 / 24);
+  return g->exp2_int100[n >> 8] * g->exp2_frac[n & 255] * poly;
 }
 
 /* A price in cents: round(10^(6u) * 100), u uniform in [0, 1) (Java's
- * Math.round: floor(x + 0.5)). */
-static int64_t next_price(rng *r) {
-  return (int64_t)floor(pow(10.0, next_double(r) * 6.0) * 100.0 + 0.5);
+ * Math.round: floor(x + 0.5)), exactly as pow() gives it. pow() was a
+ * tenth of the generator's time. fast_exp2_100 of 6u log2(10) (rounded
+ * once more: 1e-15) is within 1e-14 of the exact 100 * 10^(6u), pow()
+ * within an ulp (2.2e-16); so pow()'s result times 100 lies within a
+ * relative 1e-12 of a, and the price is a monotone function of it: when
+ * both ends of that interval give one price, so does pow(). Only a power
+ * within 1e-12 of a half cent (1.5 draws in 10^5) asks pow(). */
+static int64_t next_price(const weir_nexmark_gen *g, rng *r) {
+  uint64_t bits = next64(r) >> 11; /* u = bits * 2^-53: 53 random bits */
+  double a = fast_exp2_100(g, (double)bits * (0x1.0p-53 * 6.0 * LOG2_10));
+  int64_t lo = (int64_t)(a * (1.0 - 1e-12) + 0.5), hi = (int64_t)(a * (1.0 + 1e-12) + 0.5);
+  return lo == hi ? lo : price_of(pow(10.0, (double)bits * 0x1.0p-53 * 6.0));
 }
 
 /* The suite's nextString: 3 .. max-1 characters, each `special` with
@@ -161,16 +198,49 @@ static size_t next_string(rng *r, uint32_t max, char special, char *p) {
   return b - a;
 }
 
+/* The copies out of the generator's large tables that an event needs (a
+ * channel's URL, the extra), left for later: the tables (1.8 MB) do not
+ * stay in a core's cache, so a copy made at once waited for memory (a
+ * fifth of q0's cycles). The source makes a group of events, prefetching
+ * these, and then copies (nx_emit). */
+typedef struct nx_copy {
+  const char *src;
+  uint32_t dst, len; /* dst: offset in the event's payload */
+} nx_copy;
+
+typedef struct nx_copies {
+  uint32_t n;
+  nx_copy c[2];
+} nx_copies;
+
+static void copy_later(nx_copies *cp, const char *src, const uint8_t *buf, const char *dst,
+                       size_t len) {
+  cp->c[cp->n++] = (nx_copy){src, (uint32_t)((const uint8_t *)dst - buf), (uint32_t)len};
+}
+
+static void copies_prefetch(const nx_copies *cp) {
+  for (uint32_t k = 0; k < cp->n; k++) {
+    const char *s = cp->c[k].src;
+    uint32_t len = cp->c[k].len;
+    for (uint32_t o = 0; o < len; o += 64) __builtin_prefetch(s + o, 0, 3);
+    if (len) __builtin_prefetch(s + len - 1, 0, 3);
+  }
+}
+
+static void copies_do(const nx_copies *cp, uint8_t *buf) {
+  for (uint32_t k = 0; k < cp->n; k++) memcpy(buf + cp->c[k].dst, cp->c[k].src, cp->c[k].len);
+}
+
 /* The suite's nextExtra: about desired - current bytes (+-20%), cut out
- * of the shared string at a random offset. */
+ * of the shared string at a random offset (copied later, into p). */
 static size_t next_extra(const weir_nexmark_gen *g, rng *r, size_t current, size_t desired,
-                         char *p) {
+                         const uint8_t *buf, char *p, nx_copies *cp) {
   if (current > desired) return 0;
   int64_t avg = (int64_t)(desired - current);
   int64_t delta = (int64_t)floor((double)avg * 0.2 + 0.5);
   int64_t size = avg - delta + (delta == 0 ? 0 : (int64_t)next_int(r, (uint32_t)(2 * delta)));
   uint32_t off = next_int(r, (uint32_t)(EXTRA_LEN - size));
-  memcpy(p, g->extra + off, (size_t)size);
+  copy_later(cp, g->extra + off, buf, p, (size_t)size);
   return (size_t)size;
 }
 
@@ -214,34 +284,79 @@ static int64_t next_auction(rng *r, int64_t e) {
 /* Event time of event number n (the suite numbers from 1: event i is
  * number i + 1). */
 static int64_t time_of(const weir_nexmark_gen *g, uint64_t n) {
+  /* n <= 2^50 + 1700 here (weir_nexmark_gen_create): n * 1000 fits in 64
+   * bits, and a 64-bit division is several times cheaper than a 128-bit
+   * one (a call to the runtime). */
+  if (n < (1ull << 53)) return g->base_time + (int64_t)(n * 1000u / g->tps);
   return g->base_time + (int64_t)((u128)n * 1000u / g->tps);
 }
 
 /* ---- events --------------------------------------------------------------- */
 
-static size_t put_str(char *p, const char *s) {
-  size_t n = strlen(s);
-  memcpy(p, s, n);
-  return n;
+/* A string of a table, with its length. */
+typedef struct nx_word {
+  const char *p;
+  uint8_t len;
+} nx_word;
+#define WORD(s)                                                                                    \
+  { s, sizeof s - 1 }
+
+static size_t put_word(char *p, nx_word w) {
+  memcpy(p, w.p, w.len);
+  return w.len;
 }
 
+/* The fixed part is stored field by field straight into the payload: a
+ * struct on the stack filled with 16-bit stores and then copied out with
+ * 16-byte loads stalled on store forwarding (a fifth of the generator's
+ * samples). */
+static void put16(uint8_t *b, size_t off, uint16_t v) {
+  memcpy(b + off, &v, 2);
+}
+static void put32(uint8_t *b, size_t off, uint32_t v) {
+  memcpy(b + off, &v, 4);
+}
+static void put64(uint8_t *b, size_t off, int64_t v) {
+  memcpy(b + off, &v, 8);
+}
+#define PUT16(b, type, field, v) put16(b, offsetof(type, field), (uint16_t)(v))
+#define PUT64(b, type, field, v) put64(b, offsetof(type, field), (int64_t)(v))
+
+static const nx_word US_STATES[] = {WORD("AZ"), WORD("CA"), WORD("ID"),
+                                    WORD("OR"), WORD("WA"), WORD("WY")};
+static const nx_word US_CITIES[] = {
+    WORD("Phoenix"), WORD("Los Angeles"), WORD("San Francisco"), WORD("Boise"), WORD("Portland"),
+    WORD("Bend"),    WORD("Redmond"),     WORD("Seattle"),       WORD("Kent"),  WORD("Cheyenne")};
+static const nx_word FIRST_NAMES[] = {WORD("Peter"), WORD("Paul"),   WORD("Luke"),  WORD("John"),
+                                      WORD("Saul"),  WORD("Vicky"),  WORD("Kate"),  WORD("Julie"),
+                                      WORD("Sarah"), WORD("Deiter"), WORD("Walter")};
+static const nx_word LAST_NAMES[] = {WORD("Shultz"), WORD("Abrams"),  WORD("Spencer"),
+                                     WORD("White"),  WORD("Bartels"), WORD("Walton"),
+                                     WORD("Smith"),  WORD("Jones"),   WORD("Noris")};
+static const nx_word HOT_CHANNELS[] = {WORD("Google"), WORD("Facebook"), WORD("Baidu"),
+                                       WORD("Apple")};
+
 static size_t make_person(const weir_nexmark_gen *g, rng *r, int64_t e, uint64_t i, int64_t ts,
-                          uint8_t *buf) {
-  weir_nexmark_person h = {.kind = WEIR_NEXMARK_PERSON, .event = i, .date_time = ts};
-  h.id = last_person(e) + FIRST_PERSON_ID;
-  char *p = (char *)buf + sizeof h, *s = p;
+                          uint8_t *buf, nx_copies *cp) {
+  typedef weir_nexmark_person T;
+  put32(buf, 0, WEIR_NEXMARK_PERSON);
+  PUT64(buf, T, event, i);
+  PUT64(buf, T, date_time, ts);
+  PUT64(buf, T, id, last_person(e) + FIRST_PERSON_ID);
+  char *p = (char *)buf + sizeof(T), *s = p;
   /* name */
-  size_t n = put_str(p, FIRST_NAMES[next_int(r, NELEM(FIRST_NAMES))]);
+  size_t n = put_word(p, FIRST_NAMES[next_int(r, NELEM(FIRST_NAMES))]);
   p[n++] = ' ';
-  n += put_str(p + n, LAST_NAMES[next_int(r, NELEM(LAST_NAMES))]);
-  h.len[0] = (uint16_t)n;
+  n += put_word(p + n, LAST_NAMES[next_int(r, NELEM(LAST_NAMES))]);
+  PUT16(buf, T, len[0], n);
   p += n;
   /* email: nextString(7) @ nextString(5) .com */
   n = next_string(r, 7, ' ', p);
   p[n++] = '@';
   n += next_string(r, 5, ' ', p + n);
-  n += put_str(p + n, ".com");
-  h.len[1] = (uint16_t)n;
+  memcpy(p + n, ".com", 4);
+  n += 4;
+  PUT16(buf, T, len[1], n);
   p += n;
   /* credit card: four groups of four digits */
   for (int k = 0; k < 4; k++) {
@@ -253,75 +368,90 @@ static size_t make_person(const weir_nexmark_gen *g, rng *r, int64_t e, uint64_t
     p[3] = (char)('0' + v % 10);
     p += 4;
   }
-  h.len[2] = 19;
-  h.len[3] = (uint16_t)put_str(p, US_CITIES[next_int(r, NELEM(US_CITIES))]);
-  p += h.len[3];
-  h.len[4] = (uint16_t)put_str(p, US_STATES[next_int(r, NELEM(US_STATES))]);
-  p += h.len[4];
+  PUT16(buf, T, len[2], 19);
+  n = put_word(p, US_CITIES[next_int(r, NELEM(US_CITIES))]);
+  PUT16(buf, T, len[3], n);
+  p += n;
+  n = put_word(p, US_STATES[next_int(r, NELEM(US_STATES))]);
+  PUT16(buf, T, len[4], n);
+  p += n;
   size_t current = 8 + (size_t)(p - s);
-  h.len[5] = (uint16_t)next_extra(g, r, current, AVG_PERSON_BYTES, p);
-  p += h.len[5];
-  memcpy(buf, &h, sizeof h);
+  n = next_extra(g, r, current, AVG_PERSON_BYTES, buf, p, cp);
+  PUT16(buf, T, len[5], n);
+  p += n;
   return (size_t)((uint8_t *)p - buf);
 }
 
 static size_t make_auction(const weir_nexmark_gen *g, rng *r, int64_t e, uint64_t i, int64_t ts,
-                           uint8_t *buf) {
-  weir_nexmark_auction h = {.kind = WEIR_NEXMARK_AUCTION, .event = i, .date_time = ts};
-  h.id = last_auction(e) + FIRST_AUCTION_ID;
+                           uint8_t *buf, nx_copies *cp) {
+  typedef weir_nexmark_auction T;
+  put32(buf, 0, WEIR_NEXMARK_AUCTION);
+  memset(buf + offsetof(T, pad), 0, sizeof(((T *)0)->pad));
+  PUT64(buf, T, event, i);
+  PUT64(buf, T, date_time, ts);
+  PUT64(buf, T, id, last_auction(e) + FIRST_AUCTION_ID);
+  int64_t seller;
   if (next_int(r, HOT_SELLERS_RATIO) > 0)
-    h.seller = last_person(e) / HOT_BATCH * HOT_BATCH; /* the hot seller of the last 100 */
+    seller = last_person(e) / HOT_BATCH * HOT_BATCH; /* the hot seller of the last 100 */
   else
-    h.seller = next_person(r, e);
-  h.seller += FIRST_PERSON_ID;
-  h.category = FIRST_CATEGORY_ID + next_int(r, NUM_CATEGORIES);
-  h.initial_bid = next_price(r);
+    seller = next_person(r, e);
+  PUT64(buf, T, seller, seller + FIRST_PERSON_ID);
+  PUT64(buf, T, category, FIRST_CATEGORY_ID + next_int(r, NUM_CATEGORIES));
+  int64_t initial_bid = next_price(g, r);
+  PUT64(buf, T, initial_bid, initial_bid);
   /* A length averaging the time until NUM_IN_FLIGHT_AUCTIONS more
    * auctions have been made. */
   int64_t ahead = (int64_t)NUM_IN_FLIGHT_AUCTIONS * TOTAL_PROPORTION / AUCTION_PROPORTION;
   int64_t horizon = time_of(g, i + 1 + (uint64_t)ahead) - ts;
-  h.expires = ts + 1 + next_long(r, horizon * 2 > 1 ? horizon * 2 : 1);
-  char *p = (char *)buf + sizeof h;
-  h.len[0] = (uint16_t)next_string(r, 20, ' ', p);
-  p += h.len[0];
-  h.len[1] = (uint16_t)next_string(r, 100, ' ', p);
-  p += h.len[1];
-  h.reserve = h.initial_bid + next_price(r);
-  size_t current = 8 + (size_t)h.len[0] + h.len[1] + 8 + 8 + 8 + 8 + 8;
-  h.len[2] = (uint16_t)next_extra(g, r, current, AVG_AUCTION_BYTES, p);
-  p += h.len[2];
-  memcpy(buf, &h, sizeof h);
+  PUT64(buf, T, expires, ts + 1 + next_long(r, horizon * 2 > 1 ? horizon * 2 : 1));
+  char *p = (char *)buf + sizeof(T);
+  size_t n0 = next_string(r, 20, ' ', p);
+  PUT16(buf, T, len[0], n0);
+  p += n0;
+  size_t n1 = next_string(r, 100, ' ', p);
+  PUT16(buf, T, len[1], n1);
+  p += n1;
+  PUT64(buf, T, reserve, initial_bid + next_price(g, r));
+  size_t current = 8 + n0 + n1 + 8 + 8 + 8 + 8 + 8;
+  size_t n2 = next_extra(g, r, current, AVG_AUCTION_BYTES, buf, p, cp);
+  PUT16(buf, T, len[2], n2);
+  p += n2;
   return (size_t)((uint8_t *)p - buf);
 }
 
 static size_t make_bid(const weir_nexmark_gen *g, rng *r, int64_t e, uint64_t i, int64_t ts,
-                       uint8_t *buf) {
-  weir_nexmark_bid h = {.kind = WEIR_NEXMARK_BID, .event = i, .date_time = ts};
+                       uint8_t *buf, nx_copies *cp, uint64_t *key) {
+  typedef weir_nexmark_bid T;
+  put32(buf, 0, WEIR_NEXMARK_BID);
+  memset(buf + offsetof(T, pad), 0, sizeof(((T *)0)->pad));
+  PUT64(buf, T, event, i);
+  PUT64(buf, T, date_time, ts);
+  int64_t auction, bidder;
   if (next_int(r, HOT_AUCTION_RATIO) > 0)
-    h.auction = last_auction(e) / HOT_BATCH * HOT_BATCH;
+    auction = last_auction(e) / HOT_BATCH * HOT_BATCH;
   else
-    h.auction = next_auction(r, e);
-  h.auction += FIRST_AUCTION_ID;
+    auction = next_auction(r, e);
+  auction += FIRST_AUCTION_ID;
+  PUT64(buf, T, auction, auction);
+  *key = (uint64_t)auction;
   if (next_int(r, HOT_BIDDERS_RATIO) > 0)
-    h.bidder = last_person(e) / HOT_BATCH * HOT_BATCH + 1; /* not the hot seller */
+    bidder = last_person(e) / HOT_BATCH * HOT_BATCH + 1; /* not the hot seller */
   else
-    h.bidder = next_person(r, e);
+    bidder = next_person(r, e);
   /* The suite adds the first person id twice to a bidder (BidGenerator):
    * kept, so that bidders are where the suite's are. */
-  h.bidder += 2 * FIRST_PERSON_ID;
-  h.price = next_price(r);
-  const char *channel, *url;
-  char chan[16];
+  PUT64(buf, T, bidder, bidder + 2 * FIRST_PERSON_ID);
+  PUT64(buf, T, price, next_price(g, r));
+  char *p = (char *)buf + sizeof(T);
   size_t clen, ulen;
   if (next_int(r, 2) > 0) {
     uint32_t k = next_int(r, NELEM(HOT_CHANNELS));
-    channel = HOT_CHANNELS[k];
-    clen = strlen(channel);
-    url = g->hot_url[k];
+    clen = put_word(p, HOT_CHANNELS[k]);
     ulen = g->hot_url_len[k];
+    copy_later(cp, g->hot_url[k], buf, p + clen, ulen);
   } else {
     uint32_t c = next_int(r, CHANNELS), k = c;
-    memcpy(chan, "channel-", 8);
+    memcpy(p, "channel-", 8);
     clen = 8;
     char d[8];
     size_t nd = 0;
@@ -329,45 +459,46 @@ static size_t make_bid(const weir_nexmark_gen *g, rng *r, int64_t e, uint64_t i,
       d[nd++] = (char)('0' + k % 10);
       k /= 10;
     } while (k);
-    while (nd) chan[clen++] = d[--nd];
-    channel = chan;
-    url = g->channel_url[c];
+    while (nd) p[clen++] = d[--nd];
     ulen = g->channel_url_len[c];
+    copy_later(cp, g->urls + (size_t)c * URL_STRIDE, buf, p + clen, ulen);
   }
-  char *p = (char *)buf + sizeof h;
-  memcpy(p, channel, clen);
-  h.len[0] = (uint16_t)clen;
-  p += clen;
-  memcpy(p, url, ulen);
-  h.len[1] = (uint16_t)ulen;
-  p += ulen;
-  h.len[2] = (uint16_t)next_extra(g, r, 8 + 8 + 8 + 8, AVG_BID_BYTES, p);
-  p += h.len[2];
-  memcpy(buf, &h, sizeof h);
+  PUT16(buf, T, len[0], clen);
+  PUT16(buf, T, len[1], ulen);
+  p += clen + ulen;
+  size_t n = next_extra(g, r, 8 + 8 + 8 + 8, AVG_BID_BYTES, buf, p, cp);
+  PUT16(buf, T, len[2], n);
+  p += n;
   return (size_t)((uint8_t *)p - buf);
 }
 
-size_t weir_nexmark_gen_event(const weir_nexmark_gen *g, uint64_t i, void *buf, uint64_t *key,
-                              int64_t *ts) {
+/* Event i without the copies out of the large tables (cp says which). */
+static size_t gen_head(const weir_nexmark_gen *g, uint64_t i, uint8_t *b, uint64_t *key,
+                       int64_t *ts, nx_copies *cp) {
   int64_t e = (int64_t)i + 2; /* the suite's event id (weir/nexmark.h) */
   int64_t t = time_of(g, i + 1);
   rng r = {splitmix64(g->seed_mix ^ (uint64_t)e)};
   int64_t rem = e % TOTAL_PROPORTION;
   size_t n;
-  uint8_t *b = buf;
+  cp->n = 0;
   if (rem < PERSON_PROPORTION) {
-    n = make_person(g, &r, e, i, t, b);
+    n = make_person(g, &r, e, i, t, b, cp);
     *key = (uint64_t)(last_person(e) + FIRST_PERSON_ID);
   } else if (rem < PERSON_PROPORTION + AUCTION_PROPORTION) {
-    n = make_auction(g, &r, e, i, t, b);
+    n = make_auction(g, &r, e, i, t, b, cp);
     *key = (uint64_t)(last_auction(e) + FIRST_AUCTION_ID);
   } else {
-    n = make_bid(g, &r, e, i, t, b);
-    int64_t a;
-    memcpy(&a, b + offsetof(weir_nexmark_bid, auction), sizeof a);
-    *key = (uint64_t)a;
+    n = make_bid(g, &r, e, i, t, b, cp, key);
   }
   *ts = t;
+  return n;
+}
+
+size_t weir_nexmark_gen_event(const weir_nexmark_gen *g, uint64_t i, void *buf, uint64_t *key,
+                              int64_t *ts) {
+  nx_copies cp;
+  size_t n = gen_head(g, i, buf, key, ts, &cp);
+  copies_do(&cp, buf);
   return n;
 }
 
@@ -413,6 +544,12 @@ int weir_nexmark_parse(const void *payload, size_t len, weir_nexmark_event *out)
 
 /* ---- the generator's tables ----------------------------------------------- */
 
+static size_t put_str(char *p, const char *s) {
+  size_t n = strlen(s);
+  memcpy(p, s, n);
+  return n;
+}
+
 /* The suite's getBaseUrl: https://www.nexmark.com/<a>/<b>/<c>/item.htm?query=1
  * with three nextString(5, '_'). */
 static size_t base_url(rng *r, char *p) {
@@ -430,7 +567,7 @@ static void gen_free(weir_nexmark_gen *g) {
   if (!g) return;
   weir_free(g->extra);
   for (int k = 0; k < 4; k++) weir_free(g->hot_url[k]);
-  for (int k = 0; k < CHANNELS; k++) weir_free(g->channel_url[k]);
+  weir_free(g->urls);
   weir_free(g);
 }
 
@@ -490,6 +627,7 @@ int weir_nexmark_gen_create(const weir_nexmark_opts *opts, weir_nexmark_gen **ou
     memcpy(g->hot_url[k], url, n + 1);
     g->hot_url_len[k] = (uint8_t)n;
   }
+  g->urls = weir_malloc((size_t)CHANNELS * URL_STRIDE);
   for (int k = 0; k < CHANNELS; k++) {
     size_t n = base_url(&r, url);
     if (next_int(&r, 10) > 0) {
@@ -501,10 +639,12 @@ int weir_nexmark_gen_create(const weir_nexmark_opts *opts, weir_nexmark_gen **ou
       if (sv < 0 && sv != INT32_MIN) sv = -sv;
       n += (size_t)snprintf(url + n, sizeof url - n, "&channel_id=%lld", (long long)sv);
     }
-    g->channel_url[k] = weir_malloc(n + 1);
-    memcpy(g->channel_url[k], url, n + 1);
+    WEIR_ASSERT(n <= URL_STRIDE);
+    memcpy(g->urls + (size_t)k * URL_STRIDE, url, n);
     g->channel_url_len[k] = (uint8_t)n;
   }
+  for (int k = 0; k < 256; k++) g->exp2_frac[k] = exp2(k / 256.0);
+  for (int k = 0; k < 64; k++) g->exp2_int100[k] = ldexp(100.0, k);
   *out = g;
   return 0;
 }
@@ -569,12 +709,19 @@ typedef struct nx_split {
   uint32_t index; /* j */
 } nx_split;
 
+/* Events made at once before they are emitted (nx_emit): enough for the
+ * prefetches of a group to arrive before its first copy, few enough that
+ * the group stays in the first-level cache (16 bids are 2 KB: the events
+ * are packed, the buffer only has room for the largest). */
+#define GROUP 16
+#define GROUP_BYTES (GROUP * WEIR_NEXMARK_MAX_EVENT)
+
 /* One subtask's position; owned by the subtask's thread. */
 typedef struct nx_state {
   uint32_t nlive, nsplits, cur;
   nx_split *s;
   uint64_t emitted, t0, chunk; /* rate limiting, as weir_gen's */
-  uint8_t buf[WEIR_NEXMARK_MAX_EVENT];
+  uint8_t buf[GROUP_BYTES];
 } nx_state;
 
 #define NS_PER_S 1000000000ull
@@ -636,11 +783,32 @@ static uint64_t ns_of(uint64_t k, uint64_t rate, uint64_t n) {
   return t > UINT64_MAX ? UINT64_MAX : (uint64_t)t;
 }
 
+/* Events first .. first + n - 1 (n <= GROUP) into st->buf, then out:
+ * made without their table copies, which are prefetched, then copied and
+ * emitted one by one. */
+static int emit_group(weir_ctx *ctx, nx_state *st, const weir_nexmark_gen *g, uint64_t first,
+                      uint32_t n, uint64_t id0) {
+  weir_record r[GROUP];
+  nx_copies cp[GROUP];
+  size_t used = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    uint8_t *b = st->buf + used;
+    r[k].payload = b;
+    r[k].len = (uint32_t)gen_head(g, first + k, b, &r[k].key, &r[k].ts, &cp[k]);
+    r[k].id = id0 + first + k;
+    copies_prefetch(&cp[k]);
+    used += r[k].len;
+  }
+  for (uint32_t k = 0; k < n; k++) {
+    copies_do(&cp[k], (uint8_t *)r[k].payload);
+    int rc = weir_emit_record(ctx, &r[k]);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
 static int nx_emit(weir_ctx *ctx, nx_state *st, const weir_nexmark_gen *g, uint64_t n) {
   uint64_t done = 0;
-  weir_record r;
-  memset(&r, 0, sizeof r);
-  r.payload = st->buf;
   while (done < n && st->nlive) {
     nx_split *sp = &st->s[st->cur];
     weir_source_split(ctx, sp->index);
@@ -649,12 +817,13 @@ static int nx_emit(weir_ctx *ctx, nx_state *st, const weir_nexmark_gen *g, uint6
     uint64_t block_end = (sp->next / B + 1) * B;
     if (block_end > g->events) block_end = g->events;
     while (done < n && sp->next < block_end) {
-      r.len = (uint32_t)weir_nexmark_gen_event(g, sp->next, st->buf, &r.key, &r.ts);
-      r.id = id0 + sp->next;
-      int rc = weir_emit_record(ctx, &r);
+      uint64_t m = block_end - sp->next;
+      if (m > n - done) m = n - done;
+      if (m > GROUP) m = GROUP;
+      int rc = emit_group(ctx, st, g, sp->next, (uint32_t)m, id0);
       if (rc < 0) return rc;
-      sp->next++;
-      done++;
+      sp->next += m;
+      done += m;
     }
     if (sp->next == block_end) {
       sp->next = split_next(g, sp->index, block_end);

@@ -313,6 +313,18 @@ int weir_state_each_bytes(weir_ctx *c,
   NEED_KEYED_VISIT(c);
   weir__bmap *m = &c->state.b;
   for (uint64_t i = 0; i < m->cap; i++) {
+    /* Entries are separate allocations, visited in slot order: each one a
+     * cache miss once the state outgrows the cache (Nexmark q18's visit at
+     * its end, 1.5M entries, a tenth of its run). The entry some slots
+     * ahead is fetched while this one is visited; its first two lines
+     * hold the header, the key and a short value. */
+    if (i + 8 < m->cap) {
+      const weir__bent *a = weir__bytes_at(m, i + 8);
+      if (a) {
+        __builtin_prefetch(a, 0, 3);
+        __builtin_prefetch((const uint8_t *)a + 64, 0, 3);
+      }
+    }
     weir__bent *e = weir__bytes_at(m, i);
     if (!e) continue;
     int rc = fn(user, e->route_key, weir__bent_key(e), e->klen, weir__bent_val(e), e->vlen);
