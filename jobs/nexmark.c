@@ -101,120 +101,6 @@ struct nx_cfg {
 
 /* ---- output lines ---------------------------------------------------------- */
 
-/* A result's text (the payload after the key). Fields are at most a few
- * hundred bytes; a line never exceeds the largest event. */
-typedef struct line {
-  size_t n;
-  char b[WEIR_NEXMARK_MAX_EVENT + 512];
-} line;
-
-/* Numbers are most of a stateless query's line (a 13-digit timestamp and
- * three ids per result): written two digits per step from a table, into
- * their place at once (the digits counted first), where digit by digit
- * through a buffer was a sixth of q0's cycles. */
-static const char DIGITS2[201] = "00010203040506070809101112131415161718192021222324"
-                                 "25262728293031323334353637383940414243444546474849"
-                                 "50515253545556575859606162636465666768697071727374"
-                                 "75767778798081828384858687888990919293949596979899";
-
-static unsigned ndigits(uint64_t v) {
-  static const uint64_t pow10[20] = {1ull,
-                                     10ull,
-                                     100ull,
-                                     1000ull,
-                                     10000ull,
-                                     100000ull,
-                                     1000000ull,
-                                     10000000ull,
-                                     100000000ull,
-                                     1000000000ull,
-                                     10000000000ull,
-                                     100000000000ull,
-                                     1000000000000ull,
-                                     10000000000000ull,
-                                     100000000000000ull,
-                                     1000000000000000ull,
-                                     10000000000000000ull,
-                                     100000000000000000ull,
-                                     1000000000000000000ull,
-                                     10000000000000000000ull};
-  /* floor(log10(v)) is bits * log10(2) or one less */
-  unsigned t = ((unsigned)(64 - __builtin_clzll(v | 1)) * 1233u) >> 12;
-  return t + 1 - ((v | 1) < pow10[t]); /* 0 has one digit too */
-}
-
-/* Exactly four and eight digits: two independent chains of 32-bit steps. */
-static void put4(char *p, uint32_t v) {
-  uint32_t a = v / 100;
-  memcpy(p, DIGITS2 + 2 * a, 2);
-  memcpy(p + 2, DIGITS2 + 2 * (v - a * 100), 2);
-}
-
-static void put8(char *p, uint32_t v) {
-  uint32_t a = v / 10000;
-  put4(p, a);
-  put4(p + 4, v - a * 10000);
-}
-
-static void l_u64(line *l, uint64_t v) {
-  unsigned nd = ndigits(v);
-  char *p = l->b + l->n + nd;
-  l->n += nd;
-  while (v >= 100000000) {
-    uint64_t q = v / 100000000;
-    p -= 8;
-    put8(p, (uint32_t)(v - q * 100000000));
-    v = q;
-  }
-  while (v >= 100) {
-    uint64_t q = v / 100;
-    p -= 2;
-    memcpy(p, DIGITS2 + 2 * (v - q * 100), 2);
-    v = q;
-  }
-  if (v >= 10)
-    memcpy(p - 2, DIGITS2 + 2 * v, 2);
-  else
-    p[-1] = (char)('0' + v);
-}
-
-static void l_i64(line *l, int64_t v) {
-  if (v < 0) {
-    l->b[l->n++] = '-';
-    l_u64(l, 0 - (uint64_t)v);
-  } else {
-    l_u64(l, (uint64_t)v);
-  }
-}
-
-static void l_mem(line *l, const char *p, size_t n) {
-  memcpy(l->b + l->n, p, n);
-  l->n += n;
-}
-
-static void l_str(line *l, const weir_nexmark_str *s) {
-  l_mem(l, s->p, s->len);
-}
-
-static void l_c(line *l, char c) {
-  l->b[l->n++] = c;
-}
-
-/* A DECIMAL with three places from its value in thousandths (>= 0):
- * Flink's 0.908 * price is price * 908 thousandths, exactly. */
-static void l_dec3(line *l, int64_t th) {
-  l_i64(l, th / 1000);
-  l_c(l, '.');
-  int64_t f = th % 1000;
-  l_c(l, (char)('0' + f / 100));
-  l_c(l, (char)('0' + f / 10 % 10));
-  l_c(l, (char)('0' + f % 10));
-}
-
-static int emit_line(weir_ctx *ctx, uint64_t key, const line *l) {
-  return weir_emit(ctx, key, l->b, l->n);
-}
-
 /* The event of a record, or the job fails naming the operator. */
 static int parse(weir_ctx *ctx, const weir_record *r, weir_nexmark_event *ev) {
   if (weir_nexmark_parse(r->payload, r->len, ev) == 0) return 0;
@@ -237,16 +123,16 @@ static int q0_fn(weir_ctx *ctx, void *user, const weir_record *r) {
   int rc = bid_of(ctx, r, &ev);
   if (rc <= 0) return rc;
   const weir_nexmark_bid *b = &ev.u.bid;
-  line l;
+  nx_line l;
   l.n = 0;
-  l_i64(&l, b->bidder);
-  l_c(&l, ',');
-  l_i64(&l, b->price);
-  l_c(&l, ',');
-  l_i64(&l, b->date_time);
-  l_c(&l, ',');
-  l_str(&l, &ev.s[2]);
-  return emit_line(ctx, (uint64_t)b->auction, &l);
+  nx_i64(&l, b->bidder);
+  nx_c(&l, ',');
+  nx_i64(&l, b->price);
+  nx_c(&l, ',');
+  nx_i64(&l, b->date_time);
+  nx_c(&l, ',');
+  nx_str(&l, &ev.s[2]);
+  return nx_emit(ctx, (uint64_t)b->auction, &l);
 }
 
 /* q1: the price in euros, 0.908 * price as DECIMAL(23, 3). */
@@ -256,16 +142,16 @@ static int q1_fn(weir_ctx *ctx, void *user, const weir_record *r) {
   int rc = bid_of(ctx, r, &ev);
   if (rc <= 0) return rc;
   const weir_nexmark_bid *b = &ev.u.bid;
-  line l;
+  nx_line l;
   l.n = 0;
-  l_i64(&l, b->bidder);
-  l_c(&l, ',');
-  l_dec3(&l, b->price * 908);
-  l_c(&l, ',');
-  l_i64(&l, b->date_time);
-  l_c(&l, ',');
-  l_str(&l, &ev.s[2]);
-  return emit_line(ctx, (uint64_t)b->auction, &l);
+  nx_i64(&l, b->bidder);
+  nx_c(&l, ',');
+  nx_dec3(&l, b->price * 908);
+  nx_c(&l, ',');
+  nx_i64(&l, b->date_time);
+  nx_c(&l, ',');
+  nx_str(&l, &ev.s[2]);
+  return nx_emit(ctx, (uint64_t)b->auction, &l);
 }
 
 /* q2: SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0. */
@@ -276,10 +162,10 @@ static int q2_fn(weir_ctx *ctx, void *user, const weir_record *r) {
   if (rc <= 0) return rc;
   const weir_nexmark_bid *b = &ev.u.bid;
   if (b->auction % 123 != 0) return 0;
-  line l;
+  nx_line l;
   l.n = 0;
-  l_i64(&l, b->price);
-  return emit_line(ctx, (uint64_t)b->auction, &l);
+  nx_i64(&l, b->price);
+  return nx_emit(ctx, (uint64_t)b->auction, &l);
 }
 
 /* q14: bids with 1,000,000 < 0.908 * price < 50,000,000, their hour's type
@@ -300,20 +186,20 @@ static int q14_fn(weir_ctx *ctx, void *user, const weir_record *r) {
                                                : "otherTime";
   uint64_t cs = 0;
   for (uint32_t k = 0; k < ev.s[2].len; k++) cs += ev.s[2].p[k] == 'c';
-  line l;
+  nx_line l;
   l.n = 0;
-  l_i64(&l, b->bidder);
-  l_c(&l, ',');
-  l_dec3(&l, th);
-  l_c(&l, ',');
-  l_mem(&l, type, strlen(type));
-  l_c(&l, ',');
-  l_i64(&l, b->date_time);
-  l_c(&l, ',');
-  l_str(&l, &ev.s[2]);
-  l_c(&l, ',');
-  l_u64(&l, cs);
-  return emit_line(ctx, (uint64_t)b->auction, &l);
+  nx_i64(&l, b->bidder);
+  nx_c(&l, ',');
+  nx_dec3(&l, th);
+  nx_c(&l, ',');
+  nx_mem(&l, type, strlen(type));
+  nx_c(&l, ',');
+  nx_i64(&l, b->date_time);
+  nx_c(&l, ',');
+  nx_str(&l, &ev.s[2]);
+  nx_c(&l, ',');
+  nx_u64(&l, cs);
+  return nx_emit(ctx, (uint64_t)b->auction, &l);
 }
 
 /* Java's REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2): the value of
@@ -367,16 +253,16 @@ static int q21_fn(weir_ctx *ctx, void *user, const weir_record *r) {
     }
   if (!found) found = channel_id(&ev.s[1], &id);
   if (!found) return 0;
-  line l;
+  nx_line l;
   l.n = 0;
-  l_i64(&l, b->bidder);
-  l_c(&l, ',');
-  l_i64(&l, b->price);
-  l_c(&l, ',');
-  l_str(&l, &ev.s[0]);
-  l_c(&l, ',');
-  l_str(&l, &id);
-  return emit_line(ctx, (uint64_t)b->auction, &l);
+  nx_i64(&l, b->bidder);
+  nx_c(&l, ',');
+  nx_i64(&l, b->price);
+  nx_c(&l, ',');
+  nx_str(&l, &ev.s[0]);
+  nx_c(&l, ',');
+  nx_str(&l, &id);
+  return nx_emit(ctx, (uint64_t)b->auction, &l);
 }
 
 /* Flink's SPLIT_INDEX(s, '/', k) for k = 0 .. n-1 in one pass: out[k] the
@@ -405,20 +291,20 @@ static int q22_fn(weir_ctx *ctx, void *user, const weir_record *r) {
   int rc = bid_of(ctx, r, &ev);
   if (rc <= 0) return rc;
   const weir_nexmark_bid *b = &ev.u.bid;
-  line l;
+  nx_line l;
   l.n = 0;
-  l_i64(&l, b->bidder);
-  l_c(&l, ',');
-  l_i64(&l, b->price);
-  l_c(&l, ',');
-  l_str(&l, &ev.s[0]);
+  nx_i64(&l, b->bidder);
+  nx_c(&l, ',');
+  nx_i64(&l, b->price);
+  nx_c(&l, ',');
+  nx_str(&l, &ev.s[0]);
   weir_nexmark_str d[6];
   int nd = split_pieces(&ev.s[1], 6, d);
   for (int k = 3; k <= 5; k++) {
-    l_c(&l, ',');
-    if (k < nd) l_str(&l, &d[k]);
+    nx_c(&l, ',');
+    if (k < nd) nx_str(&l, &d[k]);
   }
-  return emit_line(ctx, (uint64_t)b->auction, &l);
+  return nx_emit(ctx, (uint64_t)b->auction, &l);
 }
 
 static int build_flat(weir_stream *src, const char *name, weir_flat_map_fn fn, int p,
@@ -477,14 +363,14 @@ static int q3_split(weir_ctx *ctx, const weir_record *r) {
   const weir_nexmark_str *st = &ev.s[4];
   int wanted = st->len == 2 && (memcmp(st->p, "OR", 2) == 0 || memcmp(st->p, "ID", 2) == 0 ||
                                 memcmp(st->p, "CA", 2) == 0);
-  line l;
+  nx_line l;
   l.n = 0;
   if (wanted) {
-    l_str(&l, &ev.s[0]);
-    l_c(&l, ',');
-    l_str(&l, &ev.s[3]);
-    l_c(&l, ',');
-    l_str(&l, st);
+    nx_str(&l, &ev.s[0]);
+    nx_c(&l, ',');
+    nx_str(&l, &ev.s[3]);
+    nx_c(&l, ',');
+    nx_str(&l, st);
   }
   return weir_emit_side(ctx, Q3_TAGS[0], (uint64_t)ev.u.person.id, WEIR_TS_DEFAULT, l.b, l.n);
 }
@@ -728,17 +614,17 @@ static int q13_process(weir_ctx *ctx, const weir_record *r) {
   for (int32_t i = t->bucket[side_hash(key) & t->mask]; i >= 0; i = t->rows[i].next) {
     const side_row *row = &t->rows[i];
     if (row->key != key) continue;
-    line l;
+    nx_line l;
     l.n = 0;
-    l_i64(&l, b->bidder);
-    l_c(&l, ',');
-    l_i64(&l, b->price);
-    l_c(&l, ',');
-    l_i64(&l, b->date_time);
-    l_c(&l, ',');
+    nx_i64(&l, b->bidder);
+    nx_c(&l, ',');
+    nx_i64(&l, b->price);
+    nx_c(&l, ',');
+    nx_i64(&l, b->date_time);
+    nx_c(&l, ',');
     size_t room = sizeof l.b - l.n;
-    l_mem(&l, t->text + row->off, row->len < room ? row->len : room);
-    rc = emit_line(ctx, (uint64_t)b->auction, &l);
+    nx_mem(&l, t->text + row->off, row->len < room ? row->len : room);
+    rc = nx_emit(ctx, (uint64_t)b->auction, &l);
     if (rc < 0) return rc;
   }
   return 0;
@@ -895,11 +781,6 @@ typedef struct q17_acc {
   int64_t min, max, sum;
 } q17_acc;
 
-static int64_t floor_div(int64_t a, int64_t b) {
-  int64_t q = a / b;
-  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
-}
-
 /* A batch's bids combined per (auction, day), keyed by auction: one
  * record per group, (auction, day, its q17_acc), 72 bytes. */
 typedef struct q17_part {
@@ -919,7 +800,7 @@ static int q17_bids(weir_ctx *ctx, const weir_batch *b) {
       if (rc < 0) return rc;
       continue;
     }
-    int64_t day = floor_div(bid.date_time, 86400000), p = bid.price;
+    int64_t day = nx_floor_div(bid.date_time, 86400000), p = bid.price;
     int made;
     q17_part *g = comb_find(c, bid.auction, day, &made);
     if (made) {
@@ -970,23 +851,6 @@ static int q17_process(weir_ctx *ctx, const weir_record *r) {
   return 0;
 }
 
-/* Days since the epoch as yyyy-MM-dd (proleptic Gregorian, UTC: Flink's
- * DATE_FORMAT of a TIMESTAMP(3) made from the epoch milliseconds). */
-static void l_day(line *l, int64_t z) {
-  z += 719468;
-  int64_t era = floor_div(z, 146097);
-  int64_t doe = z - era * 146097;
-  int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-  int64_t y = yoe + era * 400, doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-  int64_t mp = (5 * doy + 2) / 153, d = doy - (153 * mp + 2) / 5 + 1;
-  int64_t m = mp < 10 ? mp + 3 : mp - 9;
-  if (m <= 2) y++;
-  char buf[16];
-  int n =
-      snprintf(buf, sizeof buf, "%04lld-%02lld-%02lld", (long long)y, (long long)m, (long long)d);
-  l_mem(l, buf, (size_t)n);
-}
-
 static int q17_each(void *user, uint64_t record_key, const void *k, size_t klen, const void *v,
                     size_t vlen) {
   weir_ctx *ctx = user;
@@ -996,27 +860,27 @@ static int q17_each(void *user, uint64_t record_key, const void *k, size_t klen,
   q17_acc a;
   memcpy(kk, k, sizeof kk);
   memcpy(&a, v, sizeof a);
-  line l;
+  nx_line l;
   l.n = 0;
-  l_day(&l, kk[1]);
-  l_c(&l, ',');
-  l_u64(&l, a.total);
-  l_c(&l, ',');
-  l_u64(&l, a.r1);
-  l_c(&l, ',');
-  l_u64(&l, a.r2);
-  l_c(&l, ',');
-  l_u64(&l, a.r3);
-  l_c(&l, ',');
-  l_i64(&l, a.min);
-  l_c(&l, ',');
-  l_i64(&l, a.max);
-  l_c(&l, ',');
-  l_i64(&l, a.sum / (int64_t)a.total); /* AVG(BIGINT) truncates */
-  l_c(&l, ',');
-  l_i64(&l, a.sum);
+  nx_day(&l, kk[1]);
+  nx_c(&l, ',');
+  nx_u64(&l, a.total);
+  nx_c(&l, ',');
+  nx_u64(&l, a.r1);
+  nx_c(&l, ',');
+  nx_u64(&l, a.r2);
+  nx_c(&l, ',');
+  nx_u64(&l, a.r3);
+  nx_c(&l, ',');
+  nx_i64(&l, a.min);
+  nx_c(&l, ',');
+  nx_i64(&l, a.max);
+  nx_c(&l, ',');
+  nx_i64(&l, a.sum / (int64_t)a.total); /* AVG(BIGINT) truncates */
+  nx_c(&l, ',');
+  nx_i64(&l, a.sum);
   (void)record_key;
-  return emit_line(ctx, (uint64_t)kk[0], &l);
+  return nx_emit(ctx, (uint64_t)kk[0], &l);
 }
 
 static int q17_finish(weir_ctx *ctx) {
@@ -1064,22 +928,23 @@ static void bid_order(const uint8_t *payload, int64_t *ts, int64_t *price, uint6
 }
 
 /* Writes a stored bid payload's line after `l`'s prefix. */
-static int bid_fields(weir_ctx *ctx, const void *payload, size_t len, line *l, int64_t *auction) {
+static int bid_fields(weir_ctx *ctx, const void *payload, size_t len, nx_line *l,
+                      int64_t *auction) {
   weir_nexmark_event ev;
   if (weir_nexmark_parse(payload, len, &ev) < 0 || ev.kind != WEIR_NEXMARK_BID)
     return weir_ctx_fail(ctx, WEIR_ECORRUPT, "a stored bid of %zu bytes is not one", len);
   const weir_nexmark_bid *b = &ev.u.bid;
-  l_i64(l, b->bidder);
-  l_c(l, ',');
-  l_i64(l, b->price);
-  l_c(l, ',');
-  l_str(l, &ev.s[0]);
-  l_c(l, ',');
-  l_str(l, &ev.s[1]);
-  l_c(l, ',');
-  l_i64(l, b->date_time);
-  l_c(l, ',');
-  l_str(l, &ev.s[2]);
+  nx_i64(l, b->bidder);
+  nx_c(l, ',');
+  nx_i64(l, b->price);
+  nx_c(l, ',');
+  nx_str(l, &ev.s[0]);
+  nx_c(l, ',');
+  nx_str(l, &ev.s[1]);
+  nx_c(l, ',');
+  nx_i64(l, b->date_time);
+  nx_c(l, ',');
+  nx_str(l, &ev.s[2]);
   *auction = b->auction;
   return 0;
 }
@@ -1144,11 +1009,11 @@ static int q18_each(void *user, uint64_t record_key, const void *k, size_t klen,
                     size_t vlen) {
   (void)record_key, (void)k, (void)klen;
   weir_ctx *ctx = user;
-  line l;
+  nx_line l;
   l.n = 0;
   int64_t auction;
   int rc = bid_fields(ctx, v, vlen, &l, &auction);
-  return rc < 0 ? rc : emit_line(ctx, (uint64_t)auction, &l);
+  return rc < 0 ? rc : nx_emit(ctx, (uint64_t)auction, &l);
 }
 
 static int q18_finish(weir_ctx *ctx) {
@@ -1323,14 +1188,14 @@ static int q19_each(void *user, uint64_t record_key, const void *k, size_t klen,
     uint32_t len;
     if (at + 4 > vlen || (memcpy(&len, p + at, 4), len > vlen - at - 4))
       return weir_ctx_fail(ctx, WEIR_ECORRUPT, "q19: a damaged state entry");
-    line l;
+    nx_line l;
     l.n = 0;
-    l_u64(&l, i + 1);
-    l_c(&l, ',');
+    nx_u64(&l, i + 1);
+    nx_c(&l, ',');
     int64_t auction;
     int rc = bid_fields(ctx, p + at + 4, len, &l, &auction);
     if (rc < 0) return rc;
-    rc = emit_line(ctx, (uint64_t)auction, &l);
+    rc = nx_emit(ctx, (uint64_t)auction, &l);
     if (rc < 0) return rc;
     at += 4 + len;
   }
