@@ -16,17 +16,26 @@
  * lock: the owner makes `seq` odd, stores (release), makes it even again;
  * a reader loads (acquire) and retries while `seq` is odd or changed under
  * it. Release stores and acquire loads are plain moves on x86-64 and
- * cheap on ARM, and a step publishes once at most. An open period is closed
- * (and published) at the start of the step that ends it, so a reader that
- * adds the open part itself (now - since) sees at most what the owner adds
- * when it closes the period: a total never goes back, but for the moment
- * between the owner's clock read and its publication (nanoseconds).
+ * cheap on ARM, and a step publishes once at most.
+ *
+ * A reader adds the open backpressured period itself (now - since), so the
+ * total it reports must not exceed what the owner adds when it closes the
+ * period, or a counter would go back. Hence the order on both sides: the
+ * owner makes `seq` odd *before* it reads the clock that closes the period,
+ * and a reader reads its clock *between* its two loads of `seq`. A reader
+ * whose clock read came after the owner's sees the odd or a later count
+ * and retries; one whose clock read came before adds no more than the
+ * owner will. Only the time for a store to become visible to another core
+ * is left (nanoseconds); a preempted owner makes readers wait, not lie.
  */
 #ifndef WEIR_METER_H
 #define WEIR_METER_H
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+
+#include "base/clock.h"
 
 typedef struct weir__meter {
   /* Owner (the task's thread) only. */
@@ -38,9 +47,8 @@ typedef struct weir__meter {
   _Atomic int64_t pub_clock;
 } weir__meter;
 
-static inline void weir__meter_publish(weir__meter *m, int64_t clock) {
-  uint32_t s = atomic_load_explicit(&m->seq, memory_order_relaxed);
-  atomic_store_explicit(&m->seq, s + 1, memory_order_relaxed);
+/* Owner: the stores of a publication, seq already odd (s + 1). */
+static inline void weir__meter_store(weir__meter *m, uint32_t s, int64_t clock) {
   /* Release stores, not a fence (which ThreadSanitizer cannot follow): a
    * reader that acquires any of these values sees the odd count too. */
   atomic_store_explicit(&m->pub_busy, m->busy, memory_order_release);
@@ -50,28 +58,34 @@ static inline void weir__meter_publish(weir__meter *m, int64_t clock) {
   atomic_store_explicit(&m->seq, s + 2, memory_order_release);
 }
 
-/* Owner: a step starts at t0. Closes an open backpressured period. */
-static inline void weir__meter_start(weir__meter *m, uint64_t t0, int64_t clock) {
+/* Owner: a step starts; returns its start time. Closes an open
+ * backpressured period, `seq` made odd before the clock is read. */
+static inline uint64_t weir__meter_start(weir__meter *m, int64_t clock) {
   m->blocked = 0;
-  if (!m->since) return;
+  if (!m->since) return weir_clock_mono_ns();
+  uint32_t s = atomic_load_explicit(&m->seq, memory_order_relaxed);
+  atomic_store_explicit(&m->seq, s + 1, memory_order_seq_cst);
+  uint64_t t0 = weir_clock_mono_ns();
   m->bp += t0 > m->since ? t0 - m->since : 0;
   m->since = 0;
-  weir__meter_publish(m, clock);
+  weir__meter_store(m, s, clock);
+  return t0;
 }
 
 /* Owner: the step that started at t0 ended at t1. */
 static inline void weir__meter_end(weir__meter *m, uint64_t t0, uint64_t t1, int64_t clock) {
   m->busy += t1 - t0;
   if (m->blocked) m->since = t1 ? t1 : 1;
-  weir__meter_publish(m, clock);
+  uint32_t s = atomic_load_explicit(&m->seq, memory_order_relaxed);
+  atomic_store_explicit(&m->seq, s + 1, memory_order_relaxed);
+  weir__meter_store(m, s, clock);
 }
 
-/* Any thread: the totals at `now` (the open period counted up to now). */
-static inline void weir__meter_read(weir__meter *m, uint64_t now, uint64_t *busy, uint64_t *bp,
-                                    int64_t *clock) {
-  uint64_t b, p, s;
+/* Any thread: the totals now (the open period counted up to now). */
+static inline void weir__meter_read(weir__meter *m, uint64_t *busy, uint64_t *bp, int64_t *clock) {
+  uint64_t b, p, s, now;
   int64_t c;
-  for (;;) {
+  for (unsigned tries = 1;; tries++) {
     uint32_t s1 = atomic_load_explicit(&m->seq, memory_order_acquire);
     /* Acquire loads: seq's second read cannot move before them, and a
      * value of a write in progress brings its odd count with it. */
@@ -79,8 +93,10 @@ static inline void weir__meter_read(weir__meter *m, uint64_t now, uint64_t *busy
     p = atomic_load_explicit(&m->pub_bp, memory_order_acquire);
     s = atomic_load_explicit(&m->pub_since, memory_order_acquire);
     c = atomic_load_explicit(&m->pub_clock, memory_order_acquire);
-    uint32_t s2 = atomic_load_explicit(&m->seq, memory_order_relaxed);
+    now = weir_clock_mono_ns();
+    uint32_t s2 = atomic_load_explicit(&m->seq, memory_order_seq_cst);
     if (s1 == s2 && !(s1 & 1)) break;
+    if (tries % 64 == 0) sched_yield(); /* the owner may be preempted mid-write */
   }
   *busy = b;
   *bp = p + (s && now > s ? now - s : 0);

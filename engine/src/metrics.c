@@ -98,7 +98,7 @@ static void output_fill(const weir__task *t, uint32_t *queued, uint32_t *cap) {
   }
 }
 
-static void subtask_of(const weir_job *job, weir_ctx *c, uint64_t now, weir_subtask_metrics *o) {
+static void subtask_of(const weir_job *job, weir_ctx *c, weir_subtask_metrics *o) {
   memset(o, 0, sizeof *o);
   o->op = c->node->index;
   o->subtask = c->subtask;
@@ -106,7 +106,7 @@ static void subtask_of(const weir_job *job, weir_ctx *c, uint64_t now, weir_subt
   o->records_out = atomic_load_explicit(&c->pub_out, memory_order_relaxed);
   weir__task *t = c->task;
   int64_t clock = 0;
-  weir__meter_read(&t->meter, now, &o->busy_ns, &o->backpressured_ns, &clock);
+  weir__meter_read(&t->meter, &o->busy_ns, &o->backpressured_ns, &clock);
   if (t->ops[0] == c) input_fill(t, &o->in_queued, &o->in_capacity);
   if (t->ops[t->nops - 1] == c) output_fill(t, &o->out_queued, &o->out_capacity);
   o->has_watermark = job->event_time;
@@ -154,7 +154,7 @@ int weir_job_metrics_read(const weir_job *job, weir_job_metrics *m, weir_subtask
   for (uint32_t i = 0; i < job->nnodes; i++) {
     weir__node *nd = job->nodes[i];
     for (int s = 0; nd->ctx && s < nd->parallelism; s++, k++)
-      if (k < n) subtask_of(job, nd->ctx[s], now, &st[k]);
+      if (k < n) subtask_of(job, nd->ctx[s], &st[k]);
   }
   m->nsubtasks = k;
   return 0;

@@ -1055,8 +1055,7 @@ static int task_run(weir__task *t) {
 /* A step between two clock reads, for the live metrics (meter.h): per
  * step, not per batch or record. */
 int weir__task_run(weir__task *t) {
-  uint64_t t0 = weir_clock_mono_ns();
-  weir__meter_start(&t->meter, t0, t->clock);
+  uint64_t t0 = weir__meter_start(&t->meter, t->clock);
   int more = task_run(t);
   weir__meter_end(&t->meter, t0, weir_clock_mono_ns(), t->clock);
   return more;
