@@ -526,8 +526,10 @@ static int settle(tp *t, int wait) {
  * transaction is pre-committed by the final checkpoint's barrier. */
 static int tp_finish(weir_ctx *ctx) {
   tp *t = weir_ctx_user(ctx);
+  int rc = t->vt->finish ? t->vt->finish(ctx, t->dest) : 0;
+  if (rc < 0) return rc;
   if (weir_ctx_checkpointing(ctx)) return 0;
-  int rc = pre_commit(t, 0);
+  rc = pre_commit(t, 0);
   if (rc == WEIR_SINK_LATER) rc = settle(t, 1);
   if (rc < 0) return rc;
   for (txn *x = t->head; x; x = x->next)

@@ -106,6 +106,11 @@ void weir_ctx_set_user(weir_ctx *c, void *user) {
 uint32_t weir_ctx_max_record(const weir_ctx *c) {
   return c->max_record;
 }
+uint32_t weir_ctx_key_owner(const weir_ctx *c, uint64_t key, uint32_t parallelism) {
+  uint32_t m = (uint32_t)c->job->opts.max_parallelism;
+  if (!parallelism) return 0;
+  return weir__kg_subtask(weir__key_group(key, m), m, parallelism);
+}
 int weir_ctx_checkpointing(const weir_ctx *c) {
   return c->job->opts.state_dir != NULL;
 }

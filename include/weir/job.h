@@ -359,6 +359,10 @@ void *weir_ctx_user(const weir_ctx *ctx);
 void weir_ctx_set_user(weir_ctx *ctx, void *user);
 /* The job's maximum record size in bytes (payload). */
 uint32_t weir_ctx_max_record(const weir_ctx *ctx);
+/* The subtask, of `parallelism`, that weir_key_by sends `key` to under
+ * this job's key groups (weir_run_opts.max_parallelism): for an operator
+ * that routes records itself as a keyed edge would (a stage edge). */
+uint32_t weir_ctx_key_owner(const weir_ctx *ctx, uint64_t key, uint32_t parallelism);
 /* Nonzero if the job takes checkpoints (it has a state directory): a sink
  * can then tie what it makes visible to checkpoint completion. */
 int weir_ctx_checkpointing(const weir_ctx *ctx);

@@ -200,6 +200,11 @@ typedef struct weir_sink_dest_vt {
    * records for the next epoch's transaction), or a negative error (the
    * job fails). */
   int (*prepared)(weir_ctx *ctx, void *dest, int wait, char *why, size_t whylen);
+  /* Optional: at the true end of input (not at a stop), on the task
+   * thread, before the last transaction is pre-committed: may add to the
+   * open transaction what tells readers that nothing follows (a stage
+   * edge's end markers). Returns 0 or a negative error. */
+  int (*finish)(weir_ctx *ctx, void *dest);
 } weir_sink_dest_vt;
 
 #define WEIR_SINK_BUFFER_DEFAULT (64ull << 20)
