@@ -38,7 +38,8 @@ typedef struct counter_cfg {
   uint64_t keys;
   uint64_t rate; /* records/s over all generator subtasks, 0 = unlimited */
   const char *sink;
-  const char *source; /* NULL: the generator; else a nats:// URL */
+  const char *source;    /* NULL: the generator; else a nats:// URL */
+  const char *stage_out; /* a stage edge's URL: the records go there, not counted */
   int all_edges;
   uint64_t slow_us, slow_every;
   uint64_t fan_out; /* copies pace and pass emit of each record (pick keeps one) */
@@ -74,6 +75,7 @@ static void counter_help(FILE *out) {
         "                        [--workers W] [--sink SPEC]\n"
         "                        [--source nats://HOST:PORT/SUBJECT[?stream=S&rate=R\n"
         "                                  &splits=N]]\n"
+        "                        [--stage-out nats://HOST:PORT/SUBJECT?tasks=T]\n"
         "                        [--summary-json FILE] [CHECKPOINT OPTIONS] [--quiet]\n"
         "\n"
         "Counts records per key: a generator emits records i = 0 .. N-1 with key\n"
@@ -97,6 +99,13 @@ static void counter_help(FILE *out) {
         "                   do not apply (rate=R in the URL limits messages/s);\n"
         "                   with a wildcard SUBJECT and splits=N its subjects are\n"
         "                   spread over N splits read by up to P subtasks\n"
+        "  --stage-out URL  run the job's first stage only: the records go, by key,\n"
+        "                   to the T tasks of the stage edge URL (subjects\n"
+        "                   SUBJECT.<producer>.<task>) instead of being counted;\n"
+        "                   a second run with --source URL (the same tasks=T)\n"
+        "                   counts them, each record exactly once across kills\n"
+        "                   of either (docs/scale-out.md). With --source URL?tasks=T\n"
+        "                   the source reads such an edge\n"
         "  --all-edges      route the records over a forward, a rebalance, a\n"
         "                   broadcast and a hash edge (same output; for tests)\n"
         "  --slow-us US     with --all-edges, one slow path: subtask 0 of the\n"
@@ -124,6 +133,7 @@ static int counter_parse(cli_args *a, cli_engine *eng, void **out) {
         (r = cli_take_u64(a, "--rate", UINT64_MAX, &c->rate)) != 0 ||
         (r = cli_take_str(a, "--sink", &c->sink)) != 0 ||
         (r = cli_take_str(a, "--source", &c->source)) != 0 ||
+        (r = cli_take_str(a, "--stage-out", &c->stage_out)) != 0 ||
         (r = cli_take_bool(a, "--all-edges", &c->all_edges)) != 0 ||
         (r = cli_take_u64(a, "--slow-us", 10000000, &c->slow_us)) != 0 ||
         (r = cli_take_u64(a, "--slow-every", UINT64_MAX, &c->slow_every)) != 0 ||
@@ -143,6 +153,13 @@ static int counter_parse(cli_args *a, cli_engine *eng, void **out) {
     goto fail;
   }
   if (cli_check_sink(c->sink, eng) < 0) goto fail;
+  if (c->stage_out) {
+    if (strncmp(c->stage_out, "nats://", 7) != 0 || !strstr(c->stage_out, "tasks=")) {
+      cli_usage("--stage-out: a stage edge is nats://HOST:PORT/SUBJECT?tasks=T");
+      goto fail;
+    }
+    if (cli_check_sink(c->stage_out, eng) < 0) goto fail;
+  }
   if (c->source) {
     char err[512];
     if (weir_nats_source_check(c->source, err, sizeof err) < 0) {
@@ -169,6 +186,8 @@ static int counter_build(weir_job *job, const cli_engine *eng, void *cfg) {
     weir_stream *odd = weir_flat_map(weir_rebalance(s), "pass", keep_parity, c, p);
     s = weir_flat_map(weir_broadcast(weir_union(even, odd)), "pick", pick_one, NULL, p);
   }
+  if (c->stage_out) /* the stage edge routes by key itself */
+    return weir_sink_to(s, "stage", c->stage_out, NULL, p);
   s = weir_count(weir_key_by(s), "count", p);
   /* "key k reached count c" is one logical effect in every replay: its
    * operation id is "<job>/sink/c/<k>.<c>" (docs/sinks.md §2). */

@@ -255,8 +255,11 @@ static void help_run(FILE *out) {
         "messages of SUBJECT up to its last one when the job first started; with a\n"
         "wildcard SUBJECT and splits=N, its concrete subjects spread over N splits\n"
         "that up to --parallelism subtasks read; stream sequences per split are the\n"
-        "checkpointed positions, restorable at another parallelism. See README.md,\n"
-        "Sinks and Sources.\n"
+        "checkpointed positions, restorable at another parallelism. With tasks=T,\n"
+        "the same nats:// URL is a stage edge between two jobs: as a sink it sends\n"
+        "records by key to T tasks in batches, as a source task t reads its\n"
+        "batches exactly once (counter: --stage-out). See README.md, Sinks,\n"
+        "Sources and \"A job across two processes\".\n"
         "\n"
         "See 'weir help run JOB' for each built-in job ('weir help run windows').\n",
         out);

@@ -32,6 +32,7 @@
 #include <nats/nats.h>
 #include <stdatomic.h>
 
+#include "nats_server.h"
 #include "weir/nats.h"
 #include "weir/sinks.h"
 #ifdef WEIR_TEST_PQ
@@ -45,15 +46,6 @@ TestSuite(nats, .timeout = 120, .fini = nats_fini);
 #define N_KEYS 20u
 #define N_RATE "2000"
 #define N_INTERVAL "50"
-
-static const char *nats_url(void) {
-  const char *u = th_service("NATS_URL");
-  if (!u) {
-    cr_assert(!th_in_ci(), "NATS_URL is not set: nats-server is required under CI");
-    cr_skip_test("NATS_URL is not set (scripts/services starts nats-server)");
-  }
-  return u;
-}
 
 typedef struct tnats {
   natsConnection *nc;
@@ -910,52 +902,6 @@ Test(nats, end_to_end_into_postgresql) {
 #endif
 
 /* ---- a private nats-server, restarted under a running job ----------------- */
-
-typedef struct psrv {
-  pid_t pid;
-  int port;
-  char dir[600], log[700];
-} psrv;
-
-/* Starts nats-server -js on 127.0.0.1:port (0: a free one) with its store in
- * s->dir; waits until its own log says it is ready. Returns 0, or -1 if
- * nats-server could not be started. */
-static int psrv_start(psrv *s, int port) {
-  snprintf(s->log, sizeof s->log, "%s.log", s->dir);
-  char ps[16];
-  snprintf(ps, sizeof ps, "%d", port ? port : -1);
-  fflush(NULL);
-  s->pid = fork();
-  cr_assert_geq(s->pid, 0);
-  if (s->pid == 0) {
-    setpgid(0, 0);
-    int fd = open(s->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) _exit(127);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execlp("nats-server", "nats-server", "-js", "-a", "127.0.0.1", "-p", ps, "-sd", s->dir,
-           (char *)NULL);
-    _exit(127);
-  }
-  for (int i = 0; i < 500; i++) {
-    th_sleep_ms(20);
-    char *text = th_read_file(s->log, NULL);
-    const char *p = text ? strstr(text, "Listening for client connections on 127.0.0.1:") : NULL;
-    int ready = text && strstr(text, "Server is ready") != NULL;
-    if (p) s->port = atoi(p + strlen("Listening for client connections on 127.0.0.1:"));
-    free(text);
-    if (ready && s->port > 0) return 0;
-    if (waitpid(s->pid, NULL, WNOHANG) == s->pid) return -1;
-  }
-  kill(s->pid, SIGKILL);
-  waitpid(s->pid, NULL, 0);
-  return -1;
-}
-
-static void psrv_kill(psrv *s, int sig) {
-  kill(s->pid, sig);
-  waitpid(s->pid, NULL, 0);
-}
 
 /* The server is killed (SIGKILL) while the job publishes and restarted 1 s
  * later on the same port and store: acknowledgements are lost, libnats

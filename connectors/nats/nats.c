@@ -51,6 +51,7 @@
 #include <string.h>
 
 #include "nats_impl.h"
+#include "nats_stage.h"
 #include "base/alloc.h"
 #include "base/clock.h"
 #include "base/failpoint.h"
@@ -72,7 +73,8 @@ typedef struct nats_arg {
 typedef struct ndest {
   const nats_arg *a;
   const weir__nats_url *u;
-  weir__oplog ops; /* the open transaction's operations */
+  weir__oplog ops;       /* the open transaction's operations */
+  weir__stage_out stage; /* with tasks=: the open epoch's batches instead */
   natsConnection *nc;
   jsCtx *js;
   uint64_t window_ms; /* the stream's duplicate window */
@@ -111,23 +113,19 @@ static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void
  * reads its duplicate window. Returns 0 or an error with a message. */
 static int ensure_stream(weir_ctx *ctx, ndest *h) {
   const weir__nats_url *u = h->u;
+  /* A stage edge's subjects are SUBJECT.<from>.<to> (nats_stage.h). */
+  char wide[512], one[512];
+  snprintf(wide, sizeof wide, "%s.>", u->subject);
+  snprintf(one, sizeof one, "%s.0.0", u->subject);
+  const char *held = u->tasks ? wide : u->subject, *probe = u->tasks ? one : u->subject;
   jsStreamInfo *si = NULL;
   jsErrCode jerr = 0;
   natsStatus s = js_GetStreamInfo(&si, h->js, u->stream, NULL, &jerr);
   if (s != NATS_OK && (s == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr)) {
-    jsStreamConfig cfg;
-    jsStreamConfig_Init(&cfg);
-    const char *subjects[1] = {u->subject};
-    cfg.Name = u->stream;
-    cfg.Subjects = subjects;
-    cfg.SubjectsLen = 1;
-    cfg.Storage = js_FileStorage;
-    if (u->duplicates_ms) cfg.Duplicates = (int64_t)u->duplicates_ms * 1000000;
-    jerr = 0;
-    s = js_AddStream(&si, h->js, &cfg, NULL, &jerr);
+    s = weir__nats_add_stream(h->js, u, held, &si, &jerr);
     if (s == NATS_OK) {
       WEIR_LOG_I("sink '%s': created stream %s for subject %s on %s", weir_ctx_name(ctx), u->stream,
-                 u->subject, u->server);
+                 held, u->server);
     } else if (jerr == JSStreamNameExistErr || jerr == JSStreamSubjectOverlapErr) {
       /* Another subtask made it: JetStream answers a second creation of
        * the stream either way, the overlap when the two race. If no stream
@@ -141,7 +139,7 @@ static int ensure_stream(weir_ctx *ctx, ndest *h) {
         return weir_ctx_fail(ctx, WEIR_ESINK,
                              "sink '%s': %s: stream %s cannot be created: another stream holds "
                              "subject %s (JetStream error %d); name that stream with stream=",
-                             weir_ctx_name(ctx), u->spec, u->stream, u->subject, (int)first);
+                             weir_ctx_name(ctx), u->spec, u->stream, held, (int)first);
       else
         jerr = first;
     }
@@ -151,14 +149,14 @@ static int ensure_stream(weir_ctx *ctx, ndest *h) {
                          weir_ctx_name(ctx), u->spec, u->stream, weir__nats_errtext(s), (int)jerr);
   int covered = 0;
   for (int i = 0; si->Config && i < si->Config->SubjectsLen; i++)
-    if (weir__nats_subject_covers(si->Config->Subjects[i], u->subject)) covered = 1;
+    if (weir__nats_subject_covers(si->Config->Subjects[i], probe)) covered = 1;
   int64_t dup_ns = si->Config ? si->Config->Duplicates : 0;
   jsStreamInfo_Destroy(si);
   if (!covered)
     return weir_ctx_fail(ctx, WEIR_ESINK,
                          "sink '%s': %s: stream %s exists but does not hold subject %s (name "
                          "another stream with stream=)",
-                         weir_ctx_name(ctx), u->spec, u->stream, u->subject);
+                         weir_ctx_name(ctx), u->spec, u->stream, held);
   h->window_ms = dup_ns > 0 ? (uint64_t)(dup_ns / 1000000) : 120000;
   if (u->duplicates_ms && u->duplicates_ms != h->window_ms && weir_ctx_subtask(ctx) == 0)
     WEIR_LOG_W("sink '%s': stream %s exists with a duplicate window of %llu ms: duplicates= "
@@ -177,6 +175,7 @@ static int nats_open(weir_ctx *ctx, void **out) {
   h->a = weir_sink_dest_arg(ctx);
   h->u = &h->a->url;
   h->pending = h->u->pending ? h->u->pending : DEFAULT_PENDING;
+  if (h->u->tasks) weir__stage_out_init(&h->stage, h->u->tasks);
   pthread_mutex_init(&h->mu, NULL);
   pthread_cond_init(&h->cv, NULL);
   jsOptions jo;
@@ -201,13 +200,24 @@ static int nats_open(weir_ctx *ctx, void **out) {
 
 static int nats_write(weir_ctx *ctx, void *dest, const weir_record *r) {
   ndest *h = dest;
+  if (h->u->tasks) return weir__stage_out_add(ctx, &h->stage, r);
   return weir__oplog_add(ctx, &h->ops, h->a->common.fmt, h->a->common.opid, r);
 }
 
 static int nats_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_buf *out) {
+  ndest *h = dest;
+  if (h->u->tasks)
+    return weir__stage_out_take(&h->stage, weir_ctx_subtask(ctx), weir_ctx_parallelism(ctx), epoch,
+                                out);
+  return weir__oplog_take(&h->ops, out);
+}
+
+/* End of input: a stage edge tells every task that this producer ended. */
+static int nats_finish(weir_ctx *ctx, void *dest) {
   (void)ctx;
-  (void)epoch;
-  return weir__oplog_take(&((ndest *)dest)->ops, out);
+  ndest *h = dest;
+  if (h->u->tasks) h->stage.ended = 1;
+  return 0;
 }
 
 /* Waits until at most `max` publishes are unacknowledged, the subtask
@@ -252,6 +262,58 @@ static void forget_inflight(ndest *h) {
   pthread_mutex_unlock(&h->mu);
 }
 
+/* The messages of an epoch's handle, one by one: the operation log's
+ * records on SUBJECT, or a stage edge's batches on SUBJECT.<from>.<to>. */
+typedef struct msgs {
+  const ndest *h;
+  const weir_sink_commit *c;
+  weir__oplog_reader rd; /* the operation log */
+  size_t off;            /* a stage handle */
+  uint32_t left;
+  uint32_t n; /* messages in the handle */
+  const char *subject;
+  char stage_subject[512];
+  char stage_id[512];
+  weir__op op;
+} msgs;
+
+/* Returns 0, or WEIR_ECORRUPT. */
+static int msgs_open(msgs *m, const ndest *h, const weir_sink_commit *c) {
+  memset(m, 0, sizeof *m);
+  m->h = h;
+  m->c = c;
+  m->subject = h->u->subject;
+  if (!h->u->tasks) {
+    if (weir__oplog_open(c, &m->rd) < 0) return WEIR_ECORRUPT;
+    m->n = m->rd.n;
+    return 0;
+  }
+  if (c->len < 8 || memcmp(c->handle, "WSH1", 4) != 0) return WEIR_ECORRUPT;
+  m->n = (uint32_t)c->handle[4] | (uint32_t)c->handle[5] << 8 | (uint32_t)c->handle[6] << 16 |
+         (uint32_t)c->handle[7] << 24;
+  return 0;
+}
+
+/* The next message into m->op (body, id) and m->subject: 1, 0 at the end,
+ * or WEIR_ECORRUPT. */
+static int msgs_next(msgs *m) {
+  if (!m->h->u->tasks) {
+    if (m->rd.i >= m->rd.n) return 0;
+    return weir__oplog_next(&m->rd, &m->op) < 0 ? WEIR_ECORRUPT : 1;
+  }
+  weir__stage_batch b;
+  int rc = weir__stage_handle_next(m->c->handle, m->c->len, &m->off, &m->left, &b);
+  if (rc <= 0) return rc;
+  const char *subj = m->h->u->subject;
+  snprintf(m->stage_subject, sizeof m->stage_subject, "%s.%u.%u", subj, b.from, b.to);
+  snprintf(m->op.id, sizeof m->op.id, "%s/%s/%u/%u/%llu/%u", m->c->job_id, subj, b.from, b.to,
+           (unsigned long long)b.epoch, b.index);
+  m->op.body = b.data;
+  m->op.blen = b.len;
+  m->subject = m->stage_subject;
+  return 1;
+}
+
 static int nats_commit(void *dest, weir_sink_commit *c) {
   ndest *h = dest;
   weir_sink_io *io = c->io;
@@ -263,12 +325,14 @@ static int nats_commit(void *dest, weir_sink_commit *c) {
     return WEIR_EIO;
   }
   int64_t now = weir_clock_wall_ms();
-  /* A publish that may be a replay: refused beyond the duplicate window. */
+  /* A publish that may be a replay: refused beyond the duplicate window,
+   * except on a stage edge, whose readers skip what they applied already
+   * (nats_stage_source.c): there the window is only a second defence. */
   int64_t first = 0;
   if (c->recovered) first = (int64_t)c->precommit_ms;
   if (h->first_epoch == c->epoch && h->first_ms && (!first || h->first_ms < first))
     first = h->first_ms;
-  if (first && now - first > (int64_t)h->window_ms) {
+  if (first && now - first > (int64_t)h->window_ms && !u->tasks) {
     snprintf(c->err, c->errlen,
              "%s: epoch %llu may have been published %lld ms ago, beyond the duplicate window "
              "of stream %s (%llu ms): JetStream would store a replay twice, so it is refused",
@@ -286,13 +350,12 @@ static int nats_commit(void *dest, weir_sink_commit *c) {
   h->ackerr[0] = '\0';
   pthread_mutex_unlock(&h->mu);
 
-  weir__oplog_reader rd;
-  weir__op op;
-  int rc = 0;
+  msgs rd;
+  int rc = 0, more;
   natsStatus ps = NATS_OK;
-  if (weir__oplog_open(c, &rd) < 0) goto bad;
-  while (rd.i < rd.n) {
-    if (weir__oplog_next(&rd, &op) < 0) goto bad;
+  if (msgs_open(&rd, h, c) < 0) goto bad;
+  while ((more = msgs_next(&rd)) != 0) {
+    if (more < 0) goto bad;
     int w = wait_inflight(h, io, h->pending - 1);
     if (w) {
       rc = w > 0 ? WEIR_ECANCELED : WEIR_EAGAIN;
@@ -300,13 +363,13 @@ static int nats_commit(void *dest, weir_sink_commit *c) {
     }
     jsPubOptions po;
     jsPubOptions_Init(&po);
-    po.MsgId = op.id;
+    po.MsgId = rd.op.id;
     po.MaxWait = ACK_TIMEOUT_MS;
     pthread_mutex_lock(&h->mu);
     h->inflight++;
     pthread_mutex_unlock(&h->mu);
     h->published = 1;
-    ps = js_PublishAsync(h->js, u->subject, op.body, (int)op.blen, &po);
+    ps = js_PublishAsync(h->js, rd.subject, rd.op.body, (int)rd.op.blen, &po);
     if (ps != NATS_OK) {
       pthread_mutex_lock(&h->mu);
       h->inflight--;
@@ -361,6 +424,7 @@ static void nats_close(weir_ctx *ctx, void *dest) {
   pthread_mutex_destroy(&h->mu);
   pthread_cond_destroy(&h->cv);
   weir__oplog_free(&h->ops);
+  weir__stage_out_free(&h->stage);
   weir_free(h);
 }
 
@@ -382,6 +446,7 @@ static const weir_sink_dest_vt nats_dest_vt = {
     .pre_commit = nats_pre_commit,
     .commit = nats_commit,
     .close = nats_close,
+    .finish = nats_finish,
     .identity = nats_identity,
     .move_note = "the nats sink publishes a checkpoint's pending epochs after it completed, so "
                  "they may be in the old stream already: publishing them to the new one would "

@@ -71,7 +71,7 @@ int weir__nats_url_parse(const char *spec, int source, weir__nats_url *u, char *
       }
       weir_free(u->stream);
       u->stream = dup_n(p + 7, n - 7);
-    } else if (!source && n > 11 && !strncmp(p, "duplicates=", 11)) {
+    } else if (n > 11 && !strncmp(p, "duplicates=", 11)) {
       if (weir__parse_duration_ms(p + 11, n - 11, &u->duplicates_ms) < 0 || !u->duplicates_ms) {
         weir__nats_url_free(u);
         return weir__spec_error(
@@ -80,7 +80,7 @@ int weir__nats_url_parse(const char *spec, int source, weir__nats_url *u, char *
             "or d (as in duplicates=2m)",
             spec);
       }
-    } else if (!source && n > 8 && !strncmp(p, "pending=", 8)) {
+    } else if (n > 8 && !strncmp(p, "pending=", 8)) {
       char *end = NULL;
       char tmp[24];
       size_t k = n - 8 < sizeof tmp - 1 ? n - 8 : sizeof tmp - 1;
@@ -117,19 +117,49 @@ int weir__nats_url_parse(const char *spec, int source, weir__nats_url *u, char *
                                 WEIR__NATS_MAX_SPLITS);
       }
       u->splits = (uint32_t)v;
+    } else if (n > 6 && !strncmp(p, "tasks=", 6)) {
+      char tmp[24], *end = NULL;
+      size_t k = n - 6 < sizeof tmp - 1 ? n - 6 : sizeof tmp - 1;
+      memcpy(tmp, p + 6, k);
+      tmp[k] = '\0';
+      unsigned long v = strtoul(tmp, &end, 10);
+      if (!end || *end || tmp[0] < '0' || tmp[0] > '9' || v == 0 || v > WEIR__NATS_MAX_TASKS) {
+        weir__nats_url_free(u);
+        return weir__spec_error(err, errlen, "'%s': tasks= takes a number from 1 to %d", spec,
+                                WEIR__NATS_MAX_TASKS);
+      }
+      u->tasks = (uint32_t)v;
     } else if (n) {
       weir__nats_url_free(u);
       return weir__spec_error(
           err, errlen,
-          source ? "'%s': unknown parameter (the source takes stream=, rate= and splits=)"
-                 : "'%s': unknown parameter (the sink takes stream=, duplicates= "
-                   "and pending=)",
+          source ? "'%s': unknown parameter (the source takes stream=, rate=, splits= and tasks=; "
+                   "a stage edge also duplicates= and pending=)"
+                 : "'%s': unknown parameter (the sink takes stream=, duplicates=, pending= "
+                   "and tasks=)",
           spec);
     }
     p = amp ? amp + 1 : NULL;
   }
   if (!u->stream) u->stream = weir_strdup(WEIR__NATS_DEFAULT_STREAM);
   if (!u->splits) u->splits = 1;
+  if (source && !u->tasks && (u->duplicates_ms || u->pending)) {
+    int rc = weir__spec_error(err, errlen,
+                              "'%s': duplicates= and pending= are the sink's (and a stage "
+                              "edge's, with tasks=), not the source's",
+                              spec);
+    weir__nats_url_free(u);
+    return rc;
+  }
+  if (u->tasks && (weir__nats_subject_wild(u->subject) || u->splits > 1 || u->rate)) {
+    int rc = weir__spec_error(err, errlen,
+                              "'%s': tasks= makes the URL a stage edge, whose subjects are "
+                              "SUBJECT.<from>.<to>: give one subject without wildcards, and no "
+                              "splits= or rate=",
+                              spec);
+    weir__nats_url_free(u);
+    return rc;
+  }
   if (u->splits > 1 && !weir__nats_subject_wild(u->subject)) {
     int rc = weir__spec_error(err, errlen,
                               "'%s': splits= spreads the concrete subjects of a wildcard subject "
@@ -175,6 +205,20 @@ int weir__nats_available(void) {
 const char *weir__nats_errtext(natsStatus s) {
   const char *t = nats_GetLastError(NULL);
   return t && *t ? t : natsStatus_GetText(s);
+}
+
+natsStatus weir__nats_add_stream(jsCtx *js, const weir__nats_url *u, const char *subject,
+                                 jsStreamInfo **si, jsErrCode *jerr) {
+  jsStreamConfig cfg;
+  jsStreamConfig_Init(&cfg);
+  const char *subjects[1] = {subject};
+  cfg.Name = u->stream;
+  cfg.Subjects = subjects;
+  cfg.SubjectsLen = 1;
+  cfg.Storage = js_FileStorage;
+  if (u->duplicates_ms) cfg.Duplicates = (int64_t)u->duplicates_ms * 1000000;
+  *jerr = 0;
+  return js_AddStream(si, js, &cfg, NULL, jerr);
 }
 
 int weir__nats_connect(const weir__nats_url *u, jsOptions *jo, natsConnection **nc, jsCtx **js,

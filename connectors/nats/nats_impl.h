@@ -17,6 +17,7 @@
 
 #define WEIR__NATS_DEFAULT_STREAM "WEIR"
 #define WEIR__NATS_MAX_SPLITS 1024
+#define WEIR__NATS_MAX_TASKS 1024
 
 /* A parsed NATS URL. Strings are owned (weir__nats_url_free). */
 typedef struct weir__nats_url {
@@ -30,6 +31,8 @@ typedef struct weir__nats_url {
   /* source parameters */
   uint64_t rate;   /* rate=R: messages/s over all subtasks, 0 = unlimited */
   uint32_t splits; /* splits=N: the splits a wildcard subject's subjects spread over (>= 1) */
+  /* both: tasks=N makes the URL a stage edge (nats_stage.c) into N tasks */
+  uint32_t tasks;
 } weir__nats_url;
 
 /* Parses spec. Returns 0, or WEIR_ESINK with a message naming the problem in
@@ -39,6 +42,12 @@ void weir__nats_url_free(weir__nats_url *u);
 
 /* Nonzero if subject has a wildcard token (* or >). */
 int weir__nats_subject_wild(const char *subj);
+
+/* The input side of a stage edge (u->tasks > 0), nats_stage_source.c. u is
+ * borrowed: it must outlive the job. */
+struct weir_job;
+struct weir_stream *weir__nats_stage_source(struct weir_job *job, const char *name,
+                                            weir__nats_url *u, int parallelism);
 
 /* Nonzero if weir was built with libnats. */
 int weir__nats_available(void);
@@ -51,6 +60,10 @@ int weir__nats_available(void);
  * Returns 0, or WEIR_EIO with a message naming the URL in err. Blocks. */
 int weir__nats_connect(const weir__nats_url *u, jsOptions *jo, natsConnection **nc, jsCtx **js,
                        char *err, size_t errlen);
+/* Adds stream u->stream holding `subject`, with file storage and u's
+ * duplicates= window (else the server's): js_AddStream's answer. */
+natsStatus weir__nats_add_stream(jsCtx *js, const weir__nats_url *u, const char *subject,
+                                 jsStreamInfo **si, jsErrCode *jerr);
 /* Closes and frees both (either may be NULL). */
 void weir__nats_disconnect(natsConnection *nc, jsCtx *js);
 /* The error text of a failed libnats call: the server's message if there is

@@ -653,6 +653,7 @@ weir_stream *weir_nats_source_par(weir_job *job, const char *name, const char *u
   weir__nats_url *u = weir_calloc(1, sizeof *u);
   (void)weir__nats_url_parse(url, 1, u, err, sizeof err);
   if (weir_job_adopt(job, u, url_free) < 0) return NULL;
+  if (u->tasks) return weir__nats_stage_source(job, name, u, parallelism);
   return weir_source(job, name, &nats_source_vt, u, parallelism);
 }
 

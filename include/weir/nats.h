@@ -35,6 +35,20 @@
  * WEIR_ERETENTION and a message naming the position, rather than skip what
  * was lost; so does a job that waits for messages that were removed while
  * it read (checked once a second while idle).
+ *
+ * Stage edges (docs/scale-out.md §2.1). With tasks=T
+ *
+ *   nats://HOST:PORT/SUBJECT?tasks=T[&stream=NAME][&duplicates=D]
+ *
+ * the URL is the input side of a stage edge, whose output side is the
+ * nats sink with the same URL in another job: task t (0..T-1) reads the
+ * batches the producing job's sink subtasks sent it on SUBJECT.<from>.t,
+ * each applied once (the task's checkpoint keeps the last batch applied
+ * per producer; a batch at or below it is skipped, whatever the stream's
+ * duplicate window); records keep their key and timestamp. Subtask k of P
+ * reads the tasks t with t mod P == k; a restore may change P. A task ends
+ * when every producer sent its end of input; the source when all its
+ * tasks did.
  */
 #ifndef WEIR_NATS_H
 #define WEIR_NATS_H

@@ -1,0 +1,413 @@
+/* tests/test_stage.c: owns the tests of the stage edge
+ * (nats://HOST:PORT/SUBJECT?tasks=T, docs/scale-out.md §2): the counter job
+ * cut by hand into two `weir run`s, the first (--stage-out) publishing its
+ * records by key into T tasks through JetStream, the second (--source)
+ * counting them into the file sink, against the nats-server of
+ * scripts/services (NATS_URL).
+ *
+ * - Without faults: the second run's output is exact (every (key, count)
+ *   once), and every batch in the stream has the id
+ *   <job>/<SUBJECT>/<from>/<to>/<epoch>/<index> on SUBJECT.<from>.<to>.
+ * - Kills of both sides: the consumer runs beside the producer, both are
+ *   SIGKILLed at random times and restored: exact.
+ * - Replays beyond the duplicate window: the stream's window is 100 ms, the
+ *   producer is killed right after a commit and restored later, so
+ *   the stream holds batches twice (checked: the negative control, what a
+ *   reader without per-producer marks would count twice); the consumer's
+ *   output is exact all the same.
+ * - Batches out of order (a lost batch published again after later ones,
+ *   duplicates, an epoch's first batch missing at first), written by the
+ *   test in the documented format: held until the gap closes, each applied
+ *   once.
+ * - A message that is not a batch on a task's subject: a clear error.
+ * - A private nats-server SIGKILLed and restarted under both sides while
+ *   batches flow: both end normally, the output is exact.
+ *
+ * Streams are named after the test's pid and deleted at the end. Without
+ * NATS_URL the tests skip (fail under CI=true).
+ */
+#include "sinks_tx.h"
+
+#include <nats/nats.h>
+
+#include "nats_server.h"
+
+static void stage_fini(void);
+TestSuite(stage, .timeout = 240, .fini = stage_fini);
+
+#define S_RECORDS 3000u
+#define S_KEYS 30u
+#define S_RATE "6000"
+#define S_INTERVAL "50"
+
+typedef struct tstage {
+  natsConnection *nc;
+  jsCtx *js;
+  char stream[64], subject[96];
+  char url[512]; /* the edge's URL, tasks= and stream= included */
+} tstage;
+
+static uint32_t le32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t le64(const uint8_t *p) {
+  return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
+}
+
+static int made;
+static tstage live; /* its stream is deleted by the fini if a test failed */
+static int live_set;
+
+/* A new edge into `tasks` tasks; `params` more URL parameters or NULL. */
+static void ts_open(tstage *t, int tasks, const char *params) {
+  const char *u = nats_url();
+  memset(t, 0, sizeof *t);
+  cr_assert_eq(natsConnection_ConnectTo(&t->nc, u), NATS_OK, "cannot connect to %s", u);
+  cr_assert_eq(natsConnection_JetStream(&t->js, t->nc, NULL), NATS_OK);
+  int n = made++;
+  snprintf(t->stream, sizeof t->stream, "WSTAGE_%d_%d", (int)getpid(), n);
+  snprintf(t->subject, sizeof t->subject, "weirstage.%d.%d", (int)getpid(), n);
+  snprintf(t->url, sizeof t->url, "%s/%s?tasks=%d&stream=%s%s", u, t->subject, tasks, t->stream,
+           params ? params : "");
+  live = *t;
+  live_set = 1;
+}
+
+static void ts_close(tstage *t) {
+  live_set = 0;
+  js_DeleteStream(t->js, t->stream, NULL, NULL);
+  jsCtx_Destroy(t->js);
+  natsConnection_Close(t->nc);
+  natsConnection_Destroy(t->nc);
+}
+
+static void stage_fini(void) {
+  if (live_set) ts_close(&live);
+  fini();
+}
+
+/* The producing run: the counter's generator into the edge. */
+static crash_job *producer(const tstage *t, const char *rate) {
+  crash_job *j = tx_job(S_RECORDS, S_KEYS, rate, S_INTERVAL);
+  crash_arg(j, "--stage-out", "%s", t->url);
+  return j;
+}
+
+/* The consuming run: the edge into the count and the file sink; records
+ * and keys say what the producer generated (for crash_check_counter). */
+static crash_job *consumer(uint64_t records, uint64_t keys) {
+  crash_job *j = crash_new("counter", 0);
+  j->records = records;
+  j->keys = keys;
+  j->interval = S_INTERVAL;
+  j->timeout_s = RUN_TIMEOUT_S;
+  return j;
+}
+
+static int consume(crash_job *b, const tstage *t, int restore, int kill_ms, char **err) {
+  if (restore)
+    return crash_run(b, NULL, kill_ms, err, "--restore", "latest", "--source", t->url, NULL);
+  return crash_run(b, NULL, kill_ms, err, "--source", t->url, NULL);
+}
+
+/* Messages in the stream, and how many of them repeat an id seen before;
+ * every one is checked to be a batch on SUBJECT.<from>.<to> with the id
+ * <job>/<SUBJECT>/<from>/<to>/<epoch>/<index> its header says. *records:
+ * the records of all of them. */
+static void scan_stream(tstage *t, uint64_t *msgs, uint64_t *repeats, uint64_t *records) {
+  jsStreamInfo *si = NULL;
+  cr_assert_eq(js_GetStreamInfo(&si, t->js, t->stream, NULL, NULL), NATS_OK, "no stream %s",
+               t->stream);
+  uint64_t first = si->State.FirstSeq, last = si->State.LastSeq;
+  jsStreamInfo_Destroy(si);
+  size_t nids = 0, cap = 0;
+  char **ids = NULL;
+  *msgs = *repeats = *records = 0;
+  for (uint64_t seq = first; first && seq <= last; seq++) {
+    natsMsg *m = NULL;
+    natsStatus s = js_GetMsg(&m, t->js, t->stream, seq, NULL, NULL);
+    if (s == NATS_NOT_FOUND) continue;
+    cr_assert_eq(s, NATS_OK, "seq %llu: %s", (ull)seq, nats_GetLastError(NULL));
+    const uint8_t *p = (const uint8_t *)natsMsg_GetData(m);
+    int len = natsMsg_GetDataLength(m);
+    cr_assert(len >= 32 && !memcmp(p, "WSB1", 4), "seq %llu is not a batch", (ull)seq);
+    unsigned from = le32(p + 4), index = le32(p + 16), nrec = le32(p + 28);
+    ull epoch = le64(p + 8);
+    const char *id = NULL;
+    cr_assert_eq(natsMsgHeader_Get(m, "Nats-Msg-Id", &id), NATS_OK, "seq %llu: no id", (ull)seq);
+    char tail[160], subj_tail[64];
+    const char *subj = natsMsg_GetSubject(m);
+    unsigned to = 0;
+    cr_assert(strncmp(subj, t->subject, strlen(t->subject)) == 0 &&
+                  sscanf(subj + strlen(t->subject), ".%*u.%u", &to) == 1,
+              "seq %llu on subject %s", (ull)seq, subj);
+    snprintf(subj_tail, sizeof subj_tail, ".%u.%u", from, to);
+    cr_assert_str_eq(subj + strlen(t->subject), subj_tail);
+    snprintf(tail, sizeof tail, "/%s/%u/%u/%llu/%u", t->subject, from, to, epoch, index);
+    size_t il = strlen(id), tl = strlen(tail);
+    cr_assert(il > tl && !strcmp(id + il - tl, tail), "seq %llu: id %s, expected .../%s", (ull)seq,
+              id, tail);
+    int seen = 0;
+    for (size_t i = 0; i < nids && !seen; i++) seen = !strcmp(ids[i], id);
+    if (seen) {
+      (*repeats)++;
+    } else {
+      if (nids == cap) ids = realloc(ids, (cap = cap ? 2 * cap : 64) * sizeof *ids);
+      ids[nids++] = strdup(id);
+    }
+    (*msgs)++;
+    *records += nrec;
+    natsMsg_Destroy(m);
+  }
+  for (size_t i = 0; i < nids; i++) free(ids[i]);
+  free(ids);
+}
+
+Test(stage, split_job_is_exact) {
+  tstage t;
+  ts_open(&t, 3, NULL);
+  crash_job *a = producer(&t, "0");
+  char *err = NULL;
+  int rc = crash_run(a, NULL, -1, &err, NULL);
+  cr_assert_eq(rc, 0, "producer: exit %d: %s", rc, err);
+  free(err);
+  uint64_t msgs, repeats, records;
+  scan_stream(&t, &msgs, &repeats, &records);
+  cr_assert_eq(records, S_RECORDS, "the stream carries %llu records", (ull)records);
+  cr_assert_eq(repeats, 0);
+  crash_job *b = consumer(S_RECORDS, S_KEYS);
+  crash_par(b, 2); /* 3 tasks over 2 subtasks */
+  rc = consume(b, &t, 0, -1, &err);
+  cr_assert_eq(rc, 0, "consumer: exit %d: %s", rc, err);
+  cr_assert(strstr(err, "every one of 2 producers ended") != NULL, "stderr: %s", err);
+  free(err);
+  crash_check_counter(b);
+  crash_free(a);
+  crash_free(b);
+  ts_close(&t);
+}
+
+/* The consumer runs beside the producer; each is SIGKILLed and restored. */
+Test(stage, kills_of_both_sides_are_exact) {
+  uint64_t seed = rng = crash_seed("stage::kills_of_both_sides_are_exact");
+  int kills = 0;
+  for (int n = 0; n < 3; n++) {
+    tstage t;
+    ts_open(&t, 2, NULL);
+    crash_job *a = producer(&t, S_RATE), *b = consumer(S_RECORDS, S_KEYS);
+    crash_hist(a, "seed %llu, job %d: ", (ull)seed, n);
+    char errpath[700];
+    snprintf(errpath, sizeof errpath, "%s/consumer.err", b->dir);
+    const char *extra[] = {"--source", t.url, NULL};
+    pid_t pb = crash_spawnv(b, NULL, errpath, extra);
+    /* The producer's first run (500 ms paced) is killed within it. */
+    kills += kill_at_random(a, 1, 100, 300, NULL);
+    th_sleep_ms((int)(rnd() % 100));
+    kill(-pb, SIGKILL);
+    cr_assert_eq(crash_wait(pb, 30000, 0), CRASH_KILLED);
+    kills++;
+    /* The producer ends while the consumer is down; then the consumer is
+     * killed once more at random and restored to its end. */
+    restore_until_done(a);
+    char *err = NULL;
+    int rc = consume(b, &t, 1, 20 + (int)(rnd() % 150), &err);
+    cr_assert(rc == 0 || rc == CRASH_KILLED, "consumer: exit %d: %s", rc, err);
+    kills += rc == CRASH_KILLED;
+    free(err);
+    err = NULL;
+    rc = consume(b, &t, 1, -1, &err);
+    cr_assert_eq(rc, 0, "consumer: exit %d: %s\nhistory: %s", rc, err, b->history);
+    free(err);
+    crash_check_counter(b);
+    crash_free(a);
+    crash_free(b);
+    ts_close(&t);
+  }
+  fprintf(stderr, "stage::kills_of_both_sides_are_exact: 3 jobs, %d kills\n", kills);
+  cr_assert_geq(kills, 6, "too few kills landed: %d", kills);
+}
+
+/* The producer dies right after an epoch's commit (every batch
+ * acknowledged), before a checkpoint records it; restored after the 100 ms duplicate window, it
+ * publishes the epoch again and JetStream stores it twice. The consumer skips the second copies by
+ * its marks. */
+Test(stage, replays_beyond_the_duplicate_window_are_skipped) {
+  tstage t;
+  ts_open(&t, 2, "&duplicates=100ms");
+  crash_job *a = producer(&t, S_RATE);
+  crash_kill_at(a, "sink.after_commit", 3, 0, NULL, NULL);
+  th_sleep_ms(300);
+  restore_until_done(a);
+  uint64_t msgs, repeats, records;
+  scan_stream(&t, &msgs, &repeats, &records);
+  cr_assert_gt(repeats, 0,
+               "no batch is in the stream twice (%llu messages): the test shows nothing",
+               (ull)msgs);
+  cr_assert_gt(records, S_RECORDS,
+               "negative control: counting every message would count "
+               "%llu records",
+               (ull)records);
+  crash_job *b = consumer(S_RECORDS, S_KEYS);
+  char *err = NULL;
+  int rc = consume(b, &t, 0, -1, &err);
+  cr_assert_eq(rc, 0, "consumer: exit %d: %s", rc, err);
+  free(err);
+  crash_check_counter(b);
+  fprintf(stderr,
+          "stage::replays_beyond_the_duplicate_window_are_skipped: %llu of %llu batches twice\n",
+          (ull)repeats, (ull)msgs);
+  crash_free(a);
+  crash_free(b);
+  ts_close(&t);
+}
+
+/* The server dies (SIGKILL) while the producer publishes and the consumer
+ * reads, and comes back 1 s later on the same port and store: libnats
+ * reconnects on both sides, the producer publishes its unacknowledged
+ * epochs again, the consumer resumes; both end, and the output is exact. */
+Test(stage, server_killed_and_restarted_under_both_sides) {
+  nats_url();
+  crash_job *a = tx_job(30000, 300, "20000", "100"), *b = consumer(30000, 300);
+  psrv srv = {0};
+  snprintf(srv.dir, sizeof srv.dir, "%s/nats", a->dir);
+  if (psrv_start(&srv, 0) != 0) {
+    cr_assert(!th_in_ci(), "cannot start nats-server under CI");
+    cr_skip_test("cannot start nats-server");
+  }
+  char url[256];
+  snprintf(url, sizeof url, "nats://127.0.0.1:%d/weirstage.restart?tasks=2&stream=SRESTART",
+           srv.port);
+  crash_arg(a, "--stage-out", "%s", url);
+  char aerr[700], berr[700];
+  snprintf(aerr, sizeof aerr, "%s/stderr.txt", a->dir);
+  snprintf(berr, sizeof berr, "%s/stderr.txt", b->dir);
+  const char *extra[] = {"--source", url, NULL};
+  pid_t pa = crash_spawnv(a, NULL, aerr, NULL);
+  pid_t pb = crash_spawnv(b, NULL, berr, extra);
+  th_sleep_ms(500); /* a third of the producer's run */
+  psrv_kill(&srv, SIGKILL);
+  th_sleep_ms(1000);
+  int port = srv.port;
+  srv.port = 0;
+  int started = psrv_start(&srv, port);
+  int ra = crash_wait(pa, 60000, 0), rb = crash_wait(pb, 60000, 0);
+  char *ea = th_read_file(aerr, NULL), *eb = th_read_file(berr, NULL);
+  if (started == 0) psrv_kill(&srv, SIGTERM);
+  cr_assert_eq(started, 0, "nats-server did not restart on port %d", port);
+  cr_assert_eq(ra, 0, "producer: exit %d: %s", ra, ea);
+  cr_assert_eq(rb, 0, "consumer: exit %d: %s", rb, eb);
+  crash_check_counter(b);
+  int again = 0;
+  for (const char *p = strstr(ea, "publishing it again"); p;
+       p = strstr(p + 1, "publishing it again"))
+    again++;
+  fprintf(stderr,
+          "stage::server_killed_and_restarted_under_both_sides: %d epochs published "
+          "again\n",
+          again);
+  free(ea);
+  free(eb);
+  crash_free(a);
+  crash_free(b);
+}
+
+/* ---- batches written by the test ------------------------------------------ */
+
+static void put32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put64(uint8_t *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Publishes to task 0 the batch (from 0 of 1, epoch, index) with the
+ * counter's records i = lo .. hi-1 (key i mod keys, no payload). */
+static void publish_batch(tstage *t, uint64_t epoch, uint32_t index, int end, uint64_t lo,
+                          uint64_t hi, uint64_t keys) {
+  uint8_t buf[32 + 20 * 64];
+  cr_assert(hi - lo <= 64);
+  memcpy(buf, "WSB1", 4);
+  put32(buf + 4, 0);
+  put64(buf + 8, epoch);
+  put32(buf + 16, index);
+  put32(buf + 20, end ? 1 : 0);
+  put32(buf + 24, 1);
+  put32(buf + 28, (uint32_t)(hi - lo));
+  size_t n = 32;
+  for (uint64_t i = lo; i < hi; i++, n += 20) {
+    put64(buf + n, i % keys);
+    put64(buf + n + 8, 0);
+    put32(buf + n + 16, 0);
+  }
+  char subj[128];
+  snprintf(subj, sizeof subj, "%s.0.0", t->subject);
+  jsPubAck *pa = NULL;
+  cr_assert_eq(js_Publish(&pa, t->js, subj, buf, (int)n, NULL, NULL), NATS_OK, "%s",
+               nats_GetLastError(NULL));
+  jsPubAck_Destroy(pa);
+}
+
+static void make_stream(tstage *t) {
+  char wide[128];
+  snprintf(wide, sizeof wide, "%s.>", t->subject);
+  jsStreamConfig cfg;
+  jsStreamConfig_Init(&cfg);
+  const char *subs[1] = {wide};
+  cfg.Name = t->stream;
+  cfg.Subjects = subs;
+  cfg.SubjectsLen = 1;
+  jsStreamInfo *si = NULL;
+  cr_assert_eq(js_AddStream(&si, t->js, &cfg, NULL, NULL), NATS_OK, "%s", nats_GetLastError(NULL));
+  jsStreamInfo_Destroy(si);
+}
+
+/* Records 0..59 in six batches of ten over epochs 4 and 9, published as a
+ * broken connection and a replay could leave them: (4,0) (4,2) (4,1) (4,0)
+ * again, (9,1) before (9,0), (4,2) again, then (9,0) (9,1) (9,2, END).
+ * Each record counted once. */
+Test(stage, batches_out_of_order_are_held_until_the_gap_closes) {
+  tstage t;
+  ts_open(&t, 1, NULL);
+  make_stream(&t);
+  const uint64_t K = 7;
+  publish_batch(&t, 4, 0, 0, 0, 10, K);
+  publish_batch(&t, 4, 2, 0, 20, 30, K);
+  publish_batch(&t, 4, 1, 0, 10, 20, K);
+  publish_batch(&t, 4, 0, 0, 0, 10, K);
+  publish_batch(&t, 9, 1, 0, 40, 50, K);
+  publish_batch(&t, 4, 2, 0, 20, 30, K);
+  publish_batch(&t, 9, 0, 0, 30, 40, K);
+  publish_batch(&t, 9, 1, 0, 40, 50, K);
+  publish_batch(&t, 9, 2, 1, 50, 60, K);
+  crash_job *b = consumer(60, K);
+  crash_par(b, 1);
+  char *err = NULL;
+  int rc = consume(b, &t, 0, -1, &err);
+  cr_assert_eq(rc, 0, "consumer: exit %d: %s", rc, err);
+  free(err);
+  crash_check_counter(b);
+  crash_free(b);
+  ts_close(&t);
+}
+
+Test(stage, a_foreign_message_is_a_clear_error) {
+  tstage t;
+  ts_open(&t, 1, NULL);
+  make_stream(&t);
+  char subj[128];
+  snprintf(subj, sizeof subj, "%s.0.0", t.subject);
+  jsPubAck *pa = NULL;
+  cr_assert_eq(js_Publish(&pa, t.js, subj, "hello", 5, NULL, NULL), NATS_OK);
+  jsPubAck_Destroy(pa);
+  crash_job *b = consumer(1, 1);
+  crash_par(b, 1);
+  char *err = NULL;
+  int rc = consume(b, &t, 0, -1, &err);
+  cr_assert_neq(rc, 0, "a foreign message was accepted");
+  cr_assert(strstr(err, "is not a stage batch") != NULL, "exit %d, stderr: %s", rc, err);
+  free(err);
+  crash_free(b);
+  ts_close(&t);
+}
+
+TX_MAIN
