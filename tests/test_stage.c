@@ -19,6 +19,11 @@
  *   duplicates, an epoch's first batch missing at first), written by the
  *   test in the documented format: held until the gap closes, each applied
  *   once.
+ * - Retention: once the consumer ended (its final checkpoint completed),
+ *   the tasks' subjects hold nothing and each task's marker says where
+ *   they were purged; restoring an older checkpoint of the consumer, or a
+ *   fresh consumer on the same edge, is refused (exit 5) instead of
+ *   missing the purged batches.
  * - A message that is not a batch on a task's subject: a clear error.
  * - A private nats-server SIGKILLed and restarted under both sides while
  *   batches flow: both end normally, the output is exact.
@@ -225,6 +230,77 @@ Test(stage, kills_of_both_sides_are_exact) {
   }
   fprintf(stderr, "stage::kills_of_both_sides_are_exact: 3 jobs, %d kills\n", kills);
   cr_assert_geq(kills, 6, "too few kills landed: %d", kills);
+}
+
+/* Messages on the data subjects of the edge (SUBJECT.<from>.<to>), and
+ * the marker of task t (0 if none). */
+static uint64_t data_messages(tstage *t, int task, uint64_t *marker) {
+  jsOptions o;
+  jsOptions_Init(&o);
+  char filter[128];
+  snprintf(filter, sizeof filter, "%s.*.*", t->subject);
+  o.Stream.Info.SubjectsFilter = filter;
+  jsStreamInfo *si = NULL;
+  cr_assert_eq(js_GetStreamInfo(&si, t->js, t->stream, &o, NULL), NATS_OK);
+  uint64_t n = 0;
+  for (int i = 0; si->State.Subjects && i < si->State.Subjects->Count; i++)
+    if (!strstr(si->State.Subjects->List[i].Subject, ".purged"))
+      n += si->State.Subjects->List[i].Msgs;
+  jsStreamInfo_Destroy(si);
+  char subj[128];
+  snprintf(subj, sizeof subj, "%s.%d.purged", t->subject, task);
+  natsMsg *m = NULL;
+  *marker = 0;
+  if (js_GetLastMsg(&m, t->js, t->stream, subj, NULL, NULL) == NATS_OK) {
+    char buf[32] = "";
+    int len = natsMsg_GetDataLength(m);
+    if (len > 0 && len < (int)sizeof buf) memcpy(buf, natsMsg_GetData(m), (size_t)len);
+    *marker = strtoull(buf, NULL, 10);
+    natsMsg_Destroy(m);
+  }
+  return n;
+}
+
+Test(stage, subjects_purged_up_to_the_completed_checkpoint) {
+  tstage t;
+  ts_open(&t, 2, NULL);
+  crash_job *a = producer(&t, S_RATE), *b = consumer(S_RECORDS, S_KEYS);
+  char errpath[700];
+  snprintf(errpath, sizeof errpath, "%s/consumer.err", b->dir);
+  const char *extra[] = {"--source", t.url, NULL};
+  pid_t pb = crash_spawnv(b, NULL, errpath, extra);
+  char *err = NULL;
+  int rc = crash_run(a, NULL, -1, &err, NULL);
+  cr_assert_eq(rc, 0, "producer: exit %d: %s", rc, err);
+  free(err);
+  rc = crash_wait(pb, 60000, 0);
+  err = th_read_file(errpath, NULL);
+  cr_assert_eq(rc, 0, "consumer: exit %d: %s", rc, err);
+  free(err);
+  crash_check_counter(b);
+  uint64_t m0 = 0, m1 = 0;
+  uint64_t left = data_messages(&t, 0, &m0);
+  (void)data_messages(&t, 1, &m1);
+  cr_assert_eq(left, 0, "%llu batches left on the data subjects", (ull)left);
+  cr_assert(m0 > 1 && m1 > 1, "markers %llu and %llu", (ull)m0, (ull)m1);
+  /* An older checkpoint of the consumer read below the markers. */
+  unsigned long long oldest = oldest_of_several(b);
+  char id[24];
+  snprintf(id, sizeof id, "%llu", oldest);
+  rc = crash_run(b, NULL, -1, &err, "--restore", id, "--source", t.url, NULL);
+  cr_assert_eq(rc, 5, "restore of checkpoint %s: exit %d: %s", id, rc, err);
+  cr_assert(strstr(err, "were purged") != NULL, "stderr: %s", err);
+  free(err);
+  /* So does a fresh consumer. */
+  crash_job *c = consumer(S_RECORDS, S_KEYS);
+  rc = consume(c, &t, 0, -1, &err);
+  cr_assert_eq(rc, 5, "fresh consumer: exit %d: %s", rc, err);
+  cr_assert(strstr(err, "were purged") != NULL, "stderr: %s", err);
+  free(err);
+  crash_free(a);
+  crash_free(b);
+  crash_free(c);
+  ts_close(&t);
 }
 
 /* The producer dies right after an epoch's commit (every batch

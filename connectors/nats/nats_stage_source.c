@@ -28,6 +28,19 @@
  * The task ends when every producer sent its END batch (each says how many
  * producers there are) and nothing is held.
  *
+ * Retention. Once a checkpoint completed, nothing before the positions it
+ * holds is read again by a restore of the latest checkpoint, so the task
+ * purges its subjects up to there (SUBJECT.*.t below the sequence), after
+ * writing that sequence to SUBJECT.t.purged (the last message only is
+ * kept; the marker goes first, so a crash between the two over-states the
+ * purge, never under-states it). A start that would read below the marker
+ * (a restore of an older checkpoint or savepoint, or a fresh start of a
+ * job on an edge another run consumed) is refused with WEIR_ERETENTION
+ * instead of missing batches. The stream's own limits (age, size) would
+ * remove batches nobody read, which no reader can tell from the purges of
+ * other tasks: a stage edge's stream should have none (the stream weir
+ * makes has none).
+ *
  * Positions (rescalable: they depend on the task, not on the subtask):
  * split (j << 16 | 0xFFFF) = the sequence to read from, (j << 16 | 0xFFFE)
  * = the producers recorded, (j << 16 | 0xFFFD) = the producers announced by
@@ -39,6 +52,7 @@
  * fill the subscriptions' queues.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "nats_impl.h"
@@ -49,6 +63,7 @@
 
 #define MAX_PRODUCERS 0x7FF0u
 #define MAX_HELD 1024u /* batches held per task before the job fails */
+#define SNAPS 8        /* checkpoints awaited at once, with their positions */
 #define SPLIT(j, x) ((uint32_t)(j) << 16 | (uint32_t)(x))
 #define ENDED (1ull << 63)
 
@@ -77,8 +92,15 @@ typedef struct stask {
   uint32_t nended;
   held *held;
   uint32_t nheld;
+  uint64_t purged; /* the sequence below which its subjects were purged */
   int restored, done;
 } stask;
+
+/* The positions a snapshot wrote, until its checkpoint completes. */
+typedef struct snap {
+  uint64_t id;
+  uint64_t *from; /* per task of the subtask */
+} snap;
 
 typedef struct ssrc {
   natsConnection *nc;
@@ -88,6 +110,7 @@ typedef struct ssrc {
   int started;
   uint64_t applied, skipped;
   uint64_t idle_ms;
+  snap snaps[SNAPS]; /* a ring, by checkpoint id */
 } ssrc;
 
 static mark *mark_of(stask *t, uint32_t from) {
@@ -109,6 +132,7 @@ static int st_open(weir_ctx *ctx) {
   s->nt = (u->tasks - k + p - 1) / p;
   s->t = weir_calloc(s->nt, sizeof *s->t);
   for (uint32_t i = 0; i < s->nt; i++) s->t[i].index = k + i * p;
+  for (int i = 0; i < SNAPS; i++) s->snaps[i].from = weir_calloc(s->nt, sizeof(uint64_t));
   s->live = s->nt;
   char err[512];
   if (weir__nats_connect(u, NULL, &s->nc, &s->js, err, sizeof err) < 0)
@@ -133,21 +157,24 @@ static void st_close(weir_ctx *ctx) {
     weir_free(s->t[i].marks);
   }
   weir_free(s->t);
+  for (int i = 0; i < SNAPS; i++) weir_free(s->snaps[i].from);
   weir__nats_disconnect(s->nc, s->js);
   weir_free(s);
   weir_ctx_set_user(ctx, NULL);
 }
 
 static int st_snapshot(weir_ctx *ctx, uint64_t id, weir_snapshot_writer *w) {
-  (void)id;
   ssrc *s = weir_ctx_user(ctx);
   if (!s) return 0;
+  snap *sn = &s->snaps[id % SNAPS];
+  sn->id = id;
   for (uint32_t i = 0; i < s->nt; i++) {
     const stask *t = &s->t[i];
     uint32_t j = t->index;
     uint64_t from = t->next;
     for (uint32_t h = 0; h < t->nheld; h++)
       if (t->held[h].seq < from) from = t->held[h].seq;
+    sn->from[i] = s->started ? from : 0; /* 0: nothing read, nothing to purge */
     int rc = weir_snapshot_position(w, SPLIT(j, 0xFFFF), from);
     if (rc == 0) rc = weir_snapshot_position(w, SPLIT(j, 0xFFFE), t->nmarks);
     if (rc == 0) rc = weir_snapshot_position(w, SPLIT(j, 0xFFFD), t->producers);
@@ -217,6 +244,82 @@ static int stream_ready(weir_ctx *ctx, ssrc *s, uint64_t *first) {
   return 0;
 }
 
+/* t->purged from the marker SUBJECT.<t>.purged (0 if there is none).
+ * Returns 0 or the job's error. */
+static int read_marker(weir_ctx *ctx, ssrc *s, stask *t) {
+  const weir__nats_url *u = weir_ctx_arg(ctx);
+  char subj[512];
+  snprintf(subj, sizeof subj, "%s.%u.purged", u->subject, t->index);
+  natsMsg *m = NULL;
+  jsErrCode jerr = 0;
+  natsStatus st = js_GetLastMsg(&m, s->js, u->stream, subj, NULL, &jerr);
+  if (st == NATS_NOT_FOUND || jerr == JSNoMessageFoundErr) return 0;
+  if (st != NATS_OK)
+    return weir_ctx_fail(ctx, WEIR_EIO, "source '%s': %s: %s: %s", weir_ctx_name(ctx), u->spec,
+                         subj, weir__nats_errtext(st));
+  char buf[32];
+  int n = natsMsg_GetDataLength(m);
+  if (n <= 0 || n >= (int)sizeof buf) n = 0;
+  memcpy(buf, natsMsg_GetData(m), (size_t)n);
+  buf[n] = '\0';
+  natsMsg_Destroy(m);
+  char *end = NULL;
+  t->purged = strtoull(buf, &end, 10);
+  if (!n || !end || *end)
+    return weir_ctx_fail(ctx, WEIR_ECORRUPT, "source '%s': %s: %s holds no sequence",
+                         weir_ctx_name(ctx), u->spec, subj);
+  return 0;
+}
+
+/* Purges task t's subjects below `seq`, the marker first. Returns 0 or the
+ * job's error. */
+static int purge_below(weir_ctx *ctx, ssrc *s, stask *t, uint64_t seq) {
+  const weir__nats_url *u = weir_ctx_arg(ctx);
+  char marker[512], data[512], body[32];
+  snprintf(marker, sizeof marker, "%s.%u.purged", u->subject, t->index);
+  snprintf(data, sizeof data, "%s.*.%u", u->subject, t->index);
+  int n = snprintf(body, sizeof body, "%llu", (unsigned long long)seq);
+  jsPubAck *pa = NULL;
+  jsErrCode jerr = 0;
+  natsStatus st = js_Publish(&pa, s->js, marker, body, n, NULL, &jerr);
+  jsPubAck_Destroy(pa);
+  jsOptions o;
+  for (int k = 0; k < 2 && st == NATS_OK; k++) {
+    jsOptions_Init(&o);
+    o.Stream.Purge.Subject = k ? marker : data;
+    if (k)
+      o.Stream.Purge.Keep = 1;
+    else
+      o.Stream.Purge.Sequence = seq;
+    jerr = 0;
+    st = js_PurgeStream(s->js, u->stream, &o, &jerr);
+  }
+  if (st != NATS_OK)
+    return weir_ctx_fail(ctx, WEIR_EIO, "source '%s': %s: purging %s below sequence %llu: %s",
+                         weir_ctx_name(ctx), u->spec, data, (unsigned long long)seq,
+                         weir__nats_errtext(st));
+  t->purged = seq;
+  return 0;
+}
+
+static int st_checkpoint_complete(weir_ctx *ctx, uint64_t id) {
+  ssrc *s = weir_ctx_user(ctx);
+  if (!s || !s->started) return 0;
+  const snap *sn = NULL;
+  for (int i = 0; i < SNAPS; i++)
+    if (s->snaps[i].id && s->snaps[i].id <= id && (!sn || s->snaps[i].id > sn->id))
+      sn = &s->snaps[i];
+  if (!sn) return 0;
+  for (uint32_t i = 0; i < s->nt; i++) {
+    stask *t = &s->t[i];
+    if (sn->from[i] > t->purged && sn->from[i] > 1) {
+      int rc = purge_below(ctx, s, t, sn->from[i]);
+      if (rc < 0) return rc;
+    }
+  }
+  return 0;
+}
+
 static int st_start(weir_ctx *ctx, ssrc *s) {
   const weir__nats_url *u = weir_ctx_arg(ctx);
   const char *name = weir_ctx_name(ctx);
@@ -225,13 +328,25 @@ static int st_start(weir_ctx *ctx, ssrc *s) {
   if (rc < 0) return rc;
   for (uint32_t i = 0; i < s->nt; i++) {
     stask *t = &s->t[i];
-    if (t->restored && t->next && t->next < first)
+    /* The stream's first sequence says nothing here: the other tasks purge
+     * their subjects up to their own positions. The marker does. */
+    rc = read_marker(ctx, s, t);
+    if (rc < 0) return rc;
+    if (t->purged && t->restored && t->next < t->purged)
       return weir_ctx_fail(ctx, WEIR_ERETENTION,
-                           "source '%s': %s: the checkpoint resumes task %u at sequence %llu, "
-                           "which stream %s no longer holds (its first sequence is %llu); "
-                           "refusing to skip batches",
-                           name, u->spec, t->index, (unsigned long long)t->next, u->stream,
-                           (unsigned long long)first);
+                           "source '%s': %s: task %u's batches below sequence %llu were purged "
+                           "once a later checkpoint completed, and this checkpoint resumes it at "
+                           "%llu: it would miss them. Restore the latest checkpoint",
+                           name, u->spec, t->index, (unsigned long long)t->purged,
+                           (unsigned long long)t->next);
+    if (t->purged && !t->restored)
+      return weir_ctx_fail(ctx, WEIR_ERETENTION,
+                           "source '%s': %s: task %u's batches below sequence %llu were purged "
+                           "by an earlier job that read them, and this run starts from the "
+                           "beginning: it would miss them. Restore that job's latest "
+                           "checkpoint, or give a new run of both sides another stream or "
+                           "subject",
+                           name, u->spec, t->index, (unsigned long long)t->purged);
     if (!t->next) t->next = first;
     if (t->producers && t->nended == t->producers) { /* ended at the cut */
       t->done = 1;
@@ -438,6 +553,11 @@ static int st_restore(weir_ctx *ctx, weir_snapshot_reader *r) {
   (void)r;
   return 0;
 }
+static int st_checkpoint_complete(weir_ctx *ctx, uint64_t id) {
+  (void)ctx;
+  (void)id;
+  return 0;
+}
 
 #endif
 
@@ -450,6 +570,7 @@ static const weir_source_vt stage_source_vt = {
     .snapshot = st_snapshot,
     .restore = st_restore,
     .rescalable = 1,
+    .checkpoint_complete = st_checkpoint_complete,
 };
 
 weir_stream *weir__nats_stage_source(weir_job *job, const char *name, weir__nats_url *u,

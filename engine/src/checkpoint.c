@@ -563,6 +563,8 @@ int weir__task_notify(weir__task *t) {
       weir_ctx *c = t->ops[i];
       if (c->node->ovt && c->node->ovt->checkpoint_complete)
         rc = c->node->ovt->checkpoint_complete(c, done);
+      else if (c->node->svt && c->node->svt->checkpoint_complete)
+        rc = c->node->svt->checkpoint_complete(c, done);
       if (rc) rc = weir__ctx_result(c, rc, 0, "checkpoint_complete", "0");
     }
     t->notified = done;

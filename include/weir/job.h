@@ -315,6 +315,13 @@ typedef struct weir_source_vt {
    * subtask's restore being offered every split's position and taking the
    * ones it owns. Sources with any other state are not rescalable. */
   int rescalable;
+  /* Optional: checkpoint `checkpoint_id` completed (every subtask's state
+   * in it is durable, so no restore of the latest checkpoint reads before
+   * the positions it holds). On the subtask's thread, between run()
+   * calls; also for the final checkpoint after run() returned DONE. A
+   * source reading a log it owns may let go of what lies before those
+   * positions. Returns 0 or a negative error (the job fails). */
+  int (*checkpoint_complete)(weir_ctx *ctx, uint64_t checkpoint_id);
 } weir_source_vt;
 
 /* ------------------------------------------------------------------------ */

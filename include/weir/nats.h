@@ -48,7 +48,9 @@
  * duplicate window); records keep their key and timestamp. Subtask k of P
  * reads the tasks t with t mod P == k; a restore may change P. A task ends
  * when every producer sent its end of input; the source when all its
- * tasks did.
+ * tasks did. Once a checkpoint completed, each task purges its subjects
+ * below its position in it; a run that would read below such a purge
+ * stops with WEIR_ERETENTION.
  */
 #ifndef WEIR_NATS_H
 #define WEIR_NATS_H
