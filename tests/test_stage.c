@@ -19,6 +19,9 @@
  *   duplicates, an epoch's first batch missing at first), written by the
  *   test in the documented format: held until the gap closes, each applied
  *   once.
+ * - Rescaled: the producer killed after a checkpoint at parallelism 3 and
+ *   restored at 2 (the epochs of its third subtask committed by another);
+ *   the consumer killed at 2, restored at 1, killed, restored at 3: exact.
  * - Retention: once the consumer ended (its final checkpoint completed),
  *   the tasks' subjects hold nothing and each task's marker says where
  *   they were purged; restoring an older checkpoint of the consumer, or a
@@ -230,6 +233,40 @@ Test(stage, kills_of_both_sides_are_exact) {
   }
   fprintf(stderr, "stage::kills_of_both_sides_are_exact: 3 jobs, %d kills\n", kills);
   cr_assert_geq(kills, 6, "too few kills landed: %d", kills);
+}
+
+Test(stage, rescaled_on_both_sides) {
+  tstage t;
+  ts_open(&t, 3, NULL);
+  crash_job *a = producer(&t, S_RATE), *b = consumer(S_RECORDS, S_KEYS);
+  /* The consumer at 2, beside the producer, killed after its second
+   * checkpoint. */
+  char errpath[700];
+  snprintf(errpath, sizeof errpath, "%s/consumer.err", b->dir);
+  const char *src[] = {"--source", t.url, NULL};
+  pid_t pb = crash_spawnv(b, "ckpt.after_meta_commit=kill@2", errpath, src);
+  crash_par(a, 3);
+  crash_kill_at(a, "ckpt.after_meta_commit", 3, 0, NULL, NULL);
+  crash_par(a, 2);
+  restore_until_done(a);
+  char *err = th_read_file(errpath, NULL);
+  crash_expect_killed(b, crash_wait(pb, 60000, 0), err, "ckpt.after_meta_commit", 2);
+  free(err);
+  err = NULL;
+  /* Restored at 1, perhaps killed; then at 3 to its end. */
+  crash_par(b, 1);
+  int rc = consume(b, &t, 1, 30, &err);
+  cr_assert(rc == 0 || rc == CRASH_KILLED, "consumer: exit %d: %s", rc, err);
+  free(err);
+  err = NULL;
+  crash_par(b, 3);
+  rc = consume(b, &t, 1, -1, &err);
+  cr_assert_eq(rc, 0, "consumer: exit %d: %s\nhistory: %s", rc, err, b->history);
+  free(err);
+  crash_check_counter(b);
+  crash_free(a);
+  crash_free(b);
+  ts_close(&t);
 }
 
 /* Messages on the data subjects of the edge (SUBJECT.<from>.<to>), and
