@@ -27,7 +27,8 @@
  *   they were purged; restoring an older checkpoint of the consumer, or a
  *   fresh consumer on the same edge, is refused (exit 5) instead of
  *   missing the purged batches.
- * - A message that is not a batch on a task's subject: a clear error.
+ * - A message that is not a batch on a task's subject, or a batch of an
+ *   edge with another tasks=: a clear error.
  * - A private nats-server SIGKILLed and restarted under both sides while
  *   batches flow: both end normally, the output is exact.
  *
@@ -138,8 +139,8 @@ static void scan_stream(tstage *t, uint64_t *msgs, uint64_t *repeats, uint64_t *
     cr_assert_eq(s, NATS_OK, "seq %llu: %s", (ull)seq, nats_GetLastError(NULL));
     const uint8_t *p = (const uint8_t *)natsMsg_GetData(m);
     int len = natsMsg_GetDataLength(m);
-    cr_assert(len >= 32 && !memcmp(p, "WSB1", 4), "seq %llu is not a batch", (ull)seq);
-    unsigned from = le32(p + 4), index = le32(p + 16), nrec = le32(p + 28);
+    cr_assert(len >= 36 && !memcmp(p, "WSB1", 4), "seq %llu is not a batch", (ull)seq);
+    unsigned from = le32(p + 4), index = le32(p + 16), nrec = le32(p + 32);
     ull epoch = le64(p + 8);
     const char *id = NULL;
     cr_assert_eq(natsMsgHeader_Get(m, "Nats-Msg-Id", &id), NATS_OK, "seq %llu: no id", (ull)seq);
@@ -433,11 +434,12 @@ static void put64(uint8_t *p, uint64_t v) {
   for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* Publishes to task 0 the batch (from 0 of 1, epoch, index) with the
- * counter's records i = lo .. hi-1 (key i mod keys, no payload). */
-static void publish_batch(tstage *t, uint64_t epoch, uint32_t index, int end, uint64_t lo,
-                          uint64_t hi, uint64_t keys) {
-  uint8_t buf[32 + 20 * 64];
+/* Publishes to task 0 the batch (from 0 of 1, epoch, index) of an edge
+ * into `tasks` tasks with the counter's records i = lo .. hi-1 (key i mod
+ * keys, no payload). */
+static void publish_batch(tstage *t, uint32_t tasks, uint64_t epoch, uint32_t index, int end,
+                          uint64_t lo, uint64_t hi, uint64_t keys) {
+  uint8_t buf[36 + 20 * 64];
   cr_assert(hi - lo <= 64);
   memcpy(buf, "WSB1", 4);
   put32(buf + 4, 0);
@@ -445,8 +447,9 @@ static void publish_batch(tstage *t, uint64_t epoch, uint32_t index, int end, ui
   put32(buf + 16, index);
   put32(buf + 20, end ? 1 : 0);
   put32(buf + 24, 1);
-  put32(buf + 28, (uint32_t)(hi - lo));
-  size_t n = 32;
+  put32(buf + 28, tasks);
+  put32(buf + 32, (uint32_t)(hi - lo));
+  size_t n = 36;
   for (uint64_t i = lo; i < hi; i++, n += 20) {
     put64(buf + n, i % keys);
     put64(buf + n + 8, 0);
@@ -483,15 +486,15 @@ Test(stage, batches_out_of_order_are_held_until_the_gap_closes) {
   ts_open(&t, 1, NULL);
   make_stream(&t);
   const uint64_t K = 7;
-  publish_batch(&t, 4, 0, 0, 0, 10, K);
-  publish_batch(&t, 4, 2, 0, 20, 30, K);
-  publish_batch(&t, 4, 1, 0, 10, 20, K);
-  publish_batch(&t, 4, 0, 0, 0, 10, K);
-  publish_batch(&t, 9, 1, 0, 40, 50, K);
-  publish_batch(&t, 4, 2, 0, 20, 30, K);
-  publish_batch(&t, 9, 0, 0, 30, 40, K);
-  publish_batch(&t, 9, 1, 0, 40, 50, K);
-  publish_batch(&t, 9, 2, 1, 50, 60, K);
+  publish_batch(&t, 1, 4, 0, 0, 0, 10, K);
+  publish_batch(&t, 1, 4, 2, 0, 20, 30, K);
+  publish_batch(&t, 1, 4, 1, 0, 10, 20, K);
+  publish_batch(&t, 1, 4, 0, 0, 0, 10, K);
+  publish_batch(&t, 1, 9, 1, 0, 40, 50, K);
+  publish_batch(&t, 1, 4, 2, 0, 20, 30, K);
+  publish_batch(&t, 1, 9, 0, 0, 30, 40, K);
+  publish_batch(&t, 1, 9, 1, 0, 40, 50, K);
+  publish_batch(&t, 1, 9, 2, 1, 50, 60, K);
   crash_job *b = consumer(60, K);
   crash_par(b, 1);
   char *err = NULL;
@@ -499,6 +502,23 @@ Test(stage, batches_out_of_order_are_held_until_the_gap_closes) {
   cr_assert_eq(rc, 0, "consumer: exit %d: %s", rc, err);
   free(err);
   crash_check_counter(b);
+  crash_free(b);
+  ts_close(&t);
+}
+
+/* A batch of an edge into 2 tasks read as an edge into 1: exit 2. */
+Test(stage, another_tasks_count_is_refused) {
+  tstage t;
+  ts_open(&t, 1, NULL);
+  make_stream(&t);
+  publish_batch(&t, 2, 1, 0, 1, 0, 10, 3);
+  crash_job *b = consumer(10, 3);
+  crash_par(b, 1);
+  char *err = NULL;
+  int rc = consume(b, &t, 0, -1, &err);
+  cr_assert_eq(rc, 2, "exit %d: %s", rc, err);
+  cr_assert(strstr(err, "sends to tasks=2, this source reads tasks=1") != NULL, "stderr: %s", err);
+  free(err);
   crash_free(b);
   ts_close(&t);
 }

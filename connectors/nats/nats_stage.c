@@ -61,8 +61,8 @@ int weir__stage_out_add(weir_ctx *ctx, weir__stage_out *o, const weir_record *r)
 }
 
 static void put_batch(weir_sink_buf *out, uint32_t to, uint32_t from, uint64_t epoch,
-                      uint32_t index, uint32_t flags, uint32_t producers, uint32_t records,
-                      const uint8_t *data, uint32_t len) {
+                      uint32_t index, uint32_t flags, uint32_t producers, uint32_t tasks,
+                      uint32_t records, const uint8_t *data, uint32_t len) {
   weir_sink_buf_u32(out, to);
   weir_sink_buf_u32(out, WEIR__STAGE_HEADER + len);
   weir_sink_buf_put(out, "WSB1", 4);
@@ -71,6 +71,7 @@ static void put_batch(weir_sink_buf *out, uint32_t to, uint32_t from, uint64_t e
   weir_sink_buf_u32(out, index);
   weir_sink_buf_u32(out, flags);
   weir_sink_buf_u32(out, producers);
+  weir_sink_buf_u32(out, tasks);
   weir_sink_buf_u32(out, records);
   if (len) weir_sink_buf_put(out, data, len);
 }
@@ -87,12 +88,13 @@ int weir__stage_out_take(weir__stage_out *o, uint32_t from, uint32_t producers, 
   for (size_t off = 0; off < o->closed.len;) {
     const uint8_t *p = o->closed.data + off;
     uint32_t to = rd32(p), records = rd32(p + 4), len = rd32(p + 8);
-    put_batch(out, to, from, epoch, index[to]++, 0, producers, records, p + 12, len);
+    put_batch(out, to, from, epoch, index[to]++, 0, producers, o->tasks, records, p + 12, len);
     off += 12u + len;
   }
   if (o->ended)
     for (uint32_t to = 0; to < o->tasks; to++)
-      put_batch(out, to, from, epoch, index[to]++, WEIR__STAGE_END, producers, 0, NULL, 0);
+      put_batch(out, to, from, epoch, index[to]++, WEIR__STAGE_END, producers, o->tasks, 0, NULL,
+                0);
   weir_free(index);
   o->closed.len = 0;
   o->nclosed = 0;
@@ -109,8 +111,9 @@ int weir__stage_batch_parse(const uint8_t *p, size_t len, weir__stage_batch *b) 
   b->index = rd32(p + 16);
   b->flags = rd32(p + 20);
   b->producers = rd32(p + 24);
-  b->records = rd32(p + 28);
-  if (!b->producers || b->from >= b->producers) return WEIR_ECORRUPT;
+  b->tasks = rd32(p + 28);
+  b->records = rd32(p + 32);
+  if (!b->producers || b->from >= b->producers || !b->tasks) return WEIR_ECORRUPT;
   return 0;
 }
 

@@ -15,7 +15,8 @@
  *
  * Batch (little-endian):
  *   "WSB1", u32 from, u64 epoch, u32 index, u32 flags (1: END),
- *   u32 producers, u32 records, then per record:
+ *   u32 producers, u32 tasks (the edge's tasks=), u32 records, then per
+ *   record:
  *   u64 key, i64 ts, u32 len, len bytes.
  *
  * Handle of a pre-committed epoch (what the checkpoint holds):
@@ -32,7 +33,7 @@
 
 #define WEIR__STAGE_BATCH_RECORDS 4096u
 #define WEIR__STAGE_BATCH_BYTES (256u << 10)
-#define WEIR__STAGE_HEADER 32u /* bytes before a batch's first record */
+#define WEIR__STAGE_HEADER 36u /* bytes before a batch's first record */
 #define WEIR__STAGE_END 1u
 
 /* The output side of one sink subtask: an open batch per task, and the
@@ -61,7 +62,7 @@ typedef struct weir__stage_batch {
   const uint8_t *data; /* the whole batch */
   uint32_t len;
   /* from its header */
-  uint32_t from, index, flags, producers, records;
+  uint32_t from, index, flags, producers, tasks, records;
   uint64_t epoch;
 } weir__stage_batch;
 

@@ -470,6 +470,13 @@ static int take_one(weir_ctx *ctx, ssrc *s, stask *t) {
                          weir_ctx_name(ctx), u->spec, (unsigned long long)seq, u->stream,
                          u->subject, t->index);
   }
+  if (b.tasks != u->tasks) {
+    natsMsg_Destroy(m);
+    return weir_ctx_fail(ctx, WEIR_EMISMATCH,
+                         "source '%s': %s: producer %u sends to tasks=%u, this source reads "
+                         "tasks=%u: give both sides of the edge the same tasks=",
+                         weir_ctx_name(ctx), u->spec, b.from, b.tasks, u->tasks);
+  }
   int p = place(mark_of(t, b.from), &b);
   int rc = 0;
   if (p < 0) {
