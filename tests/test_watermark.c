@@ -433,6 +433,75 @@ Test(watermark, none_without_a_strategy) {
   weir_job_destroy(job);
 }
 
+/* A source emits ten records and falls quiet: its one watermark (the
+ * largest ts - 1) reaches the operator downstream while it is quiet, not
+ * only with the next advance. (The tick used to pass on the generator's
+ * previous watermark, so a source's last one waited for another.) */
+typedef struct {
+  atomic_int stop;
+  int sent;
+} quiet_cfg;
+
+static int quiet_run(weir_ctx *ctx, uint32_t budget) {
+  (void)budget;
+  quiet_cfg *c = weir_ctx_arg(ctx);
+  if (atomic_load(&c->stop)) return WEIR_SOURCE_DONE;
+  for (; c->sent < 10; c->sent++) {
+    weir_record r = {.key = (uint64_t)c->sent,
+                     .ts = 1000 + c->sent,
+                     .id = weir_source_record_id(ctx, 0, (uint64_t)c->sent)};
+    int rc = weir_emit_record(ctx, &r);
+    if (rc) return rc;
+  }
+  weir_ctx_wake_after(ctx, 1000);
+  return WEIR_SOURCE_IDLE;
+}
+
+static const weir_source_vt quiet_vt = {
+    .size = sizeof(weir_source_vt), .name = "quiet", .run = quiet_run};
+
+typedef struct {
+  weir_job *job;
+  int rc;
+} quiet_run_t;
+
+static void *quiet_main(void *arg) {
+  quiet_run_t *q = arg;
+  weir_run_opts o = {.workers = 2, .buffer_timeout_us = 200};
+  q->rc = weir_job_run(q->job, &o);
+  return NULL;
+}
+
+Test(watermark, a_quiet_source_watermark_arrives) {
+  quiet_cfg qc = {0};
+  watch_cfg w;
+  watch_init(&w);
+  quiet_run_t q = {.job = new_job("wm_quiet")};
+  weir_stream *st = weir_source(q.job, "src", &quiet_vt, &qc, 1);
+  weir_watermark_strategy ws = {.size = sizeof ws, .out_of_orderness = 0, .interval_ms = 5};
+  st = weir_with_watermarks(st, &ws);
+  st = weir_process(weir_key_by(st), "watch", &watch_vt, &w, 1);
+  cr_assert_eq(weir_sink_to(st, "out", "null", NULL, 1), 0);
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, quiet_main, &q), 0);
+  int64_t clock = MIN;
+  for (int i = 0; i < 400 && clock < 1008; i++) {
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    weir_job_metrics m = {.size = sizeof m};
+    weir_subtask_metrics sm[4];
+    if (weir_job_metrics_read(q.job, &m, sm, 4) != 0) continue;
+    for (size_t k = 0; k < m.nsubtasks && k < 4; k++)
+      if (sm[k].op == 1) clock = sm[k].watermark;
+  }
+  atomic_store(&qc.stop, 1);
+  pthread_join(th, NULL);
+  cr_assert_eq(q.rc, 0, "%s", weir_job_error(q.job));
+  cr_assert_eq(clock, 1008, "the operator's clock is %lld after 2 s of a quiet source",
+               (long long)clock);
+  weir_job_destroy(q.job);
+}
+
 /* A stop is not the end of input: finish sees the clock where it was. */
 static void *stop_soon(void *arg) {
   weir_job *job = arg;

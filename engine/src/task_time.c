@@ -72,7 +72,11 @@ static int send(weir__task *t, weir__wm_result r, int64_t out) {
 }
 
 void weir__time_source_tick(weir__task *t, uint64_t now_ns) {
-  if (t->wmgen) (void)send(t, weir__wmgen_tick(t->wmgen, now_ns, 0), t->wmgen->out); /* no timers */
+  if (!t->wmgen) return;
+  /* The tick first: it sets wmgen->out, which the arguments of one call
+   * could read before it (their order is unspecified). */
+  weir__wm_result r = weir__wmgen_tick(t->wmgen, now_ns, 0);
+  (void)send(t, r, t->wmgen->out); /* no timers */
 }
 
 uint64_t weir__time_source_sleep_us(const weir__task *t, uint64_t now_ns, uint64_t us) {
