@@ -38,8 +38,12 @@
 #include "sinks_tx.h"
 
 #include <nats/nats.h>
+#include <pthread.h>
 
 #include "nats_server.h"
+#include "weir/nats.h"
+#include "weir/operators.h"
+#include "weir/sinks.h"
 
 static void stage_fini(void);
 TestSuite(stage, .timeout = 240, .fini = stage_fini);
@@ -434,33 +438,40 @@ static void put64(uint8_t *p, uint64_t v) {
   for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* Publishes to task 0 the batch (from 0 of 1, epoch, index) of an edge
- * into `tasks` tasks with the counter's records i = lo .. hi-1 (key i mod
- * keys, no payload). */
-static void publish_batch(tstage *t, uint32_t tasks, uint64_t epoch, uint32_t index, int end,
-                          uint64_t lo, uint64_t hi, uint64_t keys) {
+/* Publishes to task 0 the batch (from of producers, epoch, index) of an
+ * edge into `tasks` tasks with the counter's records i = lo .. hi-1 (key i
+ * mod keys, no payload), record i at timestamp ts0 + i. */
+static void publish_from(tstage *t, uint32_t tasks, uint32_t from, uint32_t producers,
+                         uint64_t epoch, uint32_t index, int end, uint64_t lo, uint64_t hi,
+                         uint64_t keys, int64_t ts0) {
   uint8_t buf[36 + 20 * 64];
   cr_assert(hi - lo <= 64);
   memcpy(buf, "WSB1", 4);
-  put32(buf + 4, 0);
+  put32(buf + 4, from);
   put64(buf + 8, epoch);
   put32(buf + 16, index);
   put32(buf + 20, end ? 1 : 0);
-  put32(buf + 24, 1);
+  put32(buf + 24, producers);
   put32(buf + 28, tasks);
   put32(buf + 32, (uint32_t)(hi - lo));
   size_t n = 36;
   for (uint64_t i = lo; i < hi; i++, n += 20) {
     put64(buf + n, i % keys);
-    put64(buf + n + 8, 0);
+    put64(buf + n + 8, (uint64_t)(ts0 + (int64_t)i));
     put32(buf + n + 16, 0);
   }
   char subj[128];
-  snprintf(subj, sizeof subj, "%s.0.0", t->subject);
+  snprintf(subj, sizeof subj, "%s.%u.0", t->subject, from);
   jsPubAck *pa = NULL;
   cr_assert_eq(js_Publish(&pa, t->js, subj, buf, (int)n, NULL, NULL), NATS_OK, "%s",
                nats_GetLastError(NULL));
   jsPubAck_Destroy(pa);
+}
+
+/* publish_from for producer 0 of 1, timestamps 0. */
+static void publish_batch(tstage *t, uint32_t tasks, uint64_t epoch, uint32_t index, int end,
+                          uint64_t lo, uint64_t hi, uint64_t keys) {
+  publish_from(t, tasks, 0, 1, epoch, index, end, lo, hi, keys, -(int64_t)lo);
 }
 
 static void make_stream(tstage *t) {
@@ -503,6 +514,85 @@ Test(stage, batches_out_of_order_are_held_until_the_gap_closes) {
   free(err);
   crash_check_counter(b);
   crash_free(b);
+  ts_close(&t);
+}
+
+/* Event time over the edge, in process: a consumer counting per 1 s
+ * tumbling window with no out-of-orderness allowed reads producer 0's
+ * records (ts 10 000 ..) and then, 300 ms later, producer 1's (ts
+ * 1 000 ..). Each producer is a watermark split, named at the first batch
+ * (which says there are 2), so producer 1 holds event time back: the
+ * window operator's clock stays at its minimum meanwhile, and none of
+ * producer 1's records is late: every record is counted. With one split
+ * for the task, the clock would pass 10 000 and producer 1's records
+ * would be late and dropped. */
+typedef struct et_run {
+  weir_job *job;
+  weir_run_opts o;
+  int rc;
+} et_run;
+
+static void *et_main(void *p) {
+  et_run *r = p;
+  r->rc = weir_job_run(r->job, &r->o);
+  return NULL;
+}
+
+/* The event-time clock of operator 1 (the window), subtask 0. */
+static int64_t window_clock(weir_job *job) {
+  weir_job_metrics m = {.size = sizeof m};
+  weir_subtask_metrics st[4];
+  cr_assert_eq(weir_job_metrics_read(job, &m, st, 4), 0);
+  for (size_t i = 0; i < m.nsubtasks && i < 4; i++)
+    if (st[i].op == 1) return st[i].watermark;
+  return WEIR_WATERMARK_MIN;
+}
+
+Test(stage, each_producer_holds_event_time_back) {
+  tstage t;
+  ts_open(&t, 1, NULL);
+  make_stream(&t);
+  char *dir = th_tmpdir(), out[600], spec[700];
+  snprintf(out, sizeof out, "%s/out", dir);
+  snprintf(spec, sizeof spec, "file:%s", out);
+  et_run r = {.o = {.workers = 2}};
+  cr_assert_eq(weir_job_create(&r.job, "etime"), 0);
+  weir_stream *s = weir_nats_source_par(r.job, "in", t.url, 1);
+  weir_watermark_strategy ws = {.size = sizeof ws, .out_of_orderness = 0, .interval_ms = 5};
+  s = weir_with_watermarks(s, &ws);
+  weir_window_spec w = {
+      .size = sizeof w, .kind = WEIR_WINDOW_TUMBLING, .time = WEIR_EVENT_TIME, .length = 1000};
+  s = weir_window_aggregate(weir_key_by(s), "win", &w, &weir_agg_count, NULL, 1);
+  cr_assert_eq(weir_sink_to(s, "out", spec, weir_format_window, 1), 0, "%s", weir_job_error(r.job));
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, et_main, &r), 0);
+  publish_from(&t, 1, 0, 2, 3, 0, 0, 0, 40, 4, 10000);
+  th_sleep_ms(300);
+  int64_t held = window_clock(r.job);
+  publish_from(&t, 1, 1, 2, 3, 0, 0, 0, 40, 4, 1000);
+  publish_from(&t, 1, 0, 2, 3, 1, 1, 0, 0, 4, 0);
+  publish_from(&t, 1, 1, 2, 3, 1, 1, 0, 0, 4, 0);
+  pthread_join(th, NULL);
+  cr_assert_eq(r.rc, 0, "run: %s", weir_job_error(r.job));
+  weir_job_destroy(r.job);
+  cr_assert_lt(held, 1000, "the window's clock reached %lld before producer 1 sent anything",
+               (long long)held);
+  /* "<key> <start> <end> <count>" per window: 4 keys x 1 window per
+   * producer, 10 records each. */
+  char path[700];
+  snprintf(path, sizeof path, "%s/out-0.txt", out);
+  char *text = th_read_file(path, NULL);
+  cr_assert_not_null(text, "no output %s", path);
+  unsigned long long total = 0, lines = 0, k, a, b, c;
+  for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+    cr_assert_eq(sscanf(line, "%llu %llu %llu %llu", &k, &a, &b, &c), 4, "line '%s'", line);
+    total += c;
+    lines++;
+  }
+  free(text);
+  cr_assert_eq(total, 80, "%llu records counted in %llu windows, of 80", total, lines);
+  cr_assert_eq(lines, 8);
+  free(dir);
   ts_close(&t);
 }
 

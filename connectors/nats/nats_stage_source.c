@@ -73,6 +73,8 @@ typedef struct mark {
   uint64_t epoch1; /* the last applied batch's epoch + 1; 0: none */
   uint32_t index;
   int ended;
+  uint32_t split; /* its watermark split (weir_source_split), once named */
+  int named;
 } mark;
 
 typedef struct held {
@@ -93,6 +95,8 @@ typedef struct stask {
   held *held;
   uint32_t nheld;
   uint64_t purged; /* the sequence below which its subjects were purged */
+  uint32_t hold;   /* the watermark split that holds event time until the first batch */
+  int producers_named;
   int restored, done;
 } stask;
 
@@ -110,6 +114,7 @@ typedef struct ssrc {
   int started;
   uint64_t applied, skipped;
   uint64_t idle_ms;
+  uint32_t nsplits;  /* watermark splits named so far (dense) */
   snap snaps[SNAPS]; /* a ring, by checkpoint id */
 } ssrc;
 
@@ -353,6 +358,8 @@ static int st_start(weir_ctx *ctx, ssrc *s) {
       s->live--;
       continue;
     }
+    t->hold = s->nsplits++;
+    weir_source_split(ctx, t->hold);
     char subj[512];
     snprintf(subj, sizeof subj, "%s.*.%u", u->subject, t->index);
     jsSubOptions so;
@@ -392,10 +399,30 @@ static int place(const mark *m, const weir__stage_batch *b) {
   return b->index == 0 ? 0 : 1;
 }
 
-/* Emits b's records and moves the producer's mark. */
+/* Names producer m's watermark split (no-op without a strategy). */
+static void name_split(weir_ctx *ctx, ssrc *s, mark *m) {
+  if (m->named) return;
+  m->named = 1;
+  m->split = s->nsplits++;
+  weir_source_split(ctx, m->split);
+  if (m->ended) weir_source_split_end(ctx, m->split);
+}
+
+/* Emits b's records and moves the producer's mark. Event time: each
+ * producer is a watermark split of its own (its batches come in its
+ * order), all of them named at the task's first batch, which says how
+ * many there are, so that a producer whose batches come later holds event
+ * time back from the start; until then the task's `hold` split does. */
 static int apply(weir_ctx *ctx, ssrc *s, stask *t, uint64_t seq, const weir__stage_batch *b) {
   const weir__nats_url *u = weir_ctx_arg(ctx);
+  if (!t->producers_named) {
+    t->producers_named = 1;
+    for (uint32_t f = 0; f < b->producers; f++) name_split(ctx, s, mark_of(t, f));
+    weir_source_split_end(ctx, t->hold);
+  }
   mark *m = mark_of(t, b->from);
+  name_split(ctx, s, m);
+  weir_source_split(ctx, m->split);
   size_t off = WEIR__STAGE_HEADER;
   weir_record r;
   int rc;
@@ -419,6 +446,7 @@ static int apply(weir_ctx *ctx, ssrc *s, stask *t, uint64_t seq, const weir__sta
     t->producers = b->producers;
     if (!m->ended) t->nended++;
     m->ended = 1;
+    weir_source_split_end(ctx, m->split);
   }
   return 0;
 }
@@ -462,7 +490,7 @@ static int take_one(weir_ctx *ctx, ssrc *s, stask *t) {
   weir__stage_batch b;
   int len = natsMsg_GetDataLength(m);
   if (weir__stage_batch_parse((const uint8_t *)natsMsg_GetData(m), (size_t)len, &b) < 0 ||
-      b.from >= MAX_PRODUCERS) {
+      b.producers > MAX_PRODUCERS) {
     natsMsg_Destroy(m);
     return weir_ctx_fail(ctx, WEIR_ECORRUPT,
                          "source '%s': %s: the message at sequence %llu of stream %s is not a "
