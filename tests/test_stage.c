@@ -117,6 +117,16 @@ static crash_job *consumer(uint64_t records, uint64_t keys) {
   return j;
 }
 
+/* Starts the consuming run b on `url` without waiting (failpoints armed,
+ * may be NULL); its stderr goes to <dir>/consumer.err, whose path is
+ * written into errpath (700 bytes). */
+static pid_t consume_beside(crash_job *b, const char *url, const char *failpoints,
+                            char errpath[700]) {
+  snprintf(errpath, 700, "%s/consumer.err", b->dir);
+  const char *extra[] = {"--source", url, NULL};
+  return crash_spawnv(b, failpoints, errpath, extra);
+}
+
 static int consume(crash_job *b, const tstage *t, int restore, int kill_ms, char **err) {
   if (restore)
     return crash_run(b, NULL, kill_ms, err, "--restore", "latest", "--source", t->url, NULL);
@@ -210,9 +220,7 @@ Test(stage, kills_of_both_sides_are_exact) {
     crash_job *a = producer(&t, S_RATE), *b = consumer(S_RECORDS, S_KEYS);
     crash_hist(a, "seed %llu, job %d: ", (ull)seed, n);
     char errpath[700];
-    snprintf(errpath, sizeof errpath, "%s/consumer.err", b->dir);
-    const char *extra[] = {"--source", t.url, NULL};
-    pid_t pb = crash_spawnv(b, NULL, errpath, extra);
+    pid_t pb = consume_beside(b, t.url, NULL, errpath);
     /* The producer's first run (500 ms paced) is killed within it. */
     kills += kill_at_random(a, 1, 100, 300, NULL);
     th_sleep_ms((int)(rnd() % 100));
@@ -247,9 +255,7 @@ Test(stage, rescaled_on_both_sides) {
   /* The consumer at 2, beside the producer, killed after its second
    * checkpoint. */
   char errpath[700];
-  snprintf(errpath, sizeof errpath, "%s/consumer.err", b->dir);
-  const char *src[] = {"--source", t.url, NULL};
-  pid_t pb = crash_spawnv(b, "ckpt.after_meta_commit=kill@2", errpath, src);
+  pid_t pb = consume_beside(b, t.url, "ckpt.after_meta_commit=kill@2", errpath);
   crash_par(a, 3);
   crash_kill_at(a, "ckpt.after_meta_commit", 3, 0, NULL, NULL);
   crash_par(a, 2);
@@ -308,9 +314,7 @@ Test(stage, subjects_purged_up_to_the_completed_checkpoint) {
   ts_open(&t, 2, NULL);
   crash_job *a = producer(&t, S_RATE), *b = consumer(S_RECORDS, S_KEYS);
   char errpath[700];
-  snprintf(errpath, sizeof errpath, "%s/consumer.err", b->dir);
-  const char *extra[] = {"--source", t.url, NULL};
-  pid_t pb = crash_spawnv(b, NULL, errpath, extra);
+  pid_t pb = consume_beside(b, t.url, NULL, errpath);
   char *err = NULL;
   int rc = crash_run(a, NULL, -1, &err, NULL);
   cr_assert_eq(rc, 0, "producer: exit %d: %s", rc, err);
@@ -398,10 +402,8 @@ Test(stage, server_killed_and_restarted_under_both_sides) {
   crash_arg(a, "--stage-out", "%s", url);
   char aerr[700], berr[700];
   snprintf(aerr, sizeof aerr, "%s/stderr.txt", a->dir);
-  snprintf(berr, sizeof berr, "%s/stderr.txt", b->dir);
-  const char *extra[] = {"--source", url, NULL};
   pid_t pa = crash_spawnv(a, NULL, aerr, NULL);
-  pid_t pb = crash_spawnv(b, NULL, berr, extra);
+  pid_t pb = consume_beside(b, url, NULL, berr);
   th_sleep_ms(500); /* a third of the producer's run */
   psrv_kill(&srv, SIGKILL);
   th_sleep_ms(1000);
