@@ -21,25 +21,49 @@ void weir__stage_out_init(weir__stage_out *o, uint32_t tasks) {
   o->tasks = tasks;
   o->open = weir_calloc(tasks, sizeof *o->open);
   o->nopen = weir_calloc(tasks, sizeof *o->nopen);
+  o->index = weir_calloc(tasks, sizeof *o->index);
 }
 
 void weir__stage_out_free(weir__stage_out *o) {
   for (uint32_t i = 0; o->open && i < o->tasks; i++) weir_sink_buf_free(&o->open[i]);
   weir_free(o->open);
   weir_free(o->nopen);
-  weir_sink_buf_free(&o->closed);
+  weir_free(o->index);
+  weir_sink_buf_free(&o->handle);
   memset(o, 0, sizeof *o);
 }
 
-/* Moves task `to`'s open batch to the closed ones. */
+static void wr32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Appends a batch to task `to` to the handle; from, epoch and producers
+ * are filled in by take. */
+static void put_batch(weir__stage_out *o, uint32_t to, uint32_t flags, uint32_t records,
+                      const uint8_t *data, uint32_t len) {
+  weir_sink_buf *h = &o->handle;
+  if (!h->len) {
+    weir_sink_buf_put(h, "WSH1", 4);
+    weir_sink_buf_u32(h, 0);
+  }
+  weir_sink_buf_u32(h, to);
+  weir_sink_buf_u32(h, WEIR__STAGE_HEADER + len);
+  weir_sink_buf_put(h, "WSB1", 4);
+  weir_sink_buf_u32(h, 0); /* from */
+  weir_sink_buf_u64(h, 0); /* epoch */
+  weir_sink_buf_u32(h, o->index[to]++);
+  weir_sink_buf_u32(h, flags);
+  weir_sink_buf_u32(h, 0); /* producers */
+  weir_sink_buf_u32(h, o->tasks);
+  weir_sink_buf_u32(h, records);
+  if (len) weir_sink_buf_put(h, data, len);
+  o->nclosed++;
+}
+
 static void close_batch(weir__stage_out *o, uint32_t to) {
-  weir_sink_buf_u32(&o->closed, to);
-  weir_sink_buf_u32(&o->closed, o->nopen[to]);
-  weir_sink_buf_u32(&o->closed, (uint32_t)o->open[to].len);
-  weir_sink_buf_put(&o->closed, o->open[to].data, o->open[to].len);
+  put_batch(o, to, 0, o->nopen[to], o->open[to].data, (uint32_t)o->open[to].len);
   o->open[to].len = 0;
   o->nopen[to] = 0;
-  o->nclosed++;
 }
 
 int weir__stage_out_add(weir_ctx *ctx, weir__stage_out *o, const weir_record *r) {
@@ -60,43 +84,32 @@ int weir__stage_out_add(weir_ctx *ctx, weir__stage_out *o, const weir_record *r)
   return 0;
 }
 
-static void put_batch(weir_sink_buf *out, uint32_t to, uint32_t from, uint64_t epoch,
-                      uint32_t index, uint32_t flags, uint32_t producers, uint32_t tasks,
-                      uint32_t records, const uint8_t *data, uint32_t len) {
-  weir_sink_buf_u32(out, to);
-  weir_sink_buf_u32(out, WEIR__STAGE_HEADER + len);
-  weir_sink_buf_put(out, "WSB1", 4);
-  weir_sink_buf_u32(out, from);
-  weir_sink_buf_u64(out, epoch);
-  weir_sink_buf_u32(out, index);
-  weir_sink_buf_u32(out, flags);
-  weir_sink_buf_u32(out, producers);
-  weir_sink_buf_u32(out, tasks);
-  weir_sink_buf_u32(out, records);
-  if (len) weir_sink_buf_put(out, data, len);
-}
-
 int weir__stage_out_take(weir__stage_out *o, uint32_t from, uint32_t producers, uint64_t epoch,
                          weir_sink_buf *out) {
   for (uint32_t to = 0; to < o->tasks; to++)
     if (o->nopen[to]) close_batch(o, to);
-  if (!o->nclosed && !o->ended) return 1;
-  uint32_t n = o->nclosed + (o->ended ? o->tasks : 0);
-  weir_sink_buf_put(out, "WSH1", 4);
-  weir_sink_buf_u32(out, n);
-  uint32_t *index = weir_calloc(o->tasks, sizeof *index);
-  for (size_t off = 0; off < o->closed.len;) {
-    const uint8_t *p = o->closed.data + off;
-    uint32_t to = rd32(p), records = rd32(p + 4), len = rd32(p + 8);
-    put_batch(out, to, from, epoch, index[to]++, 0, producers, o->tasks, records, p + 12, len);
-    off += 12u + len;
-  }
   if (o->ended)
-    for (uint32_t to = 0; to < o->tasks; to++)
-      put_batch(out, to, from, epoch, index[to]++, WEIR__STAGE_END, producers, o->tasks, 0, NULL,
-                0);
-  weir_free(index);
-  o->closed.len = 0;
+    for (uint32_t to = 0; to < o->tasks; to++) put_batch(o, to, WEIR__STAGE_END, 0, NULL, 0);
+  if (!o->nclosed) return 1;
+  uint8_t *h = o->handle.data;
+  wr32(h + 4, o->nclosed);
+  for (size_t off = 8; off < o->handle.len;) {
+    uint8_t *b = h + off + 8;
+    wr32(b + 4, from);
+    wr32(b + 8, (uint32_t)epoch);
+    wr32(b + 12, (uint32_t)(epoch >> 32));
+    wr32(b + 24, producers);
+    off += 8u + rd32(h + off + 4);
+  }
+  if (!out->len) { /* hand the buffer over */
+    weir_sink_buf_free(out);
+    *out = o->handle;
+    memset(&o->handle, 0, sizeof o->handle);
+  } else {
+    weir_sink_buf_put(out, o->handle.data, o->handle.len);
+    o->handle.len = 0;
+  }
+  memset(o->index, 0, o->tasks * sizeof *o->index);
   o->nclosed = 0;
   o->ended = 0;
   return 0;

@@ -37,12 +37,16 @@
 #define WEIR__STAGE_END 1u
 
 /* The output side of one sink subtask: an open batch per task, and the
- * batches closed in the open epoch. Task thread. */
+ * open epoch's handle, to which a batch is appended (in its final form,
+ * the epoch and the producer filled in when the epoch is taken) when it
+ * closes: a record is copied once into its open batch and once into the
+ * handle, which pre-commit then hands over without a copy. Task thread. */
 typedef struct weir__stage_out {
   uint32_t tasks;
-  weir_sink_buf *open;  /* per task: the open batch's records */
-  uint32_t *nopen;      /* per task: records in it */
-  weir_sink_buf closed; /* u32 to, u32 records, u32 len, records; in order */
+  weir_sink_buf *open; /* per task: the open batch's records */
+  uint32_t *nopen;     /* per task: records in it */
+  uint32_t *index;     /* per task: batches closed in the open epoch */
+  weir_sink_buf handle;
   uint32_t nclosed;
   int ended; /* END batches go with the next epoch */
 } weir__stage_out;
