@@ -273,7 +273,6 @@ typedef struct msgs {
   uint32_t n; /* messages in the handle */
   const char *subject;
   char stage_subject[512];
-  char stage_id[512];
   weir__op op;
 } msgs;
 
@@ -288,9 +287,8 @@ static int msgs_open(msgs *m, const ndest *h, const weir_sink_commit *c) {
     m->n = m->rd.n;
     return 0;
   }
-  if (c->len < 8 || memcmp(c->handle, "WSH1", 4) != 0) return WEIR_ECORRUPT;
-  m->n = (uint32_t)c->handle[4] | (uint32_t)c->handle[5] << 8 | (uint32_t)c->handle[6] << 16 |
-         (uint32_t)c->handle[7] << 24;
+  if (weir__stage_handle_open(c->handle, c->len, &m->off, &m->n) < 0) return WEIR_ECORRUPT;
+  m->left = m->n;
   return 0;
 }
 

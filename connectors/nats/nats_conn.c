@@ -39,6 +39,19 @@ static int valid_stream(const char *p, size_t n) {
   return 1;
 }
 
+/* A parameter's value of n bytes as a number from 1 to max into *v.
+ * Returns 0 or -1. */
+static int parse_count(const char *p, size_t n, unsigned long max, uint32_t *v) {
+  char tmp[24], *end = NULL;
+  size_t k = n < sizeof tmp - 1 ? n : sizeof tmp - 1;
+  memcpy(tmp, p, k);
+  tmp[k] = '\0';
+  unsigned long x = strtoul(tmp, &end, 10);
+  if (!end || *end || tmp[0] < '0' || tmp[0] > '9' || x == 0 || x > max) return -1;
+  *v = (uint32_t)x;
+  return 0;
+}
+
 int weir__nats_url_parse(const char *spec, int source, weir__nats_url *u, char *err,
                          size_t errlen) {
   memset(u, 0, sizeof *u);
@@ -81,18 +94,11 @@ int weir__nats_url_parse(const char *spec, int source, weir__nats_url *u, char *
             spec);
       }
     } else if (n > 8 && !strncmp(p, "pending=", 8)) {
-      char *end = NULL;
-      char tmp[24];
-      size_t k = n - 8 < sizeof tmp - 1 ? n - 8 : sizeof tmp - 1;
-      memcpy(tmp, p + 8, k);
-      tmp[k] = '\0';
-      unsigned long v = strtoul(tmp, &end, 10);
-      if (!end || *end || tmp[0] < '0' || tmp[0] > '9' || v == 0 || v > 1000000) {
+      if (parse_count(p + 8, n - 8, 1000000, &u->pending) < 0) {
         weir__nats_url_free(u);
         return weir__spec_error(err, errlen, "'%s': pending= takes a number from 1 to 1000000",
                                 spec);
       }
-      u->pending = (uint32_t)v;
     } else if (source && n > 5 && !strncmp(p, "rate=", 5)) {
       char tmp[24], *end = NULL;
       size_t k = n - 5 < sizeof tmp - 1 ? n - 5 : sizeof tmp - 1;
@@ -106,29 +112,17 @@ int weir__nats_url_parse(const char *spec, int source, weir__nats_url *u, char *
       }
       u->rate = v;
     } else if (source && n > 7 && !strncmp(p, "splits=", 7)) {
-      char tmp[24], *end = NULL;
-      size_t k = n - 7 < sizeof tmp - 1 ? n - 7 : sizeof tmp - 1;
-      memcpy(tmp, p + 7, k);
-      tmp[k] = '\0';
-      unsigned long v = strtoul(tmp, &end, 10);
-      if (!end || *end || tmp[0] < '0' || tmp[0] > '9' || v == 0 || v > WEIR__NATS_MAX_SPLITS) {
+      if (parse_count(p + 7, n - 7, WEIR__NATS_MAX_SPLITS, &u->splits) < 0) {
         weir__nats_url_free(u);
         return weir__spec_error(err, errlen, "'%s': splits= takes a number from 1 to %d", spec,
                                 WEIR__NATS_MAX_SPLITS);
       }
-      u->splits = (uint32_t)v;
     } else if (n > 6 && !strncmp(p, "tasks=", 6)) {
-      char tmp[24], *end = NULL;
-      size_t k = n - 6 < sizeof tmp - 1 ? n - 6 : sizeof tmp - 1;
-      memcpy(tmp, p + 6, k);
-      tmp[k] = '\0';
-      unsigned long v = strtoul(tmp, &end, 10);
-      if (!end || *end || tmp[0] < '0' || tmp[0] > '9' || v == 0 || v > WEIR__NATS_MAX_TASKS) {
+      if (parse_count(p + 6, n - 6, WEIR__NATS_MAX_TASKS, &u->tasks) < 0) {
         weir__nats_url_free(u);
         return weir__spec_error(err, errlen, "'%s': tasks= takes a number from 1 to %d", spec,
                                 WEIR__NATS_MAX_TASKS);
       }
-      u->tasks = (uint32_t)v;
     } else if (n) {
       weir__nats_url_free(u);
       return weir__spec_error(

@@ -76,9 +76,13 @@ int weir__stage_out_add(weir_ctx *ctx, weir__stage_out *o, const weir_record *r)
   weir_sink_buf *b = &o->open[to];
   if (o->nopen[to] == WEIR__STAGE_BATCH_RECORDS || b->len + need > WEIR__STAGE_BATCH_BYTES)
     close_batch(o, to);
-  weir_sink_buf_u64(b, r->key);
-  weir_sink_buf_u64(b, (uint64_t)r->ts);
-  weir_sink_buf_u32(b, r->len);
+  uint8_t head[20]; /* one append per record for the fixed part */
+  wr32(head, (uint32_t)r->key);
+  wr32(head + 4, (uint32_t)(r->key >> 32));
+  wr32(head + 8, (uint32_t)r->ts);
+  wr32(head + 12, (uint32_t)((uint64_t)r->ts >> 32));
+  wr32(head + 16, r->len);
+  weir_sink_buf_put(b, head, sizeof head);
   if (r->len) weir_sink_buf_put(b, r->payload, r->len);
   o->nopen[to]++;
   return 0;
@@ -142,13 +146,15 @@ int weir__stage_batch_next(const weir__stage_batch *b, size_t *off, weir_record 
   return 1;
 }
 
+int weir__stage_handle_open(const uint8_t *h, size_t len, size_t *off, uint32_t *count) {
+  if (len < 8 || memcmp(h, "WSH1", 4) != 0) return WEIR_ECORRUPT;
+  *count = rd32(h + 4);
+  *off = 8;
+  return 0;
+}
+
 int weir__stage_handle_next(const uint8_t *h, size_t len, size_t *off, uint32_t *count,
                             weir__stage_batch *b) {
-  if (*off == 0) {
-    if (len < 8 || memcmp(h, "WSH1", 4) != 0) return WEIR_ECORRUPT;
-    *count = rd32(h + 4);
-    *off = 8;
-  }
   if (*count == 0) return *off == len ? 0 : WEIR_ECORRUPT;
   if (len - *off < 8) return WEIR_ECORRUPT;
   uint32_t to = rd32(h + *off), n = rd32(h + *off + 4);

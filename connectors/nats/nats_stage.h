@@ -76,8 +76,10 @@ int weir__stage_batch_parse(const uint8_t *p, size_t len, weir__stage_batch *b);
  * WEIR__STAGE_HEADER. 1 with *r set, 0 at the end, WEIR_ECORRUPT. */
 int weir__stage_batch_next(const weir__stage_batch *b, size_t *off, weir_record *r);
 
-/* Reading a handle: rd_off starts at 0. 1 with *b set, 0 at the end, or
+/* Reading a handle: open sets *off and *count (its batches) or returns
+ * WEIR_ECORRUPT; next then gives 1 with *b set, 0 at the end, or
  * WEIR_ECORRUPT. */
+int weir__stage_handle_open(const uint8_t *h, size_t len, size_t *off, uint32_t *count);
 int weir__stage_handle_next(const uint8_t *h, size_t len, size_t *off, uint32_t *count,
                             weir__stage_batch *b);
 

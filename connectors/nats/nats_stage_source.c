@@ -112,8 +112,6 @@ typedef struct ssrc {
   stask *t; /* the tasks j with j mod P == subtask */
   uint32_t nt, live, cur;
   int started;
-  uint64_t applied, skipped;
-  uint64_t idle_ms;
   uint32_t nsplits;  /* watermark splits named so far (dense) */
   snap snaps[SNAPS]; /* a ring, by checkpoint id */
 } ssrc;
@@ -436,7 +434,6 @@ static int apply(weir_ctx *ctx, ssrc *s, stask *t, uint64_t seq, const weir__sta
                          weir_ctx_name(ctx), u->spec, (unsigned long long)seq);
   m->epoch1 = b->epoch + 1;
   m->index = b->index;
-  s->applied++;
   if (b->flags & WEIR__STAGE_END) {
     if (t->producers && t->producers != b->producers)
       return weir_ctx_fail(ctx, WEIR_ECORRUPT,
@@ -480,7 +477,6 @@ static int take_one(weir_ctx *ctx, ssrc *s, stask *t) {
   if (st != NATS_OK)
     return weir_ctx_fail(ctx, WEIR_EIO, "source '%s': %s: task %u: %s", weir_ctx_name(ctx), u->spec,
                          t->index, weir__nats_errtext(st));
-  s->idle_ms = 0;
   uint64_t seq = msg_seq(m);
   if (!seq || seq < t->next) { /* not a stream message; or again after a restart */
     natsMsg_Destroy(m);
@@ -508,7 +504,6 @@ static int take_one(weir_ctx *ctx, ssrc *s, stask *t) {
   int p = place(mark_of(t, b.from), &b);
   int rc = 0;
   if (p < 0) {
-    s->skipped++;
     natsMsg_Destroy(m);
   } else if (p == 0) {
     rc = apply(ctx, s, t, seq, &b);

@@ -47,9 +47,9 @@
  * per producer; a batch at or below it is skipped, whatever the stream's
  * duplicate window); records keep their key and timestamp. Subtask k of P
  * reads the tasks t with t mod P == k; a restore may change P. With a
- * watermark strategy, each producer of a task is a split of its own. A task ends
- * when every producer sent its end of input; the source when all its
- * tasks did. Once a checkpoint completed, each task purges its subjects
+ * watermark strategy, each producer of a task is a split of its own. A
+ * task ends when every producer sent its end of input; the source when
+ * all its tasks did. Once a checkpoint completed, each task purges its subjects
  * below its position in it; a run that would read below such a purge
  * stops with WEIR_ERETENTION.
  */
