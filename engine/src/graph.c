@@ -34,24 +34,27 @@ int weir_job_create(weir_job **out, const char *name) {
   return 0;
 }
 
+static void node_free(weir__node *n) {
+  weir_free(n->name);
+  for (uint32_t k = 0; k < n->ntags; k++) {
+    weir_free(n->tags[k]);
+    weir_free(n->drop_names[k]);
+  }
+  weir_free(n->tags);
+  weir_free(n->drop_names);
+  weir_free(n->dest);
+  weir_free(n->moved_from);
+  weir_free(n->in);
+  weir_free(n->out);
+  weir_free(n);
+}
+
 void weir_job_destroy(weir_job *job) {
   if (!job) return;
   weir__plan_free(job);
-  for (uint32_t i = 0; i < job->nnodes; i++) {
-    weir__node *n = job->nodes[i];
-    weir_free(n->name);
-    for (uint32_t k = 0; k < n->ntags; k++) {
-      weir_free(n->tags[k]);
-      weir_free(n->drop_names[k]);
-    }
-    weir_free(n->tags);
-    weir_free(n->drop_names);
-    weir_free(n->dest);
-    weir_free(n->moved_from);
-    weir_free(n->in);
-    weir_free(n->out);
-    weir_free(n);
-  }
+  for (uint32_t i = 0; i < job->nnodes; i++) node_free(job->nodes[i]);
+  for (uint32_t i = 0; i < job->ndropped; i++) node_free(job->dropped[i]);
+  weir_free(job->dropped);
   for (uint32_t i = 0; i < job->nedges; i++) weir_free(job->edges[i]);
   for (uint32_t i = 0; i < job->nloops; i++) {
     weir_free(job->loops[i]->heads);
@@ -149,7 +152,7 @@ int weir_job_build_error(const weir_job *job) {
 
 /* ---- builder -------------------------------------------------------------- */
 
-static weir_stream *stream_new(weir_job *job, uint32_t n) {
+weir_stream *weir__stream_new(weir_job *job, uint32_t n) {
   weir_stream *s = weir_calloc(1, sizeof *s + n * sizeof s->out[0]);
   s->job = job;
   s->n = n;
@@ -239,7 +242,7 @@ weir_stream *weir_source(weir_job *job, const char *name, const weir_source_vt *
   n->vt.src = own;
   n->svt = &n->vt.src;
   n->arg = arg;
-  weir_stream *s = stream_new(job, 1);
+  weir_stream *s = weir__stream_new(job, 1);
   s->out[0] = (weir__stream_out){n, WEIR__PART_FORWARD, 0};
   return s;
 }
@@ -280,7 +283,7 @@ weir_stream *weir_with_watermarks(weir_stream *s, const weir_watermark_strategy 
 
 static weir_stream *repartition(weir_stream *s, weir__part part) {
   if (!s || s->job->build_err) return NULL;
-  weir_stream *r = stream_new(s->job, s->n);
+  weir_stream *r = weir__stream_new(s->job, s->n);
   for (uint32_t i = 0; i < s->n; i++)
     r->out[i] = (weir__stream_out){s->out[i].node, part, s->out[i].port};
   return r;
@@ -315,7 +318,7 @@ weir_stream *weir_union(weir_stream *a, weir_stream *b) {
     weir_job_fail(a->job, WEIR_EPLAN, "weir_union of streams of two different jobs");
     return NULL;
   }
-  weir_stream *u = stream_new(a->job, a->n + b->n);
+  weir_stream *u = weir__stream_new(a->job, a->n + b->n);
   memcpy(u->out, a->out, a->n * sizeof a->out[0]);
   memcpy(u->out + a->n, b->out, b->n * sizeof b->out[0]);
   return u;
@@ -491,7 +494,7 @@ static weir_stream *process_n(const char *call, weir_stream *const *in, uint32_t
   if (o.flags & WEIR_OP_EVENT_TIMERS) o.flags |= WEIR_OP_EVENT_TIME;
   if (check_opts(job, n, o.flags) || take_tags(job, n, &o)) return NULL;
   n->op_flags = o.flags;
-  weir_stream *r = stream_new(job, 1);
+  weir_stream *r = weir__stream_new(job, 1);
   r->out[0] = (weir__stream_out){n, WEIR__PART_FORWARD, 0};
   return r;
 }
@@ -552,7 +555,7 @@ weir_iteration *weir_iterate(weir_stream *input, const char *name, int paralleli
   job->loops = weir_realloc(job->loops, (job->nloops + 1) * sizeof *job->loops);
   job->loops[job->nloops++] = l;
   if (body) {
-    weir_stream *b = stream_new(job, 1);
+    weir_stream *b = weir__stream_new(job, 1);
     b->out[0] = (weir__stream_out){n, WEIR__PART_FORWARD, 0};
     *body = b;
   }
@@ -601,7 +604,7 @@ weir_stream *weir_side_output(weir_stream *s, const char *tag) {
   }
   for (uint32_t k = 0; k < n->ntags; k++)
     if (!strcmp(n->tags[k], tag)) {
-      weir_stream *r = stream_new(job, 1);
+      weir_stream *r = weir__stream_new(job, 1);
       r->out[0] = (weir__stream_out){n, WEIR__PART_FORWARD, k + 1};
       return r;
     }

@@ -163,6 +163,10 @@ struct weir_job {
   weir__adopted *adopted;
   uint32_t nloops;
   weir__loop **loops;
+  /* Operators of other stages than the one weir_job_cut kept (cut.c). */
+  uint32_t ndropped;
+  weir__node **dropped;
+  int cut; /* weir_job_cut kept one stage */
   /* Plan (after freeze). */
   atomic_int planned; /* the operators' contexts exist (read their counts) */
   weir_run_opts opts;
@@ -249,6 +253,9 @@ void weir__job_failed(weir_job *job, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* weir__job_failed with "what: " and the store's message; returns rc. */
 int weir__job_store_failed(weir_job *job, int rc, const char *what);
+
+/* A new stream of n outputs, owned by the job (graph.c). */
+weir_stream *weir__stream_new(weir_job *job, uint32_t n);
 
 /* plan.c: freezes the graph; returns 0 or WEIR_EPLAN with the job's error
  * message set. */

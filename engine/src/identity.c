@@ -58,7 +58,7 @@ static const char *vt_name(const weir__node *n) {
 }
 
 /* The graph's fingerprint: never 0, which means "not recorded". */
-static uint64_t fingerprint(const weir_job *job) {
+uint64_t weir__identity_fingerprint(const weir_job *job) {
   uint64_t h = 1469598103934665603ull;
   for (uint32_t i = 0; i < job->nnodes; i++) {
     const weir__node *n = job->nodes[i];
@@ -81,7 +81,7 @@ static uint64_t fingerprint(const weir_job *job) {
 }
 
 int weir__identity_make(weir_job *job) {
-  job->fingerprint = fingerprint(job);
+  job->fingerprint = weir__identity_fingerprint(job);
   for (uint32_t i = 0; i < job->nnodes; i++) {
     weir__node *n = job->nodes[i];
     if (n->kind != WEIR__NODE_SINK || !n->ovt || !n->ovt->destination || n->dest) continue;

@@ -14,6 +14,9 @@
  * (the job failed with a message). */
 int weir__identity_make(weir_job *job);
 
+/* The graph's fingerprint as built (never 0). */
+uint64_t weir__identity_fingerprint(const weir_job *job);
+
 /* Hands the identity to the store, which records it in the job record and
  * in every checkpoint it commits. Returns 0 or the store's error. */
 int weir__identity_record(weir_job *job, weir_store *store);

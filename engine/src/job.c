@@ -68,6 +68,7 @@
 #include <string.h>
 #include <sys/types.h> /* before sys/random.h (macOS) */
 #include <sys/random.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "identity.h"
@@ -293,9 +294,36 @@ static void do_commit(runner *r, const weir__ck_pending *ck) {
   }
 }
 
-static void do_complete(runner *r, const weir__ck_pending *ck) {
+/* The run's commit point outside the state directory (commit_point):
+ * the checkpoint exported, handed over, the file removed. 0 or the
+ * callback's error (the job failed with it). */
+static int commit_point(weir_job *job, uint64_t id) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/commit-%llu.svp", job->opts.state_dir, (unsigned long long)id);
+  uint64_t bytes = 0;
+  int rc = weir_store_export(job->store, id, path, &bytes);
+  if (rc) {
+    char msg[512];
+    weir__job_failed(job, rc, "checkpoint %llu: its export for the commit point failed: %s",
+                     (unsigned long long)id, weir_store_error(job->store, msg, sizeof msg));
+    (void)unlink(path);
+    return rc;
+  }
+  rc = job->opts.commit_point(job->opts.commit_point_user, id, path, bytes);
+  (void)unlink(path);
+  if (rc < 0)
+    weir__job_failed(job, rc, "checkpoint %llu was not committed: %s", (unsigned long long)id,
+                     rc == WEIR_EFENCED ? "the job is owned by another run now"
+                                        : weir_strerror(rc));
+  return rc < 0 ? rc : 0;
+}
+
+/* Returns 0 if the tasks must not be told (the commit point refused it:
+ * the job fails instead). */
+static int do_complete(runner *r, const weir__ck_pending *ck) {
   weir_job *job = r->job;
   uv_timer_stop(&r->timeout);
+  if (job->opts.commit_point && commit_point(job, ck->id) < 0) return 0;
   uint64_t took_ns = weir_clock_mono_ns() - ck->trigger_ns, ms = took_ns / 1000000u;
   char un[96] = "";
   if (job->unaligned)
@@ -325,6 +353,7 @@ static void do_complete(runner *r, const weir__ck_pending *ck) {
   atomic_store(&job->complete_id, ck->id);
   atomic_store(&job->resume_id, ck->id); /* synchronous checkpoints: sources run again */
   weir__sp_completed(job, ck);
+  return 1;
 }
 
 /* Returns 0 if the tasks must not be told (the lease is lost: the job
@@ -356,7 +385,7 @@ static void carry_out(runner *r, weir__coord_act *a) {
   if (a->what & WEIR__CA_BARRIERS) do_barriers(r, &a->ck);
   if (a->what & WEIR__CA_SNAPSHOT) do_snapshot(r, &a->ck);
   if (a->what & WEIR__CA_COMMIT) do_commit(r, &a->ck);
-  if (a->what & WEIR__CA_COMPLETE) do_complete(r, &a->ck);
+  if ((a->what & WEIR__CA_COMPLETE) && !do_complete(r, &a->ck)) notify = 0;
   if ((a->what & WEIR__CA_ABORT) && !do_abort(r, a)) notify = 0;
   if (notify) wake_all(r->job);
 }

@@ -947,6 +947,19 @@ typedef struct weir_run_opts {
    * owner). NULL: none. */
   void (*started)(void *user, weir_job *job);
   void *started_user;
+  /* A commit point outside the state directory (cluster mode, docs/
+   * scale-out.md §2): called on the coordinator thread once checkpoint
+   * `id` is durable in state_dir and before any operator hears that it
+   * completed (before sinks commit and a stage edge publishes), with the
+   * checkpoint exported as a savepoint file (weir_job_savepoint's format)
+   * at `savepoint`, `bytes` long, which the callback may copy elsewhere
+   * (the file is removed after it returns). 0: the checkpoint counts. A
+   * negative error fails the job with it (WEIR_EFENCED: the run no longer
+   * owns the job) and no operator hears of the checkpoint, so nothing of
+   * it is committed anywhere. NULL: the state directory is the commit
+   * point. */
+  int (*commit_point)(void *user, uint64_t id, const char *savepoint, uint64_t bytes);
+  void *commit_point_user;
 } weir_run_opts;
 
 #define WEIR_DEFAULT_TOLERABLE_FAILURES 3
@@ -970,6 +983,40 @@ enum {
  * while running (it then stopped without committing). Blocks the calling
  * thread. A job runs at most once. */
 int weir_job_run(weir_job *job, const weir_run_opts *opts);
+
+/* Stages (docs/scale-out.md §1): a job's graph cut at its key-by edges.
+ * Sources are in stage 0; an operator is in the stage of its inputs, one
+ * more across a key-by edge. weir_job_stages counts them (after the graph
+ * is built) and gives the graph's fingerprint (the same for every process
+ * that built the same graph, whatever stage it runs). A graph that cannot
+ * be cut so is WEIR_EPLAN with a message: a loop, an operator whose inputs
+ * come from two stages or across a non-key-by edge, or more than one
+ * key-by edge between two stages. */
+int weir_job_stages(weir_job *job, int *nstages, uint64_t *fingerprint);
+
+/* What weir_job_cut puts where the graph is cut, built by the caller's
+ * callbacks with the usual verbs: `in` makes the source that reads what
+ * the stage before sent (required for stage > 0) and returns its stream,
+ * which takes the place of the key-by edge into the stage (its records
+ * are keyed by again); `out` attaches to `s` (the producing operator's
+ * output, at its parallelism) the sink that sends the stage's output to
+ * the next stage, routing each record to the task that owns its key
+ * (required unless the stage is the last), and returns 0 or its error.
+ * Their names must not clash with the job's operators'. */
+typedef struct weir_stage_cut {
+  int stage;
+  weir_stream *(*in)(weir_job *job, void *user);
+  int (*out)(weir_stream *s, void *user);
+  void *user;
+} weir_stage_cut;
+
+/* Keeps only stage cut->stage of the built graph, with what cut->in and
+ * cut->out make at its edges (weir_job_stages' refusals apply). Call it
+ * once, after building and before weir_job_run; the other stages'
+ * operators are never opened (their args are still the caller's).
+ * Event-time operators outside stage 0 are refused: watermarks do not
+ * cross stages yet. */
+int weir_job_cut(weir_job *job, const weir_stage_cut *cut);
 
 /* What weir_job_run did about an existing job (after the run): */
 typedef struct weir_run_info {
