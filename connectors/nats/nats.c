@@ -212,11 +212,12 @@ static int nats_pre_commit(weir_ctx *ctx, void *dest, uint64_t epoch, weir_sink_
   return weir__oplog_take(&h->ops, out);
 }
 
-/* End of input: a stage edge tells every task that this producer ended. */
+/* The true end of input: a stage edge tells every task that this
+ * producer ended. Not at a stop: the producer goes on after a restore
+ * (cluster mode stops a stage to hand it to another member). */
 static int nats_finish(weir_ctx *ctx, void *dest) {
-  (void)ctx;
   ndest *h = dest;
-  if (h->u->tasks) h->stage.ended = 1;
+  if (h->u->tasks && !weir_ctx_input_stopped(ctx)) h->stage.ended = 1;
   return 0;
 }
 

@@ -133,6 +133,9 @@ uint64_t weir_ctx_rewound_from(const weir_ctx *c) {
 int weir_ctx_stopping(const weir_ctx *c) {
   return atomic_load_explicit(&c->job->stopping, memory_order_relaxed);
 }
+int weir_ctx_input_stopped(const weir_ctx *c) {
+  return c->task->stopped;
+}
 uint64_t weir_ctx_epoch(const weir_ctx *c) {
   return weir_lease_epoch(c->job->lease);
 }

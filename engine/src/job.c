@@ -773,6 +773,7 @@ static int acquire_lease(weir_job *job) {
     }
     lo.min_epoch = sp.epoch + 1;
   }
+  if (o->min_lease_epoch > lo.min_epoch) lo.min_epoch = o->min_lease_epoch;
   int rc = weir_lease_acquire(&job->lease, o->state_dir, &lo, err, sizeof err);
   if (rc) {
     weir__job_failed(job, rc, "%s", err);

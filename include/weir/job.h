@@ -405,6 +405,10 @@ uint64_t weir_ctx_rewound_from(const weir_ctx *ctx);
 const char *weir_ctx_moved_from(const weir_ctx *ctx);
 /* Nonzero once the job has been asked to stop; sources should end. */
 int weir_ctx_stopping(const weir_ctx *ctx);
+/* In finish: nonzero if the subtask's input ends by a stop (the job goes
+ * on from its last checkpoint later), 0 at the true end of its input. A
+ * sink that tells a reader "no more records" does so only at the latter. */
+int weir_ctx_input_stopped(const weir_ctx *ctx);
 /* Sources: when run() returns WEIR_SOURCE_IDLE, call run() again after `us`
  * microseconds (or sooner, after weir_ctx_wake). Holds for the run() call
  * that makes it; without it, WEIR_SOURCE_IDLE_DEFAULT_US. */
@@ -960,6 +964,11 @@ typedef struct weir_run_opts {
    * point. */
   int (*commit_point)(void *user, uint64_t id, const char *savepoint, uint64_t bytes);
   void *commit_point_user;
+  /* A state directory without a lease epoch yet starts at least at this
+   * one (0: 1; a savepoint's epoch + 1 if that is higher): the fencing
+   * epoch destinations see, given by an owner outside the directory
+   * (cluster mode: the stage's epoch in NATS). */
+  uint64_t min_lease_epoch;
 } weir_run_opts;
 
 #define WEIR_DEFAULT_TOLERABLE_FAILURES 3
