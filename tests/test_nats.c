@@ -754,6 +754,44 @@ Test(nats, source_splits_need_a_wildcard) {
                "%s", err);
 }
 
+/* replicas= takes 1 to 5 on the sink and a stage edge, and is refused on
+ * the plain source (it creates no stream); the server may be a list. */
+Test(nats, replicas_and_server_lists_are_checked) {
+  char err[512];
+  cr_assert_eq(weir_sink_spec_check("nats://127.0.0.1:4222/a.b?replicas=3", err, sizeof err), 0,
+               "%s", err);
+  cr_assert_eq(
+      weir_nats_source_check("nats://127.0.0.1:4222/a?tasks=2&replicas=5", err, sizeof err), 0,
+      "%s", err);
+  const char *bad[] = {"0", "6", "x", "3x", "-1"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char spec[128];
+    snprintf(spec, sizeof spec, "nats://127.0.0.1:4222/a?tasks=2&replicas=%s", bad[i]);
+    cr_assert_eq(weir_sink_spec_check(spec, err, sizeof err), WEIR_ESINK, "%s", spec);
+    cr_assert(strstr(err, "replicas= takes a number from 1 to 5") != NULL, "%s", err);
+    cr_assert_eq(weir_nats_source_check(spec, err, sizeof err), WEIR_ESINK, "%s", spec);
+    cr_assert(strstr(err, "replicas= takes a number from 1 to 5") != NULL, "%s", err);
+  }
+  cr_assert_eq(weir_nats_source_check("nats://127.0.0.1:4222/a?replicas=3", err, sizeof err),
+               WEIR_ESINK);
+  cr_assert(strstr(err, "not the source's") != NULL, "%s", err);
+  cr_assert_eq(weir_sink_spec_check("nats://127.0.0.1:4222/a?replica=3", err, sizeof err),
+               WEIR_ESINK);
+  cr_assert(strstr(err, "unknown parameter") && strstr(err, "replicas="), "%s", err);
+  cr_assert_eq(weir_sink_spec_check("nats://127.0.0.1:1,127.0.0.1:2,localhost:3/a.b?replicas=3",
+                                    err, sizeof err),
+               0, "%s", err);
+  cr_assert_eq(weir_nats_source_check("nats://127.0.0.1:1,127.0.0.1:2/a?tasks=1", err, sizeof err),
+               0, "%s", err);
+  const char *lists[] = {"nats://127.0.0.1:1,,127.0.0.1:3/a", "nats://127.0.0.1:1,/a",
+                         "nats://,127.0.0.1:1/a", "nats://127.0.0.1:1,nats://127.0.0.1:2/a",
+                         "nats://u:p@127.0.0.1:1,127.0.0.1:2/a"};
+  for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
+    cr_assert_eq(weir_sink_spec_check(lists[i], err, sizeof err), WEIR_ESINK, "%s", lists[i]);
+    cr_assert(strstr(err, "a list of servers") != NULL, "%s: %s", lists[i], err);
+  }
+}
+
 Test(nats, source_missing_stream_is_clear) {
   tnats t;
   tn_open(&t);

@@ -1,6 +1,7 @@
 /* nats_conn.c: owns what the NATS JetStream sink and source share
- * (nats_impl.h): parsing nats://HOST:PORT/SUBJECT?... URLs, connecting with
- * bounded timeouts, error texts, subject matching.
+ * (nats_impl.h): parsing nats://HOST:PORT[,HOST:PORT...]/SUBJECT?... URLs,
+ * connecting with bounded timeouts, error texts, subject matching, adding
+ * a missing stream.
  */
 #include "nats_impl.h"
 
@@ -10,11 +11,14 @@
 
 #include "connector.h"
 #include "base/alloc.h"
+#include "base/clock.h"
 
 void weir__nats_url_free(weir__nats_url *u) {
   if (!u) return;
   weir_free(u->spec);
   weir_free(u->server);
+  for (int i = 0; i < u->nservers; i++) weir_free(u->servers[i]);
+  weir_free(u->servers);
   weir_free(u->subject);
   weir_free(u->stream);
   memset(u, 0, sizeof *u);
@@ -52,6 +56,31 @@ static int parse_count(const char *p, size_t n, unsigned long max, uint32_t *v) 
   return 0;
 }
 
+/* With a list of servers (HOST:PORT,HOST:PORT,... between nats:// and the
+ * subject, n bytes at host), each of them as nats://HOST:PORT into
+ * u->servers. Returns 0, or -1 if an entry is empty, ends with ':' (no
+ * port: as in a second nats:// inside the list) or holds credentials (the
+ * identity of the destination strips those of the first entry only). */
+static int parse_servers(const char *host, size_t n, weir__nats_url *u) {
+  if (!memchr(host, ',', n)) return 0;
+  int count = 1;
+  for (size_t i = 0; i < n; i++) count += host[i] == ',';
+  u->servers = weir_calloc((size_t)count, sizeof *u->servers);
+  for (const char *p = host, *end = host + n; p <= end;) {
+    const char *comma = memchr(p, ',', (size_t)(end - p));
+    size_t k = comma ? (size_t)(comma - p) : (size_t)(end - p);
+    if (!k || p[k - 1] == ':' || memchr(p, '@', k)) return -1;
+    char *s = weir_malloc(k + 8);
+    memcpy(s, "nats://", 7);
+    memcpy(s + 7, p, k);
+    s[k + 7] = '\0';
+    u->servers[u->nservers++] = s;
+    if (!comma) break;
+    p = comma + 1;
+  }
+  return 0;
+}
+
 int weir__nats_url_parse(const char *spec, int source, weir__nats_url *u, char *err,
                          size_t errlen) {
   memset(u, 0, sizeof *u);
@@ -73,6 +102,14 @@ int weir__nats_url_parse(const char *spec, int source, weir__nats_url *u, char *
   u->spec = weir_strdup(spec);
   u->server = dup_n(spec, (size_t)(slash - spec));
   u->subject = dup_n(subj, sn);
+  if (parse_servers(host, (size_t)(slash - host), u) < 0) {
+    weir__nats_url_free(u);
+    return weir__spec_error(err, errlen,
+                            "'%s': a list of servers is HOST:PORT,HOST:PORT,... after nats:// "
+                            "(as in nats://10.0.0.1:4222,10.0.0.2:4222/weir.out), without "
+                            "credentials",
+                            spec);
+  }
   for (const char *p = q ? q + 1 : NULL; p && *p;) {
     const char *amp = strchr(p, '&');
     size_t n = amp ? (size_t)(amp - p) : strlen(p);
@@ -117,6 +154,12 @@ int weir__nats_url_parse(const char *spec, int source, weir__nats_url *u, char *
         return weir__spec_error(err, errlen, "'%s': splits= takes a number from 1 to %d", spec,
                                 WEIR__NATS_MAX_SPLITS);
       }
+    } else if (n > 9 && !strncmp(p, "replicas=", 9)) {
+      if (parse_count(p + 9, n - 9, WEIR__NATS_MAX_REPLICAS, &u->replicas) < 0) {
+        weir__nats_url_free(u);
+        return weir__spec_error(err, errlen, "'%s': replicas= takes a number from 1 to %d", spec,
+                                WEIR__NATS_MAX_REPLICAS);
+      }
     } else if (n > 6 && !strncmp(p, "tasks=", 6)) {
       if (parse_count(p + 6, n - 6, WEIR__NATS_MAX_TASKS, &u->tasks) < 0) {
         weir__nats_url_free(u);
@@ -128,23 +171,26 @@ int weir__nats_url_parse(const char *spec, int source, weir__nats_url *u, char *
       return weir__spec_error(
           err, errlen,
           source ? "'%s': unknown parameter (the source takes stream=, rate=, splits= and tasks=; "
-                   "a stage edge also duplicates= and pending=)"
-                 : "'%s': unknown parameter (the sink takes stream=, duplicates=, pending= "
-                   "and tasks=)",
+                   "a stage edge also duplicates=, pending= and replicas=)"
+                 : "'%s': unknown parameter (the sink takes stream=, duplicates=, pending=, "
+                   "replicas= and tasks=)",
           spec);
     }
     p = amp ? amp + 1 : NULL;
   }
   if (!u->stream) u->stream = weir_strdup(WEIR__NATS_DEFAULT_STREAM);
   if (!u->splits) u->splits = 1;
-  if (source && !u->tasks && (u->duplicates_ms || u->pending)) {
+  /* The source reads a stream it never creates: a stream's window and
+   * replicas are for whoever creates it. */
+  if (source && !u->tasks && (u->duplicates_ms || u->pending || u->replicas)) {
     int rc = weir__spec_error(err, errlen,
-                              "'%s': duplicates= and pending= are the sink's (and a stage "
-                              "edge's, with tasks=), not the source's",
+                              "'%s': duplicates=, pending= and replicas= are the sink's (and a "
+                              "stage edge's, with tasks=), not the source's",
                               spec);
     weir__nats_url_free(u);
     return rc;
   }
+  if (!u->replicas) u->replicas = 1;
   if (u->tasks && (weir__nats_subject_wild(u->subject) || u->splits > 1 || u->rate)) {
     int rc = weir__spec_error(err, errlen,
                               "'%s': tasks= makes the URL a stage edge, whose subjects are "
@@ -211,8 +257,28 @@ natsStatus weir__nats_add_stream(jsCtx *js, const weir__nats_url *u, const char 
   cfg.SubjectsLen = 1;
   cfg.Storage = js_FileStorage;
   if (u->duplicates_ms) cfg.Duplicates = (int64_t)u->duplicates_ms * 1000000;
+  /* Only for a stream made here: one that exists keeps its own count (the
+   * callers add a stream only when there is none), so that two sides of an
+   * edge given different replicas= do not fail on each other. */
+  cfg.Replicas = u->replicas ? u->replicas : 1;
   *jerr = 0;
-  return js_AddStream(si, js, &cfg, NULL, jerr);
+  natsStatus s = js_AddStream(si, js, &cfg, NULL, jerr);
+  /* A replicated stream answers requests only once its replicas elected a
+   * leader. JetStream answers a second creation of the same stream (another
+   * subtask, the other side of an edge) at once, before that: requests sent
+   * then go unanswered (a timeout after 5 s), so the stream is awaited here,
+   * up to 10 s (then the callers' requests time out and say so). */
+  uint64_t end = weir_clock_mono_ns() + 10000000000ull;
+  while (s == NATS_OK && cfg.Replicas > 1 && weir_clock_mono_ns() < end) {
+    if (*si && (*si)->Cluster && (*si)->Cluster->Leader && *(*si)->Cluster->Leader) break;
+    weir_sleep_us(50000);
+    jsStreamInfo *again = NULL;
+    jsErrCode e = 0;
+    if (js_GetStreamInfo(&again, js, u->stream, NULL, &e) != NATS_OK) continue;
+    jsStreamInfo_Destroy(*si);
+    *si = again;
+  }
+  return s;
 }
 
 int weir__nats_connect(const weir__nats_url *u, jsOptions *jo, natsConnection **nc, jsCtx **js,
@@ -221,7 +287,10 @@ int weir__nats_connect(const weir__nats_url *u, jsOptions *jo, natsConnection **
   *nc = NULL;
   *js = NULL;
   natsStatus s = natsOptions_Create(&o);
-  if (s == NATS_OK) s = natsOptions_SetURL(o, u->server);
+  if (s == NATS_OK && u->nservers)
+    s = natsOptions_SetServers(o, (const char **)u->servers, u->nservers);
+  else if (s == NATS_OK)
+    s = natsOptions_SetURL(o, u->server);
   if (s == NATS_OK) s = natsOptions_SetTimeout(o, 2000);
   if (s == NATS_OK) s = natsOptions_SetMaxReconnect(o, 60);
   if (s == NATS_OK) s = natsOptions_SetReconnectWait(o, 1000);

@@ -36,9 +36,14 @@
  * was lost; so does a job that waits for messages that were removed while
  * it read (checked once a second while idle).
  *
+ * Servers. HOST:PORT may be a list of the servers of one cluster,
+ * nats://HOST:PORT,HOST:PORT,.../SUBJECT (without credentials), for the
+ * source, the nats sink and stage edges alike: libnats connects to one of
+ * them and, when that one fails, reconnects to another.
+ *
  * Stage edges (docs/scale-out.md §2.1). With tasks=T
  *
- *   nats://HOST:PORT/SUBJECT?tasks=T[&stream=NAME][&duplicates=D]
+ *   nats://HOST:PORT/SUBJECT?tasks=T[&stream=NAME][&duplicates=D][&replicas=N]
  *
  * the URL is the input side of a stage edge, whose output side is the
  * nats sink with the same URL in another job: task t (0..T-1) reads the
@@ -52,6 +57,17 @@
  * all its tasks did. Once a checkpoint completed, each task purges its subjects
  * below its position in it; a run that would read below such a purge
  * stops with WEIR_ERETENTION.
+ *
+ * Replicas. replicas=N (1 to 5, default 1), on a stage edge and on the
+ * nats sink, is the replica count of the stream weir creates when it is
+ * missing (either side of an edge may create it): on a JetStream cluster,
+ * N = 3 keeps the stream's batches, and its acknowledgements to the
+ * producer, while one of its servers is down (a single server refuses
+ * N > 1); the reading side may stall meanwhile, or fail and need a
+ * restore (test stage::survives_a_nats_node_killed). A stream that exists
+ * already is left as it is, whatever its replica count: no error, and no
+ * change. The source without tasks= creates no stream, and refuses
+ * replicas=.
  */
 #ifndef WEIR_NATS_H
 #define WEIR_NATS_H
