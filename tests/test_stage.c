@@ -512,7 +512,7 @@ Test(stage, survives_a_nats_node_killed) {
   b->interval = "200";
   char dir[700];
   snprintf(dir, sizeof dir, "%s/cluster", a->dir);
-  pcluster cl;
+  static pcluster cl; /* outlives a failed assertion, for the fini */
   if (pcluster_start(&cl, dir) != 0) {
     cr_assert(!th_in_ci(), "cannot start a nats-server cluster under CI");
     cr_skip_test("cannot start a nats-server cluster");
