@@ -58,6 +58,7 @@
 #include "nats_impl.h"
 #include "nats_stage.h"
 #include "base/alloc.h"
+#include "base/failpoint.h"
 #include "base/clock.h"
 #include "base/log.h"
 
@@ -504,6 +505,13 @@ static int take_one(weir_ctx *ctx, ssrc *s, stask *t) {
   int p = place(mark_of(t, b.from), &b);
   int rc = 0;
   if (p < 0) {
+    /* The tests' negative control: a duplicate applied as if it were new
+     * (the mark stays where it was). */
+    if (weir_failpoint("stage.apply_duplicates") == WEIR_EIO) {
+      mark *k = mark_of(t, b.from), was = *k;
+      rc = apply(ctx, s, t, seq, &b);
+      *k = was;
+    }
     natsMsg_Destroy(m);
   } else if (p == 0) {
     rc = apply(ctx, s, t, seq, &b);

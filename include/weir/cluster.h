@@ -1,0 +1,103 @@
+/* weir/cluster.h: a job's shared state in NATS for cluster mode
+ * (docs/scale-out.md §3-§4): which graph the members run, who is alive,
+ * who owns each stage (a lease and a fencing epoch), where each stage's
+ * committed checkpoint is, and which stages have finished.
+ *
+ * Two key-value buckets hold it: weir_<job>_live, whose keys expire one
+ * lease after they were last written (member.<name>, lease.<stage>), and
+ * weir_<job>, whose keys stay (graph, epoch.<stage>, ckpt.<stage>,
+ * done.<stage>). A stage's checkpoints are savepoint files cut into
+ * messages of the stream WEIR_<job>_CKPT (subjects
+ * weir.<job>.ckpt.<stage>.<id>); ckpt.<stage> names the chunks of the
+ * one that counts. Every change that must not race is a compare-and-set
+ * on a key's revision.
+ *
+ * Every call blocks on NATS (bounded by its request timeouts). Returns 0 or
+ * a negative WEIR_E* code with a message in err where one is taken.
+ */
+#ifndef WEIR_CLUSTER_H
+#define WEIR_CLUSTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weir/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct weir_cluster weir_cluster;
+
+/* Connects to `servers` (nats://HOST:PORT[,HOST:PORT...]) and opens (or
+ * makes, with `replicas` replicas; replicas < 0: only opens, WEIR_ENOENT if
+ * the job has none) the buckets and stream of job `job` (letters, digits,
+ * - and _). lease_ms: how long a member's and a lease's
+ * keys live unwritten. *out is owned by the caller (weir_cluster_close). */
+int weir_cluster_open(weir_cluster **out, const char *servers, const char *job, uint32_t lease_ms,
+                      int replicas, char *err, size_t errlen);
+void weir_cluster_close(weir_cluster *c);
+
+/* Records the graph (its fingerprint and stage count) if none is, else
+ * compares: WEIR_EMISMATCH with a message when another graph runs. */
+int weir_cluster_agree(weir_cluster *c, uint64_t fingerprint, int nstages, char *err,
+                       size_t errlen);
+
+/* The member is alive: writes member.<name>. */
+int weir_cluster_heartbeat(weir_cluster *c, const char *member);
+/* The member leaves: removes member.<name> (the others see it gone at once
+ * instead of a lease later). */
+void weir_cluster_leave(weir_cluster *c, const char *member);
+/* The live members' names (sorted), *n of them; free with
+ * weir_cluster_free_names. */
+int weir_cluster_members(weir_cluster *c, char ***names, int *n);
+void weir_cluster_free_names(char **names, int n);
+
+/* Claims stage's lease for member: 1 and the stage's new fencing epoch in
+ * *epoch and the lease's revision in *rev if it was free; 0 if another
+ * holds it. */
+int weir_cluster_claim(weir_cluster *c, int stage, const char *member, uint64_t *epoch,
+                       uint64_t *rev);
+/* Renews a held lease (compare-and-set on *rev, updated): 0, or
+ * WEIR_EFENCED if it is no longer this holder's (expired and claimed, or
+ * gone), or WEIR_EIO when NATS did not answer (the lease may still hold). */
+int weir_cluster_renew(weir_cluster *c, int stage, const char *member, uint64_t *rev);
+/* Gives a held lease up (only if it is still at rev). */
+void weir_cluster_release(weir_cluster *c, int stage, uint64_t rev);
+/* The stage's lease holder into name ("" if none). */
+int weir_cluster_holder(weir_cluster *c, int stage, char *name, size_t len);
+
+/* Marks a stage finished (its last task ended and committed), or asks:
+ * weir_cluster_done returns 1 if it is, 0 if not. */
+int weir_cluster_set_done(weir_cluster *c, int stage);
+int weir_cluster_done(weir_cluster *c, int stage);
+
+/* The owner of stage (fencing epoch `epoch`) takes its commit point over:
+ * writes its epoch into ckpt.<stage> (compare-and-set, so an earlier
+ * owner's next commit fails) and fetches the checkpoint it names into the
+ * file `path`: *id is its id, or 0 if the stage has none yet (then no
+ * file). WEIR_EFENCED if a later epoch took it over meanwhile. */
+int weir_cluster_take(weir_cluster *c, int stage, uint64_t epoch, const char *path, uint64_t *id,
+                      char *err, size_t errlen);
+/* Commits checkpoint `id` of stage: publishes the savepoint file `path`
+ * (`bytes` long) in chunks, then compare-and-sets ckpt.<stage> to name
+ * them, then purges the previous checkpoint's chunks. WEIR_EFENCED if
+ * another owner took the stage over since weir_cluster_take. */
+int weir_cluster_commit(weir_cluster *c, int stage, uint64_t id, const char *path, uint64_t bytes,
+                        char *err, size_t errlen);
+
+/* For `weir cluster status`: the graph recorded (1; 0 if none), and a
+ * stage's commit point (its epoch and checkpoint id, 0 if none). */
+int weir_cluster_graph(weir_cluster *c, uint64_t *fingerprint, int *nstages);
+int weir_cluster_committed(weir_cluster *c, int stage, uint64_t *epoch, uint64_t *id);
+
+/* Deletes everything job `job` keeps in NATS at `servers`: its buckets,
+ * its checkpoint stream and its stage edges' streams (WEIR_<job>_E<k>).
+ * For a job no member runs any more. */
+int weir_cluster_delete(const char *servers, const char *job, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
