@@ -174,6 +174,14 @@ int cli_take_engine(cli_args *a, cli_engine *eng) {
   if ((r = cli_take_str(a, "--from-savepoint", &eng->from_savepoint)) != 0) return r;
   if ((r = cli_take_str(a, "--http-token", &eng->http_token)) != 0) return r;
   if ((r = cli_take_str(a, "--http", &eng->http)) != 0) return r;
+  if ((r = cli_take_str(a, "--cluster", &eng->cluster)) != 0) return r;
+  if ((r = cli_take_str(a, "--member", &eng->member)) != 0) return r;
+  if ((r = cli_take_str(a, "--job", &eng->cluster_job)) != 0) return r;
+  if ((r = cli_take_u64(a, "--tasks", 1024, &eng->tasks)) != 0) return r;
+  if ((r = cli_take_int(a, "--replicas", 5, &eng->replicas)) != 0) return r;
+  if ((r = cli_take_int(a, "--cluster-stage", 63, &eng->cluster_stage)) != 0) return r;
+  if ((r = cli_take_u64(a, "--cluster-epoch", UINT64_MAX, &eng->cluster_epoch)) != 0) return r;
+  if ((r = cli_take_int(a, "--cluster-parent-fd", 1 << 20, &eng->cluster_parent_fd)) != 0) return r;
   return 0;
 }
 
@@ -182,6 +190,7 @@ int cli_check_sink(const char *sink, cli_engine *eng) {
   if (weir_sink_spec_check(sink, err, sizeof err) != 0)
     return cli_usage("--sink: %s", err[0] ? err : "invalid sink specification");
   eng->prints_records = strcmp(sink, "print") == 0;
+  eng->sink = sink;
   return 0;
 }
 
@@ -197,6 +206,8 @@ void cli_engine_init(cli_engine *eng) {
   eng->checkpoint_interval = 1000;
   eng->checkpoint_mode = "aligned";
   eng->log_level = -1;
+  eng->cluster_stage = -1;
+  eng->cluster_parent_fd = -1;
 }
 
 int cli_checkpoint_opts(const cli_engine *eng, weir_run_opts *o) {

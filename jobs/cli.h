@@ -82,6 +82,21 @@ typedef struct cli_engine {
    * --http-token FILE. */
   const char *http;
   const char *http_token;
+  /* Cluster mode (cluster.h): --cluster URL (NULL: none), --member NAME,
+   * --job NAME (default: the job's own name), --tasks T (tasks of each
+   * stage edge, 0 = 4), --replicas N (of the streams and buckets made, 0 =
+   * 1); and what a member gives the run of one of its stages:
+   * --cluster-stage K (-1: not a stage's run), --cluster-epoch E,
+   * --cluster-parent-fd FD (-1: none). */
+  const char *cluster;
+  const char *member;
+  const char *sink; /* the job's --sink, as cli_check_sink saw it (NULL: none) */
+  const char *cluster_job;
+  uint64_t tasks;
+  int replicas;
+  int cluster_stage;
+  uint64_t cluster_epoch;
+  int cluster_parent_fd;
 } cli_engine;
 
 /* Listens on the first of the addresses `ai` (a getaddrinfo list) that

@@ -16,6 +16,7 @@
  * job's `print` sink.
  */
 #include "cli.h"
+#include "cluster.h"
 #include "http.h"
 #include "tools.h"
 
@@ -76,7 +77,10 @@ static void help_main(FILE *out) {
         "  weir savepoint [--state-dir DIR] [--out PATH] savepoint a running job\n"
         "  weir stop [--state-dir DIR] [--savepoint]     stop a running job (and\n"
         "            [--drain] [--timeout S]             savepoint it), wait for its end\n"
-        "  weir help [run [JOB] | receiver | verify | savepoint | stop]   show help\n"
+        "  weir cluster status|delete --cluster URL      a cluster mode job's state in\n"
+        "               --job NAME                       NATS (see 'weir help cluster')\n"
+        "  weir help [run [JOB] | receiver | verify | savepoint | stop | cluster]\n"
+        "                                                show help\n"
         "  weir version                                  show the version\n"
         "\n"
         "Jobs: counter, wordcount, collatz, components, windows, sessions, nexmark, or\n"
@@ -193,6 +197,27 @@ static void help_run(FILE *out) {
         "An owner that lost its lease (taken over while it was paused, or unable to\n"
         "renew it in time) commits nothing more and exits with 4.\n"
         "\n"
+        "Cluster mode (engine options; docs/scale-out.md): one job run by several\n"
+        "processes, on one host or several, through NATS JetStream. The job's graph\n"
+        "is cut at its key-by edges into stages; each member takes stages nobody\n"
+        "runs (leases and fencing epochs in a NATS key-value bucket) and runs each\n"
+        "in a child process; a stage's checkpoint counts once it is stored in NATS\n"
+        "and its commit point moved there, so another member takes a dead member's\n"
+        "stage over from it. Start the same command on every member, with its name.\n"
+        "  --cluster URL        nats://HOST:PORT[,HOST:PORT...]: the NATS servers\n"
+        "  --member NAME        this member's name (letters, digits, - and _)\n"
+        "  --job NAME           the job's name in the cluster (default: the job's\n"
+        "                       own); a finished job does not run again under its\n"
+        "                       name until 'weir cluster delete'\n"
+        "  --tasks T            tasks of each stage edge (default 4)\n"
+        "  --replicas N         replicas of the streams and buckets it makes (1-5,\n"
+        "                       default 1; 3 on a three-node NATS cluster)\n"
+        "The lease (--lease-ms) is the stages' too; --state-dir holds each stage's\n"
+        "local store (<dir>/stage<K>), emptied when the stage starts here. The file\n"
+        "sink is refused (a stage may move to another host). A member whose stage\n"
+        "was taken over kills that stage's run at once; a stage's run whose member\n"
+        "died ends itself.\n"
+        "\n"
         "Sinks (--sink SPEC of the built-in jobs; weir_sink_to in the C API):\n"
         "  null, print          discard; print to stdout (at-least-once)\n"
         "  file:DIR             exactly-once: two-phase commit of one part file per\n"
@@ -280,6 +305,10 @@ static int cmd_help(int argc, char **argv) {
   }
   if (strcmp(topic, "savepoint") == 0 && argc == 2) {
     cli_help_savepoint(stdout);
+    return CLI_EXIT_OK;
+  }
+  if (strcmp(topic, "cluster") == 0 && argc == 2) {
+    cli_help_cluster(stdout);
     return CLI_EXIT_OK;
   }
   if (strcmp(topic, "stop") == 0 && argc == 2) {
@@ -410,6 +439,8 @@ static int execute_run_with(weir_job *job, const cli_engine *eng, const cli_buil
                             void *cfg, cli_control **ctl);
 /* The state directory of the run (for its control socket). */
 static const char *job_state_dir;
+/* The run of a cluster member's stage (cluster.h), or NULL. */
+static cli_cluster_task *cluster_task;
 
 /* POST /api/v1/savepoints and /api/v1/stop: what `weir savepoint` and
  * `weir stop` ask through the control socket (control.c). */
@@ -497,6 +528,7 @@ static int execute_run_with(weir_job *job, const cli_engine *eng, const cli_buil
     o.buffer_timeout_us = eng->buffer_timeout ? (uint32_t)eng->buffer_timeout : WEIR_FLUSH_AT_ONCE;
   o.handle_signals = 1;
   o.lease_lost = on_lease_lost;
+  if (cluster_task) cli_cluster_task_opts(cluster_task, &o);
   if (cli_checkpoint_opts(eng, &o) < 0) return CLI_EXIT_USAGE;
   if (o.state_dir) {
     job_state_dir = o.state_dir;
@@ -582,6 +614,17 @@ static int build_failed(weir_job *job, int rc, const char *what) {
   return job ? cli_exit_for_build(rc) : CLI_EXIT_RUNTIME;
 }
 
+/* Cluster mode (cluster.h): a member, or the run of one of its stages. */
+static int execute_cluster(weir_job *job, cli_engine *eng, const cli_builtin *kind, void *cfg) {
+  if (cli_cluster_check(eng, weir_job_name(job)) < 0) return CLI_EXIT_USAGE;
+  if (eng->cluster_stage < 0) return cli_cluster_member(job, eng);
+  int code = cli_cluster_task_prepare(job, eng, &cluster_task);
+  if (code == CLI_EXIT_OK) code = execute(job, eng, kind, cfg);
+  cli_cluster_task_end(cluster_task);
+  cluster_task = NULL;
+  return code;
+}
+
 static int run_builtin(const cli_builtin *b, cli_engine *eng, cli_args *a) {
   for (int i = a->i; i < a->argc; i++) {
     cli_args h = *a;
@@ -600,6 +643,8 @@ static int run_builtin(const cli_builtin *b, cli_engine *eng, cli_args *a) {
     code = build_failed(NULL, rc, "cannot create job: ");
   } else if ((rc = b->build(job, eng, cfg)) != 0) {
     code = build_failed(job, rc, "");
+  } else if (eng->cluster || eng->member || eng->cluster_stage >= 0) {
+    code = execute_cluster(job, eng, b, cfg);
   } else {
     code = execute(job, eng, b, cfg);
   }
@@ -608,7 +653,7 @@ static int run_builtin(const cli_builtin *b, cli_engine *eng, cli_args *a) {
   return code;
 }
 
-static int run_shared_object(const cli_engine *eng, const char *path, int argc, char **argv) {
+static int run_shared_object(cli_engine *eng, const char *path, int argc, char **argv) {
   cli_loaded l;
   if (cli_job_load(path, &l) < 0) return CLI_EXIT_RUNTIME;
   /* The job's name: the file name without directory and ".so". */
@@ -646,7 +691,10 @@ static int run_shared_object(const cli_engine *eng, const char *path, int argc, 
     code = cli_exit_for_build(rc);
     goto done;
   }
-  code = execute(job, eng, NULL, NULL);
+  if (eng->cluster || eng->member || eng->cluster_stage >= 0)
+    code = execute_cluster(job, eng, NULL, NULL);
+  else
+    code = execute(job, eng, NULL, NULL);
 done:
   weir_job_destroy(job); /* before dlclose: the job may point into the .so */
   free(jargv);
@@ -694,6 +742,8 @@ static int cmd_run(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   cli_crash_install();
+  cli_main_argc = argc;
+  cli_main_argv = argv;
   if (argc < 2) {
     help_main(stderr);
     return CLI_EXIT_USAGE;
@@ -707,6 +757,7 @@ int main(int argc, char **argv) {
   if (strcmp(verb, "verify") == 0) return cli_cmd_verify(argc - 1, argv + 1, argv[0]);
   if (strcmp(verb, "savepoint") == 0) return cli_cmd_savepoint(argc - 1, argv + 1);
   if (strcmp(verb, "stop") == 0) return cli_cmd_stop(argc - 1, argv + 1);
+  if (strcmp(verb, "cluster") == 0) return cli_cmd_cluster(argc - 1, argv + 1);
   if (strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
     help_main(stdout);
     return CLI_EXIT_OK;

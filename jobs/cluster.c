@@ -1,0 +1,613 @@
+/* jobs/cluster.c: owns cluster mode of `weir run` (--cluster URL --member
+ * NAME; docs/scale-out.md): the member, which takes stages of the job and
+ * runs each in a child process of its own, and the child's side of it, a
+ * run of one stage whose commit point is in NATS.
+ *
+ * DESIGN. A member is a supervisor, never a data path: every beat (a
+ * third of the lease) it writes its heartbeat, renews the leases of the
+ * stages it runs, reaps the children that ended, and claims the stages
+ * that nobody holds and that rendezvous hashing over the live members
+ * gives to it. A stage runs as `weir run --cluster-stage K ...` (the
+ * member's own command line with the stage, its fencing epoch and a pipe
+ * whose end tells the child its member died), in a fresh state directory
+ * <state dir>/stage<K>: what a member had only locally never counts. The
+ * child cuts the graph to stage K with stage edges at its cuts, takes the
+ * stage's commit point over (weir_cluster_take: its epoch written, the
+ * checkpoint it names fetched) and restores from it as from a savepoint;
+ * each checkpoint then counts only once weir_cluster_commit stored it in
+ * NATS and moved the commit point, before any sink commits or any batch
+ * goes downstream. A member that loses a lease kills that stage's child at
+ * once (fail-stop), and a child whose member died kills itself.
+ */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include "cluster.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "weir/cluster.h"
+#include "weir/nats.h"
+#include "weir/sinks.h"
+
+#define MAX_STAGES 64
+#define MAX_RESTARTS 3 /* a stage's child failing this often in a row ends its member */
+
+int cli_main_argc;
+char **cli_main_argv;
+
+static int valid_name(const char *s) {
+  if (!s || !*s || strlen(s) > 100) return 0;
+  for (const char *p = s; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+          *p == '-' || *p == '_'))
+      return 0;
+  return 1;
+}
+
+int cli_cluster_check(const cli_engine *eng, const char *job_name) {
+  if (!eng->cluster) {
+    if (eng->member || eng->cluster_job || eng->cluster_stage >= 0)
+      return cli_usage("--member and --job go with --cluster nats://HOST:PORT[,HOST:PORT...]");
+    return 0;
+  }
+  if (strncmp(eng->cluster, "nats://", 7) != 0 || strchr(eng->cluster + 7, '/'))
+    return cli_usage("--cluster: the NATS servers, nats://HOST:PORT[,HOST:PORT...] (no subject)");
+  if (eng->cluster_stage < 0 && !valid_name(eng->member))
+    return cli_usage("--cluster needs --member NAME (letters, digits, - and _): this process's "
+                     "name in the cluster");
+  const char *job = eng->cluster_job ? eng->cluster_job : job_name;
+  if (!valid_name(job))
+    return cli_usage("--job '%s': letters, digits, - and _ only (the job's name in the cluster)",
+                     job);
+  if (eng->sink && !strncmp(eng->sink, "file:", 5))
+    return cli_usage("--sink %s: the file sink is single-host, and a stage may move to another "
+                     "host: in cluster mode, use postgresql://, nats:// or http:// sinks",
+                     eng->sink);
+  if (!strcmp(eng->state_dir, "none"))
+    return cli_usage("--cluster needs a state directory (its stages checkpoint there first)");
+  return 0;
+}
+
+static const char *cluster_job(const cli_engine *eng, const weir_job *job) {
+  return eng->cluster_job ? eng->cluster_job : weir_job_name(job);
+}
+
+static uint32_t lease_of(const cli_engine *eng) {
+  return eng->lease_ms ? (uint32_t)eng->lease_ms : 6000u;
+}
+
+/* ---- the member ---------------------------------------------------------- */
+
+typedef struct stage_run {
+  int owned;
+  uint64_t epoch, rev;
+  uint64_t renewed_ns; /* the lease's last renewal that NATS answered */
+  pid_t pid;           /* 0: no child */
+  int pipe_w;          /* the member's end of the child's pipe */
+  int failures;        /* the child's failures in a row */
+  uint64_t next_ns;    /* a failed child starts again after this */
+  int handing_off;     /* its child was stopped for the stage's rendezvous owner */
+  char want[128];      /* the stage's rendezvous owner at the last beat */
+} stage_run;
+
+static volatile sig_atomic_t g_stop;
+static void on_stop(int sig) {
+  (void)sig;
+  g_stop = 1;
+}
+
+static uint64_t fnv(uint64_t h, const char *s) {
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  return h;
+}
+
+/* Rendezvous hashing: the live member with the highest hash of (member,
+ * stage) runs the stage, so that a member's death moves only its stages. */
+static const char *owner_of(int stage, char **members, int n) {
+  const char *best = NULL;
+  uint64_t bh = 0;
+  char num[16];
+  snprintf(num, sizeof num, "/%d", stage);
+  for (int i = 0; i < n; i++) {
+    uint64_t h = fnv(fnv(1469598103934665603ull, members[i]), num);
+    if (!best || h > bh) best = members[i], bh = h;
+  }
+  return best;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+/* <state dir>/stage<K>, emptied. */
+static int stage_dir(const cli_engine *eng, int stage, char *out, size_t cap, int empty) {
+  int n = snprintf(out, cap, "%s/stage%d", eng->state_dir, stage);
+  if (n < 0 || (size_t)n >= cap) return -1;
+  if (empty && nftw(out, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT) return -1;
+  return 0;
+}
+
+static int spawn_stage(const cli_engine *eng, int stage, stage_run *r) {
+  char dir[1024];
+  if (stage_dir(eng, stage, dir, sizeof dir, 1) < 0) {
+    cli_error("cluster: cannot empty the state directory of stage %d (%s): %s", stage, dir,
+              strerror(errno));
+    return -1;
+  }
+  int p[2];
+  if (pipe(p) != 0) return -1;
+  (void)fcntl(p[1], F_SETFD, FD_CLOEXEC);
+  char sk[16], ep[24], fd[16];
+  snprintf(sk, sizeof sk, "%d", stage);
+  snprintf(ep, sizeof ep, "%llu", (unsigned long long)r->epoch);
+  snprintf(fd, sizeof fd, "%d", p[0]);
+  /* weir run --cluster-stage K --cluster-epoch E --cluster-parent-fd FD <the rest> */
+  char **argv = calloc((size_t)cli_main_argc + 8, sizeof *argv);
+  if (!argv) return -1;
+  int k = 0;
+  argv[k++] = cli_main_argv[0];
+  argv[k++] = cli_main_argv[1];
+  argv[k++] = "--cluster-stage";
+  argv[k++] = sk;
+  argv[k++] = "--cluster-epoch";
+  argv[k++] = ep;
+  argv[k++] = "--cluster-parent-fd";
+  argv[k++] = fd;
+  for (int i = 2; i < cli_main_argc; i++) argv[k++] = cli_main_argv[i];
+  argv[k] = NULL;
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    execvp(argv[0], argv);
+    fprintf(stderr, "weir: cluster: cannot run %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+  }
+  free(argv);
+  close(p[0]);
+  if (pid < 0) {
+    close(p[1]);
+    return -1;
+  }
+  r->pid = pid;
+  r->pipe_w = p[1];
+  if (!eng->quiet)
+    fprintf(stderr, "weir: cluster: stage %d runs here (epoch %llu, pid %d)\n", stage,
+            (unsigned long long)r->epoch, (int)pid);
+  return 0;
+}
+
+/* Ends a stage's child now (SIGKILL: nothing it still holds may reach a
+ * destination) and forgets it. */
+static void kill_stage(stage_run *r) {
+  if (r->pid > 0) {
+    kill(r->pid, SIGKILL);
+    waitpid(r->pid, NULL, 0);
+    close(r->pipe_w);
+  }
+  r->pid = 0;
+}
+
+/* The job's stages and fingerprint: an exit code. */
+static int stages_of(weir_job *job, int *nstages, uint64_t *fp) {
+  int rc = weir_job_stages(job, nstages, fp);
+  if (rc) {
+    cli_error("cluster: %s", weir_job_error(job));
+    return cli_exit_for_build(rc);
+  }
+  return CLI_EXIT_OK;
+}
+
+int cli_cluster_member(weir_job *job, const cli_engine *eng) {
+  int nstages = 0;
+  uint64_t fp = 0;
+  int rc = stages_of(job, &nstages, &fp);
+  if (rc) return rc;
+  if (nstages > MAX_STAGES) {
+    cli_error("cluster: the job has %d stages, more than %d", nstages, MAX_STAGES);
+    return CLI_EXIT_USAGE;
+  }
+  const char *name = cluster_job(eng, job);
+  uint32_t lease = lease_of(eng);
+  uint64_t beat_ns = (uint64_t)lease * 1000000u / 3u;
+  char err[512] = "";
+  weir_cluster *c = NULL;
+  rc = weir_cluster_open(&c, eng->cluster, name, lease, eng->replicas ? eng->replicas : 1, err,
+                         sizeof err);
+  if (!rc) rc = weir_cluster_agree(c, fp, nstages, err, sizeof err);
+  if (rc) {
+    cli_error("cluster: %s", err);
+    weir_cluster_close(c);
+    return cli_exit_for(rc);
+  }
+  if (cli_mkdir_p(eng->state_dir) < 0) {
+    cli_error("cluster: cannot create the state directory '%s'", eng->state_dir);
+    weir_cluster_close(c);
+    return CLI_EXIT_RUNTIME;
+  }
+  if (!eng->quiet)
+    fprintf(stderr, "weir: cluster: member %s of job %s (%d stages, lease %u ms)\n", eng->member,
+            name, nstages, lease);
+  struct sigaction sa, old_int, old_term;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop;
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  signal(SIGPIPE, SIG_IGN);
+
+  stage_run runs[MAX_STAGES];
+  memset(runs, 0, sizeof runs);
+  int code = CLI_EXIT_OK, first = 1;
+  uint64_t alive_ns = weir_clock_mono_ns();
+  for (;;) {
+    uint64_t now = weir_clock_mono_ns();
+    if (weir_cluster_heartbeat(c, eng->member) == 0) alive_ns = now;
+    /* Children that ended. */
+    for (int s = 0; s < nstages; s++) {
+      stage_run *r = &runs[s];
+      int st;
+      if (r->pid <= 0 || waitpid(r->pid, &st, WNOHANG) != r->pid) continue;
+      close(r->pipe_w);
+      r->pid = 0;
+      int ex = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+      if (r->handing_off) {
+        /* Stopped after a committed checkpoint: its owner takes it from there. */
+        weir_cluster_release(c, s, r->rev);
+        r->owned = r->handing_off = 0;
+        if (!eng->quiet)
+          fprintf(stderr, "weir: cluster: stage %d handed over (its run exited %d)\n", s, ex);
+      } else if (ex == 0) {
+        (void)weir_cluster_set_done(c, s);
+        weir_cluster_release(c, s, r->rev);
+        r->owned = 0;
+        if (!eng->quiet) fprintf(stderr, "weir: cluster: stage %d finished\n", s);
+      } else if (ex == CLI_EXIT_OWNED || ex == CLI_EXIT_USAGE || ex == CLI_EXIT_REFUSED ||
+                 ++r->failures >= MAX_RESTARTS) {
+        cli_error("cluster: stage %d ended with exit %d%s", s, ex,
+                  ex == CLI_EXIT_OWNED ? " (another owner took it)" : "");
+        weir_cluster_release(c, s, r->rev);
+        r->owned = 0;
+        if (ex != CLI_EXIT_OWNED && code == CLI_EXIT_OK) code = ex;
+      } else {
+        r->next_ns = now + 2 * beat_ns;
+      }
+    }
+    if (code != CLI_EXIT_OK || g_stop) break;
+    /* Leases. */
+    for (int s = 0; s < nstages; s++) {
+      stage_run *r = &runs[s];
+      if (!r->owned) continue;
+      int x = weir_cluster_renew(c, s, eng->member, &r->rev);
+      if (x == 0) {
+        r->renewed_ns = now;
+      } else if (x == WEIR_EFENCED || now - r->renewed_ns >= (uint64_t)lease * 1000000u) {
+        cli_error("cluster: lost the lease of stage %d: its run here is killed", s);
+        kill_stage(r);
+        r->owned = 0;
+      }
+    }
+    /* Stages nobody runs. */
+    char **members = NULL;
+    int nm = 0, done = 0;
+    if (now - alive_ns < (uint64_t)lease * 1000000u &&
+        weir_cluster_members(c, &members, &nm) == 0) {
+      int self = 0;
+      for (int i = 0; i < nm; i++) self |= !strcmp(members[i], eng->member);
+      if (!self) {
+        members = realloc(members, (size_t)(nm + 1) * sizeof *members);
+        members[nm++] = strdup(eng->member);
+      }
+      for (int s = 0; s < nstages; s++) {
+        stage_run *r = &runs[s];
+        const char *want = owner_of(s, members, nm);
+        int steady = !strcmp(want, r->want); /* the same owner two beats in a row */
+        snprintf(r->want, sizeof r->want, "%s", want);
+        if (r->owned) {
+          if (r->pid == 0 && now >= r->next_ns && spawn_stage(eng, s, r) < 0) {
+            weir_cluster_release(c, s, r->rev);
+            r->owned = 0;
+          } else if (r->pid > 0 && !r->handing_off && steady && strcmp(want, eng->member) != 0) {
+            /* A member joined that the stage hashes to: stop the run (its
+             * last checkpoint commits, no end of input is sent), then
+             * release the lease for it. */
+            if (!eng->quiet)
+              fprintf(stderr, "weir: cluster: stage %d moves to member %s\n", s, want);
+            kill(r->pid, SIGTERM);
+            r->handing_off = 1;
+          }
+          continue;
+        }
+        if (weir_cluster_done(c, s) == 1) {
+          done++;
+          continue;
+        }
+        if (first) continue; /* the others' heartbeats first */
+        if (strcmp(want, eng->member) != 0) {
+          /* Its rendezvous owner may be dead but not yet expired; anyone
+           * takes a stage nobody has held for two leases. */
+          char holder[128];
+          if (weir_cluster_holder(c, s, holder, sizeof holder) != 0 || holder[0]) {
+            r->next_ns = 0;
+            continue;
+          }
+          if (!r->next_ns) r->next_ns = now + 2 * (uint64_t)lease * 1000000u;
+          if (now < r->next_ns) continue;
+        }
+        uint64_t epoch = 0, rev = 0;
+        if (weir_cluster_claim(c, s, eng->member, &epoch, &rev) == 1) {
+          *r = (stage_run){.owned = 1, .epoch = epoch, .rev = rev, .renewed_ns = now};
+          if (spawn_stage(eng, s, r) < 0) {
+            cli_error("cluster: cannot start stage %d: %s", s, strerror(errno));
+            weir_cluster_release(c, s, rev);
+            r->owned = 0;
+          }
+        }
+      }
+      for (int i = 0; i < nm; i++) free(members[i]);
+      free(members);
+    }
+    if (done == nstages) {
+      if (first && !eng->quiet)
+        fprintf(stderr,
+                "weir: cluster: job %s already finished: nothing to do ('weir cluster delete "
+                "--cluster URL --job %s' forgets it, to run it again)\n",
+                name, name);
+      break;
+    }
+    first = 0;
+    uint64_t until = now + beat_ns;
+    while (!g_stop && weir_clock_mono_ns() < until) weir_sleep_us(20000);
+  }
+  /* Leaving: children stop with the member (a stop is not an end of
+   * input: their stages are taken over from their last commit). */
+  for (int s = 0; s < nstages; s++) {
+    stage_run *r = &runs[s];
+    if (r->pid > 0) {
+      kill(r->pid, SIGTERM);
+      int st;
+      waitpid(r->pid, &st, 0);
+      close(r->pipe_w);
+      r->pid = 0;
+    }
+    if (r->owned) weir_cluster_release(c, s, r->rev);
+  }
+  weir_cluster_leave(c, eng->member);
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+  weir_cluster_close(c);
+  if (!eng->quiet && code == CLI_EXIT_OK)
+    fprintf(stderr, "weir: cluster: member %s leaves (%s)\n", eng->member,
+            g_stop ? "stopped" : "every stage finished");
+  return code;
+}
+
+/* ---- a stage's run ------------------------------------------------------- */
+
+struct cli_cluster_task {
+  weir_cluster *c;
+  int stage;
+  uint64_t epoch;
+  char in_url[1024], out_url[1024];
+  char dir[1024], takeover[1100];
+};
+
+/* The stage edge into stage k (k >= 1). */
+static void edge_url(const cli_engine *eng, const char *job, int k, char *out, size_t cap) {
+  char rep[32] = "";
+  if (eng->replicas > 1) snprintf(rep, sizeof rep, "&replicas=%d", eng->replicas);
+  snprintf(out, cap, "%s/weir.%s.e%d?tasks=%llu&stream=WEIR_%s_E%d%s", eng->cluster, job, k,
+           (unsigned long long)(eng->tasks ? eng->tasks : 4), job, k, rep);
+}
+
+static weir_stream *cut_in(weir_job *job, void *user) {
+  cli_cluster_task *t = user;
+  char name[32];
+  snprintf(name, sizeof name, "stage%d.in", t->stage);
+  return weir_nats_source_par(job, name, t->in_url, 0);
+}
+
+static int cut_out(weir_stream *s, void *user) {
+  cli_cluster_task *t = user;
+  char name[32];
+  snprintf(name, sizeof name, "stage%d.out", t->stage + 1);
+  return weir_sink_to(s, name, t->out_url, NULL, 0);
+}
+
+static int commit_point(void *user, uint64_t id, const char *path, uint64_t bytes) {
+  cli_cluster_task *t = user;
+  char err[512] = "";
+  int rc = weir_cluster_commit(t->c, t->stage, id, path, bytes, err, sizeof err);
+  if (rc) cli_error("cluster: %s", err);
+  return rc;
+}
+
+/* The member's end of the pipe closed: it died, and with it this run's
+ * right to its stage. Nothing more of it may happen. */
+static void *watch_parent(void *arg) {
+  int fd = (int)(intptr_t)arg;
+  char b;
+  while (read(fd, &b, 1) < 0 && errno == EINTR) {
+  }
+  fprintf(stderr, "weir: cluster: the member died: its stage's run ends\n");
+  kill(getpid(), SIGKILL);
+  return NULL;
+}
+
+int cli_cluster_task_prepare(weir_job *job, cli_engine *eng, cli_cluster_task **out) {
+  *out = NULL;
+  int nstages = 0;
+  uint64_t fp = 0;
+  int rc = stages_of(job, &nstages, &fp);
+  if (rc) return rc;
+  if (eng->cluster_stage >= nstages) {
+    cli_error("cluster: stage %d: the job has %d stages", eng->cluster_stage, nstages);
+    return CLI_EXIT_USAGE;
+  }
+  const char *name = cluster_job(eng, job);
+  cli_cluster_task *t = calloc(1, sizeof *t);
+  if (!t) return CLI_EXIT_RUNTIME;
+  t->stage = eng->cluster_stage;
+  t->epoch = eng->cluster_epoch;
+  if (t->stage > 0) edge_url(eng, name, t->stage, t->in_url, sizeof t->in_url);
+  if (t->stage < nstages - 1) edge_url(eng, name, t->stage + 1, t->out_url, sizeof t->out_url);
+  weir_stage_cut cut = {.stage = t->stage, .in = cut_in, .out = cut_out, .user = t};
+  if ((rc = weir_job_cut(job, &cut)) != 0) {
+    cli_error("cluster: %s", weir_job_error(job));
+    free(t);
+    return cli_exit_for_build(rc);
+  }
+  if (eng->cluster_parent_fd >= 0) {
+    pthread_t th;
+    if (pthread_create(&th, NULL, watch_parent, (void *)(intptr_t)eng->cluster_parent_fd) == 0)
+      pthread_detach(th);
+  }
+  char err[512] = "";
+  rc = weir_cluster_open(&t->c, eng->cluster, name, lease_of(eng),
+                         eng->replicas ? eng->replicas : 1, err, sizeof err);
+  if (!rc) rc = weir_cluster_agree(t->c, fp, nstages, err, sizeof err);
+  stage_dir(eng, t->stage, t->dir, sizeof t->dir, 0);
+  snprintf(t->takeover, sizeof t->takeover, "%s.takeover", t->dir);
+  uint64_t id = 0;
+  if (!rc)
+    rc = weir_cluster_take(t->c, t->stage, eng->cluster_epoch, t->takeover, &id, err, sizeof err);
+  if (rc) {
+    cli_error("cluster: stage %d: %s", t->stage, err);
+    cli_cluster_task_end(t);
+    return cli_exit_for(rc);
+  }
+  if (!eng->quiet)
+    fprintf(stderr, "weir: cluster: stage %d (epoch %llu) %s\n", t->stage,
+            (unsigned long long)eng->cluster_epoch,
+            id ? "restores its committed checkpoint" : "starts from the beginning");
+  eng->state_dir = t->dir;
+  eng->from_savepoint = id ? t->takeover : NULL;
+  eng->lease_wait = 1;
+  *out = t;
+  return CLI_EXIT_OK;
+}
+
+void cli_cluster_task_opts(cli_cluster_task *t, weir_run_opts *o) {
+  o->commit_point = commit_point;
+  o->commit_point_user = t;
+  /* The stage's epoch is the run's: its directory is new, and every
+   * checkpoint it may restore was committed by a lower epoch. */
+  o->min_lease_epoch = t->epoch;
+}
+
+void cli_cluster_task_end(cli_cluster_task *t) {
+  if (!t) return;
+  (void)unlink(t->takeover);
+  weir_cluster_close(t->c);
+  free(t);
+}
+
+/* ---- weir cluster status|delete ----------------------------------------- */
+
+void cli_help_cluster(FILE *out) {
+  fputs("usage: weir cluster status --cluster nats://HOST:PORT[,...] --job NAME\n"
+        "       weir cluster delete --cluster nats://HOST:PORT[,...] --job NAME\n"
+        "\n"
+        "status: the job's graph, its live members, and per stage who runs it (its\n"
+        "lease holder and fencing epoch), its committed checkpoint, and whether it\n"
+        "finished. delete: removes all the job keeps in NATS (its key-value\n"
+        "buckets, its replicated checkpoints and its stage edges' streams), so that\n"
+        "the name can run again from the beginning; only once no member runs it.\n"
+        "Members: weir run --cluster URL --member NAME [--job NAME] JOB ... (see\n"
+        "'weir help run' and docs/scale-out.md).\n",
+        out);
+}
+
+int cli_cmd_cluster(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    cli_help_cluster(argc < 2 ? stderr : stdout);
+    return argc < 2 ? CLI_EXIT_USAGE : CLI_EXIT_OK;
+  }
+  const char *what = argv[1], *url = NULL, *job = NULL;
+  cli_args a = {.argc = argc, .argv = argv, .i = 2, .what = "cluster"};
+  while (a.i < argc) {
+    int r;
+    if ((r = cli_take_str(&a, "--cluster", &url)) != 0 ||
+        (r = cli_take_str(&a, "--job", &job)) != 0) {
+      if (r < 0) return CLI_EXIT_USAGE;
+      continue;
+    }
+    cli_usage("cluster: unknown argument '%s'", argv[a.i]);
+    return CLI_EXIT_USAGE;
+  }
+  if (strcmp(what, "status") != 0 && strcmp(what, "delete") != 0) {
+    cli_usage("cluster: '%s': use status or delete", what);
+    return CLI_EXIT_USAGE;
+  }
+  if (!url || !job) {
+    cli_usage("cluster %s needs --cluster nats://HOST:PORT[,...] and --job NAME", what);
+    return CLI_EXIT_USAGE;
+  }
+  char err[512] = "";
+  if (!strcmp(what, "delete")) {
+    int rc = weir_cluster_delete(url, job, err, sizeof err);
+    if (rc) {
+      cli_error("cluster delete: %s", err);
+      return cli_exit_for(rc);
+    }
+    printf("job %s: deleted from %s\n", job, url);
+    return CLI_EXIT_OK;
+  }
+  weir_cluster *c = NULL;
+  int rc = weir_cluster_open(&c, url, job, 6000, -1, err, sizeof err);
+  if (rc == WEIR_ENOENT) {
+    printf("job %s: no member ran it yet\n", job);
+    return CLI_EXIT_OK;
+  }
+  if (rc) {
+    cli_error("cluster status: %s", err);
+    return cli_exit_for(rc);
+  }
+  uint64_t fp = 0;
+  int nstages = 0;
+  int g = weir_cluster_graph(c, &fp, &nstages);
+  if (g <= 0) {
+    printf("job %s: no member ran it yet\n", job);
+    weir_cluster_close(c);
+    return g < 0 ? CLI_EXIT_RUNTIME : CLI_EXIT_OK;
+  }
+  printf("job %s: graph %016llx, %d stages\n", job, (unsigned long long)fp, nstages);
+  char **members = NULL;
+  int nm = 0;
+  if (weir_cluster_members(c, &members, &nm) == 0) {
+    printf("members:");
+    for (int i = 0; i < nm; i++) printf(" %s", members[i]);
+    printf("%s\n", nm ? "" : " none alive");
+    weir_cluster_free_names(members, nm);
+  }
+  int finished = 0;
+  for (int s = 0; s < nstages && s < MAX_STAGES; s++) {
+    char holder[128] = "";
+    uint64_t epoch = 0, id = 0;
+    (void)weir_cluster_holder(c, s, holder, sizeof holder);
+    (void)weir_cluster_committed(c, s, &epoch, &id);
+    int done = weir_cluster_done(c, s) == 1;
+    finished += done;
+    printf("stage %d: %s", s, done ? "finished" : holder[0] ? "runs on " : "not running");
+    if (!done && holder[0]) printf("%s", holder);
+    if (id)
+      printf(", checkpoint %llu committed (epoch %llu)", (unsigned long long)id,
+             (unsigned long long)epoch);
+    else
+      printf(", no checkpoint committed");
+    printf("\n");
+  }
+  if (finished == nstages) printf("the job finished\n");
+  weir_cluster_close(c);
+  return CLI_EXIT_OK;
+}
