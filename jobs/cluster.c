@@ -19,12 +19,12 @@
  * goes downstream. A member that loses a lease kills that stage's child at
  * once (fail-stop), and a child whose member died kills itself.
  */
-#define _XOPEN_SOURCE 700 /* nftw */
 #include "cluster.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
+#include <dirent.h>
+#include <sys/stat.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -124,16 +124,38 @@ static const char *owner_of(int stage, char **members, int n) {
   return best;
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-  (void)st, (void)flag, (void)ftw;
-  return remove(path) == 0 || errno == ENOENT ? 0 : -1;
+/* Removes path and, if it is a directory, all it holds (no symbolic link
+ * is followed). 0, or -1 with errno. */
+static int rm_tree(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
+  if (S_ISDIR(st.st_mode)) {
+    DIR *d = opendir(path);
+    if (!d) return -1;
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      char sub[2048];
+      if (snprintf(sub, sizeof sub, "%s/%s", path, e->d_name) >= (int)sizeof sub) {
+        errno = ENAMETOOLONG;
+        rc = -1;
+      } else {
+        rc = rm_tree(sub);
+      }
+    }
+    closedir(d);
+    if (rc) return rc;
+    return rmdir(path) == 0 || errno == ENOENT ? 0 : -1;
+  }
+  return unlink(path) == 0 || errno == ENOENT ? 0 : -1;
 }
 
 /* <state dir>/stage<K>, emptied. */
 static int stage_dir(const cli_engine *eng, int stage, char *out, size_t cap, int empty) {
   int n = snprintf(out, cap, "%s/stage%d", eng->state_dir, stage);
   if (n < 0 || (size_t)n >= cap) return -1;
-  if (empty && nftw(out, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT) return -1;
+  if (empty && rm_tree(out) != 0) return -1;
   return 0;
 }
 
