@@ -9,7 +9,8 @@
  * once and every member leaves when both stages finished; members killed
  * (SIGKILL of the member process only: its stages' runs kill themselves
  * when their pipe closes) while they run a stage, and restarted later,
- * the job still exact, no run of a dead member left behind; a paused
+ * the job still exact, no run of a dead member left behind (and the same
+ * into PostgreSQL: every row once, no prepared transaction left); a paused
  * member (SIGSTOP past its lease, then SIGCONT) commits nothing more, its
  * stage taken over, exact; a stage's run killed while it publishes its
  * batches downstream (the stage edge's stream keeps duplicates: a 100 ms
@@ -55,6 +56,7 @@ typedef struct tcl {
   const char *replicas; /* "--replicas N" value, or NULL */
   crash_job *j;         /* records, keys, the directory and the history */
   const char *rate;
+  char sink[700]; /* the job's sink: "" = the nats sink on out_stream */
   natsConnection *nc;
   jsCtx *js;
   pid_t pid[NMEMBERS];
@@ -128,7 +130,10 @@ static void member_start(tcl *c, int i, const char *failpoints, const char *extr
   snprintf(name, sizeof name, "m%d", i);
   snprintf(state, sizeof state, "%s/%s", c->j->dir, name);
   snprintf(log, sizeof log, "%s/%s.log", c->j->dir, name);
-  snprintf(sink, sizeof sink, "%s/%s?stream=%s", c->url, c->out_subject, c->out_stream);
+  if (c->sink[0])
+    snprintf(sink, sizeof sink, "%s", c->sink);
+  else
+    snprintf(sink, sizeof sink, "%s/%s?stream=%s", c->url, c->out_subject, c->out_stream);
   snprintf(recs, sizeof recs, "%llu", (ull)c->j->records);
   snprintf(keys, sizeof keys, "%llu", (ull)c->j->keys);
   const char *argv[48];
@@ -423,6 +428,79 @@ Test(cluster, members_killed_are_taken_over) {
   check_output(&c, 1);
   tcl_close(&c);
 }
+
+#ifdef WEIR_TEST_PQ
+#include <libpq-fe.h>
+
+static long long pg_count(PGconn *pg, const char *sql) {
+  PGresult *r = PQexec(pg, sql);
+  cr_assert(PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", sql, PQerrorMessage(pg));
+  long long v = PQntuples(r) ? atoll(PQgetvalue(r, 0, 0)) : -1;
+  PQclear(r);
+  return v;
+}
+
+/* The kills of members_killed_are_taken_over into PostgreSQL (two-phase
+ * commit; the fence row of each stage's job id at its epoch): every (k, c)
+ * once in the table, and no prepared transaction left behind. */
+Test(cluster, members_killed_into_postgresql_are_exact) {
+  if (!th_service("PGHOST")) {
+    cr_assert(!th_in_ci(), "PGHOST is not set: PostgreSQL is required under CI");
+    cr_skip_test("PGHOST is not set (scripts/services starts PostgreSQL)");
+  }
+  tcl c;
+  tcl_open(&c, nats_url(), 100000, 97, "12000");
+  const char *user = getenv("PGUSER"), *db = getenv("PGDATABASE"), *port = getenv("PGPORT");
+  char conninfo[512], table[96];
+  snprintf(conninfo, sizeof conninfo, "postgresql://%s@%s:%s/%s", user && *user ? user : "postgres",
+           getenv("PGHOST"), port ? port : "5432", db && *db ? db : "postgres");
+  snprintf(table, sizeof table, "weir_c_%s", c.job);
+  snprintf(c.sink, sizeof c.sink, "%s?table=%s", conninfo, table);
+  PGconn *pg = PQconnectdb(conninfo);
+  cr_assert(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
+  long long prepared0 = pg_count(pg, "SELECT count(*) FROM pg_prepared_xacts");
+  start_all(&c, NULL);
+  uint64_t seed = (uint64_t)getpid() * 40503u;
+  int kills = 0;
+  for (int round = 0; round < 3; round++) {
+    th_sleep_ms(1800 + (int)(th_splitmix64(&seed) % 1000));
+    int who = holder_of(&c, 1);
+    if (who < 0 || c.pid[who] <= 0) continue;
+    kill(c.pid[who], SIGKILL);
+    waitpid(c.pid[who], NULL, 0);
+    c.pid[who] = 0;
+    crash_hist(c.j, " kill m%d (stage 1)", who);
+    kills++;
+    th_sleep_ms(300);
+    member_start(&c, who, NULL, NULL);
+  }
+  cr_assert_geq(kills, 2, "only %d kills landed\nhistory: %s", kills, c.j->history);
+  all_leave(&c, 150);
+  char sql[256];
+  snprintf(sql, sizeof sql, "SELECT key, value FROM %s", table);
+  PGresult *r = PQexec(pg, sql);
+  cr_assert(PQresultStatus(r) == PGRES_TUPLES_OK, "%s: %s", sql, PQerrorMessage(pg));
+  cr_assert_eq((uint64_t)PQntuples(r), c.j->records, "%d rows for %llu records\nhistory: %s",
+               PQntuples(r), (ull)c.j->records, c.j->history);
+  crash_tally t;
+  crash_tally_init(c.j, &t, 1);
+  for (int i = 0; i < PQntuples(r); i++) {
+    char line[128];
+    snprintf(line, sizeof line, "%s %s", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1));
+    crash_tally_line(c.j, &t, line, table);
+  }
+  PQclear(r);
+  crash_tally_check(c.j, &t, table);
+  crash_tally_free(&t);
+  long long prepared = pg_count(pg, "SELECT count(*) FROM pg_prepared_xacts");
+  cr_assert_eq(prepared, prepared0, "%lld prepared transactions before, %lld after\nhistory: %s",
+               prepared0, prepared, c.j->history);
+  snprintf(sql, sizeof sql, "DROP TABLE IF EXISTS %s", table);
+  PQclear(PQexec(pg, sql));
+  PQfinish(pg);
+  tcl_close(&c);
+}
+#endif
 
 Test(cluster, paused_member_commits_nothing_more) {
   tcl c;
