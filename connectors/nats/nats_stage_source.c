@@ -275,8 +275,11 @@ static int read_marker(weir_ctx *ctx, ssrc *s, stask *t) {
   return 0;
 }
 
-/* Purges task t's subjects below `seq`, the marker first. Returns 0 or the
- * job's error. */
+/* Purges task t's subjects below `seq`, the marker first. A purge that
+ * fails (a request unanswered while the stream's replicas elect a leader)
+ * is not the job's end: it is logged and tried again at the next completed
+ * checkpoint; the batches stay a while longer, and a marker written ahead
+ * only over-states the purge. Returns 0. */
 static int purge_below(weir_ctx *ctx, ssrc *s, stask *t, uint64_t seq) {
   const weir__nats_url *u = weir_ctx_arg(ctx);
   char marker[512], data[512], body[32];
@@ -298,10 +301,13 @@ static int purge_below(weir_ctx *ctx, ssrc *s, stask *t, uint64_t seq) {
     jerr = 0;
     st = js_PurgeStream(s->js, u->stream, &o, &jerr);
   }
-  if (st != NATS_OK)
-    return weir_ctx_fail(ctx, WEIR_EIO, "source '%s': %s: purging %s below sequence %llu: %s",
-                         weir_ctx_name(ctx), u->spec, data, (unsigned long long)seq,
-                         weir__nats_errtext(st));
+  if (st != NATS_OK) {
+    WEIR_LOG_W("source '%s': %s: purging %s below sequence %llu failed (%s): tried again at the "
+               "next checkpoint",
+               weir_ctx_name(ctx), u->spec, data, (unsigned long long)seq,
+               weir__nats_errtext(st));
+    return 0;
+  }
   t->purged = seq;
   return 0;
 }
