@@ -208,7 +208,7 @@ static __attribute__((unused)) int pcluster_start(pcluster *c, const char *dir) 
   for (int i = 0; i < PCLUSTER_NODES; i++) {
     c->port[i] = ports[i];
     c->cport[i] = ports[PCLUSTER_NODES + i];
-    snprintf(c->node[i].dir, sizeof c->node[i].dir, "%s/n%d", dir, i + 1);
+    snprintf(c->node[i].dir, sizeof c->node[i].dir, "%.580s/n%d", dir, i + 1);
     used += (size_t)snprintf(c->url + used, sizeof c->url - used, "%s127.0.0.1:%d", i ? "," : "",
                              c->port[i]);
   }

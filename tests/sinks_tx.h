@@ -195,7 +195,8 @@ TX_FN void check_effects(crash_job *j, const receiver *r) {
 }
 
 TX_FN void http_sink(crash_job *j, const receiver *r, const char *params) {
-  snprintf(j->sink, sizeof j->sink, "http://127.0.0.1:%d/effects%s", r->port, params ? params : "");
+  snprintf(j->sink, sizeof j->sink, "http://127.0.0.1:%d/effects%.600s", r->port,
+           params ? params : "");
 }
 
 /* The receiver after a job ended: effects == N, requests >= N, no
