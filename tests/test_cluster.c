@@ -603,7 +603,7 @@ Test(cluster, survives_a_nats_node_killed) {
   }
   live_pc = &pc;
   tcl c;
-  tcl_open(&c, pc.url, 100000, 97, "15000");
+  tcl_open(&c, pc.url, 60000, 97, "15000");
   c.replicas = "3";
   start_all(&c, NULL);
   th_sleep_ms(3000);

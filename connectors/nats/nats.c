@@ -109,6 +109,35 @@ static void on_ack(jsCtx *js, natsMsg *msg, jsPubAck *pa, jsPubAckErr *pae, void
   natsMsg_Destroy(msg);
 }
 
+/* ensure_stream_once's answer when another stream holds the subject. */
+#define WEIR__NATS_OVERLAP ((natsStatus)-1)
+
+/* One attempt of ensure_stream: the stream's info into *si, the stream made
+ * if missing (`held`: the subjects it holds). NATS_OK, WEIR__NATS_OVERLAP,
+ * or the failure (*jerr: JetStream's code). */
+static natsStatus ensure_stream_once(weir_ctx *ctx, ndest *h, const char *held, jsStreamInfo **si,
+                                     jsErrCode *jerr) {
+  const weir__nats_url *u = h->u;
+  natsStatus s = js_GetStreamInfo(si, h->js, u->stream, NULL, jerr);
+  if (s == NATS_OK || !(s == NATS_NOT_FOUND || *jerr == JSStreamNotFoundErr)) return s;
+  s = weir__nats_add_stream(h->js, u, held, si, jerr);
+  if (s == NATS_OK) {
+    WEIR_LOG_I("sink '%s': created stream %s for subject %s on %s", weir_ctx_name(ctx), u->stream,
+               held, u->server);
+  } else if (*jerr == JSStreamNameExistErr || *jerr == JSStreamSubjectOverlapErr) {
+    /* Another subtask made it: JetStream answers a second creation of the
+     * stream either way, the overlap when the two race. If no stream has
+     * the name, another one holds the subject. */
+    jsErrCode first = *jerr;
+    *jerr = 0;
+    natsStatus again = js_GetStreamInfo(si, h->js, u->stream, NULL, jerr);
+    if (again == NATS_OK) return NATS_OK;
+    *jerr = first;
+    if (first == JSStreamSubjectOverlapErr) return WEIR__NATS_OVERLAP;
+  }
+  return s;
+}
+
 /* The stream of u: created if missing; checks it covers the subject and
  * reads its duplicate window. Returns 0 or an error with a message. */
 static int ensure_stream(weir_ctx *ctx, ndest *h) {
@@ -120,29 +149,20 @@ static int ensure_stream(weir_ctx *ctx, ndest *h) {
   const char *held = u->tasks ? wide : u->subject, *probe = u->tasks ? one : u->subject;
   jsStreamInfo *si = NULL;
   jsErrCode jerr = 0;
-  natsStatus s = js_GetStreamInfo(&si, h->js, u->stream, NULL, &jerr);
-  if (s != NATS_OK && (s == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr)) {
-    s = weir__nats_add_stream(h->js, u, held, &si, &jerr);
-    if (s == NATS_OK) {
-      WEIR_LOG_I("sink '%s': created stream %s for subject %s on %s", weir_ctx_name(ctx), u->stream,
-                 held, u->server);
-    } else if (jerr == JSStreamNameExistErr || jerr == JSStreamSubjectOverlapErr) {
-      /* Another subtask made it: JetStream answers a second creation of
-       * the stream either way, the overlap when the two race. If no stream
-       * has the name, another one holds the subject. */
-      jsErrCode first = jerr;
-      jerr = 0;
-      natsStatus again = js_GetStreamInfo(&si, h->js, u->stream, NULL, &jerr);
-      if (again == NATS_OK)
-        s = NATS_OK;
-      else if (first == JSStreamSubjectOverlapErr)
-        return weir_ctx_fail(ctx, WEIR_ESINK,
-                             "sink '%s': %s: stream %s cannot be created: another stream holds "
-                             "subject %s (JetStream error %d); name that stream with stream=",
-                             weir_ctx_name(ctx), u->spec, u->stream, held, (int)first);
-      else
-        jerr = first;
-    }
+  natsStatus s = NATS_TIMEOUT;
+  /* A request unanswered (a server just started, a leader being elected)
+   * is asked again, twice, before the sink gives up. */
+  for (int tries = 0; tries < 3 && s == NATS_TIMEOUT; tries++) {
+    if (tries)
+      WEIR_LOG_W("sink '%s': %s: stream %s: no answer, asking again", weir_ctx_name(ctx), u->spec,
+                 u->stream);
+    jerr = 0;
+    s = ensure_stream_once(ctx, h, held, &si, &jerr);
+    if (s == WEIR__NATS_OVERLAP)
+      return weir_ctx_fail(ctx, WEIR_ESINK,
+                           "sink '%s': %s: stream %s cannot be created: another stream holds "
+                           "subject %s (JetStream error %d); name that stream with stream=",
+                           weir_ctx_name(ctx), u->spec, u->stream, held, (int)jerr);
   }
   if (s != NATS_OK)
     return weir_ctx_fail(ctx, WEIR_EIO, "sink '%s': %s: stream %s: %s (JetStream error %d)",
