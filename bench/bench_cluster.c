@@ -136,19 +136,12 @@ static void drop(const char *job, const char *out_stream) {
 
 /* Which member (index) holds stage s of job, -1 if none. */
 static int holder(const char *job, int s) {
-  char bucket[128], key[32];
-  snprintf(bucket, sizeof bucket, "weir_%s_live", job);
-  snprintf(key, sizeof key, "lease.%d", s);
-  kvStore *kv = NULL;
-  if (js_KeyValue(&kv, js, bucket) != NATS_OK) return -1;
-  kvEntry *e = NULL;
-  int who = -1;
-  if (kvStore_Get(&e, kv, key) == NATS_OK) {
-    const char *v = kvEntry_ValueString(e);
-    if (v && v[0] == 'm') who = atoi(v + 1);
-    kvEntry_Destroy(e);
-  }
-  kvStore_Destroy(kv);
+  char err[256], name[64];
+  weir_cluster *c = NULL;
+  if (weir_cluster_open(&c, nats, job, 1500, -1, err, sizeof err) != 0) return -1;
+  int who =
+      weir_cluster_holder(c, s, name, sizeof name) == 0 && name[0] == 'm' ? atoi(name + 1) : -1;
+  weir_cluster_close(c);
   return who;
 }
 

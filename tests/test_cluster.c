@@ -59,6 +59,7 @@ typedef struct tcl {
   char sink[700]; /* the job's sink: "" = the nats sink on out_stream */
   natsConnection *nc;
   jsCtx *js;
+  weir_cluster *cl; /* the job's state in NATS, for holder_of (NULL until read) */
   pid_t pid[NMEMBERS];
 } tcl;
 
@@ -76,6 +77,7 @@ static void tcl_stop_members(tcl *c) {
 
 static void tcl_close(tcl *c) {
   tcl_stop_members(c);
+  weir_cluster_close(c->cl);
   char err[256];
   (void)weir_cluster_delete(c->url, c->job, err, sizeof err);
   js_DeleteStream(c->js, c->out_stream, NULL, NULL);
@@ -237,22 +239,14 @@ static void no_orphans(tcl *c, pid_t pgid, int i) {
                  c->j->history);
 }
 
-/* The member that holds stage s's lease (-1: none). */
+/* The member that holds stage s's lease (-1: none), through the job's
+ * state in NATS (opened once a member made it). */
 static int holder_of(tcl *c, int s) {
-  char bucket[96], key[32];
-  snprintf(bucket, sizeof bucket, "weir_%s_live", c->job);
-  snprintf(key, sizeof key, "lease.%d", s);
-  kvStore *kv = NULL;
-  if (js_KeyValue(&kv, c->js, bucket) != NATS_OK) return -1;
-  kvEntry *e = NULL;
-  int who = -1;
-  if (kvStore_Get(&e, kv, key) == NATS_OK) {
-    const char *v = kvEntry_ValueString(e);
-    if (v && v[0] == 'm') who = atoi(v + 1);
-    kvEntry_Destroy(e);
-  }
-  kvStore_Destroy(kv);
-  return who;
+  char err[256], name[64];
+  if (!c->cl && weir_cluster_open(&c->cl, c->url, c->job, 1500, -1, err, sizeof err) != 0)
+    return -1;
+  if (weir_cluster_holder(c->cl, s, name, sizeof name) != 0 || name[0] != 'm') return -1;
+  return atoi(name + 1);
 }
 
 /* The output stream holds every (key, count) exactly once (exact), or

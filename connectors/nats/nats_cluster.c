@@ -113,6 +113,7 @@ struct weir_cluster {
    * weir_cluster_commit): its revision and the subject of the chunks it
    * names (purged once a later one counts). */
   uint64_t ckpt_rev;
+  uint64_t epoch; /* the owner's fencing epoch, as weir_cluster_take wrote it */
   char ckpt_subject[256];
 };
 
@@ -524,6 +525,7 @@ int weir_cluster_take(weir_cluster *c, int stage, uint64_t epoch, const char *pa
       return WEIR_EIO;
     }
     c->ckpt_rev = r;
+    c->epoch = epoch;
     snprintf(c->ckpt_subject, sizeof c->ckpt_subject, "weir.%s.ckpt.%d.%llu", c->job, stage,
              (unsigned long long)rec.id);
     rc = rec.id ? fetch(c, stage, &rec, path, err, errlen) : 0;
@@ -581,28 +583,16 @@ int weir_cluster_commit(weir_cluster *c, int stage, uint64_t id, const char *pat
     rc = WEIR_EIO;
   }
   if (!rc) {
-    /* The epoch is the one written at take: read it back from our last
-     * value rather than trust a copy. */
-    char *val = NULL;
-    uint64_t rev = 0;
-    commit_rec cur = {0};
-    int g = get_commit(c, stage, &val, &rev);
-    if (g == 1 && rec_parse(val, &cur) == 0 && rev == c->ckpt_rev) {
-      rec.epoch = cur.epoch;
-      char *text = rec_text(&rec);
-      uint64_t r;
-      natsStatus s = kvStore_UpdateString(&r, c->keep, key, text, c->ckpt_rev);
-      weir_free(text);
-      if (s == NATS_OK) {
-        c->ckpt_rev = r;
-      } else {
-        rc = lost_race(s) ? WEIR_EFENCED : WEIR_EIO;
-      }
-    } else {
-      rc = g < 0 ? WEIR_EIO : WEIR_EFENCED;
-    }
-    weir_free(val);
-    weir_free(cur.seqs);
+    /* At the revision this owner last wrote: a takeover since moved it. */
+    rec.epoch = c->epoch;
+    char *text = rec_text(&rec);
+    uint64_t r;
+    natsStatus s = kvStore_UpdateString(&r, c->keep, key, text, c->ckpt_rev);
+    weir_free(text);
+    if (s == NATS_OK)
+      c->ckpt_rev = r;
+    else
+      rc = lost_race(s) ? WEIR_EFENCED : WEIR_EIO;
     if (rc == WEIR_EFENCED)
       snprintf(err, errlen,
                "stage %d was taken over by another owner: checkpoint %llu does "

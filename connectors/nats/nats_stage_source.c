@@ -304,8 +304,7 @@ static int purge_below(weir_ctx *ctx, ssrc *s, stask *t, uint64_t seq) {
   if (st != NATS_OK) {
     WEIR_LOG_W("source '%s': %s: purging %s below sequence %llu failed (%s): tried again at the "
                "next checkpoint",
-               weir_ctx_name(ctx), u->spec, data, (unsigned long long)seq,
-               weir__nats_errtext(st));
+               weir_ctx_name(ctx), u->spec, data, (unsigned long long)seq, weir__nats_errtext(st));
     return 0;
   }
   t->purged = seq;
