@@ -6,7 +6,8 @@
  * gen -> map -> key_by -> count -> sink run alone with what the cut puts
  * at its edges, and together equal to the whole job: stage 0 sends every
  * generated record (mapped) to its out sink, stage 1 counts exactly what
- * its in source gives; the refusals: a loop, two key-by inputs into one
+ * its in source gives; stage 0 cut into tasks, each run alone making its
+ * split of the sources, as subtask t of the tasks; the refusals: a loop, two key-by inputs into one
  * stage, an input across a non-key-by edge from an earlier stage, an
  * event-time operator outside stage 0, a stage out of range, a missing in
  * or out, a second cut.
@@ -200,6 +201,57 @@ Test(cut, stage1_counts_what_its_input_gives) {
   }
   cr_assert_eq(total, N);
   cr_assert_eq(g_out.n, N);
+  weir_job_destroy(job);
+}
+
+/* Stage 0's out, seen from one task of it: the subtask and parallelism its
+ * sink reports, besides the records. */
+static uint32_t g_seen_sub, g_seen_par;
+static int probe_process(weir_ctx *ctx, const weir_record *in) {
+  g_seen_sub = weir_ctx_subtask(ctx);
+  g_seen_par = weir_ctx_parallelism(ctx);
+  return bag_process(ctx, in);
+}
+static const weir_operator_vt probe_vt = {
+    .size = sizeof probe_vt, .name = "probe", .process = probe_process};
+static int out_to_probe(weir_stream *s, void *user) {
+  return weir_sink(s, "to-next", &probe_vt, user, 0);
+}
+
+/* Stage 0 cut into 3 tasks, each run alone: task t runs one subtask of each
+ * operator, which reports itself as subtask t of 3, so the generator
+ * makes its split t (values = t mod 3); the three runs together make each
+ * of the 3 splits once. */
+Test(cut, tasks_split_a_stage) {
+  reset();
+  uint64_t total = 0;
+  for (int t = 0; t < 3; t++) {
+    memset(g_gen.at, 0, sizeof g_gen.at);
+    static bag zero;
+    g_in_fed = zero;
+    pthread_mutex_init(&g_in_fed.mu, NULL);
+    g_seen_sub = g_seen_par = 99;
+    weir_job *job = counter(&g_out);
+    weir_stage_cut c = {.stage = 0, .task = t, .tasks = 3, .out = out_to_probe, .user = &g_in_fed};
+    cr_assert_eq(weir_job_cut(job, &c), 0, "%s", weir_job_error(job));
+    cr_assert_eq(run(job), 0, "%s", weir_job_error(job));
+    cr_assert_eq(g_seen_sub, (uint32_t)t);
+    cr_assert_eq(g_seen_par, 3);
+    cr_assert_eq(g_in_fed.n, N / 2, "task %d sent %llu records", t, (unsigned long long)g_in_fed.n);
+    for (uint64_t i = 0; i < g_in_fed.n; i++) {
+      cr_assert_eq(g_in_fed.vals[i] % 3, (uint64_t)t, "task %d made %llu", t,
+                   (unsigned long long)g_in_fed.vals[i]);
+      total += g_in_fed.vals[i];
+    }
+    weir_job_destroy(job);
+  }
+  /* 0 .. 3N/2 - 1, each once. */
+  cr_assert_eq(total, (uint64_t)(3 * N / 2) * (3 * N / 2 - 1) / 2);
+  cr_assert_eq(g_out.n, 0, "the count of stage 1 ran in stage 0");
+  weir_job *job = counter(&g_out);
+  weir_stage_cut bad = {.stage = 0, .task = 3, .tasks = 3, .out = out_to_probe, .user = &g_in_fed};
+  cr_assert_eq(weir_job_cut(job, &bad), WEIR_EPLAN);
+  cr_assert(strstr(weir_job_error(job), "task 3 of 3"), "%s", weir_job_error(job));
   weir_job_destroy(job);
 }
 

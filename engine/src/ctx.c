@@ -86,10 +86,10 @@ int weir__ctx_result(weir_ctx *c, int rc, int most, const char *what, const char
 }
 
 uint32_t weir_ctx_subtask(const weir_ctx *c) {
-  return c->subtask;
+  return c->subtask + c->job->task * c->parallelism;
 }
 uint32_t weir_ctx_parallelism(const weir_ctx *c) {
-  return c->parallelism;
+  return c->job->tasks ? c->parallelism * c->job->tasks : c->parallelism;
 }
 const char *weir_ctx_name(const weir_ctx *c) {
   return c->node->name;

@@ -105,6 +105,8 @@ int weir_job_cut(weir_job *job, const weir_stage_cut *cut) {
   if (!rc && (k < 0 || k >= nstages))
     rc = weir_job_fail(job, WEIR_EPLAN, "weir_job_cut: stage %d: the job has stages 0 to %d", k,
                        nstages - 1);
+  if (!rc && (cut->tasks < 0 || (cut->tasks > 0 && (cut->task < 0 || cut->task >= cut->tasks))))
+    rc = weir_job_fail(job, WEIR_EPLAN, "weir_job_cut: task %d of %d tasks", cut->task, cut->tasks);
   if (!rc && k > 0 && !cut->in)
     rc = weir_job_fail(job, WEIR_EPLAN, "weir_job_cut: stage %d needs a source for its input", k);
   if (!rc && k < nstages - 1 && !cut->out)
@@ -175,6 +177,9 @@ int weir_job_cut(weir_job *job, const weir_stage_cut *cut) {
   for (uint32_t i = 0; i < nn; i++) {
     weir__node *n = nodes[i];
     n->index = i;
+    /* One task of the stage: one subtask of each operator, which the
+     * context reports as the task's (ctx.c). */
+    if (cut->tasks > 0) n->parallelism = 1;
     weir_free(n->in);
     weir_free(n->out);
     n->in = n->out = NULL;
@@ -192,6 +197,10 @@ int weir_job_cut(weir_job *job, const weir_stage_cut *cut) {
   job->edges = keep;
   job->nedges = nkeep;
   job->cut = 1;
+  if (cut->tasks > 0) {
+    job->task = (uint32_t)cut->task;
+    job->tasks = (uint32_t)cut->tasks;
+  }
   weir_free(st);
   return 0;
 }

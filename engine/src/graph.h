@@ -167,6 +167,9 @@ struct weir_job {
   uint32_t ndropped;
   weir__node **dropped;
   int cut; /* weir_job_cut kept one stage */
+  /* weir_job_cut kept one task of it: subtasks report themselves as
+   * subtask task * p + i of p * tasks (ctx.c); tasks = 0: as they are. */
+  uint32_t task, tasks;
   /* Plan (after freeze). */
   atomic_int planned; /* the operators' contexts exist (read their counts) */
   weir_run_opts opts;

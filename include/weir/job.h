@@ -1011,9 +1011,19 @@ int weir_job_stages(weir_job *job, int *nstages, uint64_t *fingerprint);
  * output, at its parallelism) the sink that sends the stage's output to
  * the next stage, routing each record to the task that owns its key
  * (required unless the stage is the last), and returns 0 or its error.
- * Their names must not clash with the job's operators'. */
+ * Their names must not clash with the job's operators'.
+ *
+ * tasks > 0 keeps one task of the stage: the run is task `task` of
+ * `tasks` identical runs of it (a cluster's unit of ownership). Every
+ * operator kept then runs as one subtask that reports itself as subtask
+ * `task` of parallelism `tasks` (weir_ctx_subtask, weir_ctx_parallelism),
+ * so that sources read their share of the input, the stage edge's
+ * source reads the edge's task `task`, and sinks name what they write
+ * apart from the other tasks'. tasks = 0 keeps the whole stage at the
+ * parallelism the job asked. */
 typedef struct weir_stage_cut {
   int stage;
+  int task, tasks;
   weir_stream *(*in)(weir_job *job, void *user);
   int (*out)(weir_stream *s, void *user);
   void *user;
