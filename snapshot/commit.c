@@ -270,7 +270,9 @@ int weir__update_job(weir_store *s, weir__req *r) {
   if (r->type == WEIR__REQ_JOB_BEGIN) {
     if (!have) {
       memset(&job, 0, sizeof job);
-      if ((rc = make_uuid(s, job.job_id)) < 0) {
+      if (s->new_job_id[0])
+        memcpy(job.job_id, s->new_job_id, sizeof job.job_id);
+      else if ((rc = make_uuid(s, job.job_id)) < 0) {
         mdb_txn_abort(txn);
         return rc;
       }

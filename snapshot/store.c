@@ -405,6 +405,10 @@ int weir_store_job_get(weir_store *s, weir_store_job *out) {
   return rc;
 }
 
+int weir_store_job_id_valid(const char *s) {
+  return weir__uuid_valid(s);
+}
+
 int weir_store_set_identity(weir_store *s, const weir_store_identity *id) {
   if (s == NULL || id == NULL || id->name == NULL || id->fingerprint == 0) return WEIR_EINVAL;
   if (s->read_only) return weir__store_fail(s, WEIR_ESTATE, "store %s: opened read-only", s->path);
@@ -419,6 +423,10 @@ int weir_store_set_identity(weir_store *s, const weir_store_identity *id) {
                               "store %s: destination %u is unnamed, too long or out of order",
                               s->path, i);
   }
+  if (id->job_id && !weir__uuid_valid(id->job_id))
+    return weir__store_fail(s, WEIR_EINVAL, "store %s: job id '%s' is not a UUID", s->path,
+                            id->job_id);
+  snprintf(s->new_job_id, sizeof s->new_job_id, "%s", id->job_id ? id->job_id : "");
   weir__meta_free(&s->ident);
   s->ident.job_name = weir_strdup(id->name);
   s->ident.fingerprint = id->fingerprint;

@@ -127,6 +127,7 @@ struct weir_store {
    * thread before the job begins, read by the writer thread afterwards
    * (the request queue's mutex orders the two). ident.job_name NULL: none. */
   weir__ckpt_meta ident;
+  char new_job_id[40]; /* a new job's id (weir_store_identity.job_id); "": random */
 
   /* writer thread */
   weir__pending *pending;

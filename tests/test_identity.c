@@ -15,7 +15,9 @@
  * that gained a stateless operator (exact), without the stateful count
  * (refused unless allow_non_restored_state), with another parallelism
  * (rescaled, exact), and a two-phase sink whose destination cannot move
- * (refused even with allow_sink_change, with the sink's reason).
+ * (refused even with allow_sink_change, with the sink's reason); a job id
+ * given by the caller (weir_run_opts.job_id) names a new job, not a
+ * restored one.
  */
 #include <criterion/criterion.h>
 
@@ -476,6 +478,43 @@ static void assert_exact(void) {
   for (uint64_t k = 0; k < K; k++)
     cr_assert_eq(atomic_load(&cfg.max[k]), N / K, "key %llu ends at %llu, expected %u", (ull)k,
                  (ull)atomic_load(&cfg.max[k]), N / K);
+}
+
+/* weir_run_opts.job_id: a job the run creates gets it (with a state
+ * directory, or without one); a restore keeps the checkpoint's id whatever
+ * is asked; an id that is not a UUID is refused before anything runs. */
+Test(identity, a_given_job_id_names_a_new_job) {
+  const char *given = "0123abcd-4567-5890-a1b2-c3d4e5f60718";
+  char *dir = th_tmpdir();
+  memset(&cfg, 0, sizeof cfg);
+  cfg.stop_after = N / 3;
+  cfg.job = build(BASE, 2, N, NULL);
+  weir_run_opts o = opts(dir);
+  o.job_id = given;
+  cr_assert_eq(weir_job_run(cfg.job, &o), 0, "%s", weir_job_error(cfg.job));
+  cr_assert_str_eq(weir_job_run_info(cfg.job)->job_id, given);
+  weir_job_destroy(cfg.job);
+  o = opts(dir);
+  o.job_id = "ffffffff-ffff-5fff-bfff-ffffffffffff";
+  cr_assert_eq(run_restored(dir, BASE, 2, &o, NULL), 0, "%s", weir_job_error(cfg.job));
+  cr_assert_gt(weir_job_run_info(cfg.job)->restored_from, 0);
+  cr_assert_str_eq(weir_job_run_info(cfg.job)->job_id, given, "a restore took another id");
+  weir_job_destroy(cfg.job);
+  assert_exact();
+  /* Without a state directory. */
+  memset(&cfg, 0, sizeof cfg);
+  cfg.job = build(BASE, 2, 0, NULL);
+  weir_run_opts none = {.workers = 2, .job_id = given};
+  cr_assert_eq(weir_job_run(cfg.job, &none), 0, "%s", weir_job_error(cfg.job));
+  cr_assert_str_eq(weir_job_run_info(cfg.job)->job_id, given);
+  weir_job_destroy(cfg.job);
+  /* Not a UUID. */
+  cfg.job = build(BASE, 2, 0, NULL);
+  weir_run_opts bad = {.workers = 2, .job_id = "job-1"};
+  cr_assert_eq(weir_job_run(cfg.job, &bad), WEIR_EINVAL);
+  cr_assert(strstr(weir_job_error(cfg.job), "not a UUID"), "%s", weir_job_error(cfg.job));
+  weir_job_destroy(cfg.job);
+  finish(dir);
 }
 
 Test(identity, a_graph_that_gained_a_stateless_operator_restores) {

@@ -120,8 +120,11 @@ int weir__identity_record(weir_job *job, weir_store *store) {
   qsort(d, nd, sizeof *d, cmp_dest);
   char name[WEIR_STORE_NAME_MAX + 1];
   snprintf(name, sizeof name, "%s", job->name ? job->name : "");
-  weir_store_identity id = {
-      .name = name, .fingerprint = job->fingerprint, .ndests = nd, .dests = d};
+  weir_store_identity id = {.name = name,
+                            .fingerprint = job->fingerprint,
+                            .ndests = nd,
+                            .dests = d,
+                            .job_id = job->opts.job_id};
   int rc = weir_store_set_identity(store, &id);
   weir_free(d);
   if (rc) return weir__job_store_failed(job, rc, "cannot record the job's identity");

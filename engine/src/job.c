@@ -909,6 +909,10 @@ static int check_opts(weir_job *job) {
   if (o->tolerable_checkpoint_failures < WEIR_TOLERATE_ANY)
     return weir_job_fail(job, WEIR_EINVAL, "tolerable checkpoint failures: %d is not a count",
                          o->tolerable_checkpoint_failures);
+  if (o->job_id && !weir_store_job_id_valid(o->job_id))
+    return weir_job_fail(job, WEIR_EINVAL,
+                         "job id '%s': not a UUID in text form (lower-case hex, 8-4-4-4-12)",
+                         o->job_id);
   return 0;
 }
 
@@ -968,6 +972,8 @@ int weir_job_run(weir_job *job, const weir_run_opts *opts) {
       return rc > 0 ? 0 : atomic_load(&job->failed) ? atomic_load(&job->failed) : rc;
     }
   }
+  if (!job->info.job_id[0] && job->opts.job_id)
+    snprintf(job->info.job_id, sizeof job->info.job_id, "%s", job->opts.job_id);
   if (!job->info.job_id[0]) random_job_id(job->info.job_id);
 
   runner r;

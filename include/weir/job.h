@@ -969,6 +969,13 @@ typedef struct weir_run_opts {
    * epoch destinations see, given by an owner outside the directory
    * (cluster mode: the stage's epoch in NATS). */
   uint64_t min_lease_epoch;
+  /* The id of the job if this run creates it (a UUID in text form, lower
+   * case, as weir_ctx_job_id gives; NULL: a random one): destinations
+   * name what a job writes by its id, so a run that starts again from
+   * nothing under the same id finds and removes what an earlier one left
+   * uncommitted (cluster mode: one id per task). A state directory whose
+   * job exists keeps that job's id. Borrowed: kept alive for the run. */
+  const char *job_id;
 } weir_run_opts;
 
 #define WEIR_DEFAULT_TOLERABLE_FAILURES 3

@@ -138,6 +138,9 @@ typedef struct weir_store_identity {
   uint64_t fingerprint; /* its graph's (never 0: 0 means "not recorded") */
   uint32_t ndests;
   const weir_store_dest *dests; /* ordered by op (strcmp), no duplicates */
+  /* The id a job created from now on gets (a UUID in text form, lower
+   * case); NULL: a random one. An existing job keeps its own. */
+  const char *job_id;
 } weir_store_identity;
 
 /* Sets the identity this store records from now on (copied). Call it before
@@ -146,13 +149,18 @@ typedef struct weir_store_identity {
  * records all of it in its checkpoint. Without it (a NULL identity), the
  * store writes what a weir before identities wrote: none (tests build such
  * stores). Returns 0, WEIR_EINVAL (a name or id too long, destinations out
- * of order, fingerprint 0) or WEIR_ESTATE (read-only store). */
+ * of order, fingerprint 0, a job id that is not a UUID) or WEIR_ESTATE
+ * (read-only store). */
 int weir_store_set_identity(weir_store *s, const weir_store_identity *id);
+
+/* Nonzero if s is a job id a store takes (a UUID in text form, lower case). */
+int weir_store_job_id_valid(const char *s);
 
 /* Reads the job record: returns 1 and fills *out if there is a job, 0 if
  * the store is empty. */
 int weir_store_job_get(weir_store *s, weir_store_job *out);
-/* Starts a run: creates the job (new UUID v4) if none; with new_instance,
+/* Starts a run: creates the job (a new UUID v4, or the identity's job_id)
+ * if none; with new_instance,
  * starts a new instance of an existing job (instance + 1, finished = 0,
  * latest = 0; checkpoint ids continue); otherwise returns the existing job
  * as it is. Synchronous and durable (runs on the writer thread, waited
