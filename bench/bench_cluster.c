@@ -134,13 +134,14 @@ static void drop(const char *job, const char *out_stream) {
   if (out_stream) js_DeleteStream(js, out_stream, NULL, NULL);
 }
 
-/* Which member (index) holds stage s of job, -1 if none. */
-static int holder(const char *job, int s) {
+/* Which member (index) holds task `task` ("<stage>.<task>") of job, -1 if
+ * none. */
+static int holder(const char *job, const char *task) {
   char err[256], name[64];
   weir_cluster *c = NULL;
   if (weir_cluster_open(&c, nats, job, 1500, -1, err, sizeof err) != 0) return -1;
   int who =
-      weir_cluster_holder(c, s, name, sizeof name) == 0 && name[0] == 'm' ? atoi(name + 1) : -1;
+      weir_cluster_holder(c, task, name, sizeof name) == 0 && name[0] == 'm' ? atoi(name + 1) : -1;
   weir_cluster_close(c);
   return who;
 }
@@ -153,7 +154,8 @@ typedef struct run_out {
 
 /* One run: n processes (1: one job; MEMBERS: a cluster), paced when r > 0,
  * the output read when `sink` is a stream of ours. kill_at > 0: SIGKILL the
- * holder of stage 1 after that many seconds. Returns 0 or -1. */
+ * holder of task 1.0 (the sink's stage has one task) after that many
+ * seconds. Returns 0 or -1. */
 static int run(const char *dir, const char *job, int n, unsigned long long nrec,
                unsigned long long r, const char *subject, const char *stream, double kill_at,
                run_out *out) {
@@ -196,7 +198,7 @@ static int run(const char *dir, const char *job, int n, unsigned long long nrec,
       natsStatus s = natsSubscription_NextMsg(&m, sub, 100);
       uint64_t now = weir_clock_mono_ns();
       if (kill_at > 0 && !kill_ns && now - t0 >= (uint64_t)(kill_at * 1e9)) {
-        int who = holder(job, 1);
+        int who = holder(job, "1.0");
         if (who >= 0) {
           kill(pids[who], SIGKILL);
           waitpid(pids[who], NULL, 0);

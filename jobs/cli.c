@@ -180,6 +180,7 @@ int cli_take_engine(cli_args *a, cli_engine *eng) {
   if ((r = cli_take_u64(a, "--tasks", 1024, &eng->tasks)) != 0) return r;
   if ((r = cli_take_int(a, "--replicas", 5, &eng->replicas)) != 0) return r;
   if ((r = cli_take_int(a, "--cluster-stage", 63, &eng->cluster_stage)) != 0) return r;
+  if ((r = cli_take_int(a, "--cluster-task", 1023, &eng->cluster_task)) != 0) return r;
   if ((r = cli_take_u64(a, "--cluster-epoch", UINT64_MAX, &eng->cluster_epoch)) != 0) return r;
   if ((r = cli_take_int(a, "--cluster-parent-fd", 1 << 20, &eng->cluster_parent_fd)) != 0) return r;
   return 0;
@@ -207,6 +208,7 @@ void cli_engine_init(cli_engine *eng) {
   eng->checkpoint_mode = "aligned";
   eng->log_level = -1;
   eng->cluster_stage = -1;
+  eng->cluster_task = -1;
   eng->cluster_parent_fd = -1;
 }
 

@@ -85,9 +85,9 @@ typedef struct cli_engine {
   /* Cluster mode (cluster.h): --cluster URL (NULL: none), --member NAME,
    * --job NAME (default: the job's own name), --tasks T (tasks of each
    * stage edge, 0 = 4), --replicas N (of the streams and buckets made, 0 =
-   * 1); and what a member gives the run of one of its stages:
-   * --cluster-stage K (-1: not a stage's run), --cluster-epoch E,
-   * --cluster-parent-fd FD (-1: none). */
+   * 1); and what a member gives the run of one of its tasks:
+   * --cluster-stage K (-1: not a task's run), --cluster-task T (task T of
+   * stage K), --cluster-epoch E, --cluster-parent-fd FD (-1: none). */
   const char *cluster;
   const char *member;
   const char *sink; /* the job's --sink, as cli_check_sink saw it (NULL: none) */
@@ -95,6 +95,7 @@ typedef struct cli_engine {
   uint64_t tasks;
   int replicas;
   int cluster_stage;
+  int cluster_task;
   uint64_t cluster_epoch;
   int cluster_parent_fd;
 } cli_engine;

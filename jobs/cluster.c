@@ -1,23 +1,27 @@
 /* jobs/cluster.c: owns cluster mode of `weir run` (--cluster URL --member
- * NAME; docs/scale-out.md): the member, which takes stages of the job and
+ * NAME; docs/scale-out.md): the member, which takes tasks of the job and
  * runs each in a child process of its own, and the child's side of it, a
- * run of one stage whose commit point is in NATS.
+ * run of one task whose commit point is in NATS.
  *
- * DESIGN. A member is a supervisor, never a data path: every beat (a
- * third of the lease) it writes its heartbeat, renews the leases of the
- * stages it runs, reaps the children that ended, and claims the stages
- * that nobody holds and that rendezvous hashing over the live members
- * gives to it. A stage runs as `weir run --cluster-stage K ...` (the
- * member's own command line with the stage, its fencing epoch and a pipe
- * whose end tells the child its member died), in a fresh state directory
- * <state dir>/stage<K>: what a member had only locally never counts. The
- * child cuts the graph to stage K with stage edges at its cuts, takes the
- * stage's commit point over (weir_cluster_take: its epoch written, the
- * checkpoint it names fetched) and restores from it as from a savepoint;
- * each checkpoint then counts only once weir_cluster_commit stored it in
- * NATS and moved the commit point, before any sink commits or any batch
- * goes downstream. A member that loses a lease kills that stage's child at
- * once (fail-stop), and a child whose member died kills itself.
+ * DESIGN. A job's graph is cut into stages at its key-by edges, and each
+ * stage into --tasks tasks: task t of stage K reads the stage edge's task
+ * t and is split t of K's sources (weir_stage_cut.task). The task is the
+ * unit of ownership. A member is a supervisor, never a data path: every
+ * beat (a third of the lease) it writes its heartbeat, renews the leases
+ * of the tasks it runs, reaps the children that ended, and claims the
+ * tasks that nobody holds and that rendezvous hashing over the live
+ * members gives to it. A task runs as `weir run --cluster-stage K
+ * --cluster-task T ...` (the member's own command line with the task, its
+ * fencing epoch and a pipe whose end tells the child its member died), in
+ * a fresh state directory <state dir>/task<K>.<T>: what a member had only
+ * locally never counts. The child cuts the graph to the task with stage
+ * edges at its cuts, takes the task's commit point over
+ * (weir_cluster_take: its epoch written, the checkpoint it names fetched)
+ * and restores from it as from a savepoint; each checkpoint then counts
+ * only once weir_cluster_commit stored it in NATS and moved the commit
+ * point, before any sink commits or any batch goes downstream. A member
+ * that loses a lease kills that task's child at once (fail-stop), and a
+ * child whose member died kills itself.
  */
 #include "cluster.h"
 
@@ -34,12 +38,14 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/failpoint.h"
 #include "weir/cluster.h"
 #include "weir/nats.h"
 #include "weir/sinks.h"
 
 #define MAX_STAGES 64
-#define MAX_RESTARTS 3 /* a stage's child failing this often in a row ends its member */
+#define MAX_TASKS 4096 /* stages x tasks */
+#define MAX_RESTARTS 3 /* a task's child failing this often in a row ends its member */
 
 int cli_main_argc;
 char **cli_main_argv;
@@ -55,7 +61,7 @@ static int valid_name(const char *s) {
 
 int cli_cluster_check(const cli_engine *eng, const char *job_name) {
   if (!eng->cluster) {
-    if (eng->member || eng->cluster_job || eng->cluster_stage >= 0)
+    if (eng->member || eng->cluster_job || eng->cluster_stage >= 0 || eng->cluster_task >= 0)
       return cli_usage("--member and --job go with --cluster nats://HOST:PORT[,HOST:PORT...]");
     return 0;
   }
@@ -69,11 +75,11 @@ int cli_cluster_check(const cli_engine *eng, const char *job_name) {
     return cli_usage("--job '%s': letters, digits, - and _ only (the job's name in the cluster)",
                      job);
   if (eng->sink && !strncmp(eng->sink, "file:", 5))
-    return cli_usage("--sink %s: the file sink is single-host, and a stage may move to another "
+    return cli_usage("--sink %s: the file sink is single-host, and a task may move to another "
                      "host: in cluster mode, use postgresql://, nats:// or http:// sinks",
                      eng->sink);
   if (!strcmp(eng->state_dir, "none"))
-    return cli_usage("--cluster needs a state directory (its stages checkpoint there first)");
+    return cli_usage("--cluster needs a state directory (its tasks checkpoint there first)");
   return 0;
 }
 
@@ -85,19 +91,26 @@ static uint32_t lease_of(const cli_engine *eng) {
   return eng->lease_ms ? (uint32_t)eng->lease_ms : 6000u;
 }
 
+static int tasks_of(const cli_engine *eng) {
+  return eng->tasks ? (int)eng->tasks : 4;
+}
+
 /* ---- the member ---------------------------------------------------------- */
 
-typedef struct stage_run {
+typedef struct task_run {
+  int stage, task;
+  char name[24]; /* "<stage>.<task>": its keys in NATS */
   int owned;
   uint64_t epoch, rev;
   uint64_t renewed_ns; /* the lease's last renewal that NATS answered */
   pid_t pid;           /* 0: no child */
   int pipe_w;          /* the member's end of the child's pipe */
-  int failures;        /* the child's failures in a row */
-  uint64_t next_ns;    /* a failed child starts again after this */
-  int handing_off;     /* its child was stopped for the stage's rendezvous owner */
-  char want[128];      /* the stage's rendezvous owner at the last beat */
-} stage_run;
+  int failures;        /* the task's runs that failed here in a row */
+  uint64_t next_ns;    /* a task nobody holds is claimed by anyone after this */
+  uint64_t retry_ns;   /* a task whose run failed here is claimed again after this */
+  int handing_off;     /* its child was stopped for the task's rendezvous owner */
+  char want[128];      /* the task's rendezvous owner at the last beat */
+} task_run;
 
 static volatile sig_atomic_t g_stop;
 static void on_stop(int sig) {
@@ -105,20 +118,22 @@ static void on_stop(int sig) {
   g_stop = 1;
 }
 
-static uint64_t fnv(uint64_t h, const char *s) {
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-  return h;
+/* A stable hash of "<a>/<b>" (weir_hash_bytes: the same on every host). */
+static uint64_t hash_pair(const char *a, const char *b) {
+  char buf[300];
+  int n = snprintf(buf, sizeof buf, "%s/%s", a, b);
+  if (n < 0) n = 0;
+  if ((size_t)n >= sizeof buf) n = (int)sizeof buf - 1;
+  return weir_hash_bytes(buf, (size_t)n);
 }
 
 /* Rendezvous hashing: the live member with the highest hash of (member,
- * stage) runs the stage, so that a member's death moves only its stages. */
-static const char *owner_of(int stage, char **members, int n) {
+ * task) runs the task, so that a member's death moves only its tasks. */
+static const char *owner_of(const char *task, char **members, int n) {
   const char *best = NULL;
   uint64_t bh = 0;
-  char num[16];
-  snprintf(num, sizeof num, "/%d", stage);
   for (int i = 0; i < n; i++) {
-    uint64_t h = fnv(fnv(1469598103934665603ull, members[i]), num);
+    uint64_t h = hash_pair(members[i], task);
     if (!best || h > bh) best = members[i], bh = h;
   }
   return best;
@@ -151,36 +166,40 @@ static int rm_tree(const char *path) {
   return unlink(path) == 0 || errno == ENOENT ? 0 : -1;
 }
 
-/* <state dir>/stage<K>, emptied. */
-static int stage_dir(const cli_engine *eng, int stage, char *out, size_t cap, int empty) {
-  int n = snprintf(out, cap, "%s/stage%d", eng->state_dir, stage);
+/* <state dir>/task<K>.<T>, emptied. */
+static int task_dir(const cli_engine *eng, const char *task, char *out, size_t cap, int empty) {
+  int n = snprintf(out, cap, "%s/task%s", eng->state_dir, task);
   if (n < 0 || (size_t)n >= cap) return -1;
   if (empty && rm_tree(out) != 0) return -1;
   return 0;
 }
 
-static int spawn_stage(const cli_engine *eng, int stage, stage_run *r) {
+static int spawn_task(const cli_engine *eng, task_run *r) {
   char dir[1024];
-  if (stage_dir(eng, stage, dir, sizeof dir, 1) < 0) {
-    cli_error("cluster: cannot empty the state directory of stage %d (%s): %s", stage, dir,
+  if (task_dir(eng, r->name, dir, sizeof dir, 1) < 0) {
+    cli_error("cluster: cannot empty the state directory of task %s (%s): %s", r->name, dir,
               strerror(errno));
     return -1;
   }
   int p[2];
   if (pipe(p) != 0) return -1;
   (void)fcntl(p[1], F_SETFD, FD_CLOEXEC);
-  char sk[16], ep[24], fd[16];
-  snprintf(sk, sizeof sk, "%d", stage);
+  char sk[16], tk[16], ep[24], fd[16];
+  snprintf(sk, sizeof sk, "%d", r->stage);
+  snprintf(tk, sizeof tk, "%d", r->task);
   snprintf(ep, sizeof ep, "%llu", (unsigned long long)r->epoch);
   snprintf(fd, sizeof fd, "%d", p[0]);
-  /* weir run --cluster-stage K --cluster-epoch E --cluster-parent-fd FD <the rest> */
-  char **argv = calloc((size_t)cli_main_argc + 8, sizeof *argv);
+  /* weir run --cluster-stage K --cluster-task T --cluster-epoch E
+   * --cluster-parent-fd FD <the rest> */
+  char **argv = calloc((size_t)cli_main_argc + 10, sizeof *argv);
   if (!argv) return -1;
   int k = 0;
   argv[k++] = cli_main_argv[0];
   argv[k++] = cli_main_argv[1];
   argv[k++] = "--cluster-stage";
   argv[k++] = sk;
+  argv[k++] = "--cluster-task";
+  argv[k++] = tk;
   argv[k++] = "--cluster-epoch";
   argv[k++] = ep;
   argv[k++] = "--cluster-parent-fd";
@@ -205,14 +224,14 @@ static int spawn_stage(const cli_engine *eng, int stage, stage_run *r) {
   r->pid = pid;
   r->pipe_w = p[1];
   if (!eng->quiet)
-    fprintf(stderr, "weir: cluster: stage %d runs here (epoch %llu, pid %d)\n", stage,
+    fprintf(stderr, "weir: cluster: task %s runs here (epoch %llu, pid %d)\n", r->name,
             (unsigned long long)r->epoch, (int)pid);
   return 0;
 }
 
-/* Ends a stage's child now (SIGKILL: nothing it still holds may reach a
+/* Ends a task's child now (SIGKILL: nothing it still holds may reach a
  * destination) and forgets it. */
-static void kill_stage(stage_run *r) {
+static void kill_task(task_run *r) {
   if (r->pid > 0) {
     kill(r->pid, SIGKILL);
     waitpid(r->pid, NULL, 0);
@@ -236,8 +255,10 @@ int cli_cluster_member(weir_job *job, const cli_engine *eng) {
   uint64_t fp = 0;
   int rc = stages_of(job, &nstages, &fp);
   if (rc) return rc;
-  if (nstages > MAX_STAGES) {
-    cli_error("cluster: the job has %d stages, more than %d", nstages, MAX_STAGES);
+  int ntasks = tasks_of(eng), nruns = nstages * ntasks;
+  if (nstages > MAX_STAGES || nruns > MAX_TASKS) {
+    cli_error("cluster: the job has %d stages of %d tasks: at most %d stages and %d tasks in all",
+              nstages, ntasks, MAX_STAGES, MAX_TASKS);
     return CLI_EXIT_USAGE;
   }
   const char *name = cluster_job(eng, job);
@@ -247,7 +268,7 @@ int cli_cluster_member(weir_job *job, const cli_engine *eng) {
   weir_cluster *c = NULL;
   rc = weir_cluster_open(&c, eng->cluster, name, lease, eng->replicas ? eng->replicas : 1, err,
                          sizeof err);
-  if (!rc) rc = weir_cluster_agree(c, fp, nstages, err, sizeof err);
+  if (!rc) rc = weir_cluster_agree(c, fp, nstages, ntasks, err, sizeof err);
   if (rc) {
     cli_error("cluster: %s", err);
     weir_cluster_close(c);
@@ -259,8 +280,8 @@ int cli_cluster_member(weir_job *job, const cli_engine *eng) {
     return CLI_EXIT_RUNTIME;
   }
   if (!eng->quiet)
-    fprintf(stderr, "weir: cluster: member %s of job %s (%d stages, lease %u ms)\n", eng->member,
-            name, nstages, lease);
+    fprintf(stderr, "weir: cluster: member %s of job %s (%d stages of %d tasks, lease %u ms)\n",
+            eng->member, name, nstages, ntasks, lease);
   struct sigaction sa, old_int, old_term;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_stop;
@@ -268,16 +289,25 @@ int cli_cluster_member(weir_job *job, const cli_engine *eng) {
   sigaction(SIGTERM, &sa, &old_term);
   signal(SIGPIPE, SIG_IGN);
 
-  stage_run runs[MAX_STAGES];
-  memset(runs, 0, sizeof runs);
+  /* Owned here; every task of every stage, in stage order. */
+  task_run *runs = calloc((size_t)nruns, sizeof *runs);
+  if (!runs) {
+    weir_cluster_close(c);
+    return CLI_EXIT_RUNTIME;
+  }
+  for (int i = 0; i < nruns; i++) {
+    runs[i].stage = i / ntasks;
+    runs[i].task = i % ntasks;
+    snprintf(runs[i].name, sizeof runs[i].name, "%d.%d", runs[i].stage, runs[i].task);
+  }
   int code = CLI_EXIT_OK, first = 1;
   uint64_t alive_ns = weir_clock_mono_ns();
   for (;;) {
     uint64_t now = weir_clock_mono_ns();
     if (weir_cluster_heartbeat(c, eng->member) == 0) alive_ns = now;
     /* Children that ended. */
-    for (int s = 0; s < nstages; s++) {
-      stage_run *r = &runs[s];
+    for (int i = 0; i < nruns; i++) {
+      task_run *r = &runs[i];
       int st;
       if (r->pid <= 0 || waitpid(r->pid, &st, WNOHANG) != r->pid) continue;
       close(r->pipe_w);
@@ -285,41 +315,47 @@ int cli_cluster_member(weir_job *job, const cli_engine *eng) {
       int ex = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
       if (r->handing_off) {
         /* Stopped after a committed checkpoint: its owner takes it from there. */
-        weir_cluster_release(c, s, r->rev);
-        r->owned = r->handing_off = 0;
+        weir_cluster_release(c, r->name, r->rev);
+        r->owned = r->handing_off = r->failures = 0;
         if (!eng->quiet)
-          fprintf(stderr, "weir: cluster: stage %d handed over (its run exited %d)\n", s, ex);
+          fprintf(stderr, "weir: cluster: task %s handed over (its run exited %d)\n", r->name, ex);
       } else if (ex == 0) {
-        (void)weir_cluster_set_done(c, s);
-        weir_cluster_release(c, s, r->rev);
+        (void)weir_cluster_set_done(c, r->name);
+        weir_cluster_release(c, r->name, r->rev);
         r->owned = 0;
-        if (!eng->quiet) fprintf(stderr, "weir: cluster: stage %d finished\n", s);
+        if (!eng->quiet) fprintf(stderr, "weir: cluster: task %s finished\n", r->name);
       } else if (ex == CLI_EXIT_OWNED || ex == CLI_EXIT_USAGE || ex == CLI_EXIT_REFUSED ||
                  ++r->failures >= MAX_RESTARTS) {
-        cli_error("cluster: stage %d ended with exit %d%s", s, ex,
+        cli_error("cluster: task %s ended with exit %d%s", r->name, ex,
                   ex == CLI_EXIT_OWNED ? " (another owner took it)" : "");
-        weir_cluster_release(c, s, r->rev);
+        weir_cluster_release(c, r->name, r->rev);
         r->owned = 0;
         if (ex != CLI_EXIT_OWNED && code == CLI_EXIT_OK) code = ex;
       } else {
-        r->next_ns = now + 2 * beat_ns;
+        /* Started again after a pause, by a new claim: each run of a task
+         * has an epoch of its own, so that destinations fence what the
+         * failed one left (a PostgreSQL sink rolls back its prepared
+         * transactions, which the same epoch would take for its own). */
+        weir_cluster_release(c, r->name, r->rev);
+        r->owned = 0;
+        r->retry_ns = now + 2 * beat_ns;
       }
     }
     if (code != CLI_EXIT_OK || g_stop) break;
     /* Leases. */
-    for (int s = 0; s < nstages; s++) {
-      stage_run *r = &runs[s];
+    for (int i = 0; i < nruns; i++) {
+      task_run *r = &runs[i];
       if (!r->owned) continue;
-      int x = weir_cluster_renew(c, s, eng->member, &r->rev);
+      int x = weir_cluster_renew(c, r->name, eng->member, &r->rev);
       if (x == 0) {
         r->renewed_ns = now;
       } else if (x == WEIR_EFENCED || now - r->renewed_ns >= (uint64_t)lease * 1000000u) {
-        cli_error("cluster: lost the lease of stage %d: its run here is killed", s);
-        kill_stage(r);
+        cli_error("cluster: lost the lease of task %s: its run here is killed", r->name);
+        kill_task(r);
         r->owned = 0;
       }
     }
-    /* Stages nobody runs. */
+    /* Tasks nobody runs. */
     char **members = NULL;
     int nm = 0, done = 0;
     if (now - alive_ns < (uint64_t)lease * 1000000u &&
@@ -330,36 +366,33 @@ int cli_cluster_member(weir_job *job, const cli_engine *eng) {
         members = realloc(members, (size_t)(nm + 1) * sizeof *members);
         members[nm++] = strdup(eng->member);
       }
-      for (int s = 0; s < nstages; s++) {
-        stage_run *r = &runs[s];
-        const char *want = owner_of(s, members, nm);
+      for (int i = 0; i < nruns; i++) {
+        task_run *r = &runs[i];
+        const char *want = owner_of(r->name, members, nm);
         int steady = !strcmp(want, r->want); /* the same owner two beats in a row */
         snprintf(r->want, sizeof r->want, "%s", want);
         if (r->owned) {
-          if (r->pid == 0 && now >= r->next_ns && spawn_stage(eng, s, r) < 0) {
-            weir_cluster_release(c, s, r->rev);
-            r->owned = 0;
-          } else if (r->pid > 0 && !r->handing_off && steady && strcmp(want, eng->member) != 0) {
-            /* A member joined that the stage hashes to: stop the run (its
+          if (r->pid > 0 && !r->handing_off && steady && strcmp(want, eng->member) != 0) {
+            /* A member joined that the task hashes to: stop the run (its
              * last checkpoint commits, no end of input is sent), then
              * release the lease for it. */
             if (!eng->quiet)
-              fprintf(stderr, "weir: cluster: stage %d moves to member %s\n", s, want);
+              fprintf(stderr, "weir: cluster: task %s moves to member %s\n", r->name, want);
             kill(r->pid, SIGTERM);
             r->handing_off = 1;
           }
           continue;
         }
-        if (weir_cluster_done(c, s) == 1) {
+        if (weir_cluster_done(c, r->name) == 1) {
           done++;
           continue;
         }
-        if (first) continue; /* the others' heartbeats first */
+        if (first || now < r->retry_ns) continue; /* the others' heartbeats first */
         if (strcmp(want, eng->member) != 0) {
           /* Its rendezvous owner may be dead but not yet expired; anyone
-           * takes a stage nobody has held for two leases. */
+           * takes a task nobody has held for two leases. */
           char holder[128];
-          if (weir_cluster_holder(c, s, holder, sizeof holder) != 0 || holder[0]) {
+          if (weir_cluster_holder(c, r->name, holder, sizeof holder) != 0 || holder[0]) {
             r->next_ns = 0;
             continue;
           }
@@ -367,11 +400,16 @@ int cli_cluster_member(weir_job *job, const cli_engine *eng) {
           if (now < r->next_ns) continue;
         }
         uint64_t epoch = 0, rev = 0;
-        if (weir_cluster_claim(c, s, eng->member, &epoch, &rev) == 1) {
-          *r = (stage_run){.owned = 1, .epoch = epoch, .rev = rev, .renewed_ns = now};
-          if (spawn_stage(eng, s, r) < 0) {
-            cli_error("cluster: cannot start stage %d: %s", s, strerror(errno));
-            weir_cluster_release(c, s, rev);
+        if (weir_cluster_claim(c, r->name, eng->member, &epoch, &rev) == 1) {
+          r->owned = 1;
+          r->epoch = epoch;
+          r->rev = rev;
+          r->renewed_ns = now;
+          r->next_ns = 0;
+          r->handing_off = 0;
+          if (spawn_task(eng, r) < 0) {
+            cli_error("cluster: cannot start task %s: %s", r->name, strerror(errno));
+            weir_cluster_release(c, r->name, rev);
             r->owned = 0;
           }
         }
@@ -379,7 +417,7 @@ int cli_cluster_member(weir_job *job, const cli_engine *eng) {
       for (int i = 0; i < nm; i++) free(members[i]);
       free(members);
     }
-    if (done == nstages) {
+    if (done == nruns) {
       if (first && !eng->quiet)
         fprintf(stderr,
                 "weir: cluster: job %s already finished: nothing to do ('weir cluster delete "
@@ -392,9 +430,9 @@ int cli_cluster_member(weir_job *job, const cli_engine *eng) {
     while (!g_stop && weir_clock_mono_ns() < until) weir_sleep_us(20000);
   }
   /* Leaving: children stop with the member (a stop is not an end of
-   * input: their stages are taken over from their last commit). */
-  for (int s = 0; s < nstages; s++) {
-    stage_run *r = &runs[s];
+   * input: their tasks are taken over from their last commit). */
+  for (int i = 0; i < nruns; i++) {
+    task_run *r = &runs[i];
     if (r->pid > 0) {
       kill(r->pid, SIGTERM);
       int st;
@@ -402,23 +440,26 @@ int cli_cluster_member(weir_job *job, const cli_engine *eng) {
       close(r->pipe_w);
       r->pid = 0;
     }
-    if (r->owned) weir_cluster_release(c, s, r->rev);
+    if (r->owned) weir_cluster_release(c, r->name, r->rev);
   }
+  free(runs);
   weir_cluster_leave(c, eng->member);
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
   weir_cluster_close(c);
   if (!eng->quiet && code == CLI_EXIT_OK)
     fprintf(stderr, "weir: cluster: member %s leaves (%s)\n", eng->member,
-            g_stop ? "stopped" : "every stage finished");
+            g_stop ? "stopped" : "every task finished");
   return code;
 }
 
-/* ---- a stage's run ------------------------------------------------------- */
+/* ---- a task's run ------------------------------------------------------- */
 
 struct cli_cluster_task {
   weir_cluster *c;
-  int stage;
+  int stage, task;
+  char name[24];   /* "<stage>.<task>" */
+  char job_id[40]; /* the task's: the same for every run of it */
   uint64_t epoch;
   char in_url[1024], out_url[1024];
   char dir[1024], takeover[1100];
@@ -430,6 +471,18 @@ static void edge_url(const cli_engine *eng, const char *job, int k, char *out, s
   if (eng->replicas > 1) snprintf(rep, sizeof rep, "&replicas=%d", eng->replicas);
   snprintf(out, cap, "%s/weir.%s.e%d?tasks=%llu&stream=WEIR_%s_E%d%s", eng->cluster, job, k,
            (unsigned long long)(eng->tasks ? eng->tasks : 4), job, k, rep);
+}
+
+/* Task `task` of cluster job `job`'s id: a name-based UUID (version 5's
+ * layout, from two 64-bit hashes rather than SHA-1), the same wherever the
+ * task runs. */
+static void task_job_id(const char *job, const char *task, char out[40]) {
+  uint64_t a = hash_pair(job, task), b = hash_pair(task, job);
+  a = (a & ~0xf000ull) | 0x5000ull;                        /* version 5 */
+  b = (b & 0x3fffffffffffffffull) | 0x8000000000000000ull; /* RFC 4122 variant */
+  snprintf(out, 40, "%08llx-%04llx-%04llx-%04llx-%012llx", (unsigned long long)(a >> 32),
+           (unsigned long long)((a >> 16) & 0xffff), (unsigned long long)(a & 0xffff),
+           (unsigned long long)(b >> 48), (unsigned long long)(b & 0xffffffffffffull));
 }
 
 static weir_stream *cut_in(weir_job *job, void *user) {
@@ -448,20 +501,26 @@ static int cut_out(weir_stream *s, void *user) {
 
 static int commit_point(void *user, uint64_t id, const char *path, uint64_t bytes) {
   cli_cluster_task *t = user;
+  /* Tests kill a stage's runs here: the checkpoint durable locally and
+   * prepared at destinations, committed nowhere. */
+  char fp[48];
+  snprintf(fp, sizeof fp, "cluster.before_commit.stage%d", t->stage);
+  int rc = weir_failpoint(fp);
+  if (rc < 0) return rc;
   char err[512] = "";
-  int rc = weir_cluster_commit(t->c, t->stage, id, path, bytes, err, sizeof err);
+  rc = weir_cluster_commit(t->c, t->name, id, path, bytes, err, sizeof err);
   if (rc) cli_error("cluster: %s", err);
   return rc;
 }
 
 /* The member's end of the pipe closed: it died, and with it this run's
- * right to its stage. Nothing more of it may happen. */
+ * right to its task. Nothing more of it may happen. */
 static void *watch_parent(void *arg) {
   int fd = (int)(intptr_t)arg;
   char b;
   while (read(fd, &b, 1) < 0 && errno == EINTR) {
   }
-  fprintf(stderr, "weir: cluster: the member died: its stage's run ends\n");
+  fprintf(stderr, "weir: cluster: the member died: its task's run ends\n");
   kill(getpid(), SIGKILL);
   return NULL;
 }
@@ -472,18 +531,24 @@ int cli_cluster_task_prepare(weir_job *job, cli_engine *eng, cli_cluster_task **
   uint64_t fp = 0;
   int rc = stages_of(job, &nstages, &fp);
   if (rc) return rc;
-  if (eng->cluster_stage >= nstages) {
-    cli_error("cluster: stage %d: the job has %d stages", eng->cluster_stage, nstages);
+  int ntasks = tasks_of(eng);
+  if (eng->cluster_stage >= nstages || eng->cluster_task < 0 || eng->cluster_task >= ntasks) {
+    cli_error("cluster: task %d.%d: the job has %d stages of %d tasks", eng->cluster_stage,
+              eng->cluster_task, nstages, ntasks);
     return CLI_EXIT_USAGE;
   }
   const char *name = cluster_job(eng, job);
   cli_cluster_task *t = calloc(1, sizeof *t);
   if (!t) return CLI_EXIT_RUNTIME;
   t->stage = eng->cluster_stage;
+  t->task = eng->cluster_task;
+  snprintf(t->name, sizeof t->name, "%d.%d", t->stage, t->task);
   t->epoch = eng->cluster_epoch;
+  task_job_id(name, t->name, t->job_id);
   if (t->stage > 0) edge_url(eng, name, t->stage, t->in_url, sizeof t->in_url);
   if (t->stage < nstages - 1) edge_url(eng, name, t->stage + 1, t->out_url, sizeof t->out_url);
-  weir_stage_cut cut = {.stage = t->stage, .in = cut_in, .out = cut_out, .user = t};
+  weir_stage_cut cut = {
+      .stage = t->stage, .task = t->task, .tasks = ntasks, .in = cut_in, .out = cut_out, .user = t};
   if ((rc = weir_job_cut(job, &cut)) != 0) {
     cli_error("cluster: %s", weir_job_error(job));
     free(t);
@@ -497,19 +562,19 @@ int cli_cluster_task_prepare(weir_job *job, cli_engine *eng, cli_cluster_task **
   char err[512] = "";
   rc = weir_cluster_open(&t->c, eng->cluster, name, lease_of(eng),
                          eng->replicas ? eng->replicas : 1, err, sizeof err);
-  if (!rc) rc = weir_cluster_agree(t->c, fp, nstages, err, sizeof err);
-  stage_dir(eng, t->stage, t->dir, sizeof t->dir, 0);
+  if (!rc) rc = weir_cluster_agree(t->c, fp, nstages, ntasks, err, sizeof err);
+  task_dir(eng, t->name, t->dir, sizeof t->dir, 0);
   snprintf(t->takeover, sizeof t->takeover, "%s.takeover", t->dir);
   uint64_t id = 0;
   if (!rc)
-    rc = weir_cluster_take(t->c, t->stage, eng->cluster_epoch, t->takeover, &id, err, sizeof err);
+    rc = weir_cluster_take(t->c, t->name, eng->cluster_epoch, t->takeover, &id, err, sizeof err);
   if (rc) {
-    cli_error("cluster: stage %d: %s", t->stage, err);
+    cli_error("cluster: task %s: %s", t->name, err);
     cli_cluster_task_end(t);
     return cli_exit_for(rc);
   }
   if (!eng->quiet)
-    fprintf(stderr, "weir: cluster: stage %d (epoch %llu) %s\n", t->stage,
+    fprintf(stderr, "weir: cluster: task %s (epoch %llu) %s\n", t->name,
             (unsigned long long)eng->cluster_epoch,
             id ? "restores its committed checkpoint" : "starts from the beginning");
   eng->state_dir = t->dir;
@@ -522,9 +587,14 @@ int cli_cluster_task_prepare(weir_job *job, cli_engine *eng, cli_cluster_task **
 void cli_cluster_task_opts(cli_cluster_task *t, weir_run_opts *o) {
   o->commit_point = commit_point;
   o->commit_point_user = t;
-  /* The stage's epoch is the run's: its directory is new, and every
+  /* The task's epoch is the run's: its directory is new, and every
    * checkpoint it may restore was committed by a lower epoch. */
   o->min_lease_epoch = t->epoch;
+  /* A run that starts the task from nothing has the id the task's first
+   * run had, so destinations find what a run that died before its first
+   * commit left uncommitted (a PostgreSQL sink rolls its prepared
+   * transactions back). Restores keep the checkpoint's id anyway. */
+  o->job_id = t->job_id;
 }
 
 void cli_cluster_task_end(cli_cluster_task *t) {
@@ -540,9 +610,10 @@ void cli_help_cluster(FILE *out) {
   fputs("usage: weir cluster status --cluster nats://HOST:PORT[,...] --job NAME\n"
         "       weir cluster delete --cluster nats://HOST:PORT[,...] --job NAME\n"
         "\n"
-        "status: the job's graph, its live members, and per stage who runs it (its\n"
-        "lease holder and fencing epoch), its committed checkpoint, and whether it\n"
-        "finished. delete: removes all the job keeps in NATS (its key-value\n"
+        "status: the job's graph, its live members, and per task (<stage>.<task>)\n"
+        "who runs it (its lease holder), its committed checkpoint (and the fencing\n"
+        "epoch that committed it), and whether it finished. delete: removes all the job keeps in "
+        "NATS (its key-value\n"
         "buckets, its replicated checkpoints and its stage edges' streams), so that\n"
         "the name can run again from the beginning; only once no member runs it.\n"
         "Members: weir run --cluster URL --member NAME [--job NAME] JOB ... (see\n"
@@ -596,14 +667,15 @@ int cli_cmd_cluster(int argc, char **argv) {
     return cli_exit_for(rc);
   }
   uint64_t fp = 0;
-  int nstages = 0;
-  int g = weir_cluster_graph(c, &fp, &nstages);
+  int nstages = 0, ntasks = 0;
+  int g = weir_cluster_graph(c, &fp, &nstages, &ntasks);
   if (g <= 0) {
     printf("job %s: no member ran it yet\n", job);
     weir_cluster_close(c);
     return g < 0 ? CLI_EXIT_RUNTIME : CLI_EXIT_OK;
   }
-  printf("job %s: graph %016llx, %d stages\n", job, (unsigned long long)fp, nstages);
+  printf("job %s: graph %016llx, %d stages of %d tasks\n", job, (unsigned long long)fp, nstages,
+         ntasks);
   char **members = NULL;
   int nm = 0;
   if (weir_cluster_members(c, &members, &nm) == 0) {
@@ -612,15 +684,16 @@ int cli_cmd_cluster(int argc, char **argv) {
     printf("%s\n", nm ? "" : " none alive");
     weir_cluster_free_names(members, nm);
   }
-  int finished = 0;
-  for (int s = 0; s < nstages && s < MAX_STAGES; s++) {
-    char holder[128] = "";
+  int finished = 0, nruns = nstages * ntasks;
+  for (int i = 0; i < nruns && i < MAX_TASKS; i++) {
+    char holder[128] = "", task[24];
     uint64_t epoch = 0, id = 0;
-    (void)weir_cluster_holder(c, s, holder, sizeof holder);
-    (void)weir_cluster_committed(c, s, &epoch, &id);
-    int done = weir_cluster_done(c, s) == 1;
+    snprintf(task, sizeof task, "%d.%d", i / ntasks, i % ntasks);
+    (void)weir_cluster_holder(c, task, holder, sizeof holder);
+    (void)weir_cluster_committed(c, task, &epoch, &id);
+    int done = weir_cluster_done(c, task) == 1;
     finished += done;
-    printf("stage %d: %s", s, done ? "finished" : holder[0] ? "runs on " : "not running");
+    printf("task %s: %s", task, done ? "finished" : holder[0] ? "runs on " : "not running");
     if (!done && holder[0]) printf("%s", holder);
     if (id)
       printf(", checkpoint %llu committed (epoch %llu)", (unsigned long long)id,
@@ -629,7 +702,7 @@ int cli_cmd_cluster(int argc, char **argv) {
       printf(", no checkpoint committed");
     printf("\n");
   }
-  if (finished == nstages) printf("the job finished\n");
+  if (finished == nruns) printf("the job finished\n");
   weir_cluster_close(c);
   return CLI_EXIT_OK;
 }

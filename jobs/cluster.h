@@ -6,8 +6,8 @@
 
 #include "cli.h"
 
-/* main()'s arguments: a member runs each stage as its own command line
- * with the stage added. */
+/* main()'s arguments: a member runs each task as its own command line
+ * with the task added. */
 extern int cli_main_argc;
 extern char **cli_main_argv;
 
@@ -15,13 +15,13 @@ extern char **cli_main_argv;
  * -1 after a usage message. */
 int cli_cluster_check(const cli_engine *eng, const char *job_name);
 
-/* Runs this process as member eng->member of the cluster until every stage
+/* Runs this process as member eng->member of the cluster until every task
  * of the built job finished, or it is stopped: the exit code. */
 int cli_cluster_member(weir_job *job, const cli_engine *eng);
 
-/* A stage's run (eng->cluster_stage >= 0): cuts the job to the stage,
- * takes its commit point over and points eng at the stage's state
- * directory and the checkpoint to restore. Returns an exit code (0: go on
+/* A task's run (eng->cluster_stage >= 0, eng->cluster_task): cuts the
+ * job to the task, takes its commit point over and points eng at the
+ * task's state directory and the checkpoint to restore. Returns an exit code (0: go on
  * with *t, which cli_cluster_task_opts puts into the run's options and
  * cli_cluster_task_end frees after the run). */
 typedef struct cli_cluster_task cli_cluster_task;

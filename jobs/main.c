@@ -199,24 +199,26 @@ static void help_run(FILE *out) {
         "\n"
         "Cluster mode (engine options; docs/scale-out.md): one job run by several\n"
         "processes, on one host or several, through NATS JetStream. The job's graph\n"
-        "is cut at its key-by edges into stages; each member takes stages nobody\n"
-        "runs (leases and fencing epochs in a NATS key-value bucket) and runs each\n"
-        "in a child process; a stage's checkpoint counts once it is stored in NATS\n"
-        "and its commit point moved there, so another member takes a dead member's\n"
-        "stage over from it. Start the same command on every member, with its name.\n"
+        "is cut at its key-by edges into stages, and each stage into --tasks tasks\n"
+        "(task t reads the keys of task t, or split t of the sources); each member\n"
+        "takes tasks nobody runs (leases and fencing epochs in a NATS key-value\n"
+        "bucket) and runs each in a child process; a task's checkpoint counts once\n"
+        "it is stored in NATS and its commit point moved there, so another member\n"
+        "takes a dead member's task over from it. Start the same command on every\n"
+        "member, with its name.\n"
         "  --cluster URL        nats://HOST:PORT[,HOST:PORT...]: the NATS servers\n"
         "  --member NAME        this member's name (letters, digits, - and _)\n"
         "  --job NAME           the job's name in the cluster (default: the job's\n"
         "                       own); a finished job does not run again under its\n"
         "                       name until 'weir cluster delete'\n"
-        "  --tasks T            tasks of each stage edge (default 4)\n"
+        "  --tasks T            tasks of each stage (default 4; every member the same)\n"
         "  --replicas N         replicas of the streams and buckets it makes (1-5,\n"
         "                       default 1; 3 on a three-node NATS cluster)\n"
-        "The lease (--lease-ms) is the stages' too; --state-dir holds each stage's\n"
-        "local store (<dir>/stage<K>), emptied when the stage starts here. The file\n"
-        "sink is refused (a stage may move to another host). A member whose stage\n"
-        "was taken over kills that stage's run at once; a stage's run whose member\n"
-        "died ends itself.\n"
+        "The lease (--lease-ms) is the tasks' too; --state-dir holds each task's\n"
+        "local store (<dir>/task<K>.<T>), emptied when the task starts here. The\n"
+        "file sink is refused (a task may move to another host). A member whose\n"
+        "task was taken over kills that task's run at once; a task's run whose\n"
+        "member died ends itself.\n"
         "\n"
         "Sinks (--sink SPEC of the built-in jobs; weir_sink_to in the C API):\n"
         "  null, print          discard; print to stdout (at-least-once)\n"
@@ -614,7 +616,7 @@ static int build_failed(weir_job *job, int rc, const char *what) {
   return job ? cli_exit_for_build(rc) : CLI_EXIT_RUNTIME;
 }
 
-/* Cluster mode (cluster.h): a member, or the run of one of its stages. */
+/* Cluster mode (cluster.h): a member, or the run of one of its tasks. */
 static int execute_cluster(weir_job *job, cli_engine *eng, const cli_builtin *kind, void *cfg) {
   if (cli_cluster_check(eng, weir_job_name(job)) < 0) return CLI_EXIT_USAGE;
   if (eng->cluster_stage < 0) return cli_cluster_member(job, eng);

@@ -1,23 +1,25 @@
 /* test_cluster.c: cluster mode (jobs/cluster.c, connectors/nats/
  * nats_cluster.c, engine/src/cut.c; docs/scale-out.md): the counter job
  * run by three `weir run --cluster URL --member NAME` processes, its two
- * stages (generator | count -> nats sink) in their children, the key-by
+ * stages (generator | count -> nats sink) of two tasks each (task t: split
+ * t of the generator; the keys of task t) in their children, the key-by
  * edge between them a stage edge, ownership, fencing epochs, commit points
- * and replicated checkpoints in NATS.
+ * and replicated checkpoints in NATS, per task.
  *
  * Covers: with no fault the output stream holds every (key, count) exactly
- * once and every member leaves when both stages finished; members killed
- * (SIGKILL of the member process only: its stages' runs kill themselves
- * when their pipe closes) while they run a stage, and restarted later,
- * the job still exact, no run of a dead member left behind (and the same
- * into PostgreSQL: every row once, no prepared transaction left); a paused
- * member (SIGSTOP past its lease, then SIGCONT) commits nothing more, its
- * stage taken over, exact; a stage's run killed while it publishes its
- * batches downstream (the stage edge's stream keeps duplicates: a 100 ms
- * window), exact, and the negative control, the same with the consumer's
- * high-water marks disabled (failpoint stage.apply_duplicates), counts
- * some records twice; a member that joins takes the stages that hash to
- * it over from their holder (stopped after a committed checkpoint), exact;
+ * once, the tasks spread over the members, and every member leaves when
+ * every task finished; members killed (SIGKILL of the member process
+ * only: its tasks' runs kill themselves when their pipe closes) while
+ * they run a task, and restarted later, the job still exact, no run of a
+ * dead member left behind (and the same into PostgreSQL: every row once,
+ * no prepared transaction left); a paused member (SIGSTOP past its lease,
+ * then SIGCONT) commits nothing more, its task taken over, exact; a
+ * task's run killed while it publishes its batches downstream (the stage
+ * edge's stream keeps duplicates: a 100 ms window), exact, and the
+ * negative control, the same with the consumer's high-water marks
+ * disabled (failpoint stage.apply_duplicates), counts some records twice;
+ * a member that joins takes the tasks that hash to it over from their
+ * holder (stopped after a committed checkpoint), exact;
  * one node of a three-node NATS cluster killed under the members (R3),
  * exact; a member with another graph refused (exit 2),
  * the file sink refused, `weir cluster status` and `delete`.
@@ -45,6 +47,8 @@ typedef unsigned long long ull;
 
 #define LEASE_MS "1500"
 #define NMEMBERS 3
+#define NTASKS 2 /* --tasks: of each of the two stages */
+#define NTASKS_ARG "2"
 
 static void cluster_fini(void);
 TestSuite(cluster, .timeout = 240, .fini = cluster_fini);
@@ -63,6 +67,8 @@ typedef struct tcl {
   pid_t pid[NMEMBERS];
 } tcl;
 
+/* What the suite's fini closes when a test ends on a failed assertion (a
+ * long jump out of it): so each test's tcl is static, not on its stack. */
 static tcl *live;
 static pcluster *live_pc;
 
@@ -153,7 +159,7 @@ static void member_start(tcl *c, int i, const char *failpoints, const char *extr
   argv[k++] = "--lease-ms";
   argv[k++] = LEASE_MS;
   argv[k++] = "--tasks";
-  argv[k++] = "2";
+  argv[k++] = NTASKS_ARG;
   if (c->replicas) {
     argv[k++] = "--replicas";
     argv[k++] = c->replicas;
@@ -239,14 +245,19 @@ static void no_orphans(tcl *c, pid_t pgid, int i) {
                  c->j->history);
 }
 
-/* The member that holds stage s's lease (-1: none), through the job's
- * state in NATS (opened once a member made it). */
-static int holder_of(tcl *c, int s) {
+/* The member that holds task `task`'s lease ("<stage>.<task>"; -1: none),
+ * through the job's state in NATS (opened once a member made it). */
+static int holder_of(tcl *c, const char *task) {
   char err[256], name[64];
   if (!c->cl && weir_cluster_open(&c->cl, c->url, c->job, 1500, -1, err, sizeof err) != 0)
     return -1;
-  if (weir_cluster_holder(c->cl, s, name, sizeof name) != 0 || name[0] != 'm') return -1;
+  if (weir_cluster_holder(c->cl, task, name, sizeof name) != 0 || name[0] != 'm') return -1;
   return atoi(name + 1);
+}
+
+static const char *task_name(int stage, int task) {
+  static const char *names[2][NTASKS] = {{"0.0", "0.1"}, {"1.0", "1.1"}};
+  return names[stage][task];
 }
 
 /* The output stream holds every (key, count) exactly once (exact), or
@@ -322,7 +333,7 @@ static void start_all(tcl *c, const char *failpoints) {
 }
 
 Test(cluster, three_members_exact) {
-  tcl c;
+  static tcl c;
   tcl_open(&c, nats_url(), 60000, 97, "30000");
   start_all(&c, NULL);
   all_leave(&c, 90);
@@ -335,9 +346,20 @@ Test(cluster, three_members_exact) {
   size_t n = fread(buf, 1, sizeof buf - 1, p);
   buf[n] = '\0';
   cr_assert_eq(pclose(p), 0);
-  cr_assert(strstr(buf, "stage 0: finished") && strstr(buf, "stage 1: finished") &&
+  cr_assert(strstr(buf, "task 0.0: finished") && strstr(buf, "task 0.1: finished") &&
+                strstr(buf, "task 1.0: finished") && strstr(buf, "task 1.1: finished") &&
                 strstr(buf, "the job finished"),
             "status:\n%s", buf);
+  /* The tasks were spread: more than one member ran some. */
+  int ran = 0;
+  for (int i = 0; i < NMEMBERS; i++) {
+    char log[700];
+    snprintf(log, sizeof log, "%s/m%d.log", c.j->dir, i);
+    char *text = th_read_file(log, NULL);
+    ran += text && strstr(text, "runs here") != NULL;
+    free(text);
+  }
+  cr_assert_geq(ran, 2, "only %d member(s) ran tasks\nhistory: %s", ran, c.j->history);
   member_start(&c, 0, NULL, NULL);
   cr_assert_eq(member_wait(&c, 0, 30), 0);
   check_output(&c, 1);
@@ -363,11 +385,11 @@ static void short_window_edge(tcl *c) {
   jsStreamInfo_Destroy(si);
 }
 
-/* Member 0 alone first (it takes both stages), its stages' runs killed
+/* Member 0 alone first (it takes every task), its tasks' runs killed
  * after their 6th send (a stage edge batch, an output message) again and
  * again, until it gives them up; then the two others finish the job. */
 static uint64_t killed_while_publishing(const char *all_failpoints) {
-  tcl c;
+  static tcl c;
   tcl_open(&c, nats_url(), 80000, 97, "20000");
   short_window_edge(&c);
   char fp[256];
@@ -375,7 +397,7 @@ static uint64_t killed_while_publishing(const char *all_failpoints) {
            all_failpoints ? all_failpoints : "");
   member_start(&c, 0, fp, NULL);
   int rc = member_wait(&c, 0, 60);
-  cr_assert(rc > 0, "member 0 exited %d, not after its stages failed\nhistory: %s", rc,
+  cr_assert(rc > 0, "member 0 exited %d, not after its tasks failed\nhistory: %s", rc,
             c.j->history);
   crash_hist(c.j, " m0 gave up (%d)", rc);
   for (int i = 1; i < NMEMBERS; i++) member_start(&c, i, all_failpoints, NULL);
@@ -397,7 +419,7 @@ Test(cluster, negative_control_without_marks_counts_twice) {
 }
 
 Test(cluster, members_killed_are_taken_over) {
-  tcl c;
+  static tcl c;
   tcl_open(&c, nats_url(), 150000, 97, "15000");
   short_window_edge(&c);
   start_all(&c, NULL);
@@ -405,13 +427,15 @@ Test(cluster, members_killed_are_taken_over) {
   int kills = 0;
   for (int round = 0; round < 4; round++) {
     th_sleep_ms(1800 + (int)(th_splitmix64(&seed) % 1200));
-    int s = (int)(th_splitmix64(&seed) % 2), who = holder_of(&c, s);
+    const char *task =
+        task_name((int)(th_splitmix64(&seed) % 2), (int)(th_splitmix64(&seed) % NTASKS));
+    int who = holder_of(&c, task);
     if (who < 0 || c.pid[who] <= 0) continue;
     pid_t pg = c.pid[who];
     kill(pg, SIGKILL); /* the member only: its runs must die with it */
     waitpid(pg, NULL, 0);
     c.pid[who] = 0;
-    crash_hist(&c.j[0], " kill m%d (stage %d)", who, s);
+    crash_hist(&c.j[0], " kill m%d (task %s)", who, task);
     kills++;
     no_orphans(&c, pg, who);
     th_sleep_ms(500);
@@ -434,15 +458,22 @@ static long long pg_count(PGconn *pg, const char *sql) {
   return v;
 }
 
-/* The kills of members_killed_are_taken_over into PostgreSQL (two-phase
- * commit; the fence row of each stage's job id at its epoch): every (k, c)
- * once in the table, and no prepared transaction left behind. */
+/* First member 0 alone, the runs of the sink's tasks killed at their first
+ * commit point (cluster.before_commit.stage1: the sink's transaction of
+ * their first checkpoint prepared at the server, the checkpoint committed
+ * nowhere) again and again until it gives up: those tasks then start from
+ * nothing in the other members, and since a task's job id is the same in
+ * every run of it, they roll back what the dead runs prepared. Then the kills of
+ * members_killed_are_taken_over into PostgreSQL (two-phase commit; the
+ * fence row of each task's job id at its epoch). Every (k, c) once in the
+ * table, and no prepared transaction left behind. (The only test here
+ * that uses PostgreSQL, so the count of prepared transactions is its.) */
 Test(cluster, members_killed_into_postgresql_are_exact) {
   if (!th_service("PGHOST")) {
     cr_assert(!th_in_ci(), "PGHOST is not set: PostgreSQL is required under CI");
     cr_skip_test("PGHOST is not set (scripts/services starts PostgreSQL)");
   }
-  tcl c;
+  static tcl c;
   tcl_open(&c, nats_url(), 100000, 97, "12000");
   const char *user = getenv("PGUSER"), *db = getenv("PGDATABASE"), *port = getenv("PGPORT");
   char conninfo[512], table[96];
@@ -453,17 +484,25 @@ Test(cluster, members_killed_into_postgresql_are_exact) {
   PGconn *pg = PQconnectdb(conninfo);
   cr_assert(PQstatus(pg) == CONNECTION_OK, "%s", PQerrorMessage(pg));
   long long prepared0 = pg_count(pg, "SELECT count(*) FROM pg_prepared_xacts");
+  member_start(&c, 0, "cluster.before_commit.stage1=kill", NULL);
+  int rc = member_wait(&c, 0, 60);
+  cr_assert(rc > 0, "member 0 exited %d, not after its tasks failed\nhistory: %s", rc,
+            c.j->history);
+  long long left = pg_count(pg, "SELECT count(*) FROM pg_prepared_xacts") - prepared0;
+  crash_hist(c.j, " m0 gave up (%d), %lld prepared", rc, left);
+  cr_assert_gt(left, 0, "no transaction was prepared before the kills: the test proves nothing");
   start_all(&c, NULL);
   uint64_t seed = (uint64_t)getpid() * 40503u;
   int kills = 0;
   for (int round = 0; round < 3; round++) {
     th_sleep_ms(1800 + (int)(th_splitmix64(&seed) % 1000));
-    int who = holder_of(&c, 1);
+    const char *task = task_name(1, (int)(th_splitmix64(&seed) % NTASKS));
+    int who = holder_of(&c, task);
     if (who < 0 || c.pid[who] <= 0) continue;
     kill(c.pid[who], SIGKILL);
     waitpid(c.pid[who], NULL, 0);
     c.pid[who] = 0;
-    crash_hist(c.j, " kill m%d (stage 1)", who);
+    crash_hist(c.j, " kill m%d (task %s)", who, task);
     kills++;
     th_sleep_ms(300);
     member_start(&c, who, NULL, NULL);
@@ -494,24 +533,25 @@ Test(cluster, members_killed_into_postgresql_are_exact) {
   PQfinish(pg);
   tcl_close(&c);
 }
+
 #endif
 
 Test(cluster, paused_member_commits_nothing_more) {
-  tcl c;
+  static tcl c;
   tcl_open(&c, nats_url(), 120000, 97, "15000");
   start_all(&c, NULL);
   int who = -1;
   for (int t = 0; t < 200 && who < 0; t++) {
     th_sleep_ms(50);
-    who = holder_of(&c, 1);
+    who = holder_of(&c, "1.0");
   }
-  cr_assert_geq(who, 0, "nobody took stage 1");
+  cr_assert_geq(who, 0, "nobody took task 1.0");
   th_sleep_ms(2000);
   kill(-c.pid[who], SIGSTOP); /* the member and its runs */
-  crash_hist(c.j, " pause m%d (stage 1)", who);
-  th_sleep_ms(5000); /* past its lease: another member takes stage 1 */
-  int now = holder_of(&c, 1);
-  cr_assert(now >= 0 && now != who, "stage 1 held by m%d after m%d paused", now, who);
+  crash_hist(c.j, " pause m%d (task 1.0)", who);
+  th_sleep_ms(5000); /* past its lease: another member takes task 1.0 */
+  int now = holder_of(&c, "1.0");
+  cr_assert(now >= 0 && now != who, "task 1.0 held by m%d after m%d paused", now, who);
   kill(-c.pid[who], SIGCONT);
   crash_hist(c.j, " continue m%d", who);
   all_leave(&c, 150);
@@ -519,50 +559,53 @@ Test(cluster, paused_member_commits_nothing_more) {
   char log[700];
   snprintf(log, sizeof log, "%s/m%d.log", c.j->dir, who);
   char *text = th_read_file(log, NULL);
-  cr_assert(text && (strstr(text, "lost the lease of stage 1") ||
+  cr_assert(text && (strstr(text, "lost the lease of task 1.0") ||
                      strstr(text, "taken over by another owner") ||
                      strstr(text, "another owner took it")),
-            "m%d's log does not say it lost stage 1:\n%s", who, text ? text : "");
+            "m%d's log does not say it lost task 1.0:\n%s", who, text ? text : "");
   free(text);
   tcl_close(&c);
 }
 
-/* Rendezvous hashing gives both stages to m1 once it is alive (m0 alone
- * has them): m0 hands them over when m1 joins. */
-Test(cluster, a_joining_member_takes_stages_over) {
-  tcl c;
+/* Rendezvous hashing gives some of the tasks to m1 once it is alive (m0
+ * alone has them all): m0 hands those over when m1 joins, and keeps the
+ * others. */
+Test(cluster, a_joining_member_takes_tasks_over) {
+  static tcl c;
   tcl_open(&c, nats_url(), 150000, 97, "15000");
   member_start(&c, 0, NULL, NULL);
   int who = -1;
   for (int t = 0; t < 200 && who != 0; t++) {
     th_sleep_ms(50);
-    who = holder_of(&c, 1);
+    who = holder_of(&c, "1.0");
   }
-  cr_assert_eq(who, 0, "m0, alone, does not run stage 1");
+  cr_assert_eq(who, 0, "m0, alone, does not run task 1.0");
   th_sleep_ms(1500);
   member_start(&c, 1, NULL, NULL);
-  int moved = 0;
+  const char *moved = NULL;
   for (int t = 0; t < 300 && !moved; t++) {
     th_sleep_ms(50);
-    moved = holder_of(&c, 0) == 1 && holder_of(&c, 1) == 1;
+    for (int st = 0; st < 2; st++)
+      for (int k = 0; k < NTASKS; k++)
+        if (holder_of(&c, task_name(st, k)) == 1) moved = task_name(st, k);
   }
-  cr_assert(moved, "the stages did not move to m1 (holders m%d, m%d)\nhistory: %s",
-            holder_of(&c, 0), holder_of(&c, 1), c.j->history);
-  crash_hist(c.j, " both stages on m1");
+  cr_assert(moved, "no task moved to m1\nhistory: %s", c.j->history);
+  crash_hist(c.j, " task %s on m1", moved);
   all_leave(&c, 150);
   check_output(&c, 1);
-  char log[700];
+  char log[700], says[64];
   snprintf(log, sizeof log, "%s/m0.log", c.j->dir);
   char *text = th_read_file(log, NULL);
-  cr_assert(text && strstr(text, "stage 1 moves to member m1") &&
-                strstr(text, "stage 1 handed over"),
-            "m0's log:\n%s", text ? text : "");
+  snprintf(says, sizeof says, "task %s moves to member m1", moved);
+  cr_assert(text && strstr(text, says), "m0's log does not say '%s':\n%s", says, text ? text : "");
+  snprintf(says, sizeof says, "task %s handed over", moved);
+  cr_assert(strstr(text, says), "m0's log does not say '%s':\n%s", says, text);
   free(text);
   tcl_close(&c);
 }
 
 Test(cluster, another_graph_and_the_file_sink_are_refused) {
-  tcl c;
+  static tcl c;
   tcl_open(&c, nats_url(), 2000, 10, "1000");
   member_start(&c, 0, NULL, NULL);
   th_sleep_ms(1500);
@@ -596,7 +639,7 @@ Test(cluster, survives_a_nats_node_killed) {
     cr_skip_test("cannot start a three-node NATS cluster");
   }
   live_pc = &pc;
-  tcl c;
+  static tcl c;
   tcl_open(&c, pc.url, 60000, 97, "15000");
   c.replicas = "3";
   start_all(&c, NULL);

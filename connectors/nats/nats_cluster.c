@@ -247,10 +247,10 @@ static int get(kvStore *kv, const char *key, char *buf, size_t cap, uint64_t *re
   return 1;
 }
 
-int weir_cluster_agree(weir_cluster *c, uint64_t fingerprint, int nstages, char *err,
+int weir_cluster_agree(weir_cluster *c, uint64_t fingerprint, int nstages, int tasks, char *err,
                        size_t errlen) {
   char mine[64], theirs[64];
-  snprintf(mine, sizeof mine, "%016llx %d", (unsigned long long)fingerprint, nstages);
+  snprintf(mine, sizeof mine, "%016llx %d %d", (unsigned long long)fingerprint, nstages, tasks);
   /* A bucket just made on a cluster answers once its replicas elected a
    * leader: unanswered reads are tried again for a while. */
   for (int tries = 0; tries < 40; tries++) {
@@ -262,8 +262,9 @@ int weir_cluster_agree(weir_cluster *c, uint64_t fingerprint, int nstages, char 
     if (g == 1) {
       if (strcmp(mine, theirs) == 0) return 0;
       snprintf(err, errlen,
-               "job '%s' runs another graph in this cluster (fingerprint and stages: %s; this "
-               "member's: %s): run the same job, or give this one another --job name",
+               "job '%s' runs another graph in this cluster (fingerprint, stages and tasks "
+               "of each: %s; this member's: %s): run the same job with the same --tasks, or give "
+               "this one another --job name",
                c->job, theirs, mine);
       return WEIR_EMISMATCH;
     }
@@ -314,15 +315,15 @@ void weir_cluster_free_names(char **names, int n) {
   weir_free(names);
 }
 
-int weir_cluster_claim(weir_cluster *c, int stage, const char *member, uint64_t *epoch,
+int weir_cluster_claim(weir_cluster *c, const char *task, const char *member, uint64_t *epoch,
                        uint64_t *rev) {
   char key[64], val[64];
-  snprintf(key, sizeof key, "lease.%d", stage);
+  snprintf(key, sizeof key, "lease.%s", task);
   natsStatus s = kvStore_CreateString(rev, c->live, key, member);
   if (s != NATS_OK) return lost_race(s) ? 0 : WEIR_EIO;
   /* The lease is ours: the next epoch, by compare-and-set too (a holder
    * that lost its lease never gets past the create above). */
-  snprintf(key, sizeof key, "epoch.%d", stage);
+  snprintf(key, sizeof key, "epoch.%s", task);
   for (int tries = 0; tries < 5; tries++) {
     uint64_t erev = 0;
     int g = get(c->keep, key, val, sizeof val, &erev);
@@ -336,13 +337,13 @@ int weir_cluster_claim(weir_cluster *c, int stage, const char *member, uint64_t 
       return 1;
     }
   }
-  weir_cluster_release(c, stage, *rev);
+  weir_cluster_release(c, task, *rev);
   return WEIR_EIO;
 }
 
-int weir_cluster_renew(weir_cluster *c, int stage, const char *member, uint64_t *rev) {
+int weir_cluster_renew(weir_cluster *c, const char *task, const char *member, uint64_t *rev) {
   char key[64];
-  snprintf(key, sizeof key, "lease.%d", stage);
+  snprintf(key, sizeof key, "lease.%s", task);
   uint64_t r;
   natsStatus s = kvStore_UpdateString(&r, c->live, key, member, *rev);
   if (s == NATS_OK) {
@@ -352,9 +353,9 @@ int weir_cluster_renew(weir_cluster *c, int stage, const char *member, uint64_t 
   return lost_race(s) ? WEIR_EFENCED : WEIR_EIO;
 }
 
-void weir_cluster_release(weir_cluster *c, int stage, uint64_t rev) {
+void weir_cluster_release(weir_cluster *c, const char *task, uint64_t rev) {
   char key[64];
-  snprintf(key, sizeof key, "lease.%d", stage);
+  snprintf(key, sizeof key, "lease.%s", task);
   uint64_t r;
   /* Only if still ours: overwrite with a tombstone-like empty value at
    * our revision, then delete it (a delete has no revision check). */
@@ -362,28 +363,28 @@ void weir_cluster_release(weir_cluster *c, int stage, uint64_t rev) {
     (void)kvStore_Delete(c->live, key);
 }
 
-int weir_cluster_holder(weir_cluster *c, int stage, char *name, size_t len) {
+int weir_cluster_holder(weir_cluster *c, const char *task, char *name, size_t len) {
   char key[64];
-  snprintf(key, sizeof key, "lease.%d", stage);
+  snprintf(key, sizeof key, "lease.%s", task);
   int g = get(c->live, key, name, len, NULL);
   if (g == 0 && len) name[0] = '\0';
   return g < 0 ? g : 0;
 }
 
-int weir_cluster_set_done(weir_cluster *c, int stage) {
+int weir_cluster_set_done(weir_cluster *c, const char *task) {
   char key[64];
-  snprintf(key, sizeof key, "done.%d", stage);
+  snprintf(key, sizeof key, "done.%s", task);
   uint64_t r;
   return kvStore_PutString(&r, c->keep, key, "1") == NATS_OK ? 0 : WEIR_EIO;
 }
 
-int weir_cluster_done(weir_cluster *c, int stage) {
+int weir_cluster_done(weir_cluster *c, const char *task) {
   char key[64];
-  snprintf(key, sizeof key, "done.%d", stage);
+  snprintf(key, sizeof key, "done.%s", task);
   return get(c->keep, key, NULL, 0, NULL);
 }
 
-/* ckpt.<stage>: "<epoch> <id> <bytes> <n> <seq>..." */
+/* ckpt.<task>: "<epoch> <id> <bytes> <n> <seq>..." */
 typedef struct commit_rec {
   uint64_t epoch, id, bytes;
   uint32_t n;
@@ -420,9 +421,9 @@ static char *rec_text(const commit_rec *r) {
 }
 
 /* The commit point's value, allocated (NULL: none), and its revision. */
-static int get_commit(weir_cluster *c, int stage, char **val, uint64_t *rev) {
+static int get_commit(weir_cluster *c, const char *task, char **val, uint64_t *rev) {
   char key[64];
-  snprintf(key, sizeof key, "ckpt.%d", stage);
+  snprintf(key, sizeof key, "ckpt.%s", task);
   *val = NULL;
   kvEntry *e = NULL;
   natsStatus s = kvStore_Get(&e, c->keep, key);
@@ -437,10 +438,10 @@ static int get_commit(weir_cluster *c, int stage, char **val, uint64_t *rev) {
   return 1;
 }
 
-static int fetch(weir_cluster *c, int stage, const commit_rec *r, const char *path, char *err,
-                 size_t errlen) {
+static int fetch(weir_cluster *c, const char *task, const commit_rec *r, const char *path,
+                 char *err, size_t errlen) {
   char subj[256];
-  snprintf(subj, sizeof subj, "weir.%s.ckpt.%d.%llu", c->job, stage, (unsigned long long)r->id);
+  snprintf(subj, sizeof subj, "weir.%s.ckpt.%s.%llu", c->job, task, (unsigned long long)r->id);
   FILE *f = fopen(path, "wb");
   if (!f) {
     snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
@@ -453,15 +454,15 @@ static int fetch(weir_cluster *c, int stage, const commit_rec *r, const char *pa
     jsErrCode jerr = 0;
     natsStatus s = js_GetMsg(&m, c->js, c->stream, r->seqs[i], NULL, &jerr);
     if (s != NATS_OK) {
-      snprintf(err, errlen, "checkpoint %llu of stage %d: chunk %u (sequence %llu) is missing: %s",
-               (unsigned long long)r->id, stage, i, (unsigned long long)r->seqs[i],
+      snprintf(err, errlen, "checkpoint %llu of task %s: chunk %u (sequence %llu) is missing: %s",
+               (unsigned long long)r->id, task, i, (unsigned long long)r->seqs[i],
                weir__nats_errtext(s));
       rc = s == NATS_NOT_FOUND || jerr ? WEIR_ECORRUPT : WEIR_EIO;
       break;
     }
     if (strcmp(natsMsg_GetSubject(m), subj) != 0) {
-      snprintf(err, errlen, "checkpoint %llu of stage %d: sequence %llu is not its chunk",
-               (unsigned long long)r->id, stage, (unsigned long long)r->seqs[i]);
+      snprintf(err, errlen, "checkpoint %llu of task %s: sequence %llu is not its chunk",
+               (unsigned long long)r->id, task, (unsigned long long)r->seqs[i]);
       rc = WEIR_ECORRUPT;
     } else {
       size_t n = (size_t)natsMsg_GetDataLength(m);
@@ -472,8 +473,8 @@ static int fetch(weir_cluster *c, int stage, const commit_rec *r, const char *pa
   }
   if (fclose(f) != 0 && !rc) rc = -EIO;
   if (!rc && got != r->bytes) {
-    snprintf(err, errlen, "checkpoint %llu of stage %d: %llu bytes of %llu",
-             (unsigned long long)r->id, stage, (unsigned long long)got,
+    snprintf(err, errlen, "checkpoint %llu of task %s: %llu bytes of %llu",
+             (unsigned long long)r->id, task, (unsigned long long)got,
              (unsigned long long)r->bytes);
     rc = WEIR_ECORRUPT;
   }
@@ -481,21 +482,21 @@ static int fetch(weir_cluster *c, int stage, const commit_rec *r, const char *pa
   return rc;
 }
 
-int weir_cluster_take(weir_cluster *c, int stage, uint64_t epoch, const char *path, uint64_t *id,
-                      char *err, size_t errlen) {
+int weir_cluster_take(weir_cluster *c, const char *task, uint64_t epoch, const char *path,
+                      uint64_t *id, char *err, size_t errlen) {
   char key[64];
-  snprintf(key, sizeof key, "ckpt.%d", stage);
+  snprintf(key, sizeof key, "ckpt.%s", task);
   *id = 0;
   for (int tries = 0; tries < 5; tries++) {
     char *val = NULL;
     uint64_t rev = 0, r;
-    int g = get_commit(c, stage, &val, &rev);
+    int g = get_commit(c, task, &val, &rev);
     for (int w = 0; g < 0 && w < 40; w++) { /* unanswered: a leader being elected */
       weir_sleep_us(250000);
-      g = get_commit(c, stage, &val, &rev);
+      g = get_commit(c, task, &val, &rev);
     }
     if (g < 0) {
-      snprintf(err, errlen, "cannot read the commit point of stage %d", stage);
+      snprintf(err, errlen, "cannot read the commit point of task %s", task);
       return g;
     }
     commit_rec rec = {0};
@@ -503,12 +504,12 @@ int weir_cluster_take(weir_cluster *c, int stage, uint64_t epoch, const char *pa
     weir_free(val);
     if (rc) {
       weir_free(rec.seqs);
-      snprintf(err, errlen, "the commit point of stage %d is damaged", stage);
+      snprintf(err, errlen, "the commit point of task %s is damaged", task);
       return rc;
     }
     if (rec.epoch > epoch) {
       weir_free(rec.seqs);
-      snprintf(err, errlen, "stage %d was taken over by epoch %llu (this owner's: %llu)", stage,
+      snprintf(err, errlen, "task %s was taken over by epoch %llu (this owner's: %llu)", task,
                (unsigned long long)rec.epoch, (unsigned long long)epoch);
       return WEIR_EFENCED;
     }
@@ -520,28 +521,28 @@ int weir_cluster_take(weir_cluster *c, int stage, uint64_t epoch, const char *pa
     if (s != NATS_OK) {
       weir_free(rec.seqs);
       if (lost_race(s)) continue; /* a commit came between: read it again */
-      snprintf(err, errlen, "cannot write the commit point of stage %d: %s", stage,
+      snprintf(err, errlen, "cannot write the commit point of task %s: %s", task,
                weir__nats_errtext(s));
       return WEIR_EIO;
     }
     c->ckpt_rev = r;
     c->epoch = epoch;
-    snprintf(c->ckpt_subject, sizeof c->ckpt_subject, "weir.%s.ckpt.%d.%llu", c->job, stage,
+    snprintf(c->ckpt_subject, sizeof c->ckpt_subject, "weir.%s.ckpt.%s.%llu", c->job, task,
              (unsigned long long)rec.id);
-    rc = rec.id ? fetch(c, stage, &rec, path, err, errlen) : 0;
+    rc = rec.id ? fetch(c, task, &rec, path, err, errlen) : 0;
     if (!rc) *id = rec.id;
     weir_free(rec.seqs);
     return rc;
   }
-  snprintf(err, errlen, "the commit point of stage %d keeps moving", stage);
+  snprintf(err, errlen, "the commit point of task %s keeps moving", task);
   return WEIR_EFENCED;
 }
 
-int weir_cluster_commit(weir_cluster *c, int stage, uint64_t id, const char *path, uint64_t bytes,
-                        char *err, size_t errlen) {
+int weir_cluster_commit(weir_cluster *c, const char *task, uint64_t id, const char *path,
+                        uint64_t bytes, char *err, size_t errlen) {
   char subj[256], key[64];
-  snprintf(subj, sizeof subj, "weir.%s.ckpt.%d.%llu", c->job, stage, (unsigned long long)id);
-  snprintf(key, sizeof key, "ckpt.%d", stage);
+  snprintf(subj, sizeof subj, "weir.%s.ckpt.%s.%llu", c->job, task, (unsigned long long)id);
+  snprintf(key, sizeof key, "ckpt.%s", task);
   FILE *f = fopen(path, "rb");
   if (!f) {
     snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
@@ -566,8 +567,8 @@ int weir_cluster_commit(weir_cluster *c, int stage, uint64_t id, const char *pat
     jsPubAck *ack = NULL;
     natsStatus s = js_Publish(&ack, c->js, subj, buf, (int)n, NULL, &jerr);
     if (s != NATS_OK || rec.n >= cap) {
-      snprintf(err, errlen, "checkpoint %llu of stage %d: cannot store it in %s: %s",
-               (unsigned long long)id, stage, c->stream, weir__nats_errtext(s));
+      snprintf(err, errlen, "checkpoint %llu of task %s: cannot store it in %s: %s",
+               (unsigned long long)id, task, c->stream, weir__nats_errtext(s));
       rc = WEIR_EIO;
     } else {
       rec.seqs[rec.n++] = ack->Sequence;
@@ -578,8 +579,8 @@ int weir_cluster_commit(weir_cluster *c, int stage, uint64_t id, const char *pat
   fclose(f);
   weir_free(buf);
   if (!rc && sent != bytes) {
-    snprintf(err, errlen, "checkpoint %llu of stage %d: read %llu bytes of %llu",
-             (unsigned long long)id, stage, (unsigned long long)sent, (unsigned long long)bytes);
+    snprintf(err, errlen, "checkpoint %llu of task %s: read %llu bytes of %llu",
+             (unsigned long long)id, task, (unsigned long long)sent, (unsigned long long)bytes);
     rc = WEIR_EIO;
   }
   if (!rc) {
@@ -595,12 +596,12 @@ int weir_cluster_commit(weir_cluster *c, int stage, uint64_t id, const char *pat
       rc = lost_race(s) ? WEIR_EFENCED : WEIR_EIO;
     if (rc == WEIR_EFENCED)
       snprintf(err, errlen,
-               "stage %d was taken over by another owner: checkpoint %llu does "
+               "task %s was taken over by another owner: checkpoint %llu does "
                "not count",
-               stage, (unsigned long long)id);
+               task, (unsigned long long)id);
     else if (rc)
-      snprintf(err, errlen, "checkpoint %llu of stage %d: the commit point was not written",
-               (unsigned long long)id, stage);
+      snprintf(err, errlen, "checkpoint %llu of task %s: the commit point was not written",
+               (unsigned long long)id, task);
   }
   weir_free(rec.seqs);
   if (rc) return rc;
@@ -614,21 +615,21 @@ int weir_cluster_commit(weir_cluster *c, int stage, uint64_t id, const char *pat
   return 0;
 }
 
-int weir_cluster_graph(weir_cluster *c, uint64_t *fingerprint, int *nstages) {
+int weir_cluster_graph(weir_cluster *c, uint64_t *fingerprint, int *nstages, int *tasks) {
   char v[64];
   int g = get(c->keep, "graph", v, sizeof v, NULL);
   if (g <= 0) return g;
   unsigned long long f = 0;
-  if (sscanf(v, "%llx %d", &f, nstages) != 2) return WEIR_ECORRUPT;
+  if (sscanf(v, "%llx %d %d", &f, nstages, tasks) != 3) return WEIR_ECORRUPT;
   *fingerprint = f;
   return 1;
 }
 
-int weir_cluster_committed(weir_cluster *c, int stage, uint64_t *epoch, uint64_t *id) {
+int weir_cluster_committed(weir_cluster *c, const char *task, uint64_t *epoch, uint64_t *id) {
   char *val = NULL;
   uint64_t rev;
   *epoch = *id = 0;
-  int g = get_commit(c, stage, &val, &rev);
+  int g = get_commit(c, task, &val, &rev);
   if (g <= 0) return g;
   commit_rec r;
   int rc = rec_parse(val, &r);

@@ -1,14 +1,15 @@
 /* weir/cluster.h: a job's shared state in NATS for cluster mode
  * (docs/scale-out.md §3-§4): which graph the members run, who is alive,
- * who owns each stage (a lease and a fencing epoch), where each stage's
- * committed checkpoint is, and which stages have finished.
+ * who owns each task (a lease and a fencing epoch), where each task's
+ * committed checkpoint is, and which tasks have finished.
  *
- * Two key-value buckets hold it: weir_<job>_live, whose keys expire one
- * lease after they were last written (member.<name>, lease.<stage>), and
- * weir_<job>, whose keys stay (graph, epoch.<stage>, ckpt.<stage>,
- * done.<stage>). A stage's checkpoints are savepoint files cut into
+ * A task is named "<stage>.<task>" (task t of the stage's tasks). Two
+ * key-value buckets hold the state: weir_<job>_live, whose keys expire one
+ * lease after they were last written (member.<name>, lease.<task>), and
+ * weir_<job>, whose keys stay (graph, epoch.<task>, ckpt.<task>,
+ * done.<task>). A task's checkpoints are savepoint files cut into
  * messages of the stream WEIR_<job>_CKPT (subjects
- * weir.<job>.ckpt.<stage>.<id>); ckpt.<stage> names the chunks of the
+ * weir.<job>.ckpt.<task>.<id>); ckpt.<task> names the chunks of the
  * one that counts. Every change that must not race is a compare-and-set
  * on a key's revision.
  *
@@ -38,9 +39,10 @@ int weir_cluster_open(weir_cluster **out, const char *servers, const char *job, 
                       int replicas, char *err, size_t errlen);
 void weir_cluster_close(weir_cluster *c);
 
-/* Records the graph (its fingerprint and stage count) if none is, else
- * compares: WEIR_EMISMATCH with a message when another graph runs. */
-int weir_cluster_agree(weir_cluster *c, uint64_t fingerprint, int nstages, char *err,
+/* Records the graph (its fingerprint, its stage count and the tasks of each
+ * stage) if none is, else compares: WEIR_EMISMATCH with a message when
+ * another graph runs. */
+int weir_cluster_agree(weir_cluster *c, uint64_t fingerprint, int nstages, int tasks, char *err,
                        size_t errlen);
 
 /* The member is alive: writes member.<name>. */
@@ -53,43 +55,43 @@ void weir_cluster_leave(weir_cluster *c, const char *member);
 int weir_cluster_members(weir_cluster *c, char ***names, int *n);
 void weir_cluster_free_names(char **names, int n);
 
-/* Claims stage's lease for member: 1 and the stage's new fencing epoch in
+/* Claims task's lease for member: 1 and the task's new fencing epoch in
  * *epoch and the lease's revision in *rev if it was free; 0 if another
  * holds it. */
-int weir_cluster_claim(weir_cluster *c, int stage, const char *member, uint64_t *epoch,
+int weir_cluster_claim(weir_cluster *c, const char *task, const char *member, uint64_t *epoch,
                        uint64_t *rev);
 /* Renews a held lease (compare-and-set on *rev, updated): 0, or
  * WEIR_EFENCED if it is no longer this holder's (expired and claimed, or
  * gone), or WEIR_EIO when NATS did not answer (the lease may still hold). */
-int weir_cluster_renew(weir_cluster *c, int stage, const char *member, uint64_t *rev);
+int weir_cluster_renew(weir_cluster *c, const char *task, const char *member, uint64_t *rev);
 /* Gives a held lease up (only if it is still at rev). */
-void weir_cluster_release(weir_cluster *c, int stage, uint64_t rev);
-/* The stage's lease holder into name ("" if none). */
-int weir_cluster_holder(weir_cluster *c, int stage, char *name, size_t len);
+void weir_cluster_release(weir_cluster *c, const char *task, uint64_t rev);
+/* The task's lease holder into name ("" if none). */
+int weir_cluster_holder(weir_cluster *c, const char *task, char *name, size_t len);
 
-/* Marks a stage finished (its last task ended and committed), or asks:
+/* Marks a task finished (its input ended and its last checkpoint committed), or asks:
  * weir_cluster_done returns 1 if it is, 0 if not. */
-int weir_cluster_set_done(weir_cluster *c, int stage);
-int weir_cluster_done(weir_cluster *c, int stage);
+int weir_cluster_set_done(weir_cluster *c, const char *task);
+int weir_cluster_done(weir_cluster *c, const char *task);
 
-/* The owner of stage (fencing epoch `epoch`) takes its commit point over:
- * writes its epoch into ckpt.<stage> (compare-and-set, so an earlier
+/* The owner of task (fencing epoch `epoch`) takes its commit point over:
+ * writes its epoch into ckpt.<task> (compare-and-set, so an earlier
  * owner's next commit fails) and fetches the checkpoint it names into the
- * file `path`: *id is its id, or 0 if the stage has none yet (then no
+ * file `path`: *id is its id, or 0 if the task has none yet (then no
  * file). WEIR_EFENCED if a later epoch took it over meanwhile. */
-int weir_cluster_take(weir_cluster *c, int stage, uint64_t epoch, const char *path, uint64_t *id,
-                      char *err, size_t errlen);
-/* Commits checkpoint `id` of stage: publishes the savepoint file `path`
- * (`bytes` long) in chunks, then compare-and-sets ckpt.<stage> to name
+int weir_cluster_take(weir_cluster *c, const char *task, uint64_t epoch, const char *path,
+                      uint64_t *id, char *err, size_t errlen);
+/* Commits checkpoint `id` of task: publishes the savepoint file `path`
+ * (`bytes` long) in chunks, then compare-and-sets ckpt.<task> to name
  * them, then purges the previous checkpoint's chunks. WEIR_EFENCED if
- * another owner took the stage over since weir_cluster_take. */
-int weir_cluster_commit(weir_cluster *c, int stage, uint64_t id, const char *path, uint64_t bytes,
-                        char *err, size_t errlen);
+ * another owner took the task over since weir_cluster_take. */
+int weir_cluster_commit(weir_cluster *c, const char *task, uint64_t id, const char *path,
+                        uint64_t bytes, char *err, size_t errlen);
 
 /* For `weir cluster status`: the graph recorded (1; 0 if none), and a
- * stage's commit point (its epoch and checkpoint id, 0 if none). */
-int weir_cluster_graph(weir_cluster *c, uint64_t *fingerprint, int *nstages);
-int weir_cluster_committed(weir_cluster *c, int stage, uint64_t *epoch, uint64_t *id);
+ * task's commit point (its epoch and checkpoint id, 0 if none). */
+int weir_cluster_graph(weir_cluster *c, uint64_t *fingerprint, int *nstages, int *tasks);
+int weir_cluster_committed(weir_cluster *c, const char *task, uint64_t *epoch, uint64_t *id);
 
 /* Deletes everything job `job` keeps in NATS at `servers`: its buckets,
  * its checkpoint stream and its stage edges' streams (WEIR_<job>_E<k>).
