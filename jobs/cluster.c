@@ -612,13 +612,21 @@ void cli_help_cluster(FILE *out) {
         "\n"
         "status: the job's graph, its live members, and per task (<stage>.<task>)\n"
         "who runs it (its lease holder), its committed checkpoint (and the fencing\n"
-        "epoch that committed it), and whether it finished. delete: removes all the job keeps in "
-        "NATS (its key-value\n"
-        "buckets, its replicated checkpoints and its stage edges' streams), so that\n"
-        "the name can run again from the beginning; only once no member runs it.\n"
+        "epoch that committed it), whether it finished, and its lag: per input\n"
+        "subject, the batches it had not applied at its last commit.\n"
+        "delete: removes all the job keeps in NATS (its key-value buckets, its\n"
+        "replicated checkpoints and its stage edges' streams), so that the name\n"
+        "can run again from the beginning; only once no member runs it.\n"
         "Members: weir run --cluster URL --member NAME [--job NAME] JOB ... (see\n"
         "'weir help run' and docs/scale-out.md).\n",
         out);
+}
+
+/* A task's input subject and the batches it holds (its lag). */
+static void print_backlog(void *user, const char *subject, uint64_t msgs) {
+  (void)user;
+  printf("  input %s: %llu batches not applied at its last commit\n", subject,
+         (unsigned long long)msgs);
 }
 
 int cli_cmd_cluster(int argc, char **argv) {
@@ -630,6 +638,10 @@ int cli_cmd_cluster(int argc, char **argv) {
   cli_args a = {.argc = argc, .argv = argv, .i = 2, .what = "cluster"};
   while (a.i < argc) {
     int r;
+    if (!strcmp(argv[a.i], "--help") || !strcmp(argv[a.i], "-h")) {
+      cli_help_cluster(stdout);
+      return CLI_EXIT_OK;
+    }
     if ((r = cli_take_str(&a, "--cluster", &url)) != 0 ||
         (r = cli_take_str(&a, "--job", &job)) != 0) {
       if (r < 0) return CLI_EXIT_USAGE;
@@ -701,6 +713,8 @@ int cli_cmd_cluster(int argc, char **argv) {
     else
       printf(", no checkpoint committed");
     printf("\n");
+    if (!done && i >= ntasks)
+      (void)weir_cluster_edge_backlog(c, i / ntasks, i % ntasks, print_backlog, NULL);
   }
   if (finished == nruns) printf("the job finished\n");
   weir_cluster_close(c);

@@ -328,6 +328,17 @@ static void all_leave(tcl *c, int timeout_s) {
   }
 }
 
+/* `weir cluster status` of the job into buf. */
+static void status_of(tcl *c, char *buf, size_t cap) {
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "%s cluster status --cluster %s --job %s", WEIR_BINARY, c->url, c->job);
+  FILE *p = popen(cmd, "r");
+  cr_assert(p, "cannot run %s", cmd);
+  size_t n = fread(buf, 1, cap - 1, p);
+  buf[n] = '\0';
+  cr_assert_eq(pclose(p), 0, "%s:\n%s", cmd, buf);
+}
+
 static void start_all(tcl *c, const char *failpoints) {
   for (int i = 0; i < NMEMBERS; i++) member_start(c, i, failpoints, NULL);
 }
@@ -339,13 +350,8 @@ Test(cluster, three_members_exact) {
   all_leave(&c, 90);
   check_output(&c, 1);
   /* Status says it finished; a member started again has nothing to do. */
-  char cmd[1200];
-  snprintf(cmd, sizeof cmd, "%s cluster status --cluster %s --job %s", WEIR_BINARY, c.url, c.job);
-  FILE *p = popen(cmd, "r");
-  char buf[4096] = "";
-  size_t n = fread(buf, 1, sizeof buf - 1, p);
-  buf[n] = '\0';
-  cr_assert_eq(pclose(p), 0);
+  char buf[4096];
+  status_of(&c, buf, sizeof buf);
   cr_assert(strstr(buf, "task 0.0: finished") && strstr(buf, "task 0.1: finished") &&
                 strstr(buf, "task 1.0: finished") && strstr(buf, "task 1.1: finished") &&
                 strstr(buf, "the job finished"),
@@ -549,7 +555,18 @@ Test(cluster, paused_member_commits_nothing_more) {
   th_sleep_ms(2000);
   kill(-c.pid[who], SIGSTOP); /* the member and its runs */
   crash_hist(c.j, " pause m%d (task 1.0)", who);
-  th_sleep_ms(5000); /* past its lease: another member takes task 1.0 */
+  /* Meanwhile status shows its holder and what it has not applied: the
+   * batches on its input subjects since its last commit. */
+  th_sleep_ms(500);
+  char buf[8192], want[160];
+  status_of(&c, buf, sizeof buf);
+  snprintf(want, sizeof want, "task 1.0: runs on m%d", who);
+  cr_assert(strstr(buf, want), "status, m%d paused:\n%s", who, buf);
+  snprintf(want, sizeof want, "input weir.%s.e1.", c.job);
+  const char *in = strstr(buf, want);
+  cr_assert(in && strstr(in, ".0: ") && strstr(in, "batches not applied"),
+            "status shows no input backlog of task 1.0, m%d paused:\n%s", who, buf);
+  th_sleep_ms(4500); /* past its lease: another member takes task 1.0 */
   int now = holder_of(&c, "1.0");
   cr_assert(now >= 0 && now != who, "task 1.0 held by m%d after m%d paused", now, who);
   kill(-c.pid[who], SIGCONT);

@@ -32,8 +32,8 @@ int weir_cluster_open(weir_cluster **out, const char *servers, const char *job, 
 void weir_cluster_close(weir_cluster *c) {
   (void)c;
 }
-int weir_cluster_agree(weir_cluster *c, uint64_t f, int n, char *err, size_t errlen) {
-  (void)c, (void)f, (void)n, (void)err, (void)errlen;
+int weir_cluster_agree(weir_cluster *c, uint64_t f, int n, int t, char *err, size_t errlen) {
+  (void)c, (void)f, (void)n, (void)t, (void)err, (void)errlen;
   return WEIR_EINVAL;
 }
 int weir_cluster_heartbeat(weir_cluster *c, const char *m) {
@@ -50,46 +50,52 @@ void weir_cluster_leave(weir_cluster *c, const char *m) {
 void weir_cluster_free_names(char **names, int n) {
   (void)names, (void)n;
 }
-int weir_cluster_claim(weir_cluster *c, int s, const char *m, uint64_t *e, uint64_t *r) {
+int weir_cluster_claim(weir_cluster *c, const char *s, const char *m, uint64_t *e, uint64_t *r) {
   (void)c, (void)s, (void)m, (void)e, (void)r;
   return WEIR_EINVAL;
 }
-int weir_cluster_renew(weir_cluster *c, int s, const char *m, uint64_t *r) {
+int weir_cluster_renew(weir_cluster *c, const char *s, const char *m, uint64_t *r) {
   (void)c, (void)s, (void)m, (void)r;
   return WEIR_EINVAL;
 }
-void weir_cluster_release(weir_cluster *c, int s, uint64_t r) {
+void weir_cluster_release(weir_cluster *c, const char *s, uint64_t r) {
   (void)c, (void)s, (void)r;
 }
-int weir_cluster_holder(weir_cluster *c, int s, char *name, size_t len) {
+int weir_cluster_holder(weir_cluster *c, const char *s, char *name, size_t len) {
   (void)c, (void)s, (void)name, (void)len;
   return WEIR_EINVAL;
 }
-int weir_cluster_set_done(weir_cluster *c, int s) {
+int weir_cluster_set_done(weir_cluster *c, const char *s) {
   (void)c, (void)s;
   return WEIR_EINVAL;
 }
-int weir_cluster_done(weir_cluster *c, int s) {
+int weir_cluster_done(weir_cluster *c, const char *s) {
   (void)c, (void)s;
   return WEIR_EINVAL;
 }
-int weir_cluster_take(weir_cluster *c, int s, uint64_t e, const char *p, uint64_t *id, char *err,
-                      size_t errlen) {
+int weir_cluster_take(weir_cluster *c, const char *s, uint64_t e, const char *p, uint64_t *id,
+                      char *err, size_t errlen) {
   (void)c, (void)s, (void)e, (void)p, (void)id, (void)err, (void)errlen;
   return WEIR_EINVAL;
 }
-int weir_cluster_commit(weir_cluster *c, int s, uint64_t id, const char *p, uint64_t b, char *err,
-                        size_t errlen) {
+int weir_cluster_commit(weir_cluster *c, const char *s, uint64_t id, const char *p, uint64_t b,
+                        char *err, size_t errlen) {
   (void)c, (void)s, (void)id, (void)p, (void)b, (void)err, (void)errlen;
   return WEIR_EINVAL;
 }
 
-int weir_cluster_graph(weir_cluster *c, uint64_t *f, int *n) {
-  (void)c, (void)f, (void)n;
+int weir_cluster_graph(weir_cluster *c, uint64_t *f, int *n, int *t) {
+  (void)c, (void)f, (void)n, (void)t;
   return WEIR_EINVAL;
 }
-int weir_cluster_committed(weir_cluster *c, int s, uint64_t *e, uint64_t *id) {
+int weir_cluster_committed(weir_cluster *c, const char *s, uint64_t *e, uint64_t *id) {
   (void)c, (void)s, (void)e, (void)id;
+  return WEIR_EINVAL;
+}
+int weir_cluster_edge_backlog(weir_cluster *c, int edge, int task,
+                              void (*fn)(void *user, const char *subject, uint64_t msgs),
+                              void *user) {
+  (void)c, (void)edge, (void)task, (void)fn, (void)user;
   return WEIR_EINVAL;
 }
 int weir_cluster_delete(const char *servers, const char *job, char *err, size_t errlen) {
@@ -640,6 +646,26 @@ int weir_cluster_committed(weir_cluster *c, const char *task, uint64_t *epoch, u
   }
   weir_free(r.seqs);
   return rc;
+}
+
+int weir_cluster_edge_backlog(weir_cluster *c, int edge, int task,
+                              void (*fn)(void *user, const char *subject, uint64_t msgs),
+                              void *user) {
+  char name[160], filter[200];
+  snprintf(name, sizeof name, "WEIR_%s_E%d", c->job, edge);
+  snprintf(filter, sizeof filter, "weir.%s.e%d.*.%d", c->job, edge, task);
+  jsOptions jo;
+  jsOptions_Init(&jo);
+  jo.Stream.Info.SubjectsFilter = filter;
+  jsStreamInfo *si = NULL;
+  jsErrCode jerr = 0;
+  natsStatus s = js_GetStreamInfo(&si, c->js, name, &jo, &jerr);
+  if (s == NATS_NOT_FOUND || jerr == JSStreamNotFoundErr) return WEIR_ENOENT;
+  if (s != NATS_OK) return WEIR_EIO;
+  jsStreamStateSubjects *subs = si->State.Subjects;
+  for (int i = 0; subs && i < subs->Count; i++) fn(user, subs->List[i].Subject, subs->List[i].Msgs);
+  jsStreamInfo_Destroy(si);
+  return 0;
 }
 
 int weir_cluster_delete(const char *servers, const char *job, char *err, size_t errlen) {

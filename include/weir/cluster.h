@@ -93,6 +93,16 @@ int weir_cluster_commit(weir_cluster *c, const char *task, uint64_t id, const ch
 int weir_cluster_graph(weir_cluster *c, uint64_t *fingerprint, int *nstages, int *tasks);
 int weir_cluster_committed(weir_cluster *c, const char *task, uint64_t *epoch, uint64_t *id);
 
+/* For `weir cluster status`: the batches held on each input subject of
+ * task `task` of stage `edge` (weir.<job>.e<edge>.<from>.<task>, from each
+ * producing task): what the task had not applied at its last committed
+ * checkpoint, since each task purges its subjects up to there. Calls fn
+ * for each subject that holds any. WEIR_ENOENT: the edge has no stream
+ * yet. */
+int weir_cluster_edge_backlog(weir_cluster *c, int edge, int task,
+                              void (*fn)(void *user, const char *subject, uint64_t msgs),
+                              void *user);
+
 /* Deletes everything job `job` keeps in NATS at `servers`: its buckets,
  * its checkpoint stream and its stage edges' streams (WEIR_<job>_E<k>).
  * For a job no member runs any more. */
