@@ -14,16 +14,20 @@
  *               latencies above the fastest record's, which is one
  *               checkpoint's commit at least;
  *   takeover    the latency run of the cluster with the member that runs
- *               the stage with the sink SIGKILLed halfway: the longest
- *               silence of the output after the kill (lease expiry, claim,
- *               restore from the committed checkpoint, replay).
+ *               task 1.0 (of the stage with the sink) SIGKILLed halfway:
+ *               the longest silence of one key after the kill (lease
+ *               expiry, claim, restore from the committed checkpoint,
+ *               replay; a key's records come every keys / rate seconds).
  *
- * Every process at --workers W and parallelism W, checkpoints every second
- * in the throughput runs (as bench_stage) and every --interval MS in the
- * others. Needs NATS_URL; the jobs' buckets and streams are deleted.
+ * Every process at --workers W and parallelism W, the members' stages cut
+ * into --tasks T tasks (default W; each task a process of its own, its
+ * operators at one subtask), checkpoints every second in the throughput
+ * runs (as bench_stage) and every --interval MS in the others. Needs
+ * NATS_URL; the jobs' buckets and streams are deleted.
  *
  *   bench_cluster [--records N] [--keys K] [--rate R] [--interval MS]
- *                 [--workers W] [--reps R] [--weir PATH] [--json FILE]
+ *                 [--workers W] [--tasks T] [--reps R] [--weir PATH]
+ *                 [--json FILE]
  */
 #include <signal.h>
 #include <spawn.h>
@@ -49,7 +53,7 @@ extern char **environ;
 static char tmpl[] = "/tmp/weir-bench-cluster-XXXXXX";
 static const char *weir = WEIR_BINARY, *nats;
 static unsigned long long records = 20000000, keys = 10000, rate = 20000, paced = 200000;
-static int workers = 1, interval = 200;
+static int workers = 1, interval = 200, tasks = 0; /* tasks 0: as many as workers */
 
 static void rmrf(const char *dir) {
   pid_t pid;
@@ -97,7 +101,7 @@ static void make_cmd(cmd *c, const char *dir, const char *member, const char *jo
     c->argv[k++] = (char *)job;
     c->argv[k++] = "--lease-ms";
     c->argv[k++] = LEASE;
-    snprintf(c->buf[b], sizeof c->buf[b], "%d", workers);
+    snprintf(c->buf[b], sizeof c->buf[b], "%d", tasks ? tasks : workers);
     c->argv[k++] = "--tasks";
     c->argv[k++] = c->buf[b++];
   }
@@ -178,6 +182,7 @@ static int run(const char *dir, const char *job, int n, unsigned long long nrec,
   }
   double *lat = NULL;
   uint64_t got = 0, kill_ns = 0, resume_ns = 0 /* longest silence after the kill */, last_ns = 0;
+  uint64_t *key_last = NULL; /* each key's last arrival */
   int ok = 1;
   if (subject) {
     /* The stream may not exist yet: the sink makes it. */
@@ -193,6 +198,8 @@ static int run(const char *dir, const char *job, int n, unsigned long long nrec,
     }
     if (!sub) ok = 0;
     lat = calloc(nrec, sizeof *lat);
+    key_last = calloc(keys, sizeof *key_last);
+    if (!lat || !key_last) ok = 0;
     while (ok && got < nrec) {
       natsMsg *m = NULL;
       natsStatus s = natsSubscription_NextMsg(&m, sub, 100);
@@ -220,16 +227,19 @@ static int run(const char *dir, const char *job, int n, unsigned long long nrec,
       if (len > 0 && len < (int)sizeof line) {
         memcpy(line, natsMsg_GetData(m), (size_t)len);
         line[len] = '\0';
-        if (sscanf(line, "%llu %llu", &k, &c) == 2 && c > 0) {
+        if (sscanf(line, "%llu %llu", &k, &c) == 2 && c > 0 && k < keys) {
           unsigned long long i = (c - 1) * keys + k;
           if (i < nrec) lat[i] = (double)(now - t0) / 1e9 - (double)i / (double)r;
+          /* The takeover: the longest silence of one key after the kill
+           * (what was published before it may still arrive at first): the
+           * keys of the killed task's are silent until another member
+           * runs it, the others' at most a key's interval, keys / rate. */
+          uint64_t since = key_last[k] > kill_ns ? key_last[k] : kill_ns;
+          if (kill_ns && now > since && now - since > resume_ns) resume_ns = now - since;
+          key_last[k] = now;
         }
       }
       natsMsg_Destroy(m);
-      /* The takeover: the longest silence of the output after the kill
-       * (what was published before it may still arrive at first). */
-      if (kill_ns && now > kill_ns && now - (last_ns > kill_ns ? last_ns : kill_ns) > resume_ns)
-        resume_ns = now - (last_ns > kill_ns ? last_ns : kill_ns);
       last_ns = now;
       got++;
     }
@@ -254,6 +264,7 @@ static int run(const char *dir, const char *job, int n, unsigned long long nrec,
   }
   if (kill_ns) out->takeover_s = (double)resume_ns / 1e9;
   free(lat);
+  free(key_last);
   return ok ? 0 : -1;
 }
 
@@ -273,6 +284,8 @@ int main(int argc, char **argv) {
       interval = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--workers"))
       workers = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--tasks"))
+      tasks = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--reps"))
       reps = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--weir"))
@@ -289,8 +302,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_cluster: NATS_URL is not set (scripts/services starts nats-server)\n");
     return 3;
   }
-  if (reps < 1 || reps > 20 || workers < 1 || workers > 64 || !records || !keys || !rate ||
-      !paced || interval < 1)
+  if (reps < 1 || reps > 20 || workers < 1 || workers > 64 || tasks < 0 || tasks > 64 || !records ||
+      !keys || !rate || !paced || interval < 1)
     return 2;
   if (natsConnection_ConnectTo(&nc, nats) != NATS_OK ||
       natsConnection_JetStream(&js, nc, NULL) != NATS_OK) {
@@ -364,25 +377,26 @@ int main(int argc, char **argv) {
   double a = median(one_t, reps), b = median(clu_t, reps), ac = median(one_c, reps),
          bc = median(clu_c, reps), l1 = median(one_p50, reps), l1p = median(one_p99, reps),
          l3 = median(clu_p50, reps), l3p = median(clu_p99, reps), tk = median(take, reps);
-  printf("counter job, %d workers, medians of %d: throughput (%llu records, %llu keys, null "
+  printf("counter job, %d workers, %d tasks a stage, medians of %d: throughput (%llu records, %llu "
+         "keys, null "
          "sink, 1 s checkpoints) one process %.0f rec/s, three members %.0f rec/s (%.3fx); per "
          "CPU second %.0f vs %.0f (%.3fx); latency above the fastest record (%llu records at "
          "%llu/s into the nats sink, %d ms checkpoints) p50 %.0f vs %.0f ms, p99 %.0f vs %.0f ms; "
          "takeover after a "
-         "SIGKILL of the member running the sink's stage (lease %s ms) %.2f s\n",
-         workers, reps, records, keys, a, b, b / a, ac, bc, bc / ac, paced, rate, interval, l1, l3,
-         l1p, l3p, LEASE, tk);
+         "SIGKILL of the member running task 1.0 (lease %s ms) %.2f s\n",
+         workers, tasks ? tasks : workers, reps, records, keys, a, b, b / a, ac, bc, bc / ac, paced,
+         rate, interval, l1, l3, l1p, l3p, LEASE, tk);
   if (json) {
     FILE *f = fopen(json, "w");
     if (f) {
       fprintf(f,
-              "{\"records\": %llu, \"keys\": %llu, \"workers\": %d, \"reps\": %d, "
+              "{\"records\": %llu, \"keys\": %llu, \"workers\": %d, \"tasks\": %d, \"reps\": %d, "
               "\"interval_ms\": %d, \"one_per_s\": %.1f, \"three_per_s\": %.1f, "
               "\"one_per_cpu_s\": %.1f, \"three_per_cpu_s\": %.1f, \"paced\": %llu, "
               "\"rate\": %llu, \"one_p50_ms\": %.1f, \"one_p99_ms\": %.1f, "
               "\"three_p50_ms\": %.1f, \"three_p99_ms\": %.1f, \"takeover_s\": %.3f}\n",
-              records, keys, workers, reps, interval, a, b, ac, bc, paced, rate, l1, l1p, l3, l3p,
-              tk);
+              records, keys, workers, tasks ? tasks : workers, reps, interval, a, b, ac, bc, paced,
+              rate, l1, l1p, l3, l3p, tk);
       fclose(f);
     }
   }
