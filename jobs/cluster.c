@@ -460,6 +460,7 @@ struct cli_cluster_task {
   int stage, task;
   char name[24];   /* "<stage>.<task>" */
   char job_id[40]; /* the task's: the same for every run of it */
+  char http[300];  /* --http with the task's port */
   uint64_t epoch;
   char in_url[1024], out_url[1024];
   char dir[1024], takeover[1100];
@@ -483,6 +484,22 @@ static void task_job_id(const char *job, const char *task, char out[40]) {
   snprintf(out, 40, "%08llx-%04llx-%04llx-%04llx-%012llx", (unsigned long long)(a >> 32),
            (unsigned long long)((a >> 16) & 0xffff), (unsigned long long)(a & 0xffff),
            (unsigned long long)(b >> 48), (unsigned long long)(b & 0xffffffffffffull));
+}
+
+/* --http HOST:PORT for the run of the member's i-th task: PORT + i (port
+ * 0 stays 0: any free port), so that a member's tasks, each a process of
+ * its own, do not all ask for one port. -1 after a usage message. */
+static int task_http(const char *listen, int i, char *out, size_t cap) {
+  const char *colon = strrchr(listen, ':');
+  char *end = NULL;
+  long port = colon ? strtol(colon + 1, &end, 10) : -1;
+  if (!colon || end == colon + 1 || *end || port < 0 || port > 65535)
+    return cli_usage("--http %s: not HOST:PORT", listen);
+  if (port && port + i > 65535)
+    return cli_usage("--http %s: in cluster mode task i serves on PORT + i, past 65535 here",
+                     listen);
+  snprintf(out, cap, "%.*s:%ld", (int)(colon - listen), listen, port ? port + i : 0);
+  return 0;
 }
 
 static weir_stream *cut_in(weir_job *job, void *user) {
@@ -545,6 +562,10 @@ int cli_cluster_task_prepare(weir_job *job, cli_engine *eng, cli_cluster_task **
   snprintf(t->name, sizeof t->name, "%d.%d", t->stage, t->task);
   t->epoch = eng->cluster_epoch;
   task_job_id(name, t->name, t->job_id);
+  if (eng->http && task_http(eng->http, t->stage * ntasks + t->task, t->http, sizeof t->http)) {
+    free(t);
+    return CLI_EXIT_USAGE;
+  }
   if (t->stage > 0) edge_url(eng, name, t->stage, t->in_url, sizeof t->in_url);
   if (t->stage < nstages - 1) edge_url(eng, name, t->stage + 1, t->out_url, sizeof t->out_url);
   weir_stage_cut cut = {
@@ -579,6 +600,7 @@ int cli_cluster_task_prepare(weir_job *job, cli_engine *eng, cli_cluster_task **
             id ? "restores its committed checkpoint" : "starts from the beginning");
   eng->state_dir = t->dir;
   eng->from_savepoint = id ? t->takeover : NULL;
+  if (eng->http) eng->http = t->http;
   eng->lease_wait = 1;
   *out = t;
   return CLI_EXIT_OK;

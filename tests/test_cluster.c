@@ -36,7 +36,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
 #include <nats/nats.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "crash.h"
 #include "helpers.h"
@@ -64,6 +67,7 @@ typedef struct tcl {
   natsConnection *nc;
   jsCtx *js;
   weir_cluster *cl; /* the job's state in NATS, for holder_of (NULL until read) */
+  int http_base;    /* > 0: member i runs with --http 127.0.0.1:<http_base + 20 i> */
   pid_t pid[NMEMBERS];
 } tcl;
 
@@ -179,6 +183,12 @@ static void member_start(tcl *c, int i, const char *failpoints, const char *extr
   argv[k++] = "200";
   argv[k++] = "--sink";
   argv[k++] = sink;
+  char http[64];
+  if (c->http_base > 0) {
+    snprintf(http, sizeof http, "127.0.0.1:%d", c->http_base + 20 * i);
+    argv[k++] = "--http";
+    argv[k++] = http;
+  }
   if (extra) argv[k++] = extra;
   argv[k] = NULL;
   fflush(NULL);
@@ -542,9 +552,25 @@ Test(cluster, members_killed_into_postgresql_are_exact) {
 
 #endif
 
+/* A port the kernel had free just now: the first of a range for --http. */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+            getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+  close(fd);
+  int p = ntohs(a.sin_port);
+  return p > 65000 ? 40000 : p;
+}
+
+/* Also: with --http HOST:PORT each task's run serves on PORT + its index
+ * (stage * tasks + task), so that a member's tasks do not ask for one
+ * port; the paused member's task 1.0 wrote its address there. */
 Test(cluster, paused_member_commits_nothing_more) {
   static tcl c;
   tcl_open(&c, nats_url(), 120000, 97, "15000");
+  c.http_base = free_port();
   start_all(&c, NULL);
   int who = -1;
   for (int t = 0; t < 200 && who < 0; t++) {
@@ -566,6 +592,13 @@ Test(cluster, paused_member_commits_nothing_more) {
   const char *in = strstr(buf, want);
   cr_assert(in && strstr(in, ".0: ") && strstr(in, "batches not applied"),
             "status shows no input backlog of task 1.0, m%d paused:\n%s", who, buf);
+  char path[800], addr[64];
+  snprintf(path, sizeof path, "%s/m%d/task1.0/http", c.j->dir, who);
+  char *served = th_read_file(path, NULL);
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", c.http_base + 20 * who + 1 * NTASKS + 0);
+  cr_assert(served && !strncmp(served, addr, strlen(addr)), "task 1.0 of m%d serves on %s, not %s",
+            who, served ? served : "(nothing)", addr);
+  free(served);
   th_sleep_ms(4500); /* past its lease: another member takes task 1.0 */
   int now = holder_of(&c, "1.0");
   cr_assert(now >= 0 && now != who, "task 1.0 held by m%d after m%d paused", now, who);
