@@ -1040,13 +1040,9 @@ static void *watch(void *arg) {
     weir_job_metrics m = {.size = sizeof m};
     weir_job_metrics_read(h->job, &m, NULL, 0);
     if (m.job_id[0]) { /* set once the run started, under the lease */
+      /* The token first: whoever finds DIR/http finds the token with it. */
       char line[300];
-      snprintf(line, sizeof line, "%s\n", h->addr);
-      int rc = write_file(h->path_addr, line, 0644);
-      if (rc == 0)
-        h->wrote_addr = 1;
-      else
-        WEIR_LOG_W("http: cannot write '%s': %s", h->path_addr, weir_strerror(rc));
+      int rc;
       if (h->path_token) {
         snprintf(line, sizeof line, "%s\n", h->token);
         rc = write_file(h->path_token, line, 0600);
@@ -1055,6 +1051,12 @@ static void *watch(void *arg) {
         else
           WEIR_LOG_W("http: cannot write '%s': %s", h->path_token, weir_strerror(rc));
       }
+      snprintf(line, sizeof line, "%s\n", h->addr);
+      rc = write_file(h->path_addr, line, 0644);
+      if (rc == 0)
+        h->wrote_addr = 1;
+      else
+        WEIR_LOG_W("http: cannot write '%s': %s", h->path_addr, weir_strerror(rc));
       break;
     }
     if (m.state == WEIR_JOB_FAILED) break; /* refused before it ran: not ours */

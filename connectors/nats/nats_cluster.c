@@ -171,13 +171,18 @@ static int bucket(weir_cluster *c, kvStore **kv, const char *name, int64_t ttl_m
   cfg.TTL = ttl_ms * 1000000; /* nanoseconds, as a stream's MaxAge */
   cfg.StorageType = js_FileStorage;
   cfg.Replicas = replicas;
-  s = js_CreateKeyValue(kv, c->js, &cfg);
-  if (s != NATS_OK && js_KeyValue(kv, c->js, name) != NATS_OK) {
-    snprintf(err, errlen, "cannot open or make the key-value bucket %s: %s", name,
-             weir__nats_errtext(s));
-    return WEIR_EIO;
+  /* Unanswered requests are asked again for a while: a cluster making
+   * other members' replicated buckets at the same moment, or electing a
+   * leader, answers late. */
+  for (int tries = 0; tries < 4; tries++) {
+    if (tries) weir_sleep_us(500000);
+    s = js_CreateKeyValue(kv, c->js, &cfg);
+    if (s == NATS_OK || js_KeyValue(kv, c->js, name) == NATS_OK) return 0;
+    if (s != NATS_TIMEOUT && s != NATS_NO_RESPONDERS) break;
   }
-  return 0;
+  snprintf(err, errlen, "cannot open or make the key-value bucket %s: %s", name,
+           weir__nats_errtext(s));
+  return WEIR_EIO;
 }
 
 int weir_cluster_open(weir_cluster **out, const char *servers, const char *job, uint32_t lease_ms,
