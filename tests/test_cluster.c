@@ -595,10 +595,18 @@ Test(cluster, paused_member_commits_nothing_more) {
   status_of(&c, buf, sizeof buf);
   snprintf(want, sizeof want, "task 1.0: runs on m%d", who);
   cr_assert(strstr(buf, want), "status, m%d paused:\n%s", who, buf);
+  /* A producer that is not paused too publishes for task 1.0, which
+   * purges nothing while stopped: its input backlog shows. */
+  int producing = 0;
+  for (int k = 0; k < NTASKS; k++) {
+    int h = holder_of(&c, task_name(0, k));
+    producing |= h >= 0 && h != who;
+  }
   snprintf(want, sizeof want, "input weir.%s.e1.", c.job);
   const char *in = strstr(buf, want);
-  cr_assert(in && strstr(in, ".0: ") && strstr(in, "batches not applied"),
-            "status shows no input backlog of task 1.0, m%d paused:\n%s", who, buf);
+  if (producing)
+    cr_assert(in && strstr(in, ".0: ") && strstr(in, "batches not applied"),
+              "status shows no input backlog of task 1.0, m%d paused:\n%s", who, buf);
   char path[800], addr[64];
   snprintf(path, sizeof path, "%s/m%d/task1.0/http", c.j->dir, who);
   char *served = th_read_file(path, NULL);
