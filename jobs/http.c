@@ -1031,6 +1031,15 @@ static int write_file(const char *path, const char *text, mode_t mode) {
   return rc;
 }
 
+/* Writes `text` and a newline to path: 1, or 0 after a warning. */
+static int write_line(const char *path, const char *text, mode_t mode) {
+  char line[300];
+  snprintf(line, sizeof line, "%s\n", text);
+  int rc = write_file(path, line, mode);
+  if (rc) WEIR_LOG_W("http: cannot write '%s': %s", path, weir_strerror(rc));
+  return rc == 0;
+}
+
 /* Writes DIR/http and DIR/http-token once the run holds the directory's
  * lease (the job left "created"), or gives up when the endpoint stops. */
 static void *watch(void *arg) {
@@ -1041,22 +1050,8 @@ static void *watch(void *arg) {
     weir_job_metrics_read(h->job, &m, NULL, 0);
     if (m.job_id[0]) { /* set once the run started, under the lease */
       /* The token first: whoever finds DIR/http finds the token with it. */
-      char line[300];
-      int rc;
-      if (h->path_token) {
-        snprintf(line, sizeof line, "%s\n", h->token);
-        rc = write_file(h->path_token, line, 0600);
-        if (rc == 0)
-          h->wrote_token = 1;
-        else
-          WEIR_LOG_W("http: cannot write '%s': %s", h->path_token, weir_strerror(rc));
-      }
-      snprintf(line, sizeof line, "%s\n", h->addr);
-      rc = write_file(h->path_addr, line, 0644);
-      if (rc == 0)
-        h->wrote_addr = 1;
-      else
-        WEIR_LOG_W("http: cannot write '%s': %s", h->path_addr, weir_strerror(rc));
+      if (h->path_token) h->wrote_token = write_line(h->path_token, h->token, 0600);
+      h->wrote_addr = write_line(h->path_addr, h->addr, 0644);
       break;
     }
     if (m.state == WEIR_JOB_FAILED) break; /* refused before it ran: not ours */

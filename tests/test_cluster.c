@@ -36,10 +36,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <arpa/inet.h>
 #include <nats/nats.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include "crash.h"
 #include "helpers.h"
@@ -561,13 +558,8 @@ Test(cluster, members_killed_into_postgresql_are_exact) {
 
 /* A port the kernel had free just now: the first of a range for --http. */
 static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-            getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-  close(fd);
-  int p = ntohs(a.sin_port);
+  int p = 0;
+  cr_assert_eq(pcluster_free_ports(&p, 1), 0, "no free loopback port");
   return p > 65000 ? 40000 : p;
 }
 
