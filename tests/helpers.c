@@ -235,7 +235,35 @@ static int status_code(int st) {
   return 255;
 }
 
+static int run_impl(const char *const argv[], const char *cwd, char **out, char **err,
+                    int timeout_s, int dump);
+
 int th_run(const char *const argv[], const char *cwd, char **out, char **err, int timeout_s) {
+  return run_impl(argv, cwd, out, err, timeout_s, 1);
+}
+
+/* A child that outlived its time limit is hung somewhere: before it is
+ * killed, every thread's stack goes to the test's stderr (the test log),
+ * which is all a failure seen once on a loaded machine leaves to go by.
+ * Needs gdb (skipped without it); gdb itself gets a minute. */
+static void dump_stacks(pid_t pid) {
+  static const char *const gdbs[] = {"/usr/bin/gdb", "/usr/local/bin/gdb", "/opt/homebrew/bin/gdb"};
+  const char *gdb = NULL;
+  for (size_t i = 0; i < sizeof gdbs / sizeof gdbs[0] && !gdb; i++)
+    if (access(gdbs[i], X_OK) == 0) gdb = gdbs[i];
+  if (!gdb) return;
+  char ps[32];
+  snprintf(ps, sizeof ps, "%ld", (long)pid);
+  const char *argv[] = {gdb, "-batch", "-nx", "-p", ps, "-ex", "thread apply all bt", NULL};
+  char *out = NULL;
+  run_impl(argv, NULL, &out, NULL, 60, 0);
+  fprintf(stderr, "--- process %s timed out; its threads:\n%s--- end of process %s\n", ps,
+          out ? out : "(gdb printed nothing)\n", ps);
+  free(out);
+}
+
+static int run_impl(const char *const argv[], const char *cwd, char **out, char **err,
+                    int timeout_s, int dump) {
   int po[2] = {-1, -1}, pe[2] = {-1, -1};
   if (out != NULL) *out = NULL;
   if (err != NULL) *err = NULL;
@@ -331,6 +359,7 @@ int th_run(const char *const argv[], const char *cwd, char **out, char **err, in
 
   int rc;
   if (timed_out) {
+    if (dump) dump_stacks(pid);
     kill(-pid, SIGKILL);
     kill(pid, SIGKILL);
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
@@ -542,6 +571,7 @@ int th_run_killable(const char *const argv[], const char *cwd, const char *failp
     }
     if (w < 0 && errno != EINTR) break;
     if (!killed && (kill_ms >= 0 || timeout_s > 0) && now_ms() >= kill_at) {
+      if (kill_ms < 0) dump_stacks(pid);
       kill(-pid, SIGKILL);
       kill(pid, SIGKILL);
       killed = kill_ms >= 0 ? 1 : 2;
