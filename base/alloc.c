@@ -156,3 +156,37 @@ void weir_fork_hold(void) {
 void weir_fork_release(void) {
   pthread_rwlock_unlock(&fork_lock);
 }
+
+typedef struct thread_start {
+  void *(*fn)(void *);
+  void *arg;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int running;
+} thread_start;
+
+static void *thread_trampoline(void *p) {
+  thread_start *ts = p;
+  void *(*fn)(void *) = ts->fn;
+  void *arg = ts->arg;
+  pthread_mutex_lock(&ts->mu);
+  ts->running = 1;
+  pthread_cond_signal(&ts->cv);
+  pthread_mutex_unlock(&ts->mu); /* ts lives on the starter's stack: not used past here */
+  return fn(arg);
+}
+
+int weir_thread_start(pthread_t *t, void *(*fn)(void *), void *arg) {
+  thread_start ts = {.fn = fn, .arg = arg, .running = 0};
+  pthread_mutex_init(&ts.mu, NULL);
+  pthread_cond_init(&ts.cv, NULL);
+  int rc = pthread_create(t, NULL, thread_trampoline, &ts);
+  if (rc == 0) {
+    pthread_mutex_lock(&ts.mu);
+    while (!ts.running) pthread_cond_wait(&ts.cv, &ts.mu);
+    pthread_mutex_unlock(&ts.mu);
+  }
+  pthread_cond_destroy(&ts.cv);
+  pthread_mutex_destroy(&ts.mu);
+  return rc;
+}

@@ -895,7 +895,7 @@ int weir_lease_start(weir_lease *l) {
   if (pipe(l->wake) != 0) return set_err(l, -errno, "lease: pipe: %s", strerror(errno));
   fcntl(l->wake[0], F_SETFD, FD_CLOEXEC);
   fcntl(l->wake[1], F_SETFD, FD_CLOEXEC);
-  int rc = pthread_create(&l->thread, NULL, heartbeat_main, l);
+  int rc = weir_thread_start(&l->thread, heartbeat_main, l); /* store opens fork */
   if (rc != 0) {
     close(l->wake[0]);
     close(l->wake[1]);

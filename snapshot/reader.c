@@ -83,7 +83,7 @@ void weir__readers_start(weir_store *s) {
   s->nreaders = 0;
   s->readers = n ? weir_calloc((size_t)n, sizeof *s->readers) : NULL;
   for (int i = 0; i < n; i++) {
-    if (pthread_create(&s->readers[s->nreaders], NULL, reader_main, s) != 0) {
+    if (weir_thread_start(&s->readers[s->nreaders], reader_main, s) != 0) { /* probes fork */
       /* Fewer readers only means more reading on the writer thread. */
       WEIR_LOG_W("store %s: started %d of %d view reader threads", s->path, s->nreaders, n);
       break;

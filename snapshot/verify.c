@@ -12,7 +12,8 @@
  * of a threaded parent, and weir's threads that may be inside an allocator
  * meanwhile (the lease's heartbeat, a store's writer, a restore's prefault
  * threads) hold forks off while they work, for allocators that are not,
- * such as AddressSanitizer's: weir_fork_hold), reports a status and a
+ * such as AddressSanitizer's: weir_fork_hold; and they start and end away
+ * from a fork: weir_thread_start), reports a status and a
  * message through a pipe, and exits. The parent reports a child killed by
  * a signal, or silent, or slow, as a damaged store. weir_store_verify does
  * this for one checkpoint (every value); weir_store_open does it for the

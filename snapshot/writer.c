@@ -782,7 +782,7 @@ int weir__writer_start(weir_store *s) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   (void)pthread_once(&once, keep_freed_pages);
   s->writer_running = 1; /* before the thread runs: on_writer() reads it */
-  int rc = pthread_create(&s->writer, NULL, writer_main, s);
+  int rc = weir_thread_start(&s->writer, writer_main, s); /* probes fork */
   if (rc != 0) {
     s->writer_running = 0;
     return weir__store_fail(s, -rc, "store %s: starting the writer thread: %s", s->path,

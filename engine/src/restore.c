@@ -99,13 +99,18 @@ static void load_one(loader *l, load_item *it) {
 }
 
 /* Prefaulting the tables of the items while the probe child runs: one
- * thread per worker (the caller only waits for the child meanwhile). */
+ * thread per worker (the caller only waits for the child meanwhile). The
+ * probe forks while they run: each is started (weir_thread_start) and
+ * ends (held at `gate` until prefault_join) away from that fork. */
 typedef struct prefaulter {
   load_item *items;
   size_t n;
   atomic_size_t next;
   pthread_t th[64];
   int started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int gate; /* 1 once the probe's fork is over: the threads may end */
 } prefaulter;
 
 static void *prefault_items(void *p) {
@@ -117,6 +122,9 @@ static void *prefault_items(void *p) {
     it->table = weir__u64_table_prefault(it->entries, &it->table_bytes);
     weir_fork_release();
   }
+  pthread_mutex_lock(&pf->mu);
+  while (!pf->gate) pthread_cond_wait(&pf->cv, &pf->mu);
+  pthread_mutex_unlock(&pf->mu);
   return NULL;
 }
 
@@ -125,14 +133,22 @@ static void prefault_start(prefaulter *pf, load_item *items, size_t n, int threa
   pf->items = items;
   pf->n = n;
   atomic_init(&pf->next, 0);
+  pthread_mutex_init(&pf->mu, NULL);
+  pthread_cond_init(&pf->cv, NULL);
   for (int t = 0; t < threads && t < 64 && (size_t)t < n; t++) {
-    if (pthread_create(&pf->th[pf->started], NULL, prefault_items, pf) != 0) break;
+    if (weir_thread_start(&pf->th[pf->started], prefault_items, pf) != 0) break;
     pf->started++;
   }
 }
 
 static void prefault_join(prefaulter *pf) {
+  pthread_mutex_lock(&pf->mu);
+  pf->gate = 1;
+  pthread_cond_broadcast(&pf->cv);
+  pthread_mutex_unlock(&pf->mu);
   for (int t = 0; t < pf->started; t++) pthread_join(pf->th[t], NULL);
+  pthread_cond_destroy(&pf->cv);
+  pthread_mutex_destroy(&pf->mu);
 }
 
 static void *load_items(void *p) {

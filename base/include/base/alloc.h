@@ -8,6 +8,7 @@
 #ifndef WEIR_ALLOC_H
 #define WEIR_ALLOC_H
 
+#include <pthread.h>
 #include <stddef.h>
 
 void *weir_malloc(size_t n);
@@ -48,5 +49,12 @@ void weir_free(void *p);
  * must not fork. */
 void weir_fork_hold(void);
 void weir_fork_release(void);
+/* A thread's own start-up and end allocate too (AddressSanitizer's thread
+ * records, under its locks), outside any hold: a child forked meanwhile
+ * hung on its first allocation. weir_thread_start returns only once the new
+ * thread runs fn, so that its start-up is over before the caller may fork;
+ * a thread that a fork may meet is joined before the fork, or kept alive
+ * until after it. Returns 0 or pthread_create's error. */
+int weir_thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
 
 #endif
