@@ -45,7 +45,16 @@
 
 #define MAX_STAGES 64
 #define MAX_TASKS 4096 /* stages x tasks */
-#define MAX_RESTARTS 3 /* a task's child failing this often in a row ends its member */
+/* A task's failed run is started again after a backoff, from 2 beats
+ * doubling up to 32; its member ends only when the runs kept failing for
+ * FAIL_LEASES leases and at least MAX_RESTARTS times. NATS itself may be
+ * unavailable that long (a node's death: its streams elect leaders, and
+ * consumers and requests time out meanwhile); a fault of the job's own
+ * fails every run and still ends the member. A run that lasted
+ * FAIL_LEASES leases got going: the count starts again. */
+#define MAX_RESTARTS 3
+#define FAIL_LEASES 40
+#define MAX_BACKOFF_BEATS 32
 
 int cli_main_argc;
 char **cli_main_argv;
@@ -106,11 +115,21 @@ typedef struct task_run {
   pid_t pid;           /* 0: no child */
   int pipe_w;          /* the member's end of the child's pipe */
   int failures;        /* the task's runs that failed here in a row */
+  uint64_t failing_ns; /* when the first of those failed */
+  uint64_t started_ns; /* when its current (last) run started */
   uint64_t next_ns;    /* a task nobody holds is claimed by anyone after this */
   uint64_t retry_ns;   /* a task whose run failed here is claimed again after this */
   int handing_off;     /* its child was stopped for the task's rendezvous owner */
   char want[128];      /* the task's rendezvous owner at the last beat */
 } task_run;
+
+/* Counts the failure of r's run that just ended at `now`: nonzero if its
+ * member should give the task up (see MAX_RESTARTS). */
+static int gave_up(task_run *r, uint64_t now, uint64_t fail_ns) {
+  if (r->failures && now - r->started_ns >= fail_ns) r->failures = 0;
+  if (r->failures++ == 0) r->failing_ns = now;
+  return r->failures >= MAX_RESTARTS && now - r->failing_ns >= fail_ns;
+}
 
 static volatile sig_atomic_t g_stop;
 static void on_stop(int sig) {
@@ -222,6 +241,7 @@ static int spawn_task(const cli_engine *eng, task_run *r) {
     return -1;
   }
   r->pid = pid;
+  r->started_ns = weir_clock_mono_ns();
   r->pipe_w = p[1];
   if (!eng->quiet)
     fprintf(stderr, "weir: cluster: task %s runs here (epoch %llu, pid %d)\n", r->name,
@@ -301,7 +321,7 @@ int cli_cluster_member(weir_job *job, const cli_engine *eng) {
     snprintf(runs[i].name, sizeof runs[i].name, "%d.%d", runs[i].stage, runs[i].task);
   }
   int code = CLI_EXIT_OK, first = 1;
-  uint64_t alive_ns = weir_clock_mono_ns();
+  uint64_t alive_ns = weir_clock_mono_ns(), fail_ns = (uint64_t)FAIL_LEASES * lease * 1000000u;
   for (;;) {
     uint64_t now = weir_clock_mono_ns();
     if (weir_cluster_heartbeat(c, eng->member) == 0) alive_ns = now;
@@ -325,7 +345,7 @@ int cli_cluster_member(weir_job *job, const cli_engine *eng) {
         r->owned = 0;
         if (!eng->quiet) fprintf(stderr, "weir: cluster: task %s finished\n", r->name);
       } else if (ex == CLI_EXIT_OWNED || ex == CLI_EXIT_USAGE || ex == CLI_EXIT_REFUSED ||
-                 ++r->failures >= MAX_RESTARTS) {
+                 gave_up(r, now, fail_ns)) {
         cli_error("cluster: task %s ended with exit %d%s", r->name, ex,
                   ex == CLI_EXIT_OWNED ? " (another owner took it)" : "");
         weir_cluster_release(c, r->name, r->rev);
@@ -338,7 +358,15 @@ int cli_cluster_member(weir_job *job, const cli_engine *eng) {
          * transactions, which the same epoch would take for its own). */
         weir_cluster_release(c, r->name, r->rev);
         r->owned = 0;
-        r->retry_ns = now + 2 * beat_ns;
+        int shift = r->failures - 1 < 4 ? r->failures - 1 : 4;
+        uint64_t wait = 2 * beat_ns << shift;
+        if (wait > MAX_BACKOFF_BEATS * beat_ns) wait = MAX_BACKOFF_BEATS * beat_ns;
+        r->retry_ns = now + wait;
+        if (!eng->quiet)
+          fprintf(stderr,
+                  "weir: cluster: task %s failed (exit %d, %d in a row): claimed again in "
+                  "%.1f s\n",
+                  r->name, ex, r->failures, (double)wait / 1e9);
       }
     }
     if (code != CLI_EXIT_OK || g_stop) break;
