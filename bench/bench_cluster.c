@@ -118,8 +118,11 @@ static void make_cmd(cmd *c, const char *dir, const char *member, const char *jo
   snprintf(c->buf[b], sizeof c->buf[b], "%d", workers);
   c->argv[k++] = "--workers";
   c->argv[k++] = c->buf[b];
-  c->argv[k++] = "--parallelism";
-  c->argv[k++] = c->buf[b++];
+  if (!member) { /* a member's stage runs as --tasks tasks */
+    c->argv[k++] = "--parallelism";
+    c->argv[k++] = c->buf[b];
+  }
+  b++;
   snprintf(c->buf[b], sizeof c->buf[b], "%d", ckpt_ms);
   c->argv[k++] = "--checkpoint-interval";
   c->argv[k++] = c->buf[b++];

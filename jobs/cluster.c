@@ -89,6 +89,10 @@ int cli_cluster_check(const cli_engine *eng, const char *job_name) {
                      eng->sink);
   if (!strcmp(eng->state_dir, "none"))
     return cli_usage("--cluster needs a state directory (its tasks checkpoint there first)");
+  if (eng->parallelism > 1)
+    return cli_usage("--parallelism %d: in cluster mode each task runs its stage at one "
+                     "subtask, so a stage's parallelism is its number of tasks: --tasks %d",
+                     eng->parallelism, eng->parallelism);
   return 0;
 }
 

@@ -168,6 +168,9 @@ Test(cli, usage_errors) {
   expect_usage(
       (const char *const[]){"run", "wordcount", "--input", "x", "--dead-letter", "d", NULL},
       "--dead-letter");
+  expect_usage((const char *const[]){"run", "--cluster", "nats://127.0.0.1:1", "--member", "a",
+                                     "--parallelism", "2", "counter", NULL},
+               "a stage's parallelism is its number of tasks: --tasks 2");
   expect_usage((const char *const[]){"help", "nothing", NULL}, "nothing");
   expect_usage((const char *const[]){"checkpoints", "--verify", "--json", NULL}, "--verify");
   expect_usage((const char *const[]){"inspect", "1", "--verify", NULL}, "--verify");

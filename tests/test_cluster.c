@@ -176,8 +176,6 @@ static void member_start(tcl *c, int i, const char *failpoints, const char *extr
   argv[k++] = c->rate;
   argv[k++] = "--workers";
   argv[k++] = "1";
-  argv[k++] = "--parallelism";
-  argv[k++] = "2";
   argv[k++] = "--checkpoint-interval";
   argv[k++] = "200";
   argv[k++] = "--sink";
