@@ -362,9 +362,8 @@ int cli_cluster_member(weir_job *job, const cli_engine *eng) {
          * transactions, which the same epoch would take for its own). */
         weir_cluster_release(c, r->name, r->rev);
         r->owned = 0;
-        int shift = r->failures - 1 < 4 ? r->failures - 1 : 4;
-        uint64_t wait = 2 * beat_ns << shift;
-        if (wait > MAX_BACKOFF_BEATS * beat_ns) wait = MAX_BACKOFF_BEATS * beat_ns;
+        uint64_t wait = 2 * beat_ns;
+        for (int f = 1; f < r->failures && wait < MAX_BACKOFF_BEATS * beat_ns; f++) wait *= 2;
         r->retry_ns = now + wait;
         if (!eng->quiet)
           fprintf(stderr,

@@ -209,6 +209,14 @@ static void member_start(tcl *c, int i, const char *failpoints, const char *extr
   crash_hist(c->j, " start m%d", i);
 }
 
+/* Kills member i with its tasks' runs (SIGKILL to its process group: a
+ * host gone). */
+static void member_kill(tcl *c, int i) {
+  kill(-c->pid[i], SIGKILL);
+  waitpid(c->pid[i], NULL, 0);
+  c->pid[i] = 0;
+}
+
 /* Waits for member i to exit (up to timeout_s): its exit code, or -1 if
  * it did not (then it is killed). */
 static int member_wait(tcl *c, int i, int timeout_s) {
@@ -221,18 +229,8 @@ static int member_wait(tcl *c, int i, int timeout_s) {
     }
     th_sleep_ms(20);
   }
-  kill(-c->pid[i], SIGKILL);
-  waitpid(c->pid[i], NULL, 0);
-  c->pid[i] = 0;
+  member_kill(c, i);
   return -1;
-}
-
-/* Kills member i with its tasks' runs (SIGKILL to its process group: a
- * host gone). */
-static void member_kill(tcl *c, int i) {
-  kill(-c->pid[i], SIGKILL);
-  waitpid(c->pid[i], NULL, 0);
-  c->pid[i] = 0;
 }
 
 /* Waits up to timeout_s for member i's log to report n failed runs of its

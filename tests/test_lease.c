@@ -434,10 +434,9 @@ Test(lease, a_thread_started_is_past_its_start_up_at_a_fork, .timeout = 300) {
   latch g = {.open = 0};
   pthread_mutex_init(&g.mu, NULL);
   pthread_cond_init(&g.cv, NULL);
-  int hung = 0, started = 0;
+  int hung = 0;
   for (int round = 0; round < ROUNDS; round++) {
     cr_assert_eq(weir_thread_start(&th[round], wait_latch, &g), 0);
-    started++;
     fflush(NULL);
     pid_t pid = fork();
     cr_assert_geq(pid, 0, "fork: %s", strerror(errno));
@@ -454,7 +453,7 @@ Test(lease, a_thread_started_is_past_its_start_up_at_a_fork, .timeout = 300) {
   g.open = 1;
   pthread_cond_broadcast(&g.cv);
   pthread_mutex_unlock(&g.mu);
-  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < ROUNDS; i++) pthread_join(th[i], NULL);
   pthread_cond_destroy(&g.cv);
   pthread_mutex_destroy(&g.mu);
   cr_assert_eq(hung, 0, "%d of %d children forked after weir_thread_start hung", hung, ROUNDS);
